@@ -1,0 +1,192 @@
+package optim
+
+import "math"
+
+// Slot names of the optimizer state, those of PyTorch's optimizer state_dict.
+const (
+	SlotMomentumBuffer = "momentum_buffer" // momentum, nesterov
+	SlotSum            = "sum"             // adagrad
+	SlotExpAvg         = "exp_avg"         // adam: first moment
+	SlotExpAvgSq       = "exp_avg_sq"      // adam: second moment
+)
+
+// Optimizer applies one algorithm to a flat float32 vector of fixed length. It owns its state
+// (allocated once by New) and a step count; it never retains the slices passed to Step.
+// It is not safe for concurrent use.
+type Optimizer struct {
+	cfg   Config // validated, Epsilon resolved
+	alg   algorithm
+	n     int
+	steps int64
+
+	// State slots, each of length n; nil where the algorithm has none.
+	buf []float32 // momentum_buffer or sum
+	m   []float32 // exp_avg
+	v   []float32 // exp_avg_sq
+}
+
+// New validates cfg and returns an optimizer for vectors of n floats (n >= 0), with all state
+// zero and step count 0.
+func New(cfg Config, n int) (*Optimizer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, errorf(ErrInvalidConfig, "size %d: must be non-negative", n)
+	}
+	alg, _ := parseAlgorithm(cfg.Algorithm)
+	o := &Optimizer{cfg: cfg.withDefaults(), alg: alg, n: n}
+	switch alg {
+	case algMomentum, algNesterov, algAdagrad:
+		o.buf = make([]float32, n)
+	case algAdam:
+		o.m = make([]float32, n)
+		o.v = make([]float32, n)
+	}
+	return o, nil
+}
+
+// Len returns the number of floats the optimizer updates.
+func (o *Optimizer) Len() int { return o.n }
+
+// Config returns the configuration in use, with a zero Epsilon resolved to its default.
+func (o *Optimizer) Config() Config { return o.cfg }
+
+// Steps returns the number of steps applied so far (restored by Restore).
+func (o *Optimizer) Steps() int64 { return o.steps }
+
+// LR returns the learning rate the next Step will use: Schedule.LRAt(LR, Steps()).
+func (o *Optimizer) LR() float64 { return o.cfg.Schedule.LRAt(o.cfg.LR, o.steps) }
+
+// Step applies one update: params is updated in place from grads, which is only read. Both must
+// have Len() floats; otherwise Step returns an error wrapping ErrLength and changes nothing.
+// Step does not allocate, does not retain either slice, and does not check for NaN or Inf
+// (that is the job of whoever received the gradients). It advances the step count by one.
+func (o *Optimizer) Step(params, grads []float32) error {
+	if len(params) != o.n || len(grads) != o.n {
+		return errorf(ErrLength, "step: params has %d floats, grads %d, want %d", len(params), len(grads), o.n)
+	}
+	lr := o.LR()
+	o.steps++
+	c := &o.cfg
+	wd := float32(c.WeightDecay)
+	switch o.alg {
+	case algSGD:
+		stepSGD(params, grads, float32(lr), wd)
+	case algMomentum, algNesterov:
+		stepMomentum(params, grads, o.buf, float32(lr), wd, float32(c.Momentum), o.alg == algNesterov)
+	case algAdagrad:
+		// clr = lr / (1 + (t-1)·lr_decay) with lr_decay 0 is lr itself.
+		stepAdagrad(params, grads, o.buf, float32(lr), wd, float32(c.Epsilon))
+	case algAdam:
+		t := float64(o.steps)
+		bc1 := 1 - math.Pow(c.Beta1, t)
+		bc2 := 1 - math.Pow(c.Beta2, t)
+		stepAdam(params, grads, o.m, o.v, adamScalars{
+			stepSize: float32(lr / bc1),
+			bc2Sqrt:  float32(math.Sqrt(bc2)),
+			weight:   float32(1 - c.Beta1),
+			beta2:    float32(c.Beta2),
+			oneMinB2: float32(1 - c.Beta2),
+			eps:      float32(c.Epsilon),
+			wd:       wd,
+		})
+	}
+	return nil
+}
+
+// The kernels follow PyTorch's single-tensor (CPU) implementations operation by operation, each
+// rounded to float32. The explicit float32(...) conversions forbid the compiler to fuse a
+// multiply and an add (the Go spec allows fusion otherwise, and arm64 does it), so every
+// platform computes bit-identical updates: a server shard and a worker agree exactly.
+//
+// Each kernel re-slices its inputs to len(p) so the compiler drops the bounds checks.
+
+// stepSGD: g = grad + wd·p; p -= lr·g.
+func stepSGD(p, grad []float32, lr, wd float32) {
+	grad = grad[:len(p)]
+	for i := range p {
+		g := grad[i]
+		if wd != 0 {
+			g += float32(wd * p[i])
+		}
+		p[i] -= float32(lr * g)
+	}
+}
+
+// stepMomentum: g = grad + wd·p; buf = μ·buf + g; g = g + μ·buf (nesterov) or buf; p -= lr·g.
+// PyTorch sets buf = g on the first step; a zero buffer gives exactly that (μ·0 + g = g).
+func stepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
+	grad = grad[:len(p)]
+	buf = buf[:len(p)]
+	for i := range p {
+		g := grad[i]
+		if wd != 0 {
+			g += float32(wd * p[i])
+		}
+		b := float32(mu*buf[i]) + g
+		buf[i] = b
+		if nesterov {
+			g += float32(mu * b)
+		} else {
+			g = b
+		}
+		p[i] -= float32(lr * g)
+	}
+}
+
+// stepAdagrad: g = grad + wd·p; sum += g²; p -= lr·g / (sqrt(sum) + eps).
+func stepAdagrad(p, grad, sum []float32, lr, wd, eps float32) {
+	grad = grad[:len(p)]
+	sum = sum[:len(p)]
+	for i := range p {
+		g := grad[i]
+		if wd != 0 {
+			g += float32(wd * p[i])
+		}
+		s := sum[i] + float32(g*g)
+		sum[i] = s
+		std := float32(math.Sqrt(float64(s))) + eps
+		p[i] -= float32(float32(lr*g) / std)
+	}
+}
+
+type adamScalars struct {
+	stepSize float32 // lr / (1 − β1^t)
+	bc2Sqrt  float32 // sqrt(1 − β2^t)
+	weight   float32 // 1 − β1, the lerp weight
+	beta2    float32
+	oneMinB2 float32 // 1 − β2
+	eps      float32
+	wd       float32
+}
+
+// stepAdam: g = grad + wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
+// p -= (lr/bias1)·m / (sqrt(v)/sqrt(bias2) + eps).
+// m is updated with PyTorch's lerp (m + w·(g−m), or g − (g−m)·(1−w) when w >= 0.5), which is
+// β1·m + (1−β1)·g up to rounding.
+func stepAdam(p, grad, m, v []float32, k adamScalars) {
+	grad = grad[:len(p)]
+	m = m[:len(p)]
+	v = v[:len(p)]
+	w := k.weight
+	smallWeight := w < 0.5
+	oneMinW := 1 - w
+	for i := range p {
+		g := grad[i]
+		if k.wd != 0 {
+			g += float32(k.wd * p[i])
+		}
+		mi := m[i]
+		if smallWeight {
+			mi += float32(w * (g - mi))
+		} else {
+			mi = g - float32((g-mi)*oneMinW)
+		}
+		m[i] = mi
+		vi := float32(v[i]*k.beta2) + float32(float32(k.oneMinB2*g)*g)
+		v[i] = vi
+		denom := float32(float32(math.Sqrt(float64(vi)))/k.bc2Sqrt) + k.eps
+		p[i] -= float32(float32(k.stepSize*mi) / denom)
+	}
+}
