@@ -1,0 +1,201 @@
+package ps
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// newTestServer returns shard s of a vector of n floats in chunks of chunk
+// floats over servers shards, with plain SGD at lr 0.5, initial values i.
+func newTestServer(t *testing.T, n, servers, s, chunk int) *Server {
+	t.Helper()
+	var l nn.Layout
+	l.Add("w", n)
+	plan, err := shard.New(n, servers, 4*chunk)
+	require.NoError(t, err)
+	ocfg := optim.DefaultConfig()
+	ocfg.LR = 0.5
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i)
+	}
+	srv, err := New(Config{Mode: ModeAsync, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
+	require.NoError(t, err)
+	return srv
+}
+
+func readAll(t *testing.T, s *Server) []float32 {
+	t.Helper()
+	var out []float32
+	for _, r := range s.Ranges() {
+		buf := make([]float32, r.Len)
+		_, err := s.Read(r, buf)
+		require.NoError(t, err)
+		out = append(out, buf...)
+	}
+	return out
+}
+
+func ones(n int) []float32 {
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = 1
+	}
+	return g
+}
+
+func TestPushAppliesOptimizer(t *testing.T) {
+	s := newTestServer(t, 10, 1, 0, 4)
+	res, err := s.Push(Push{WorkerID: 1, Step: 0, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), res.Clock)
+	got := readAll(t, s)
+	for i, v := range got {
+		assert.InDelta(t, float32(i)-0.5, v, 1e-6, "index %d", i)
+	}
+}
+
+func TestPushRejectsAndLeavesValues(t *testing.T) {
+	nan := ones(10)
+	nan[7] = float32(math.NaN())
+	inf := ones(10)
+	inf[3] = float32(math.Inf(-1))
+	for _, tc := range []struct {
+		name string
+		push Push
+		want string
+	}{
+		{"wrong length", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(9)}, "push of 9 floats, its ranges hold 10"},
+		{"unknown range past the end", Push{Ranges: []shard.Range{{Off: 8, Len: 4}}, Grads: ones(4)}, "inside [0,10)"},
+		{"negative offset", Push{Ranges: []shard.Range{{Off: -4, Len: 4}}, Grads: ones(4)}, "inside [0,10)"},
+		{"not whole chunks", Push{Ranges: []shard.Range{{Off: 0, Len: 3}}, Grads: ones(3)}, "whole chunks"},
+		{"overlapping ranges", Push{Ranges: []shard.Range{{Off: 0, Len: 4}, {Off: 0, Len: 4}}, Grads: ones(8)}, "overlaps"},
+		{"no ranges", Push{}, "names no ranges"},
+		{"nan", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: nan}, "index 7 is NaN"},
+		{"inf", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: inf}, "index 3 is -Inf"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestServer(t, 10, 1, 0, 4)
+			before := readAll(t, s)
+			_, err := s.Push(tc.push)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrInvalidArgument), "%v", err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, before, readAll(t, s), "a rejected push changed the values")
+			assert.Equal(t, int64(0), s.Clock())
+			assert.Equal(t, int64(1), s.Stats().Rejected)
+		})
+	}
+}
+
+func TestPushOfAnotherShardsChunk(t *testing.T) {
+	// Shard 1 of 2 owns chunks 1 and 3 ([4,8) and [12,16)) of 16 floats.
+	s := newTestServer(t, 16, 2, 1, 4)
+	assert.Equal(t, []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, s.Ranges())
+	_, err := s.Push(Push{Ranges: []shard.Range{{Off: 0, Len: 4}}, Grads: ones(4)})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "chunk 0 is owned by shard 0, this is shard 1")
+	_, err = s.Push(Push{Ranges: []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, Grads: ones(8)})
+	require.NoError(t, err)
+	assert.Equal(t, []float32{3.5, 4.5, 5.5, 6.5, 11.5, 12.5, 13.5, 14.5}, readAll(t, s))
+}
+
+func TestDuplicatePushIsAppliedOnce(t *testing.T) {
+	s := newTestServer(t, 8, 1, 0, 4)
+	p := Push{WorkerID: 3, Step: 5, Ranges: []shard.Range{{Off: 0, Len: 8}}, Grads: ones(8)}
+	_, err := s.Push(p)
+	require.NoError(t, err)
+	after := readAll(t, s)
+	res, err := s.Push(p) // a retry after a lost reply
+	require.NoError(t, err)
+	assert.True(t, res.Duplicate)
+	assert.Equal(t, after, readAll(t, s))
+	assert.Equal(t, int64(1), s.Clock())
+	// Another worker's step 5 is a different push.
+	p.WorkerID = 4
+	res, err = s.Push(p)
+	require.NoError(t, err)
+	assert.False(t, res.Duplicate)
+	assert.Equal(t, int64(2), s.Clock())
+}
+
+func TestStalenessHistogram(t *testing.T) {
+	s := newTestServer(t, 4, 1, 0, 4)
+	r := []shard.Range{{Off: 0, Len: 4}}
+	for step := range int64(3) {
+		_, err := s.Push(Push{WorkerID: 1, Step: step, Clock: 0, Ranges: r, Grads: ones(4)})
+		require.NoError(t, err)
+	}
+	st := s.Stats()
+	assert.Equal(t, [3]int64{1, 1, 1}, [3]int64(st.Staleness[:3]))
+}
+
+func TestReadRanges(t *testing.T) {
+	s := newTestServer(t, 16, 2, 0, 4) // owns [0,4) and [8,12)
+	buf := make([]float32, 2)
+	_, err := s.Read(shard.Range{Off: 9, Len: 2}, buf)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{9, 10}, buf)
+	_, err = s.Read(shard.Range{Off: 3, Len: 2}, buf)
+	assert.ErrorIs(t, err, ErrInvalidArgument, "range spilling into shard 1's chunk")
+}
+
+func TestNewValidates(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 8)
+	plan, err := shard.New(8, 2, 16)
+	require.NoError(t, err)
+	good := Config{Mode: ModeAsync, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Config)
+		initial int
+		want    string
+	}{
+		{"unknown mode", func(c *Config) { c.Mode = "eventual" }, 8, `mode "eventual"`},
+		{"shard out of range", func(c *Config) { c.Shard = 2 }, 8, "shard 2"},
+		{"layout size", func(c *Config) { c.Layout = nn.Layout{}; c.Layout.Add("w", 7) }, 8, "layout holds 7 floats, plan 8"},
+		{"bad optimizer", func(c *Config) { c.Optimizer.LR = -1 }, 8, "lr -1"},
+		{"short initial", func(*Config) {}, 7, "initial vector has 7 floats, want 8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			tc.mutate(&cfg)
+			_, err := New(cfg, make([]float32, tc.initial))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestConcurrentPushAndPull(t *testing.T) {
+	const n, workers, steps = 64, 4, 50
+	s := newTestServer(t, n, 1, 0, 16)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			buf := make([]float32, n)
+			for step := range int64(steps) {
+				_, err := s.Read(shard.Range{Off: 0, Len: n}, buf)
+				assert.NoError(t, err)
+				_, err = s.Push(Push{WorkerID: int64(w), Step: step, Ranges: []shard.Range{{Off: 0, Len: n}}, Grads: ones(n)})
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(workers*steps), s.Clock())
+	// Every push subtracted lr·1 = 0.5 from every value.
+	for i, v := range readAll(t, s) {
+		assert.InDelta(t, float32(i)-0.5*workers*steps, v, 1e-3, "index %d", i)
+	}
+}
