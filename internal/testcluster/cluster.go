@@ -1,0 +1,171 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/rpc"
+)
+
+// Cluster is a set of parameter-server shards on bufconn listeners.
+type Cluster struct {
+	shards []*Shard
+}
+
+// Shard is one in-process server.
+type Shard struct {
+	Core *ps.Server
+	Addr string
+	lis  *bufconn.Listener
+	g    *grpc.Server
+
+	mu         sync.Mutex
+	failNext   int
+	failCode   codes.Code
+	loseReply  int
+	stall      int
+	stallStart chan struct{}
+}
+
+// Start serves each core on its own bufconn listener and stops them all
+// when the test ends.
+func Start(t testing.TB, cores ...*ps.Server) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	for i, core := range cores {
+		s := &Shard{Core: core, Addr: fmt.Sprintf("passthrough:///shard-%d", i), lis: bufconn.Listen(4 << 20), stallStart: make(chan struct{}, 16)}
+		g, h := rpc.NewGRPCServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
+		rpc.RegisterPS(g, h, core, nil)
+		s.g = g
+		served := make(chan struct{})
+		go func() { defer close(served); _ = g.Serve(s.lis) }()
+		t.Cleanup(func() { g.Stop(); <-served })
+		c.shards = append(c.shards, s)
+	}
+	return c
+}
+
+// Addrs are the targets of the shards, in shard order, for client.Dial
+// with DialOption.
+func (c *Cluster) Addrs() []string {
+	var a []string
+	for _, s := range c.shards {
+		a = append(a, s.Addr)
+	}
+	return a
+}
+
+// Shard returns shard i.
+func (c *Cluster) Shard(i int) *Shard { return c.shards[i] }
+
+// DialOption routes the shards' addresses to their bufconn listeners.
+func (c *Cluster) DialOption() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		for _, s := range c.shards {
+			if strings.HasSuffix(s.Addr, "/"+addr) || s.Addr == addr {
+				return s.lis.DialContext(ctx)
+			}
+		}
+		return nil, fmt.Errorf("testcluster: no shard at %q", addr)
+	})
+}
+
+// FailNext makes the next n calls fail with code before doing anything.
+func (s *Shard) FailNext(code codes.Code, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext, s.failCode = n, code
+}
+
+// LoseReplies makes the next n calls do their work and then fail with
+// Unavailable, as if the reply had been lost on the way.
+func (s *Shard) LoseReplies(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loseReply = n
+}
+
+// Stall makes the next n calls block until the caller gives up; Stalled
+// receives once per call that started stalling.
+func (s *Shard) Stall(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stall = n
+}
+
+// Stalled receives a value whenever a call starts stalling.
+func (s *Shard) Stalled() <-chan struct{} { return s.stallStart }
+
+// fault decides what to do with the next call: an error to return at once,
+// whether to stall, and whether to lose the reply.
+func (s *Shard) fault() (err error, stall, lose bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.failNext > 0:
+		s.failNext--
+		return status.Error(s.failCode, "testcluster: injected failure"), false, false
+	case s.stall > 0:
+		s.stall--
+		return nil, true, false
+	case s.loseReply > 0:
+		s.loseReply--
+		return nil, false, true
+	}
+	return nil, false, false
+}
+
+func (s *Shard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasSuffix(info.FullMethod, "/Info") {
+		return h(ctx, req)
+	}
+	err, stall, lose := s.fault()
+	if err != nil {
+		return nil, err
+	}
+	if stall {
+		s.stallStart <- struct{}{}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	resp, err := h(ctx, req)
+	if lose && err == nil {
+		return nil, status.Error(codes.Unavailable, "testcluster: reply lost")
+	}
+	return resp, err
+}
+
+func (s *Shard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	err, stall, lose := s.fault()
+	if err != nil {
+		return err
+	}
+	if stall {
+		s.stallStart <- struct{}{}
+		<-ss.Context().Done()
+		return status.FromContextError(ss.Context().Err()).Err()
+	}
+	if lose {
+		// Run the handler on a stream whose reply is swallowed.
+		if err := h(srv, &lostReply{ServerStream: ss}); err != nil {
+			return err
+		}
+		return status.Error(codes.Unavailable, "testcluster: reply lost")
+	}
+	return h(srv, ss)
+}
+
+// lostReply drops the messages a handler sends.
+type lostReply struct{ grpc.ServerStream }
+
+func (l *lostReply) SendMsg(any) error { return nil }

@@ -1,0 +1,44 @@
+package testcluster
+
+import (
+	"testing"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/shard"
+)
+
+// Cores returns the servers shards of a vector of n floats named "w", in
+// chunks of chunkFloats, with plain SGD at lr and initial value i at index
+// i.
+func Cores(t testing.TB, n, servers, chunkFloats int, lr float64) []*ps.Server {
+	t.Helper()
+	var l nn.Layout
+	l.Add("w", n)
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i)
+	}
+	return CoresFor(t, l, initial, servers, chunkFloats, lr)
+}
+
+// CoresFor returns the shards of the vector initial described by l.
+func CoresFor(t testing.TB, l nn.Layout, initial []float32, servers, chunkFloats int, lr float64) []*ps.Server {
+	t.Helper()
+	plan, err := shard.New(l.Size(), servers, 4*chunkFloats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := optim.DefaultConfig()
+	ocfg.LR = lr
+	var cores []*ps.Server
+	for s := range servers {
+		core, err := ps.New(ps.Config{Mode: ps.ModeAsync, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cores = append(cores, core)
+	}
+	return cores
+}

@@ -1,0 +1,224 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/shard"
+)
+
+// MaxMessageBytes is the largest message a Shoal server accepts: one piece
+// of MaxPieceBytes plus room for the header.
+const MaxMessageBytes = pb.MaxPieceBytes + 64<<10
+
+// NewGRPCServer returns a gRPC server with Shoal's message limits, the
+// health service (reporting SERVING for "" and every registered service)
+// and server reflection. It returns the health server so callers can mark
+// the server NOT_SERVING while draining.
+func NewGRPCServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}, opts...)
+	g := grpc.NewServer(opts...)
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
+	return g, h
+}
+
+// psService serves one ps.Server.
+type psService struct {
+	pb.UnimplementedParameterServerServer
+	core *ps.Server
+	log  *slog.Logger
+}
+
+var _ pb.ParameterServerServer = (*psService)(nil)
+
+// RegisterPS registers the ParameterServer service for core on g and marks
+// it SERVING in h (which may be nil).
+func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pb.RegisterParameterServerServer(g, &psService{core: core, log: log.With("component", "rpc")})
+	if h != nil {
+		h.SetServingStatus(pb.ParameterServer_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+}
+
+// toStatus maps a core error to a gRPC status error.
+func toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ps.ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ps.ErrWrongPlan):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+	cfg := s.core.Config()
+	resp := &pb.InfoResponse{
+		Plan: &pb.Plan{
+			Version:      shard.Version,
+			VectorLength: int64(cfg.Plan.VectorLen),
+			Servers:      int32(cfg.Plan.Servers),
+			ChunkFloats:  int64(cfg.Plan.ChunkFloats),
+		},
+		Shard:     int32(cfg.Shard),
+		Clock:     s.core.Clock(),
+		Mode:      cfg.Mode,
+		Optimizer: describeOptimizer(cfg.Optimizer),
+	}
+	for _, t := range cfg.Layout.Tensors {
+		ti := &pb.TensorInfo{Name: t.Name, Offset: int64(t.Offset)}
+		for _, d := range t.Shape {
+			ti.Shape = append(ti.Shape, int64(d))
+		}
+		resp.Layout = append(resp.Layout, ti)
+	}
+	for _, r := range s.core.Ranges() {
+		resp.Ranges = append(resp.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
+	}
+	return resp, nil
+}
+
+func describeOptimizer(c optim.Config) string {
+	return fmt.Sprintf("%s lr=%g momentum=%g weight_decay=%g", c.Algorithm, c.LR, c.Momentum, c.WeightDecay)
+}
+
+// toRange converts a wire range, refusing values that do not fit an int.
+func toRange(r *pb.Range) (shard.Range, error) {
+	const maxInt = int64(^uint(0) >> 1)
+	if r == nil || r.Offset < 0 || r.Length <= 0 || r.Offset > maxInt-r.Length {
+		return shard.Range{}, fmt.Errorf("%w: range %v: want offset >= 0 and length > 0", ps.ErrInvalidArgument, r)
+	}
+	return shard.Range{Off: int(r.Offset), Len: int(r.Length)}, nil
+}
+
+func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
+	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
+		return toStatus(err)
+	}
+	ranges := s.core.Ranges()
+	if len(req.Ranges) > 0 {
+		ranges = make([]shard.Range, len(req.Ranges))
+		for i, r := range req.Ranges {
+			var err error
+			if ranges[i], err = toRange(r); err != nil {
+				return toStatus(err)
+			}
+		}
+	}
+	const pieceFloats = pb.MaxPieceBytes / 4
+	buf := make([]float32, 0, pieceFloats)
+	var clock int64 = -1
+	for _, r := range ranges {
+		for off := r.Off; off < r.End(); off += pieceFloats {
+			piece := shard.Range{Off: off, Len: min(pieceFloats, r.End()-off)}
+			buf = buf[:piece.Len]
+			c, err := s.core.Read(piece, buf)
+			if err != nil {
+				return toStatus(err)
+			}
+			if clock < 0 {
+				clock = c
+			}
+			msg := &pb.PullPiece{Offset: int64(off), Values: pb.AppendFloats(nil, buf), Clock: clock}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+		}
+	}
+	s.core.NotePull()
+	return nil
+}
+
+func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.PushResponse]) error {
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return invalid("push stream ended before its header: want a first message with a header")
+	}
+	if err != nil {
+		return err
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return invalid("push: first message has no header")
+	}
+	if err := s.core.CheckPlan(h.PlanVersion); err != nil {
+		return toStatus(err)
+	}
+	in := ps.Push{WorkerID: h.WorkerId, Step: h.Step, Clock: h.Clock, Ranges: make([]shard.Range, len(h.Ranges))}
+	for i, r := range h.Ranges {
+		if in.Ranges[i], err = toRange(r); err != nil {
+			return toStatus(err)
+		}
+	}
+	// Validate the header before allocating, so a lying header cannot make
+	// the server allocate more than the vector it holds.
+	total, err := s.core.ValidateRanges(in.Ranges)
+	if err != nil {
+		return toStatus(err)
+	}
+	in.Grads = make([]float32, total)
+	n := 0
+	msg := first
+	for {
+		if msg.Header != nil && msg != first {
+			return invalid("push: a second header after %d floats; want one header per push", n)
+		}
+		if len(msg.Grads)%4 != 0 {
+			return invalid("push: piece of %d bytes is not a whole number of float32", len(msg.Grads))
+		}
+		k := len(msg.Grads) / 4
+		if n+k > total {
+			return invalid("push: pieces carry more than the %d floats the header's ranges hold", total)
+		}
+		if err := pb.DecodeFloats(in.Grads[n:n+k], msg.Grads); err != nil {
+			return invalid("push: %v", err)
+		}
+		n += k
+		msg, err = stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n != total {
+		return invalid("push: pieces carry %d floats, the header's ranges hold %d", n, total)
+	}
+	res, err := s.core.Push(in)
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.SendAndClose(&pb.PushResponse{Clock: res.Clock, Duplicate: res.Duplicate, Staleness: res.Staleness})
+}
