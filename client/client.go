@@ -1,0 +1,365 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/shard"
+)
+
+// Tensor names one tensor of the servers' layout.
+type Tensor struct {
+	Name   string
+	Shape  []int
+	Offset int
+}
+
+// Info describes the servers a Client is connected to.
+type Info struct {
+	Tensors   []Tensor
+	Plan      shard.Plan
+	Mode      string
+	Optimizer string
+	// Clocks holds each shard's clock when Dial asked.
+	Clocks Clocks
+}
+
+// Clocks holds one clock per shard: the version of the values a pull
+// returned, passed back with the push computed from them.
+type Clocks []int64
+
+type options struct {
+	callTimeout time.Duration
+	maxAttempts int
+	backoff     time.Duration
+	maxBackoff  time.Duration
+	dialOpts    []grpc.DialOption
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithCallTimeout bounds each call (default 60s) unless the context's own
+// deadline is earlier.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithRetry sets how many times a call failing with Unavailable is tried
+// (default 8) and the first backoff (default 50ms, doubling to 2s, with
+// jitter).
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(o *options) { o.maxAttempts, o.backoff = attempts, backoff }
+}
+
+// WithDialOptions adds gRPC dial options (credentials, a custom dialer…).
+// Without credentials the connection is plaintext.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Client is connected to every shard of one plan.
+type Client struct {
+	opts  options
+	addrs []string
+	conns []*grpc.ClientConn
+	stubs []pb.ParameterServerClient
+	info  Info
+	// push holds, per shard, its owned chunks merged where adjacent.
+	push [][]shard.Range
+}
+
+// Dial connects to the servers at addrs, which must be the shards of one
+// plan in shard order, waits (bounded by ctx) until each answers Info and
+// checks that they agree on the layout and plan.
+func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("client: no server addresses")
+	}
+	o := options{callTimeout: 60 * time.Second, maxAttempts: 8, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.maxAttempts < 1 {
+		o.maxAttempts = 1
+	}
+	c := &Client{opts: o, addrs: addrs}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(pb.MaxPieceBytes + 64<<10)),
+	}, o.dialOpts...)
+	for _, a := range addrs {
+		conn, err := grpc.NewClient(a, dialOpts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: server %s: %w", a, err)
+		}
+		c.conns = append(c.conns, conn)
+		c.stubs = append(c.stubs, pb.NewParameterServerClient(conn))
+	}
+	if err := c.handshake(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) handshake(ctx context.Context) error {
+	infos := make([]*pb.InfoResponse, len(c.stubs))
+	for i, s := range c.stubs {
+		var err error
+		// WaitForReady: a server that is still starting is waited for, up
+		// to ctx's deadline, instead of failing at once.
+		infos[i], err = s.Info(ctx, &pb.InfoRequest{}, grpc.WaitForReady(true))
+		if err != nil {
+			return fmt.Errorf("client: info from server %s: %w", c.addrs[i], err)
+		}
+	}
+	first := infos[0]
+	if first.Plan == nil {
+		return fmt.Errorf("client: server %s sent no partition plan", c.addrs[0])
+	}
+	if first.Plan.Version != shard.Version {
+		return fmt.Errorf("client: server %s uses plan version %d, this client %d", c.addrs[0], first.Plan.Version, shard.Version)
+	}
+	plan := shard.Plan{VectorLen: int(first.Plan.VectorLength), Servers: int(first.Plan.Servers), ChunkFloats: int(first.Plan.ChunkFloats)}
+	if err := plan.Validate(); err != nil {
+		return fmt.Errorf("client: server %s: %w", c.addrs[0], err)
+	}
+	if plan.Servers != len(c.addrs) {
+		return fmt.Errorf("client: server %s is part of a plan of %d servers, but %d addresses were given", c.addrs[0], plan.Servers, len(c.addrs))
+	}
+	for i, in := range infos {
+		if int(in.Shard) != i {
+			return fmt.Errorf("client: server %s says it is shard %d, but it is listed as shard %d", c.addrs[i], in.Shard, i)
+		}
+		p := in.GetPlan()
+		if p.GetVersion() != first.Plan.Version || p.GetVectorLength() != first.Plan.VectorLength || p.GetServers() != first.Plan.Servers || p.GetChunkFloats() != first.Plan.ChunkFloats {
+			return fmt.Errorf("client: server %s has plan %v, server %s has %v", c.addrs[i], p, c.addrs[0], first.Plan)
+		}
+		if in.Mode != first.Mode {
+			return fmt.Errorf("client: server %s runs mode %q, server %s mode %q", c.addrs[i], in.Mode, c.addrs[0], first.Mode)
+		}
+		c.info.Clocks = append(c.info.Clocks, in.Clock)
+	}
+	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, first.Mode, first.Optimizer
+	for _, t := range first.Layout {
+		tt := Tensor{Name: t.Name, Offset: int(t.Offset)}
+		for _, d := range t.Shape {
+			tt.Shape = append(tt.Shape, int(d))
+		}
+		c.info.Tensors = append(c.info.Tensors, tt)
+	}
+	for s := range plan.Servers {
+		var merged []shard.Range
+		for _, r := range plan.Ranges(s) {
+			if n := len(merged); n > 0 && merged[n-1].End() == r.Off {
+				merged[n-1].Len += r.Len
+				continue
+			}
+			merged = append(merged, r)
+		}
+		c.push = append(c.push, merged)
+	}
+	return nil
+}
+
+// Info returns what the servers said at Dial.
+func (c *Client) Info() Info { return c.info }
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// retry runs call until it succeeds, fails with a code other than
+// Unavailable, runs out of attempts, or ctx ends. Each attempt gets its own
+// deadline.
+func (c *Client) retry(ctx context.Context, what string, call func(ctx context.Context) error) error {
+	backoff := c.opts.backoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+		err = call(cctx)
+		cancel()
+		if err == nil || status.Code(err) != codes.Unavailable || attempt >= c.opts.maxAttempts {
+			break
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, c.opts.maxBackoff)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// fanOut runs f for every shard concurrently and joins the errors.
+func (c *Client) fanOut(f func(s int) error) error {
+	if len(c.stubs) == 1 {
+		return f(0)
+	}
+	errs := make([]error, len(c.stubs))
+	var wg sync.WaitGroup
+	for s := range c.stubs {
+		wg.Go(func() { errs[s] = f(s) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Pull reads the whole vector into dst (len Plan.VectorLen) and returns the
+// clock of each shard.
+func (c *Client) Pull(ctx context.Context, dst []float32) (Clocks, error) {
+	if len(dst) != c.info.Plan.VectorLen {
+		return nil, fmt.Errorf("client: pull into %d floats, the vector has %d", len(dst), c.info.Plan.VectorLen)
+	}
+	clocks := make(Clocks, len(c.stubs))
+	err := c.fanOut(func(s int) error {
+		return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
+			var err error
+			clocks[s], err = c.pullShard(ctx, s, dst)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return clocks, nil
+}
+
+func (c *Client) pullShard(ctx context.Context, s int, dst []float32) (int64, error) {
+	stream, err := c.stubs[s].Pull(ctx, &pb.PullRequest{PlanVersion: shard.Version})
+	if err != nil {
+		return 0, err
+	}
+	want := c.info.Plan.Floats(s)
+	got := 0
+	var clock int64
+	for {
+		p, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		n := len(p.Values) / 4
+		if p.Offset < 0 || int(p.Offset) > len(dst)-n || c.info.Plan.Owner(c.info.Plan.ChunkAt(int(p.Offset))) != s {
+			return 0, status.Errorf(codes.Internal, "server sent a piece at offset %d of %d floats, outside its chunks of a vector of %d", p.Offset, n, len(dst))
+		}
+		if err := pb.DecodeFloats(dst[p.Offset:int(p.Offset)+n], p.Values); err != nil {
+			return 0, status.Errorf(codes.Internal, "server sent a bad piece: %v", err)
+		}
+		got += n
+		clock = p.Clock
+	}
+	if got != want {
+		return 0, status.Errorf(codes.Internal, "server sent %d floats, it owns %d", got, want)
+	}
+	return clock, nil
+}
+
+// PushArgs is one gradient push.
+type PushArgs struct {
+	WorkerID int64
+	// Step is the worker's step counter, increasing; servers apply each
+	// (WorkerID, Step) at most once, which makes retries safe.
+	Step int64
+	// Clocks are those returned by the pull the gradient was computed from.
+	Clocks Clocks
+	// Grads is the whole gradient vector (len Plan.VectorLen).
+	Grads []float32
+}
+
+// PushResult says what the shards did with a push.
+type PushResult struct {
+	// Clocks after the push, per shard.
+	Clocks Clocks
+	// Duplicates counts shards that had already applied this step.
+	Duplicates int
+	// Staleness per shard: its clock at arrival minus the pushed clock.
+	Staleness []int64
+}
+
+// Push sends each shard its part of args.Grads.
+func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
+	if len(args.Grads) != c.info.Plan.VectorLen {
+		return PushResult{}, fmt.Errorf("client: push of %d floats, the vector has %d", len(args.Grads), c.info.Plan.VectorLen)
+	}
+	if args.Clocks != nil && len(args.Clocks) != len(c.stubs) {
+		return PushResult{}, fmt.Errorf("client: push with %d clocks, want one per shard (%d)", len(args.Clocks), len(c.stubs))
+	}
+	res := PushResult{Clocks: make(Clocks, len(c.stubs)), Staleness: make([]int64, len(c.stubs))}
+	dup := make([]bool, len(c.stubs))
+	err := c.fanOut(func(s int) error {
+		if len(c.push[s]) == 0 {
+			return nil // a shard that owns no chunk (more shards than chunks)
+		}
+		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
+			r, err := c.pushShard(ctx, s, args)
+			if err == nil {
+				res.Clocks[s], res.Staleness[s], dup[s] = r.Clock, r.Staleness, r.Duplicate
+			}
+			return err
+		})
+	})
+	for _, d := range dup {
+		if d {
+			res.Duplicates++
+		}
+	}
+	return res, err
+}
+
+func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushResponse, error) {
+	stream, err := c.stubs[s].Push(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version}
+	if args.Clocks != nil {
+		h.Clock = args.Clocks[s]
+	}
+	for _, r := range c.push[s] {
+		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
+	}
+	const pieceFloats = pb.MaxPieceBytes / 4
+	buf := make([]byte, 0, pb.MaxPieceBytes)
+	msg := &pb.PushPiece{Header: h}
+	for _, r := range c.push[s] {
+		for off := r.Off; off < r.End(); off += pieceFloats {
+			end := min(off+pieceFloats, r.End())
+			msg.Grads = pb.AppendFloats(buf[:0], args.Grads[off:end])
+			if err := stream.Send(msg); err != nil {
+				// The real error comes from CloseAndRecv.
+				if errors.Is(err, io.EOF) {
+					_, err = stream.CloseAndRecv()
+				}
+				return nil, err
+			}
+			msg = &pb.PushPiece{}
+		}
+	}
+	return stream.CloseAndRecv()
+}

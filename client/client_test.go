@@ -1,0 +1,152 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/internal/testcluster"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T, c *testcluster.Cluster, opts ...client.Option) *client.Client {
+	t.Helper()
+	opts = append([]client.Option{client.WithDialOptions(c.DialOption()), client.WithRetry(4, time.Millisecond)}, opts...)
+	cl, err := client.Dial(ctxT(t), c.Addrs(), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func TestPullPushAcrossShards(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		n, servers, chunk int
+	}{
+		{"one shard", 10, 1, 4},
+		{"three shards", 29, 3, 4},
+		{"more shards than chunks", 5, 4, 4},
+		{"pieces larger than chunks", 700_000, 2, 300_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Cores(t, tc.n, tc.servers, tc.chunk, 0.5)...)
+			cl := dial(t, c)
+			params := make([]float32, tc.n)
+			clocks, err := cl.Pull(ctxT(t), params)
+			require.NoError(t, err)
+			assert.Len(t, clocks, tc.servers)
+			for i, v := range params {
+				require.Equal(t, float32(i), v, "index %d", i)
+			}
+			grads := make([]float32, tc.n)
+			for i := range grads {
+				grads[i] = 2
+			}
+			res, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Step: 0, Clocks: clocks, Grads: grads})
+			require.NoError(t, err)
+			assert.Zero(t, res.Duplicates)
+			_, err = cl.Pull(ctxT(t), params)
+			require.NoError(t, err)
+			for i, v := range params {
+				require.Equal(t, float32(i)-1, v, "index %d", i)
+			}
+		})
+	}
+}
+
+func TestRetryOnUnavailable(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
+	cl := dial(t, c)
+	c.Shard(1).FailNext(codes.Unavailable, 2)
+	params := make([]float32, 8)
+	_, err := cl.Pull(ctxT(t), params)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, params)
+}
+
+func TestRetriedPushIsAppliedOnce(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
+	cl := dial(t, c)
+	// Shard 0 applies the push but the reply is lost; the client retries.
+	c.Shard(0).LoseReplies(1)
+	grads := []float32{2, 2, 2, 2, 2, 2, 2, 2}
+	res, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 7, Step: 3, Grads: grads})
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Duplicates, "the retry must be recognised as a duplicate")
+	assert.Equal(t, int64(1), c.Shard(0).Core.Clock())
+	assert.Equal(t, int64(1), c.Shard(1).Core.Clock())
+	params := make([]float32, 8)
+	_, err = cl.Pull(ctxT(t), params)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6}, params)
+}
+
+func TestGivesUpAfterAttempts(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	cl := dial(t, c)
+	c.Shard(0).FailNext(codes.Unavailable, 100)
+	_, err := cl.Pull(ctxT(t), make([]float32, 8))
+	require.Error(t, err)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+}
+
+func TestNoRetryOnInvalidArgument(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	cl := dial(t, c)
+	c.Shard(0).FailNext(codes.InvalidArgument, 1)
+	_, err := cl.Pull(ctxT(t), make([]float32, 8))
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+}
+
+func TestCallDeadline(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	cl := dial(t, c, client.WithCallTimeout(200*time.Millisecond))
+	c.Shard(0).Stall(1)
+	_, err := cl.Pull(ctxT(t), make([]float32, 8))
+	require.Error(t, err)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+}
+
+func TestBadBuffers(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	cl := dial(t, c)
+	_, err := cl.Pull(ctxT(t), make([]float32, 7))
+	assert.ErrorContains(t, err, "pull into 7 floats, the vector has 8")
+	_, err = cl.Push(ctxT(t), client.PushArgs{Grads: make([]float32, 9)})
+	assert.ErrorContains(t, err, "push of 9 floats, the vector has 8")
+	_, err = cl.Push(ctxT(t), client.PushArgs{Grads: make([]float32, 8), Clocks: client.Clocks{1, 2}})
+	assert.ErrorContains(t, err, "2 clocks")
+}
+
+func TestDialChecksShards(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
+	addrs := c.Addrs()
+	for _, tc := range []struct {
+		name  string
+		addrs []string
+		want  string
+	}{
+		{"wrong order", []string{addrs[1], addrs[0]}, "says it is shard 1, but it is listed as shard 0"},
+		{"missing shard", addrs[:1], "plan of 2 servers, but 1 addresses"},
+		{"no addresses", nil, "no server addresses"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := client.Dial(ctxT(t), tc.addrs, client.WithDialOptions(c.DialOption()))
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}

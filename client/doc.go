@@ -1,0 +1,18 @@
+// Package client is the Go client library of Shoal's parameter servers.
+//
+// A Client talks to every shard of a partition plan: Pull fans out to all
+// shards at once and decodes each streamed piece straight into the caller's
+// buffer; Push splits the caller's gradient by the plan and streams each
+// shard its chunks. Every call has a deadline (WithCallTimeout, unless the
+// context has an earlier one) and calls that fail with Unavailable are
+// retried with exponential backoff; pushes are safe to retry because a
+// server applies (worker, step) at most once.
+//
+// A Client is safe for concurrent use by several goroutines. It does not
+// retain the caller's buffers after a call returns.
+//
+//	c, err := client.Dial(ctx, []string{"localhost:7070"})
+//	defer c.Close()
+//	clocks, err := c.Pull(ctx, params)
+//	_, err = c.Push(ctx, client.PushArgs{WorkerID: 1, Step: 1, Clocks: clocks, Grads: grads})
+package client
