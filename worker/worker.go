@@ -1,0 +1,260 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+)
+
+// Strategy is how a worker obtains weights and hands over gradients; one
+// per mode. Its methods are called from the worker's goroutine, one at a
+// time, and may block (on the network); they return ctx's error once ctx
+// is done.
+type Strategy interface {
+	// Params makes params hold the weights that step will use.
+	Params(ctx context.Context, step int64, params []float32) error
+	// Apply hands over the gradient of step (the mean over its batch). The
+	// strategy must not keep grads after Apply returns.
+	Apply(ctx context.Context, step int64, grads []float32) error
+	// Finish sends whatever is still pending after the last step.
+	Finish(ctx context.Context) error
+}
+
+// Config configures a Worker.
+type Config struct {
+	// Rank and WorldSize place this worker among its peers; the data is
+	// sharded by them (PyTorch DistributedSampler semantics).
+	Rank, WorldSize int
+	// Batch is the per-worker batch size.
+	Batch int
+	// Epochs to train, unless Steps is set.
+	Epochs int
+	// Steps, when > 0, is the number of steps to train, overriding Epochs.
+	Steps int64
+	// Seed drives the data order (the same on every rank).
+	Seed uint64
+	// Prefetch is how many batches the loader prepares ahead (default 2).
+	Prefetch int
+	// Progress, when set, is called every ProgressEvery (default 250ms) and
+	// at the end of each epoch.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Logger receives events; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is one worker of one, batch 64, one epoch.
+func DefaultConfig() Config {
+	return Config{WorldSize: 1, Batch: 64, Epochs: 1, Prefetch: 2, ProgressEvery: 250 * time.Millisecond}
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.WorldSize < 1 || c.Rank < 0 || c.Rank >= c.WorldSize:
+		return fmt.Errorf("rank %d of %d: want 0 <= rank < world size", c.Rank, c.WorldSize)
+	case c.Batch < 1:
+		return fmt.Errorf("batch %d: want >= 1", c.Batch)
+	case c.Steps < 0:
+		return fmt.Errorf("steps %d: want >= 0", c.Steps)
+	case c.Steps == 0 && c.Epochs < 1:
+		return fmt.Errorf("epochs %d: want >= 1 (or steps > 0)", c.Epochs)
+	}
+	return nil
+}
+
+// Progress reports a worker's position in its epoch.
+type Progress struct {
+	Rank int
+	// Epoch counts from 0; Epochs is the total (for Steps runs, the number
+	// of epochs the steps span).
+	Epoch, Epochs int
+	// Step is the number of steps done in this epoch, of EpochSteps.
+	Step, EpochSteps int
+	// Samples, LossSum and Correct accumulate over this epoch's steps.
+	Samples int
+	LossSum float64
+	Correct int
+	// Elapsed is the time since the epoch started.
+	Elapsed time.Duration
+	// EpochDone is set on the last report of an epoch.
+	EpochDone bool
+}
+
+// Loss is the mean training loss over the epoch so far.
+func (p Progress) Loss() float64 { return p.LossSum / float64(max(p.Samples, 1)) }
+
+// Accuracy is the training accuracy over the epoch so far.
+func (p Progress) Accuracy() float64 { return float64(p.Correct) / float64(max(p.Samples, 1)) }
+
+// Result summarises a Run.
+type Result struct {
+	Steps   int64
+	Samples int64
+	Elapsed time.Duration
+	// Last is the final progress report (the last epoch's statistics).
+	Last Progress
+}
+
+// Worker trains one model replica.
+type Worker struct {
+	cfg      Config
+	model    nn.Model
+	strategy Strategy
+	loader   *data.Loader
+	params   []float32
+	grads    []float32
+	log      *slog.Logger
+}
+
+// New returns a worker training model on its shard of train. It allocates
+// the parameter and gradient vectors once.
+func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, error) {
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = 2
+	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = 250 * time.Millisecond
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	c, h, w := train.Shape()
+	if c*h*w != model.InputSize() {
+		return nil, fmt.Errorf("worker: dataset %s has samples of %d×%d×%d = %d values, model %s takes %d", train.Name(), c, h, w, c*h*w, model.Name(), model.InputSize())
+	}
+	if train.Classes() > model.Classes() {
+		return nil, fmt.Errorf("worker: dataset %s has %d classes, model %s outputs %d", train.Name(), train.Classes(), model.Name(), model.Classes())
+	}
+	sampler, err := data.NewSampler(train.Len(), cfg.Rank, cfg.WorldSize, cfg.Seed, true)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	loader, err := data.NewLoader(data.LoaderConfig{Batch: cfg.Batch, Depth: cfg.Prefetch}, train, sampler)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := model.Layout().Size()
+	return &Worker{
+		cfg: cfg, model: model, strategy: s, loader: loader,
+		params: make([]float32, n), grads: make([]float32, n),
+		log: log.With("component", "worker", "rank", cfg.Rank),
+	}, nil
+}
+
+// StepsPerEpoch is the number of steps in each epoch for this worker.
+func (w *Worker) StepsPerEpoch() int { return w.loader.Steps() }
+
+// Epochs is the number of epochs Run will (at least partly) go through.
+func (w *Worker) Epochs() int {
+	if w.cfg.Steps > 0 {
+		return int((w.cfg.Steps + int64(w.loader.Steps()) - 1) / int64(w.loader.Steps()))
+	}
+	return w.cfg.Epochs
+}
+
+// Params returns the worker's parameter vector: after Run, the weights of
+// its last step. The slice is the worker's own.
+func (w *Worker) Params() []float32 { return w.params }
+
+// Close stops the data loader. Run's caller calls it once done.
+func (w *Worker) Close() error { return w.loader.Close() }
+
+// Run trains until the configured epochs or steps are done, ctx ends, or
+// a step fails.
+func (w *Worker) Run(ctx context.Context) (Result, error) {
+	start := time.Now()
+	var res Result
+	epochs := w.Epochs()
+	for epoch := 0; epoch < epochs; epoch++ {
+		if err := w.loader.Start(ctx, epoch); err != nil {
+			return res, err
+		}
+		p := Progress{Rank: w.cfg.Rank, Epoch: epoch, Epochs: epochs, EpochSteps: w.loader.Steps()}
+		if last := w.cfg.Steps - res.Steps; w.cfg.Steps > 0 && last < int64(p.EpochSteps) {
+			p.EpochSteps = int(last)
+		}
+		epochStart, lastReport := time.Now(), time.Now()
+		for p.Step < p.EpochSteps {
+			b, err := w.loader.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return res, err
+			}
+			if err := w.strategy.Params(ctx, res.Steps, w.params); err != nil {
+				w.loader.Release(b)
+				return res, fmt.Errorf("step %d: %w", res.Steps, err)
+			}
+			loss, correct := w.model.ForwardBackward(w.params, w.grads, b.X, b.Y)
+			n := b.Len()
+			w.loader.Release(b)
+			if math.IsNaN(loss) || math.IsInf(loss, 0) {
+				return res, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", res.Steps, loss)
+			}
+			if err := w.strategy.Apply(ctx, res.Steps, w.grads); err != nil {
+				return res, fmt.Errorf("step %d: %w", res.Steps, err)
+			}
+			res.Steps++
+			res.Samples += int64(n)
+			p.Step++
+			p.Samples += n
+			p.LossSum += loss * float64(n)
+			p.Correct += correct
+			if w.cfg.Progress != nil && time.Since(lastReport) >= w.cfg.ProgressEvery {
+				lastReport = time.Now()
+				p.Elapsed = lastReport.Sub(epochStart)
+				w.cfg.Progress(p)
+			}
+		}
+		p.Elapsed, p.EpochDone = time.Since(epochStart), true
+		res.Last = p
+		if w.cfg.Progress != nil {
+			w.cfg.Progress(p)
+		}
+		w.log.Info("epoch done", "epoch", epoch, "loss", p.Loss(), "accuracy", p.Accuracy(), "seconds", p.Elapsed.Seconds())
+	}
+	if err := w.strategy.Finish(ctx); err != nil {
+		return res, err
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// Evaluation is a model's loss and accuracy on a dataset.
+type Evaluation struct {
+	Loss     float64
+	Accuracy float64
+	Samples  int
+}
+
+// Evaluate runs ds through model with params, in batches, and returns the
+// mean loss and the accuracy.
+func Evaluate(ctx context.Context, model nn.Model, params []float32, ds data.Dataset, batch int) (Evaluation, error) {
+	var lossSum float64
+	var correct, n int
+	for b := range data.Batches(ds, batch) {
+		if err := ctx.Err(); err != nil {
+			return Evaluation{}, err
+		}
+		l, c := model.Evaluate(params, b.X, b.Y)
+		lossSum += l
+		correct += c
+		n += b.Len()
+	}
+	if n == 0 {
+		return Evaluation{}, errors.New("evaluate: empty dataset")
+	}
+	return Evaluation{Loss: lossSum / float64(n), Accuracy: float64(correct) / float64(n), Samples: n}, nil
+}

@@ -1,0 +1,204 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/testcluster"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fakePS records what a strategy does and applies plain SGD (lr 0.1).
+type fakePS struct {
+	params     []float32
+	clock      int64
+	pulls      []int64 // the clock at each pull
+	pushes     int
+	pushedSums []float32 // grads[0] of each push
+	failPush   error
+}
+
+func (f *fakePS) Pull(_ context.Context, dst []float32) (client.Clocks, error) {
+	copy(dst, f.params)
+	f.pulls = append(f.pulls, f.clock)
+	return client.Clocks{f.clock}, nil
+}
+
+func (f *fakePS) Push(_ context.Context, a client.PushArgs) (client.PushResult, error) {
+	if f.failPush != nil {
+		return client.PushResult{}, f.failPush
+	}
+	for i, g := range a.Grads {
+		f.params[i] -= 0.1 * g
+	}
+	f.pushes++
+	f.pushedSums = append(f.pushedSums, a.Grads[0])
+	st := f.clock - a.Clocks[0]
+	f.clock++
+	return client.PushResult{Clocks: client.Clocks{f.clock}, Staleness: []int64{st}}, nil
+}
+
+func TestAsyncCadence(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		pushEvery, fetchEvery int
+		steps                 int64
+		wantPulls, wantPushes int
+	}{
+		{"every step", 1, 1, 6, 6, 6},
+		{"push every 3", 3, 1, 6, 6, 2},
+		{"fetch every 4", 1, 4, 6, 2, 6},
+		{"flush at the end", 4, 4, 6, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakePS{params: make([]float32, 3)}
+			a, err := worker.NewAsync(f, 3, worker.AsyncConfig{WorkerID: 1, PushEvery: tc.pushEvery, FetchEvery: tc.fetchEvery})
+			require.NoError(t, err)
+			params := make([]float32, 3)
+			for step := range tc.steps {
+				require.NoError(t, a.Params(ctxT(t), step, params))
+				require.NoError(t, a.Apply(ctxT(t), step, []float32{1, 1, 1}))
+			}
+			require.NoError(t, a.Finish(ctxT(t)))
+			assert.Len(t, f.pulls, tc.wantPulls)
+			assert.Equal(t, tc.wantPushes, f.pushes)
+			// Every step's gradient reached the server exactly once.
+			var sum float32
+			for _, s := range f.pushedSums {
+				sum += s
+			}
+			assert.Equal(t, float32(tc.steps), sum)
+		})
+	}
+}
+
+func TestAsyncRejectsBadConfig(t *testing.T) {
+	_, err := worker.NewAsync(&fakePS{}, 3, worker.AsyncConfig{PushEvery: -1})
+	assert.ErrorContains(t, err, "want >= 1")
+}
+
+func newModel(t *testing.T) nn.Model {
+	m, err := nn.New(nn.Spec{Arch: "mlp", Hidden: []int{32}}, nn.NewCPU())
+	require.NoError(t, err)
+	return m
+}
+
+func synthetic(t *testing.T) (data.Dataset, data.Dataset) {
+	cfg := data.DefaultSyntheticConfig()
+	cfg.Train, cfg.Test = 1200, 400
+	train, test, err := data.Synthetic(cfg)
+	require.NoError(t, err)
+	return train, test
+}
+
+func TestWorkerPushErrorStopsRun(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	f := &fakePS{params: make([]float32, model.Layout().Size()), failPush: errors.New("server gone")}
+	a, err := worker.NewAsync(f, model.Layout().Size(), worker.AsyncConfig{})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Run(ctxT(t))
+	assert.ErrorContains(t, err, "step 0: server gone")
+}
+
+func TestWorkerConfigErrors(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	for _, tc := range []struct {
+		name string
+		cfg  worker.Config
+		want string
+	}{
+		{"rank outside world", worker.Config{Rank: 2, WorldSize: 2, Batch: 8, Epochs: 1}, "rank 2 of 2"},
+		{"no batch", worker.Config{WorldSize: 1, Epochs: 1}, "batch 0"},
+		{"no epochs", worker.Config{WorldSize: 1, Batch: 8}, "epochs 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := worker.New(tc.cfg, model, train, &worker.Async{})
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	cnn, err := nn.New(nn.Spec{Arch: "mlp", Channels: 1, Height: 8, Width: 8}, nn.NewCPU())
+	require.NoError(t, err)
+	_, err = worker.New(worker.Config{WorldSize: 1, Batch: 8, Epochs: 1}, cnn, train, &worker.Async{})
+	assert.ErrorContains(t, err, "model mlp takes 64")
+}
+
+// TestTwoWorkersTrainThroughServers runs two async workers against two
+// in-process shards and checks that the shared model learns.
+func TestTwoWorkersTrainThroughServers(t *testing.T) {
+	model := newModel(t)
+	train, test := synthetic(t)
+	initial := make([]float32, model.Layout().Size())
+	model.Init(initial, 1)
+	c := testcluster.Start(t, testcluster.CoresFor(t, model.Layout(), initial, 2, 4096, 0.05)...)
+
+	before, err := worker.Evaluate(ctxT(t), model, initial, test, 100)
+	require.NoError(t, err)
+
+	errs := make(chan error, 2)
+	var progress [2][]worker.Progress
+	for r := range 2 {
+		go func() {
+			cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer cl.Close()
+			m := newModel(t)
+			a, _ := worker.NewAsync(cl, m.Layout().Size(), worker.AsyncConfig{WorkerID: int64(r)})
+			w, err := worker.New(worker.Config{Rank: r, WorldSize: 2, Batch: 16, Epochs: 2, Seed: 3,
+				Progress: func(p worker.Progress) { progress[r] = append(progress[r], p) }}, m, train, a)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer w.Close()
+			_, err = w.Run(ctxT(t))
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+
+	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+	require.NoError(t, err)
+	defer cl.Close()
+	final := make([]float32, model.Layout().Size())
+	_, err = cl.Pull(ctxT(t), final)
+	require.NoError(t, err)
+	after, err := worker.Evaluate(ctxT(t), model, final, test, 100)
+	require.NoError(t, err)
+	t.Logf("test accuracy %.3f → %.3f, loss %.3f → %.3f", before.Accuracy, after.Accuracy, before.Loss, after.Loss)
+	assert.Greater(t, after.Accuracy, 0.9)
+	assert.Less(t, after.Loss, before.Loss/2)
+	// Each worker pushed every step: 600 samples / 16 = 38 steps × 2 epochs.
+	assert.Equal(t, int64(2*2*38), c.Shard(0).Core.Clock())
+	for r := range 2 {
+		last := progress[r][len(progress[r])-1]
+		assert.True(t, last.EpochDone)
+		assert.Equal(t, 1, last.Epoch)
+		assert.Equal(t, 600, last.Samples)
+	}
+}
