@@ -1,0 +1,57 @@
+# Shoal — build, run, test. See README.md.
+
+GO        ?= go
+BIN       := bin/shoal
+DATA_DIR  ?= /usr/share/datasets/fashion-mnist
+# protoc is pinned to Debian bookworm's protobuf-compiler; the Go plugins
+# are pinned by the tool directives in go.mod.
+PROTOC_VERSION := libprotoc 3.21.12
+PROTOS    := proto/shoalpb/ps.proto
+
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/shoal
+
+# Installs the dataset if missing, builds, and trains the default: MLP,
+# one parameter server, two async workers.
+run: build
+	@scripts/ensure-dataset.sh $(DATA_DIR)
+	$(BIN) train --data $(DATA_DIR)
+
+test: lint verify-generate test-race
+
+test-race:
+	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+generate:
+	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
+	@v=$$(protoc --version); [ "$$v" = "$(PROTOC_VERSION)" ] || \
+		echo "warning: protoc is '$$v', the committed code was generated with '$(PROTOC_VERSION)'"
+	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative $(PROTOS)
+
+# Fails if the committed generated code differs from what `make generate`
+# writes. Skips, saying why, where protoc is not installed.
+verify-generate:
+	@if ! command -v protoc >/dev/null; then \
+		echo "verify-generate: SKIPPED: protoc not installed (apt-get install protobuf-compiler)"; exit 0; fi; \
+	$(MAKE) --no-print-directory generate >/dev/null && \
+	git diff --exit-code -- proto/ && echo "verify-generate: generated code is up to date"
+
+# Short fuzz runs of every parser of outside input.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzReadIDX -fuzztime 30s ./data/
+	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
+
+clean:
+	rm -rf bin

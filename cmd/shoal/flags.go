@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+)
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: shoal %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and refuses positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "shoal %s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
+
+// modelFlags choose the model.
+type modelFlags struct {
+	arch   string
+	hidden string
+	seed   uint64
+}
+
+func (m *modelFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.arch, "model", "mlp", "model: mlp or cnn")
+	fs.StringVar(&m.hidden, "hidden", "256,128", "MLP hidden layer widths, comma-separated")
+	fs.Uint64Var(&m.seed, "seed", 1, "seed of the initial weights and of the data order")
+}
+
+func (m *modelFlags) spec() (nn.Spec, error) {
+	spec := nn.Spec{Arch: m.arch}
+	if m.arch == "mlp" {
+		for _, f := range strings.Split(m.hidden, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return nn.Spec{}, fmt.Errorf("--hidden %q: want positive integers separated by commas, e.g. 512,512", m.hidden)
+			}
+			spec.Hidden = append(spec.Hidden, n)
+		}
+	}
+	return spec, nil
+}
+
+// build returns the model on the CPU backend.
+func (m *modelFlags) build() (nn.Model, error) {
+	spec, err := m.spec()
+	if err != nil {
+		return nil, err
+	}
+	return nn.New(spec, nn.NewCPU())
+}
+
+// describe names the model for people, e.g. "mlp 784-256-128-10".
+func describeModel(model nn.Model) string {
+	if model.Name() != "mlp" {
+		return fmt.Sprintf("%s (%d parameters)", model.Name(), model.Layout().Size())
+	}
+	dims := []string{strconv.Itoa(model.InputSize())}
+	for _, t := range model.Layout().Tensors {
+		if strings.HasSuffix(t.Name, ".bias") {
+			dims = append(dims, strconv.Itoa(t.Shape[0]))
+		}
+	}
+	return "mlp " + strings.Join(dims, "-")
+}
+
+// optFlags choose the optimizer.
+type optFlags struct {
+	name        string
+	lr          float64
+	momentum    float64
+	weightDecay float64
+	decay       string
+	warmup      int64
+	decaySteps  int64
+	gamma       float64
+	minLR       float64
+}
+
+// register adds the flags; decay is the default of --lr-decay.
+func (o *optFlags) register(fs *flag.FlagSet, decay string) {
+	fs.StringVar(&o.name, "optimizer", "momentum", "optimizer: "+strings.Join(optim.Algorithms(), ", "))
+	fs.Float64Var(&o.lr, "lr", 0.01, "learning rate")
+	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum (momentum and nesterov optimizers)")
+	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "L2 weight decay")
+	fs.StringVar(&o.decay, "lr-decay", decay, "learning-rate decay after warm-up: none, step, cosine or linear")
+	fs.Int64Var(&o.warmup, "warmup-steps", 0, "updates over which the learning rate ramps up linearly")
+	fs.Int64Var(&o.decaySteps, "decay-steps", 0, "updates of the decay: its period (step) or length (cosine, linear; shoal train: the whole run when 0)")
+	fs.Float64Var(&o.gamma, "lr-gamma", 0.1, "step decay: factor applied every --decay-steps")
+	fs.Float64Var(&o.minLR, "min-lr", 0, "the learning rate that cosine and linear decay end at")
+}
+
+func (o *optFlags) config() (optim.Config, error) {
+	c := optim.DefaultConfig()
+	c.Algorithm, c.LR, c.Momentum, c.WeightDecay = o.name, o.lr, o.momentum, o.weightDecay
+	c.Schedule = optim.Schedule{WarmupSteps: o.warmup, Decay: o.decay, DecaySteps: o.decaySteps, Gamma: o.gamma, MinLR: o.minLR}
+	if err := c.Validate(); err != nil {
+		return optim.Config{}, fmt.Errorf("optimizer flags: %w", err)
+	}
+	return c, nil
+}
+
+// args renders the flags for a child process.
+func (o *optFlags) args() []string {
+	return []string{"--optimizer", o.name, "--lr", fmtFloat(o.lr), "--momentum", fmtFloat(o.momentum), "--weight-decay", fmtFloat(o.weightDecay),
+		"--lr-decay", o.decay, "--warmup-steps", strconv.FormatInt(o.warmup, 10), "--decay-steps", strconv.FormatInt(o.decaySteps, 10),
+		"--lr-gamma", fmtFloat(o.gamma), "--min-lr", fmtFloat(o.minLR)}
+}
+
+func (m *modelFlags) args() []string {
+	return []string{"--model", m.arch, "--hidden", m.hidden, "--seed", strconv.FormatUint(m.seed, 10)}
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// dataFlags choose the dataset.
+type dataFlags struct {
+	dataset string
+	dir     string
+}
+
+func (d *dataFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.dataset, "dataset", "fashion-mnist", "dataset: fashion-mnist or synthetic")
+	fs.StringVar(&d.dir, "data", "/usr/share/datasets/fashion-mnist", "folder of the Fashion-MNIST idx files (plain or .gz)")
+}
+
+func (d *dataFlags) args() []string { return []string{"--dataset", d.dataset, "--data", d.dir} }
+
+func (d *dataFlags) load(seed uint64) (train, test data.Dataset, err error) {
+	switch d.dataset {
+	case "fashion-mnist":
+		return data.LoadFashionMNIST(d.dir)
+	case "synthetic":
+		cfg := data.DefaultSyntheticConfig()
+		cfg.Seed = seed
+		return data.Synthetic(cfg)
+	}
+	return nil, nil, fmt.Errorf("--dataset %q: unknown (want fashion-mnist or synthetic)", d.dataset)
+}
+
+// logFlags configure the logger on stderr.
+type logFlags struct {
+	level  string
+	format string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet, level string) {
+	fs.StringVar(&l.level, "log-level", level, "log level: debug, info, warn or error")
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+}
+
+func (l *logFlags) args() []string { return []string{"--log-level", l.level, "--log-format", l.format} }
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+}

@@ -1,0 +1,102 @@
+// Command shoal is Shoal's one binary: parameter servers, workers, the
+// one-machine launcher and the tools around them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "shoal:", err)
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// errUsage marks a command-line mistake already explained on stderr.
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	if errors.Is(err, context.Canceled) {
+		return 130
+	}
+	return 1
+}
+
+const usage = `Shoal trains a model data-parallel across many workers.
+
+Usage:
+  shoal <command> [flags]
+
+Commands:
+  train     train on this machine: start servers and workers as processes on loopback
+  ps        run one parameter-server shard
+  worker    run one training worker against parameter servers
+  version   print the version
+
+Run 'shoal <command> -h' for the flags of a command.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "train":
+		return runTrain(ctx, rest, stdout, stderr)
+	case "ps":
+		return runPS(ctx, rest, stdout, stderr)
+	case "worker":
+		return runWorker(ctx, rest, stdout, stderr)
+	case "version", "--version", "-version":
+		return runVersion(stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "shoal: unknown command %q\n\n%s", cmd, usage)
+	return errUsage
+}
+
+func runVersion(stdout io.Writer) error {
+	version, rev, modified := "(devel)", "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = " (modified)"
+				}
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "shoal %s revision %s%s %s %s/%s\n", version, rev, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/nn"
+)
+
+// shoalBin is the binary the process tests run, built once by TestMain.
+var shoalBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shoal-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shoalBin = filepath.Join(dir, "shoal")
+	out, err := exec.Command("go", "build", "-o", shoalBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building shoal: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "Usage:"},
+		{"unknown command", []string{"serve"}, `unknown command "serve"`},
+		{"unknown flag", []string{"train", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"stray argument", []string{"ps", "extra"}, `unexpected argument "extra"`},
+		{"bad hidden", []string{"train", "--hidden", "12,x"}, `--hidden "12,x"`},
+		{"unknown mode", []string{"train", "--mode", "gossip"}, `--mode "gossip"`},
+		{"unknown model", []string{"train", "--model", "rnn", "--dataset", "synthetic"}, "rnn"},
+		{"bad optimizer", []string{"train", "--optimizer", "lion", "--dataset", "synthetic"}, "lion"},
+		{"bad lr", []string{"train", "--lr", "-1", "--dataset", "synthetic"}, "lr -1"},
+		{"unknown dataset", []string{"train", "--dataset", "imagenet"}, `--dataset "imagenet"`},
+		{"missing data", []string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
+		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
+		{"bad rank", []string{"worker", "--rank", "3", "--world-size", "2"}, "rank 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tc.args, &stdout, &stderr)
+			require.Error(t, err)
+			assert.Contains(t, err.Error()+stderr.String(), tc.want)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"version"}, &out, io.Discard))
+	assert.Regexp(t, `^shoal \S+ revision \S+`, out.String())
+}
+
+// TestTrainEndToEnd runs the launcher with two servers and two workers on
+// synthetic data and checks the summary and the saved weights.
+func TestTrainEndToEnd(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "model.safetensors")
+	cmd := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, "train", "--dataset", "synthetic", "--workers", "2", "--servers", "2",
+		"--hidden", "64", "--chunk-bytes", "65536", "--epochs", "2", "--batch", "32", "--json", "--save", save)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var sum map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum), "last line: %s", lines[len(lines)-1])
+	for _, k := range []string{"mode", "model", "workers", "servers", "epochs", "steps", "test_accuracy", "test_loss", "samples_per_sec", "wall_seconds"} {
+		assert.Contains(t, sum, k)
+	}
+	assert.Equal(t, "async", sum["mode"])
+	assert.Equal(t, float64(2), sum["workers"])
+	assert.Equal(t, float64(2), sum["servers"])
+	assert.Equal(t, float64(2), sum["epochs"])
+	assert.Greater(t, sum["test_accuracy"], 0.9)
+	assert.Contains(t, string(out), "epoch 1/2")
+	assert.Contains(t, string(out), "epoch 2/2")
+
+	l, vec, meta, err := nn.LoadSafetensors(save)
+	require.NoError(t, err)
+	model, err := nn.New(nn.Spec{Arch: "mlp", Hidden: []int{64}}, nn.NewCPU())
+	require.NoError(t, err)
+	assert.True(t, l.Equal(model.Layout()), "saved layout %v", l)
+	assert.Len(t, vec, model.Layout().Size())
+	assert.Equal(t, "mlp 784-64-10", meta["shoal_model"])
+}
+
+// proc is a child process whose stdout JSON events are read in the
+// background.
+type proc struct {
+	cmd    *exec.Cmd
+	events chan event
+	done   chan error
+	stderr *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for a writing child and a reading test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(shoalBin, args...)
+	p := &proc{cmd: cmd, events: make(chan event, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var ev event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				select {
+				case p.events <- ev:
+				default: // the test reads only some events
+				}
+			}
+		}
+		close(p.events)
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for range p.events {
+		}
+		<-p.done
+	})
+	return p
+}
+
+// next waits for the next event satisfying ok.
+func (p *proc) next(t *testing.T, ctx context.Context, what string, ok func(event) bool) event {
+	t.Helper()
+	for {
+		select {
+		case ev, open := <-p.events:
+			if !open {
+				t.Fatalf("process exited while waiting for %s; stderr:\n%s", what, p.stderr)
+			}
+			if ok(ev) {
+				return ev
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %s before the deadline; stderr:\n%s", what, p.stderr)
+		}
+	}
+}
+
+// TestKillingAWorkerDoesNotDisturbTheServer kills one of two async workers
+// mid-run with SIGKILL and checks that the other keeps training and the
+// server keeps serving.
+func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "64")
+	addr := ps.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr
+
+	workerArgs := func(rank int) []string {
+		return []string{"worker", "--servers", addr, "--rank", fmt.Sprint(rank), "--world-size", "2", "--events", "--hidden", "64",
+			"--dataset", "synthetic", "--batch", "16", "--steps", "100000000"}
+	}
+	w0 := startProc(t, workerArgs(0)...)
+	w1 := startProc(t, workerArgs(1)...)
+	isProgress := func(e event) bool { return e.Event == "progress" }
+	w1.next(t, ctx, "progress of worker 1", isProgress)
+	w0.next(t, ctx, "progress of worker 0", isProgress)
+
+	require.NoError(t, w1.cmd.Process.Kill())
+	err := <-w1.done
+	require.Error(t, err, "worker 1 should have died of SIGKILL")
+	w1.done <- err // for the cleanup
+
+	// Worker 0 keeps training: it reports progress beyond where it was.
+	mark := w0.next(t, ctx, "progress of worker 0", isProgress)
+	w0.next(t, ctx, "later progress of worker 0", func(e event) bool {
+		return isProgress(e) && (e.Epoch > mark.Epoch || e.Step > mark.Step)
+	})
+
+	// The server still answers: health SERVING, a pull of finite values.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	cl, err := client.Dial(ctx, []string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	params := make([]float32, cl.Info().Plan.VectorLen)
+	clocks, err := cl.Pull(ctx, params)
+	require.NoError(t, err)
+	assert.Positive(t, clocks[0])
+
+	// Both stop cleanly on SIGTERM.
+	require.NoError(t, w0.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, ps.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-ps.done:
+		assert.NoError(t, err, "ps exit; stderr:\n%s", ps.stderr)
+		ps.done <- err
+	case <-ctx.Done():
+		t.Fatal("ps did not stop on SIGTERM")
+	}
+}
+
+// TestInterruptLeavesNoProcess sends SIGINT to shoal train mid-run and
+// checks that it exits and that none of its children survive.
+func TestInterruptLeavesNoProcess(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	cmd := exec.Command(shoalBin, "train", "--dataset", "synthetic", "--hidden", "32", "--steps", "100000000", "--batch", "16")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// Training is under way once the first epoch line is printed.
+	for started := false; !started; {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "train exited early; stderr:\n%s", stderr.String())
+			started = strings.HasPrefix(l, "epoch 1/")
+		case <-ctx.Done():
+			t.Fatal("no epoch line before the deadline")
+		}
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	for range lines {
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 130, ee.ExitCode(), "stderr:\n%s", stderr.String())
+	assert.Empty(t, childrenOf(shoalBin), "processes of this binary left running")
+}
+
+// childrenOf lists running processes whose command line starts with bin.
+func childrenOf(bin string) []string {
+	var left []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.HasPrefix(b, []byte(bin+"\x00")) {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join(d, "stat")); err == nil && bytes.Contains(st, []byte(") Z ")) {
+			continue // a zombie: already dead
+		}
+		left = append(left, fmt.Sprintf("%s: %s", d, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return left
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/rpc"
+	"github.com/shoalml/shoal/shard"
+)
+
+// event is one JSON line a child process writes on stdout for its
+// launcher (with --events).
+type event struct {
+	Event string `json:"event"`
+	// listening
+	Addr  string `json:"addr,omitempty"`
+	Shard int    `json:"shard,omitempty"`
+	// progress, done
+	Rank       int             `json:"rank,omitempty"`
+	Epoch      int             `json:"epoch,omitempty"`
+	Epochs     int             `json:"epochs,omitempty"`
+	Step       int             `json:"step,omitempty"`
+	EpochSteps int             `json:"epoch_steps,omitempty"`
+	Samples    int             `json:"samples,omitempty"`
+	LossSum    float64         `json:"loss_sum,omitempty"`
+	Correct    int             `json:"correct,omitempty"`
+	Seconds    float64         `json:"seconds,omitempty"`
+	EpochDone  bool            `json:"epoch_done,omitempty"`
+	Steps      int64           `json:"steps,omitempty"`
+	Staleness  map[int64]int64 `json:"staleness,omitempty"`
+}
+
+func emit(w io.Writer, e event) {
+	b, _ := json.Marshal(e)
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
+	var (
+		mf         modelFlags
+		of         optFlags
+		lf         logFlags
+		listen     = fs.String("listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
+		mode       = fs.String("mode", "async", "consistency mode: async")
+		shardIdx   = fs.Int("shard", 0, "this server's shard index")
+		servers    = fs.Int("servers", 1, "number of server shards")
+		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
+		events     = fs.Bool("events", false, "write JSON events on stdout for a launcher")
+		drain      = fs.Duration("drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
+	)
+	mf.register(fs)
+	of.register(fs, "none")
+	lf.register(fs, "info")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	model, err := mf.build()
+	if err != nil {
+		return err
+	}
+	ocfg, err := of.config()
+	if err != nil {
+		return err
+	}
+	layout := model.Layout()
+	plan, err := shard.New(layout.Size(), *servers, *chunkBytes)
+	if err != nil {
+		return err
+	}
+	initial := make([]float32, layout.Size())
+	model.Init(initial, mf.seed)
+	core, err := ps.New(ps.Config{Mode: *mode, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg, Logger: log}, initial)
+	if err != nil {
+		return err
+	}
+
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	g, health := rpc.NewGRPCServer()
+	rpc.RegisterPS(g, health, core, log)
+	addr := lis.Addr().String()
+	log.Info("serving", "component", "ps", "addr", addr, "shard", *shardIdx, "servers", *servers, "mode", *mode,
+		"model", describeModel(model), "floats", plan.Floats(*shardIdx))
+	if *events {
+		emit(stdout, event{Event: "listening", Addr: addr, Shard: *shardIdx})
+	} else {
+		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s\n", *shardIdx, *servers, describeModel(model), addr)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.Serve(lis) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serving on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	// Drain: report NOT_SERVING, let calls in flight finish, then stop.
+	health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(*drain)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		g.Stop()
+		<-stopped
+	}
+	<-serveErr
+	st := core.Stats()
+	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "rejected", st.Rejected, "pulls", st.Pulls)
+	return nil
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/worker"
+)
+
+// trainSummary is the --json line of shoal train.
+type trainSummary struct {
+	Mode          string          `json:"mode"`
+	Model         string          `json:"model"`
+	Parameters    int             `json:"parameters"`
+	Dataset       string          `json:"dataset"`
+	Workers       int             `json:"workers"`
+	Servers       int             `json:"servers"`
+	Epochs        int             `json:"epochs"`
+	Steps         int64           `json:"steps"`
+	Batch         int             `json:"batch"`
+	Optimizer     string          `json:"optimizer"`
+	LR            float64         `json:"lr"`
+	TestAccuracy  float64         `json:"test_accuracy"`
+	TestLoss      float64         `json:"test_loss"`
+	TrainAccuracy float64         `json:"train_accuracy"`
+	TrainLoss     float64         `json:"train_loss"`
+	Samples       int64           `json:"samples"`
+	SamplesPerSec float64         `json:"samples_per_sec"`
+	TrainSeconds  float64         `json:"train_seconds"`
+	WallSeconds   float64         `json:"wall_seconds"`
+	Staleness     map[int64]int64 `json:"staleness"`
+	FailedWorkers []int           `json:"failed_workers"`
+	Saved         string          `json:"saved,omitempty"`
+}
+
+func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
+	var (
+		mf         modelFlags
+		of         optFlags
+		df         dataFlags
+		tf         trainFlags
+		lf         logFlags
+		workers    = fs.Int("workers", 2, "number of worker processes")
+		servers    = fs.Int("servers", 1, "number of parameter-server processes")
+		chunkBytes = fs.Int("chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
+		save       = fs.String("save", "", "write the final parameters to this .safetensors file")
+		jsonOut    = fs.Bool("json", false, "end with one JSON line summarising the run")
+		startup    = fs.Duration("startup-timeout", 60*time.Second, "how long a server may take to start")
+	)
+	mf.register(fs)
+	of.register(fs, "cosine")
+	df.register(fs)
+	tf.register(fs)
+	lf.register(fs, "warn")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.validate(); err != nil {
+		return err
+	}
+	if *workers < 1 || *servers < 1 {
+		return fmt.Errorf("--workers %d, --servers %d: want >= 1 each", *workers, *servers)
+	}
+	model, err := mf.build()
+	if err != nil {
+		return err
+	}
+	// The launcher evaluates the final weights, so it loads the data too;
+	// a missing dataset fails here, before any process starts.
+	train, test, err := df.load(mf.seed)
+	if err != nil {
+		return err
+	}
+	if of.decay != "none" && of.decaySteps == 0 {
+		// Decay over the whole run: the servers apply one update per push.
+		of.decaySteps = max(totalUpdates(train.Len(), *workers, &tf)-of.warmup, 1)
+	}
+	ocfg, err := of.config()
+	if err != nil {
+		return err
+	}
+	wall := time.Now()
+	l, err := newLauncher(stderr)
+	if err != nil {
+		return err
+	}
+	defer l.shutdown()
+
+	common := append(append(mf.args(), lf.args()...), "--events")
+	addrs := make([]string, *servers)
+	psKids := make([]*child, *servers)
+	for i := range *servers {
+		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(*servers),
+			"--mode", tf.mode, "--chunk-bytes", strconv.Itoa(*chunkBytes)}, append(common, of.args()...)...)
+		c, err := l.start(ctx, fmt.Sprintf("ps %d", i), i, args...)
+		if err != nil {
+			return err
+		}
+		ev, err := l.waitFor(ctx, c, *startup, func(e event) bool { return e.Event == "listening" })
+		if err != nil {
+			return err
+		}
+		addrs[i], psKids[i] = ev.Addr, c
+	}
+
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s lr %g, %s\n",
+		describeModel(model), tf.mode, *workers, *servers, tf.batch, ocfg.Algorithm, ocfg.LR, test.Name())
+	trainStart := time.Now()
+	isWorker := map[*child]bool{}
+	for r := range *workers {
+		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers), "--eval=false"},
+			append(append(common, df.args()...), tf.args()...)...)
+		c, err := l.start(ctx, fmt.Sprintf("worker %d", r), r, args...)
+		if err != nil {
+			return err
+		}
+		isWorker[c] = true
+	}
+
+	board := newBoard(stdout, *workers, isTerminal(stdout))
+	sum := trainSummary{Mode: tf.mode, Model: describeModel(model), Parameters: model.Layout().Size(), Dataset: test.Name(), Workers: *workers, Servers: *servers,
+		Batch: tf.batch, Optimizer: ocfg.Algorithm, LR: ocfg.LR, Staleness: map[int64]int64{}, FailedWorkers: []int{}}
+	var failures []string
+	for running := *workers; running > 0; {
+		m := <-l.msgs
+		switch {
+		case m.exit && isWorker[m.from]:
+			running--
+			if m.from.err != nil {
+				failures = append(failures, m.from.failure())
+				sum.FailedWorkers = append(sum.FailedWorkers, m.from.rank)
+				board.markDead(m.from.rank)
+			}
+		case m.exit:
+			// A server died: nothing can finish without it.
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errors.New(m.from.failure())
+		case m.ev.Event == "progress":
+			board.update(fromEvent(m.ev))
+		case m.ev.Event == "done":
+			sum.Steps = max(sum.Steps, m.ev.Steps)
+			sum.Samples += int64(m.ev.Samples)
+			for k, v := range m.ev.Staleness {
+				sum.Staleness[k] += v
+			}
+		}
+	}
+	board.clearBar()
+	sum.TrainSeconds = time.Since(trainStart).Seconds()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	if len(sum.FailedWorkers) == *workers {
+		return fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
+	}
+	for _, f := range failures {
+		fmt.Fprintln(stderr, "shoal train:", f)
+	}
+	sort.Ints(sum.FailedWorkers)
+	if n := len(board.Epochs); n > 0 {
+		sum.Epochs = board.Epochs[n-1].Epoch
+		sum.TrainLoss, sum.TrainAccuracy = board.Epochs[n-1].Loss, board.Epochs[n-1].Accuracy
+	}
+	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
+
+	params, err := pullFinal(ctx, addrs, model)
+	if err != nil {
+		return err
+	}
+	ev, err := worker.Evaluate(ctx, model, params, test, 1000)
+	if err != nil {
+		return err
+	}
+	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
+	if *save != "" {
+		meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode, "test_accuracy": fmtFloat(ev.Accuracy)}
+		if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
+			return fmt.Errorf("--save %s: %w", *save, err)
+		}
+		sum.Saved = *save
+	}
+	for _, c := range psKids {
+		c.stop()
+	}
+	l.shutdown()
+	sum.WallSeconds = time.Since(wall).Seconds()
+
+	fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
+	fmt.Fprintf(stdout, "throughput: %.0f samples/s (%d samples in %.1fs); wall %.1fs\n", sum.SamplesPerSec, sum.Samples, sum.TrainSeconds, sum.WallSeconds)
+	if mean, worst := stalenessStats(sum.Staleness); worst >= 0 {
+		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates\n", mean, worst)
+	}
+	if sum.Saved != "" {
+		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)
+	}
+	if *jsonOut {
+		b, err := json.Marshal(sum)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), *workers)
+	}
+	return nil
+}
+
+// totalUpdates is how many pushes each server applies in a run: every
+// worker pushes once per push-every steps.
+func totalUpdates(n, workers int, tf *trainFlags) int64 {
+	steps := tf.steps
+	if steps == 0 {
+		perRank := (n + workers - 1) / workers
+		steps = int64(tf.epochs) * int64((perRank+tf.batch-1)/tf.batch)
+	}
+	return int64(workers) * ((steps + int64(tf.pushEvery) - 1) / int64(tf.pushEvery))
+}
+
+// pullFinal reads the final weights from the servers.
+func pullFinal(ctx context.Context, addrs []string, model nn.Model) ([]float32, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(dctx, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("reading the final weights: %w", err)
+	}
+	defer c.Close()
+	params := make([]float32, model.Layout().Size())
+	if _, err := c.Pull(dctx, params); err != nil {
+		return nil, fmt.Errorf("reading the final weights: %w", err)
+	}
+	return params, nil
+}
+
+func fromEvent(e event) worker.Progress {
+	return worker.Progress{Rank: e.Rank, Epoch: e.Epoch, Epochs: e.Epochs, Step: e.Step, EpochSteps: e.EpochSteps, Samples: e.Samples,
+		LossSum: e.LossSum, Correct: e.Correct, Elapsed: time.Duration(e.Seconds * float64(time.Second)), EpochDone: e.EpochDone}
+}
+
+// stalenessStats returns the mean and the largest staleness of a
+// histogram, or worst -1 when it is empty.
+func stalenessStats(h map[int64]int64) (mean float64, worst int64) {
+	worst = -1
+	var n, sum int64
+	for k, v := range h {
+		n += v
+		sum += k * v
+		if v > 0 {
+			worst = max(worst, k)
+		}
+	}
+	if n > 0 {
+		mean = float64(sum) / float64(n)
+	}
+	return mean, worst
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/worker"
+)
+
+// trainFlags are the training-loop flags shared by worker and train.
+type trainFlags struct {
+	mode       string
+	batch      int
+	epochs     int
+	steps      int64
+	pushEvery  int
+	fetchEvery int
+}
+
+func (t *trainFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.mode, "mode", "async", "consistency mode: async (Downpour SGD)")
+	fs.IntVar(&t.batch, "batch", 64, "batch size per worker")
+	fs.IntVar(&t.epochs, "epochs", 3, "epochs to train")
+	fs.Int64Var(&t.steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
+	fs.IntVar(&t.pushEvery, "push-every", 1, "async: push gradients every N steps (Downpour's n_push)")
+	fs.IntVar(&t.fetchEvery, "fetch-every", 1, "async: pull weights every N steps (Downpour's n_fetch)")
+}
+
+func (t *trainFlags) validate() error {
+	if t.mode != "async" {
+		return fmt.Errorf("--mode %q: unknown (want async; sync, ssp and ring are not implemented yet)", t.mode)
+	}
+	if t.batch < 1 {
+		return fmt.Errorf("--batch %d: want >= 1", t.batch)
+	}
+	if t.steps < 0 {
+		return fmt.Errorf("--steps %d: want >= 0", t.steps)
+	}
+	if t.steps == 0 && t.epochs < 1 {
+		return fmt.Errorf("--epochs %d: want >= 1 (or --steps > 0)", t.epochs)
+	}
+	if t.pushEvery < 1 || t.fetchEvery < 1 {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: want >= 1", t.pushEvery, t.fetchEvery)
+	}
+	return nil
+}
+
+func (t *trainFlags) args() []string {
+	return []string{"--mode", t.mode, "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
+		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery)}
+}
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("worker", "Runs one training worker: it pulls weights from the parameter servers, computes\ngradients on its shard of the data and pushes them back. Its rank and the world\nsize come from --rank/--world-size, else SHOAL_RANK/SHOAL_WORLD_SIZE, Open MPI,\nSlurm or torchrun environment variables.", stderr)
+	var (
+		mf       modelFlags
+		df       dataFlags
+		tf       trainFlags
+		lf       logFlags
+		servers  = fs.String("servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
+		rank     = fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
+		world    = fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
+		events   = fs.Bool("events", false, "write JSON events on stdout for a launcher")
+		eval     = fs.Bool("eval", true, "rank 0 evaluates the final weights on the test set")
+		connect  = fs.Duration("connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
+		callTime = fs.Duration("call-timeout", 60*time.Second, "deadline of each pull and push")
+	)
+	mf.register(fs)
+	df.register(fs)
+	tf.register(fs)
+	lf.register(fs, "warn")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.validate(); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	id, err := cluster.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if *rank >= 0 {
+		id.Rank, id.Source = *rank, "flags"
+	}
+	if *world >= 0 {
+		id.WorldSize, id.Source = *world, "flags"
+	}
+	if err := id.Validate(); err != nil {
+		return fmt.Errorf("--rank/--world-size: %w", err)
+	}
+	model, err := mf.build()
+	if err != nil {
+		return err
+	}
+	train, test, err := df.load(mf.seed)
+	if err != nil {
+		return err
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, *connect)
+	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connecting to the parameter servers (--servers %s): %w", *servers, err)
+	}
+	defer ps.Close()
+	if err := checkLayout(model, ps.Info()); err != nil {
+		return err
+	}
+	strategy, err := worker.NewAsync(ps, model.Layout().Size(), worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery})
+	if err != nil {
+		return err
+	}
+	board := newBoard(stdout, 1, isTerminal(stdout))
+	progress := board.update
+	if *events {
+		progress = func(p worker.Progress) { emit(stdout, progressEvent(p)) }
+	}
+	w, err := worker.New(worker.Config{
+		Rank: id.Rank, WorldSize: id.WorldSize, Batch: tf.batch, Epochs: tf.epochs, Steps: tf.steps,
+		Seed: mf.seed, Progress: progress, Logger: log,
+	}, model, train, strategy)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	res, err := w.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
+	}
+	if *events {
+		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: strategy.Staleness})
+		return nil
+	}
+	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
+	if *eval && id.Rank == 0 {
+		params := w.Params()
+		if _, err := ps.Pull(ctx, params); err != nil {
+			return fmt.Errorf("pulling the final weights: %w", err)
+		}
+		ev, err := worker.Evaluate(ctx, model, params, test, 1000)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, test.Name())
+	}
+	return nil
+}
+
+// checkLayout refuses servers that hold another model's parameters.
+func checkLayout(model nn.Model, info client.Info) error {
+	var l nn.Layout
+	for _, t := range info.Tensors {
+		l.Tensors = append(l.Tensors, nn.Tensor{Name: t.Name, Shape: t.Shape, Offset: t.Offset})
+	}
+	if !l.Equal(model.Layout()) {
+		return fmt.Errorf("the servers hold a model with layout %v, this worker's %s has %v: start both with the same --model and --hidden", l, describeModel(model), model.Layout())
+	}
+	return nil
+}
+
+func progressEvent(p worker.Progress) event {
+	return event{Event: "progress", Rank: p.Rank, Epoch: p.Epoch, Epochs: p.Epochs, Step: p.Step, EpochSteps: p.EpochSteps,
+		Samples: p.Samples, LossSum: p.LossSum, Correct: p.Correct, Seconds: p.Elapsed.Seconds(), EpochDone: p.EpochDone}
+}
