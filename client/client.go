@@ -62,7 +62,10 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 }
 
 // WithDialOptions adds gRPC dial options (credentials, a custom dialer…).
-// Without credentials the connection is plaintext.
+// Without credentials the connection is plaintext. Push reuses one buffer
+// for the pieces it sends (gRPC encodes each message before Send returns),
+// so a stats handler that reads messages after Send returns would see the
+// buffer overwritten.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
@@ -345,6 +348,8 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 	}
 	const pieceFloats = pb.MaxPieceBytes / 4
+	// One buffer for every piece: Send has encoded a message when it
+	// returns (see WithDialOptions for the one caveat).
 	buf := make([]byte, 0, pb.MaxPieceBytes)
 	msg := &pb.PushPiece{Header: h}
 	for _, r := range c.push[s] {
