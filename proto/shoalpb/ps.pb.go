@@ -259,7 +259,15 @@ type InfoResponse struct {
 	// mode is the consistency mode, e.g. "async".
 	Mode string `protobuf:"bytes,6,opt,name=mode,proto3" json:"mode,omitempty"`
 	// optimizer describes the server-side optimizer, e.g. "sgd lr=0.1".
-	Optimizer     string `protobuf:"bytes,7,opt,name=optimizer,proto3" json:"optimizer,omitempty"`
+	Optimizer string `protobuf:"bytes,7,opt,name=optimizer,proto3" json:"optimizer,omitempty"`
+	// workers is the number of workers the shard expects (sync, ssp).
+	Workers int32 `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
+	// backup_workers: sync applies a step once workers - backup_workers pushed.
+	BackupWorkers int32 `protobuf:"varint,9,opt,name=backup_workers,json=backupWorkers,proto3" json:"backup_workers,omitempty"`
+	// staleness is the SSP bound s.
+	Staleness int64 `protobuf:"varint,10,opt,name=staleness,proto3" json:"staleness,omitempty"`
+	// stats counts what the shard did since it started.
+	Stats         *Stats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,20 +351,141 @@ func (x *InfoResponse) GetOptimizer() string {
 	return ""
 }
 
+func (x *InfoResponse) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetBackupWorkers() int32 {
+	if x != nil {
+		return x.BackupWorkers
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetStaleness() int64 {
+	if x != nil {
+		return x.Staleness
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetStats() *Stats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// Stats are a shard's counters.
+type Stats struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Pushes     int64                  `protobuf:"varint,1,opt,name=pushes,proto3" json:"pushes,omitempty"`
+	Duplicates int64                  `protobuf:"varint,2,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// dropped counts late pushes of backup workers (sync).
+	Dropped  int64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Rejected int64 `protobuf:"varint,4,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Pulls    int64 `protobuf:"varint,5,opt,name=pulls,proto3" json:"pulls,omitempty"`
+	// staleness_histogram[i] counts pushes computed i updates ago; the last
+	// bucket holds everything at or above it.
+	StalenessHistogram []int64 `protobuf:"varint,6,rep,packed,name=staleness_histogram,json=stalenessHistogram,proto3" json:"staleness_histogram,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Stats) Reset() {
+	*x = Stats{}
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stats) ProtoMessage() {}
+
+func (x *Stats) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stats.ProtoReflect.Descriptor instead.
+func (*Stats) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Stats) GetPushes() int64 {
+	if x != nil {
+		return x.Pushes
+	}
+	return 0
+}
+
+func (x *Stats) GetDuplicates() int64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *Stats) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *Stats) GetRejected() int64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
+}
+
+func (x *Stats) GetPulls() int64 {
+	if x != nil {
+		return x.Pulls
+	}
+	return 0
+}
+
+func (x *Stats) GetStalenessHistogram() []int64 {
+	if x != nil {
+		return x.StalenessHistogram
+	}
+	return nil
+}
+
 type PullRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ranges to read; empty means every range the shard owns.
 	Ranges []*Range `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// worker_id identifies the caller (for staleness accounting).
-	WorkerId      int64  `protobuf:"varint,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	PlanVersion   uint32 `protobuf:"varint,3,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
+	WorkerId    int64  `protobuf:"varint,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	PlanVersion uint32 `protobuf:"varint,3,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
+	// step is the step the caller is about to compute. sync: the pull waits
+	// until the shard has applied every step before it (clock >= step).
+	// ssp: it waits while step is more than s ahead of the slowest worker.
+	// Waits are bounded by the call's deadline.
+	Step          int64 `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +497,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +510,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PullRequest) GetRanges() []*Range {
@@ -405,6 +534,13 @@ func (x *PullRequest) GetPlanVersion() uint32 {
 	return 0
 }
 
+func (x *PullRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
 // PullPiece carries the values of [offset, offset+len(values)/4).
 type PullPiece struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -419,7 +555,7 @@ type PullPiece struct {
 
 func (x *PullPiece) Reset() {
 	*x = PullPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +567,7 @@ func (x *PullPiece) String() string {
 func (*PullPiece) ProtoMessage() {}
 
 func (x *PullPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +580,7 @@ func (x *PullPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullPiece.ProtoReflect.Descriptor instead.
 func (*PullPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PullPiece) GetOffset() int64 {
@@ -472,9 +608,11 @@ func (x *PullPiece) GetClock() int64 {
 type PushHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId int64                  `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	// step is the worker's step counter; (worker_id, step) is applied at most once.
+	// step is the worker's step counter, increasing; (worker_id, step) is
+	// applied at most once.
 	Step int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// clock is the shard clock of the values the gradient was computed from.
+	// sync: the step the gradient belongs to.
 	Clock       int64  `protobuf:"varint,3,opt,name=clock,proto3" json:"clock,omitempty"`
 	PlanVersion uint32 `protobuf:"varint,4,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
 	// ranges the push covers, in order, without overlap.
@@ -485,7 +623,7 @@ type PushHeader struct {
 
 func (x *PushHeader) Reset() {
 	*x = PushHeader{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +635,7 @@ func (x *PushHeader) String() string {
 func (*PushHeader) ProtoMessage() {}
 
 func (x *PushHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +648,7 @@ func (x *PushHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushHeader.ProtoReflect.Descriptor instead.
 func (*PushHeader) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PushHeader) GetWorkerId() int64 {
@@ -562,7 +700,7 @@ type PushPiece struct {
 
 func (x *PushPiece) Reset() {
 	*x = PushPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +712,7 @@ func (x *PushPiece) String() string {
 func (*PushPiece) ProtoMessage() {}
 
 func (x *PushPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +725,7 @@ func (x *PushPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPiece.ProtoReflect.Descriptor instead.
 func (*PushPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PushPiece) GetHeader() *PushHeader {
@@ -612,14 +750,17 @@ type PushResponse struct {
 	// push changed nothing.
 	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// staleness is the shard clock at arrival minus the header's clock.
-	Staleness     int64 `protobuf:"varint,3,opt,name=staleness,proto3" json:"staleness,omitempty"`
+	Staleness int64 `protobuf:"varint,3,opt,name=staleness,proto3" json:"staleness,omitempty"`
+	// dropped is true when a sync step was already applied without this
+	// push (a backup worker's late gradient): counted, not applied.
+	Dropped       bool `protobuf:"varint,4,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +772,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +785,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PushResponse) GetClock() int64 {
@@ -668,6 +809,13 @@ func (x *PushResponse) GetStaleness() int64 {
 	return 0
 }
 
+func (x *PushResponse) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
+}
+
 var File_proto_shoalpb_ps_proto protoreflect.FileDescriptor
 
 const file_proto_shoalpb_ps_proto_rawDesc = "" +
@@ -686,7 +834,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\xe7\x01\n" +
+	"\vInfoRequest\"\xed\x02\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -694,11 +842,26 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x06ranges\x18\x04 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x14\n" +
 	"\x05clock\x18\x05 \x01(\x03R\x05clock\x12\x12\n" +
 	"\x04mode\x18\x06 \x01(\tR\x04mode\x12\x1c\n" +
-	"\toptimizer\x18\a \x01(\tR\toptimizer\"v\n" +
+	"\toptimizer\x18\a \x01(\tR\toptimizer\x12\x18\n" +
+	"\aworkers\x18\b \x01(\x05R\aworkers\x12%\n" +
+	"\x0ebackup_workers\x18\t \x01(\x05R\rbackupWorkers\x12\x1c\n" +
+	"\tstaleness\x18\n" +
+	" \x01(\x03R\tstaleness\x12%\n" +
+	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\"\xbc\x01\n" +
+	"\x05Stats\x12\x16\n" +
+	"\x06pushes\x18\x01 \x01(\x03R\x06pushes\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x02 \x01(\x03R\n" +
+	"duplicates\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\x12\x1a\n" +
+	"\brejected\x18\x04 \x01(\x03R\brejected\x12\x14\n" +
+	"\x05pulls\x18\x05 \x01(\x03R\x05pulls\x12/\n" +
+	"\x13staleness_histogram\x18\x06 \x03(\x03R\x12stalenessHistogram\"\x8a\x01\n" +
 	"\vPullRequest\x12'\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
-	"\fplan_version\x18\x03 \x01(\rR\vplanVersion\"Q\n" +
+	"\fplan_version\x18\x03 \x01(\rR\vplanVersion\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\x03R\x04step\"Q\n" +
 	"\tPullPiece\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\x14\n" +
@@ -712,11 +875,12 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x06ranges\x18\x05 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\"O\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
-	"\x05grads\x18\x02 \x01(\fR\x05grads\"`\n" +
+	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +
 	"\fPushResponse\x12\x14\n" +
 	"\x05clock\x18\x01 \x01(\x03R\x05clock\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1c\n" +
-	"\tstaleness\x18\x03 \x01(\x03R\tstaleness2\xb5\x01\n" +
+	"\tstaleness\x18\x03 \x01(\x03R\tstaleness\x12\x18\n" +
+	"\adropped\x18\x04 \x01(\bR\adropped2\xb5\x01\n" +
 	"\x0fParameterServer\x125\n" +
 	"\x04Info\x12\x15.shoal.v1.InfoRequest\x1a\x16.shoal.v1.InfoResponse\x124\n" +
 	"\x04Pull\x12\x15.shoal.v1.PullRequest\x1a\x13.shoal.v1.PullPiece0\x01\x125\n" +
@@ -734,37 +898,39 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 	return file_proto_shoalpb_ps_proto_rawDescData
 }
 
-var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(*Range)(nil),        // 0: shoal.v1.Range
 	(*TensorInfo)(nil),   // 1: shoal.v1.TensorInfo
 	(*Plan)(nil),         // 2: shoal.v1.Plan
 	(*InfoRequest)(nil),  // 3: shoal.v1.InfoRequest
 	(*InfoResponse)(nil), // 4: shoal.v1.InfoResponse
-	(*PullRequest)(nil),  // 5: shoal.v1.PullRequest
-	(*PullPiece)(nil),    // 6: shoal.v1.PullPiece
-	(*PushHeader)(nil),   // 7: shoal.v1.PushHeader
-	(*PushPiece)(nil),    // 8: shoal.v1.PushPiece
-	(*PushResponse)(nil), // 9: shoal.v1.PushResponse
+	(*Stats)(nil),        // 5: shoal.v1.Stats
+	(*PullRequest)(nil),  // 6: shoal.v1.PullRequest
+	(*PullPiece)(nil),    // 7: shoal.v1.PullPiece
+	(*PushHeader)(nil),   // 8: shoal.v1.PushHeader
+	(*PushPiece)(nil),    // 9: shoal.v1.PushPiece
+	(*PushResponse)(nil), // 10: shoal.v1.PushResponse
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
-	1, // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
-	2, // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
-	0, // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
-	0, // 3: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	0, // 4: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	7, // 5: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	3, // 6: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	5, // 7: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	8, // 8: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	4, // 9: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	6, // 10: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	9, // 11: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
+	2,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
+	0,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
+	5,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
+	0,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
+	0,  // 5: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	8,  // 6: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	3,  // 7: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	6,  // 8: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	9,  // 9: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	4,  // 10: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	7,  // 11: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	10, // 12: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }
@@ -778,7 +944,7 @@ func file_proto_shoalpb_ps_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
