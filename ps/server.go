@@ -1,11 +1,13 @@
 package ps
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -15,21 +17,35 @@ import (
 // Errors a Server returns, wrapped with the details; branch with errors.Is.
 var (
 	// ErrInvalidArgument: a push or pull that names bad ranges, has the
-	// wrong length or carries non-finite values. Nothing was changed.
+	// wrong length, carries non-finite values, comes from an unknown
+	// worker or a step from the far future. Nothing was changed.
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrWrongPlan: the caller computed a different partition plan.
 	ErrWrongPlan = errors.New("wrong partition plan")
+	// ErrStale: a sync push for a step that was already applied (without
+	// backup workers, where it cannot be a straggler's).
+	ErrStale = errors.New("stale step")
+	// ErrWaitTimeout: a pull or push waited for other workers until its
+	// deadline; the message names the workers it waited for.
+	ErrWaitTimeout = errors.New("timed out waiting for other workers")
 )
 
 // Modes the server implements.
 const (
+	// ModeAsync is Downpour SGD: every push is applied at once.
 	ModeAsync = "async"
+	// ModeSync averages the pushes of a step and applies them once; pulls
+	// for the next step wait for it.
+	ModeSync = "sync"
+	// ModeSSP is bounded staleness: pushes are applied at once, scaled by
+	// 1/Workers, and a pull waits while its step is more than Staleness
+	// ahead of the slowest worker. Staleness 0 is ModeSync.
+	ModeSSP = "ssp"
 )
 
 // Config configures one shard.
 type Config struct {
-	// Mode is the consistency mode; "async" (Downpour: every push is applied
-	// at once).
+	// Mode is ModeAsync, ModeSync or ModeSSP.
 	Mode string
 	// Shard is this server's index in Plan.
 	Shard int
@@ -39,6 +55,21 @@ type Config struct {
 	Layout nn.Layout
 	// Optimizer is applied to each owned chunk with its own state.
 	Optimizer optim.Config
+	// Workers is the number of workers (ids 0..Workers-1) sync and ssp
+	// wait for; until membership arrives it comes from the launcher.
+	Workers int
+	// BackupWorkers: sync applies a step once Workers−BackupWorkers pushed
+	// it; later pushes for it are dropped and counted.
+	BackupWorkers int
+	// Staleness is SSP's bound s.
+	Staleness int64
+	// MaxWait bounds every wait for other workers, also for callers that
+	// set no deadline (default 10 minutes).
+	MaxWait time.Duration
+	// CheckpointDir, when set, is where the shard checkpoints every
+	// CheckpointEvery updates and resumes from at start.
+	CheckpointDir   string
+	CheckpointEvery int64
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
 }
@@ -46,12 +77,14 @@ type Config struct {
 // DefaultConfig is an async single shard with the default optimizer; Plan
 // and Layout must still be set.
 func DefaultConfig() Config {
-	return Config{Mode: ModeAsync, Optimizer: optim.DefaultConfig()}
+	return Config{Mode: ModeAsync, Optimizer: optim.DefaultConfig(), Workers: 1, MaxWait: 10 * time.Minute}
 }
 
 func (c Config) validate() error {
-	if c.Mode != ModeAsync {
-		return fmt.Errorf("mode %q: unknown (want %s)", c.Mode, ModeAsync)
+	switch c.Mode {
+	case ModeAsync, ModeSync, ModeSSP:
+	default:
+		return fmt.Errorf("mode %q: unknown (want %s, %s or %s)", c.Mode, ModeAsync, ModeSync, ModeSSP)
 	}
 	if err := c.Plan.Validate(); err != nil {
 		return err
@@ -65,7 +98,28 @@ func (c Config) validate() error {
 	if c.Layout.Size() != c.Plan.VectorLen {
 		return fmt.Errorf("layout holds %d floats, plan %d", c.Layout.Size(), c.Plan.VectorLen)
 	}
+	if c.Workers < 1 {
+		return fmt.Errorf("workers %d: want >= 1", c.Workers)
+	}
+	if c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers {
+		return fmt.Errorf("backup workers %d: want 0..%d for %d workers", c.BackupWorkers, c.Workers-1, c.Workers)
+	}
+	if c.BackupWorkers > 0 && c.Mode != ModeSync {
+		return fmt.Errorf("backup workers %d: only sync mode has backup workers, this is %s", c.BackupWorkers, c.Mode)
+	}
+	if c.Staleness < 0 {
+		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
+	}
+	if c.CheckpointEvery < 0 {
+		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)
+	}
 	return c.Optimizer.Validate()
+}
+
+// synchronous reports whether pushes go through the barrier: sync, and
+// ssp with staleness 0.
+func (c Config) synchronous() bool {
+	return c.Mode == ModeSync || (c.Mode == ModeSSP && c.Staleness == 0)
 }
 
 // chunk is one owned chunk of the vector with its optimizer state.
@@ -80,23 +134,38 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	ranges []shard.Range
+	floats int // floats owned
 
-	mu     sync.RWMutex // guards everything below
-	chunks []chunk      // owned chunks in vector order
+	mu     sync.Mutex // guards everything below
+	chunks []chunk    // owned chunks in vector order
 	clock  int64
-	// lastStep is the last step applied per worker, for deduplication.
+	// changed is closed (and replaced) whenever clock or progress moves,
+	// waking the calls that wait for them.
+	changed chan struct{}
+	// lastStep is the last step accepted per worker, for deduplication.
 	lastStep map[int64]int64
-	stats    Stats
+	// progress counts, per worker, the steps it pushed (ssp).
+	progress map[int64]int64
+	bar      *barrier // sync
+	// barPrev holds, for each worker in the barrier's step, its lastStep
+	// before that push (absent: none), so a checkpoint taken mid-step can
+	// record the state of the last whole step.
+	barPrev map[int64]*int64
+	scratch []float32 // ssp: the scaled gradient
+	stats   Stats
+
+	ckpt checkpointer
 }
 
 // Stats are counters of a shard since it started.
 type Stats struct {
 	Pushes     int64
 	Duplicates int64
+	Dropped    int64
 	Rejected   int64
 	Pulls      int64
-	// Staleness[i] counts pushes whose gradient was i clocks old (the last
-	// bucket holds everything at or above it).
+	// Staleness[i] counts pushes whose gradient was i updates old (the
+	// last bucket holds everything at or above it).
 	Staleness [StalenessBuckets]int64
 }
 
@@ -104,15 +173,22 @@ type Stats struct {
 const StalenessBuckets = 64
 
 // New returns a shard holding its chunks of initial, which has
-// cfg.Plan.VectorLen floats and is copied.
+// cfg.Plan.VectorLen floats and is copied. With a CheckpointDir, it
+// resumes from the newest checkpoint there instead, if there is one.
 func New(cfg Config, initial []float32) (*Server, error) {
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 10 * time.Minute
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parameter server: %w", err)
 	}
 	if len(initial) != cfg.Plan.VectorLen {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: make(map[int64]int64)}
+	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, changed: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +200,23 @@ func New(cfg Config, initial []float32) (*Server, error) {
 			return nil, fmt.Errorf("parameter server: %w", err)
 		}
 		s.chunks = append(s.chunks, chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o})
+		s.floats += r.Len
+	}
+	if cfg.synchronous() {
+		ws := make([]int64, cfg.Workers)
+		for i := range ws {
+			ws[i] = int64(i)
+		}
+		s.bar = newBarrier(ws, cfg.BackupWorkers, s.floats)
+		s.barPrev = map[int64]*int64{}
+	} else if cfg.Mode == ModeSSP {
+		s.scratch = make([]float32, s.floats)
+	}
+	if cfg.CheckpointDir != "" {
+		s.ckpt = checkpointer{dir: cfg.CheckpointDir, every: cfg.CheckpointEvery}
+		if err := s.resume(); err != nil {
+			return nil, fmt.Errorf("parameter server: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -135,17 +228,20 @@ func (s *Server) Config() Config { return s.cfg }
 // not modify the slice.
 func (s *Server) Ranges() []shard.Range { return s.ranges }
 
-// Clock returns the number of pushes applied so far.
+// Floats is the number of floats this shard owns.
+func (s *Server) Floats() int { return s.floats }
+
+// Clock returns the number of updates applied so far.
 func (s *Server) Clock() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.clock
 }
 
 // Stats returns a copy of the shard's counters.
 func (s *Server) Stats() Stats {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.stats
 }
 
@@ -158,9 +254,21 @@ func (s *Server) CheckPlan(version uint32) error {
 	return nil
 }
 
-// checkRange verifies r lies inside chunks this shard owns and returns the
-// index of the first owned chunk it touches. Chunk i of the plan is owned
-// chunk i/Servers here.
+// SetWorkers changes the live worker set of sync mode (membership): it
+// takes effect at the next step boundary, or at once for a step no push
+// has reached; a step held up only by workers that left completes.
+func (s *Server) SetWorkers(ws []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bar == nil {
+		return
+	}
+	if s.bar.setWorkers(ws) {
+		s.applyStepLocked()
+	}
+}
+
+// checkRange verifies r lies inside chunks this shard owns.
 func (s *Server) checkRange(r shard.Range) error {
 	p := s.cfg.Plan
 	if r.Len <= 0 || r.Off < 0 || r.End() > p.VectorLen {
@@ -174,6 +282,90 @@ func (s *Server) checkRange(r shard.Range) error {
 	return nil
 }
 
+// checkWorker refuses worker ids outside 0..Workers-1 in sync and ssp.
+func (s *Server) checkWorker(w int64) error {
+	if s.cfg.Mode != ModeAsync && (w < 0 || w >= int64(s.cfg.Workers)) {
+		return fmt.Errorf("%w: worker %d: this shard expects workers 0..%d", ErrInvalidArgument, w, s.cfg.Workers-1)
+	}
+	return nil
+}
+
+// wait blocks until ready (called under s.mu) holds, ctx ends or MaxWait
+// passes; s.mu is held again when it returns. On timeout the error says
+// what the shard was waiting for.
+func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool) error {
+	if ready() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
+	defer cancel()
+	for !ready() {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			if ready() {
+				return nil
+			}
+			return fmt.Errorf("%w: %s: %s", ErrWaitTimeout, what, s.waitingForLocked())
+		}
+	}
+	return nil
+}
+
+// waitingForLocked describes who the shard waits for.
+func (s *Server) waitingForLocked() string {
+	if s.bar != nil {
+		return fmt.Sprintf("step %d has %s", s.clock, s.bar.missing())
+	}
+	slow, min := s.slowestLocked()
+	return fmt.Sprintf("the slowest worker(s) %v pushed %d steps", slow, min)
+}
+
+// slowestLocked returns the workers with the fewest steps pushed (ssp).
+func (s *Server) slowestLocked() ([]int64, int64) {
+	var slow []int64
+	min := int64(math.MaxInt64)
+	for w := range int64(s.cfg.Workers) {
+		switch p := s.progress[w]; {
+		case p < min:
+			min, slow = p, []int64{w}
+		case p == min:
+			slow = append(slow, w)
+		}
+	}
+	return slow, min
+}
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// WaitToRead blocks until worker may read the weights for step: in sync
+// until every earlier step is applied, in ssp while step is more than
+// Staleness ahead of the slowest worker; async never waits.
+func (s *Server) WaitToRead(ctx context.Context, worker, step int64) error {
+	if s.cfg.Mode == ModeAsync || step <= 0 {
+		return nil // nothing to wait for (step 0, or the launcher's final read)
+	}
+	if err := s.checkWorker(worker); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bar != nil {
+		return s.waitLocked(ctx, fmt.Sprintf("pull for step %d", step), func() bool { return s.clock >= step })
+	}
+	return s.waitLocked(ctx, fmt.Sprintf("pull for step %d with staleness bound %d", step, s.cfg.Staleness), func() bool {
+		_, min := s.slowestLocked()
+		return step-min <= s.cfg.Staleness
+	})
+}
+
 // Read copies the values of r into dst (len r.Len) and returns the clock
 // they belong to. r must lie inside chunks this shard owns.
 func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
@@ -184,8 +376,8 @@ func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
 		return 0, fmt.Errorf("%w: read of %v into %d floats", ErrInvalidArgument, r, len(dst))
 	}
 	p := s.cfg.Plan
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for c := p.ChunkAt(r.Off); c <= p.ChunkAt(r.End()-1); c++ {
 		ch := &s.chunks[c/p.Servers]
 		lo, hi := max(r.Off, ch.r.Off), min(r.End(), ch.r.End())
@@ -194,11 +386,20 @@ func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
 	return s.clock, nil
 }
 
-// NotePull counts a finished pull in the stats.
-func (s *Server) NotePull() {
+// Snapshot copies every owned value, chunk after chunk in vector order,
+// into dst (len Floats()) as one consistent view, and returns its clock.
+func (s *Server) Snapshot(dst []float32) (int64, error) {
+	if len(dst) != s.floats {
+		return 0, fmt.Errorf("%w: snapshot into %d floats, the shard owns %d", ErrInvalidArgument, len(dst), s.floats)
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	off := 0
+	for _, ch := range s.chunks {
+		off += copy(dst[off:], ch.values)
+	}
 	s.stats.Pulls++
-	s.mu.Unlock()
+	return s.clock, nil
 }
 
 // Push is one gradient from a worker.
@@ -206,7 +407,8 @@ type Push struct {
 	WorkerID int64
 	// Step is the worker's step; (WorkerID, Step) is applied at most once.
 	Step int64
-	// Clock is the shard clock of the values the gradient was computed from.
+	// Clock is the shard clock of the values the gradient was computed
+	// from; in sync mode, the step it belongs to.
 	Clock int64
 	// Ranges are whole owned chunks, in increasing order, without overlap.
 	Ranges []shard.Range
@@ -218,6 +420,7 @@ type Push struct {
 type PushResult struct {
 	Clock     int64
 	Duplicate bool
+	Dropped   bool
 	Staleness int64
 }
 
@@ -245,21 +448,39 @@ func (s *Server) ValidateRanges(rs []shard.Range) (int, error) {
 	return total, nil
 }
 
-// Push checks a gradient and applies it with the optimizer. It is applied
-// whole or not at all: a bad range, a wrong length or a non-finite value is
-// an ErrInvalidArgument and changes nothing.
-func (s *Server) Push(in Push) (PushResult, error) {
-	total, err := s.ValidateRanges(in.Ranges)
-	if err == nil && len(in.Grads) != total {
-		err = fmt.Errorf("%w: push of %d floats, its ranges hold %d", ErrInvalidArgument, len(in.Grads), total)
-	}
-	if err == nil {
-		err = checkFinite(in.Grads, in.Ranges)
-	}
-	if err != nil {
+// Push checks a gradient and applies it as the mode says. A bad range, a
+// wrong length, a non-finite value, an unknown worker or a step from the
+// far future is an ErrInvalidArgument and changes nothing. In sync mode a
+// push for the step after the current one waits (bounded by ctx) for the
+// current one to be applied.
+func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
+	res, err := s.push(ctx, in)
+	if err != nil && errors.Is(err, ErrInvalidArgument) {
 		s.mu.Lock()
 		s.stats.Rejected++
 		s.mu.Unlock()
+	}
+	if err == nil && !res.Duplicate {
+		s.maybeCheckpoint()
+	}
+	return res, err
+}
+
+func (s *Server) push(ctx context.Context, in Push) (PushResult, error) {
+	total, err := s.ValidateRanges(in.Ranges)
+	if err != nil {
+		return PushResult{}, err
+	}
+	if len(in.Grads) != total {
+		return PushResult{}, fmt.Errorf("%w: push of %d floats, its ranges hold %d", ErrInvalidArgument, len(in.Grads), total)
+	}
+	if total != s.floats {
+		return PushResult{}, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats)
+	}
+	if err := checkFinite(in.Grads, in.Ranges); err != nil {
+		return PushResult{}, err
+	}
+	if err := s.checkWorker(in.WorkerID); err != nil {
 		return PushResult{}, err
 	}
 
@@ -269,24 +490,98 @@ func (s *Server) Push(in Push) (PushResult, error) {
 		s.stats.Duplicates++
 		return PushResult{Clock: s.clock, Duplicate: true}, nil
 	}
-	staleness := max(s.clock-in.Clock, 0)
-	p := s.cfg.Plan
-	g := in.Grads
-	for _, r := range in.Ranges {
-		for c := p.ChunkAt(r.Off); c <= p.ChunkAt(r.End()-1); c++ {
-			ch := &s.chunks[c/p.Servers]
-			if err := ch.opt.Step(ch.values, g[:ch.r.Len]); err != nil {
-				// Lengths were checked above; this is a bug, not bad input.
-				panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
-			}
-			g = g[ch.r.Len:]
+	switch {
+	case s.bar != nil:
+		return s.pushSyncLocked(ctx, in)
+	case s.cfg.Mode == ModeSSP:
+		_, min := s.slowestLocked()
+		if in.Step > min+s.cfg.Staleness {
+			return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
+				ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min)
 		}
+		inv := 1 / float32(s.cfg.Workers)
+		for i, g := range in.Grads {
+			s.scratch[i] = g * inv
+		}
+		res := s.applyLocked(in, s.scratch)
+		s.progress[in.WorkerID] = max(s.progress[in.WorkerID], in.Step+1)
+		s.notifyLocked()
+		return res, nil
+	default:
+		return s.applyLocked(in, in.Grads), nil
 	}
+}
+
+// applyLocked applies one update (async, ssp) and counts it.
+func (s *Server) applyLocked(in Push, grads []float32) PushResult {
+	staleness := max(s.clock-in.Clock, 0)
+	s.stepLocked(grads)
 	s.lastStep[in.WorkerID] = in.Step
 	s.clock++
 	s.stats.Pushes++
 	s.stats.Staleness[min(staleness, StalenessBuckets-1)]++
-	return PushResult{Clock: s.clock, Staleness: staleness}, nil
+	s.captureLocked()
+	return PushResult{Clock: s.clock, Staleness: staleness}
+}
+
+// stepLocked runs the optimizer of every chunk over grads (the shard's
+// floats, chunk after chunk).
+func (s *Server) stepLocked(grads []float32) {
+	for i := range s.chunks {
+		ch := &s.chunks[i]
+		if err := ch.opt.Step(ch.values, grads[:ch.r.Len]); err != nil {
+			// Lengths were checked on the way in; this is a bug.
+			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
+		}
+		grads = grads[ch.r.Len:]
+	}
+}
+
+func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error) {
+	switch {
+	case in.Clock > s.clock+1:
+		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard is at step %d; a push may be at most one step ahead",
+			ErrInvalidArgument, in.Clock, in.WorkerID, s.clock)
+	case in.Clock == s.clock+1:
+		err := s.waitLocked(ctx, fmt.Sprintf("push for step %d", in.Clock), func() bool { return s.clock >= in.Clock })
+		if err != nil {
+			return PushResult{}, err
+		}
+	}
+	if in.Clock < s.clock {
+		if s.cfg.BackupWorkers > 0 {
+			// A straggler: the step went ahead with the others.
+			s.lastStep[in.WorkerID] = in.Step
+			s.stats.Dropped++
+			return PushResult{Clock: s.clock, Dropped: true}, nil
+		}
+		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard already applied it and is at step %d", ErrStale, in.Clock, in.WorkerID, s.clock)
+	}
+	if s.bar.has(in.WorkerID) {
+		return PushResult{}, fmt.Errorf("%w: worker %d already pushed step %d (as its step %d)", ErrInvalidArgument, in.WorkerID, in.Clock, s.lastStep[in.WorkerID])
+	}
+	if prev, ok := s.lastStep[in.WorkerID]; ok {
+		s.barPrev[in.WorkerID] = &prev
+	} else {
+		s.barPrev[in.WorkerID] = nil
+	}
+	s.lastStep[in.WorkerID] = in.Step
+	s.stats.Pushes++
+	s.stats.Staleness[0]++
+	if s.bar.add(in.WorkerID, in.Grads) {
+		s.applyStepLocked()
+	}
+	return PushResult{Clock: s.clock}, nil
+}
+
+// applyStepLocked applies the mean of the barrier's step.
+func (s *Server) applyStepLocked() {
+	s.stepLocked(s.bar.mean())
+	s.bar.reset()
+	clear(s.barPrev)
+	s.clock++
+	s.captureLocked()
+	s.notifyLocked()
 }
 
 func checkFinite(g []float32, rs []shard.Range) error {

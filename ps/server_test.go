@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sync"
@@ -55,7 +56,7 @@ func ones(n int) []float32 {
 
 func TestPushAppliesOptimizer(t *testing.T) {
 	s := newTestServer(t, 10, 1, 0, 4)
-	res, err := s.Push(Push{WorkerID: 1, Step: 0, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)})
+	res, err := s.Push(context.Background(), Push{WorkerID: 1, Step: 0, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), res.Clock)
 	got := readAll(t, s)
@@ -86,7 +87,7 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, 10, 1, 0, 4)
 			before := readAll(t, s)
-			_, err := s.Push(tc.push)
+			_, err := s.Push(context.Background(), tc.push)
 			require.Error(t, err)
 			assert.True(t, errors.Is(err, ErrInvalidArgument), "%v", err)
 			assert.Contains(t, err.Error(), tc.want)
@@ -101,10 +102,10 @@ func TestPushOfAnotherShardsChunk(t *testing.T) {
 	// Shard 1 of 2 owns chunks 1 and 3 ([4,8) and [12,16)) of 16 floats.
 	s := newTestServer(t, 16, 2, 1, 4)
 	assert.Equal(t, []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, s.Ranges())
-	_, err := s.Push(Push{Ranges: []shard.Range{{Off: 0, Len: 4}}, Grads: ones(4)})
+	_, err := s.Push(context.Background(), Push{Ranges: []shard.Range{{Off: 0, Len: 4}}, Grads: ones(4)})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "chunk 0 is owned by shard 0, this is shard 1")
-	_, err = s.Push(Push{Ranges: []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, Grads: ones(8)})
+	_, err = s.Push(context.Background(), Push{Ranges: []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, Grads: ones(8)})
 	require.NoError(t, err)
 	assert.Equal(t, []float32{3.5, 4.5, 5.5, 6.5, 11.5, 12.5, 13.5, 14.5}, readAll(t, s))
 }
@@ -112,17 +113,17 @@ func TestPushOfAnotherShardsChunk(t *testing.T) {
 func TestDuplicatePushIsAppliedOnce(t *testing.T) {
 	s := newTestServer(t, 8, 1, 0, 4)
 	p := Push{WorkerID: 3, Step: 5, Ranges: []shard.Range{{Off: 0, Len: 8}}, Grads: ones(8)}
-	_, err := s.Push(p)
+	_, err := s.Push(context.Background(), p)
 	require.NoError(t, err)
 	after := readAll(t, s)
-	res, err := s.Push(p) // a retry after a lost reply
+	res, err := s.Push(context.Background(), p) // a retry after a lost reply
 	require.NoError(t, err)
 	assert.True(t, res.Duplicate)
 	assert.Equal(t, after, readAll(t, s))
 	assert.Equal(t, int64(1), s.Clock())
 	// Another worker's step 5 is a different push.
 	p.WorkerID = 4
-	res, err = s.Push(p)
+	res, err = s.Push(context.Background(), p)
 	require.NoError(t, err)
 	assert.False(t, res.Duplicate)
 	assert.Equal(t, int64(2), s.Clock())
@@ -132,7 +133,7 @@ func TestStalenessHistogram(t *testing.T) {
 	s := newTestServer(t, 4, 1, 0, 4)
 	r := []shard.Range{{Off: 0, Len: 4}}
 	for step := range int64(3) {
-		_, err := s.Push(Push{WorkerID: 1, Step: step, Clock: 0, Ranges: r, Grads: ones(4)})
+		_, err := s.Push(context.Background(), Push{WorkerID: 1, Step: step, Clock: 0, Ranges: r, Grads: ones(4)})
 		require.NoError(t, err)
 	}
 	st := s.Stats()
@@ -187,7 +188,7 @@ func TestConcurrentPushAndPull(t *testing.T) {
 			for step := range int64(steps) {
 				_, err := s.Read(shard.Range{Off: 0, Len: n}, buf)
 				assert.NoError(t, err)
-				_, err = s.Push(Push{WorkerID: int64(w), Step: step, Ranges: []shard.Range{{Off: 0, Len: n}}, Grads: ones(n)})
+				_, err = s.Push(context.Background(), Push{WorkerID: int64(w), Step: step, Ranges: []shard.Range{{Off: 0, Len: n}}, Grads: ones(n)})
 				assert.NoError(t, err)
 			}
 		})

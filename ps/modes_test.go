@@ -1,0 +1,213 @@
+package ps
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// newModeServer returns the single shard of 4 floats (initial 0,1,2,3)
+// in the given mode, plain SGD at lr 1.
+func newModeServer(t *testing.T, mode string, workers, backup int, staleness int64) *Server {
+	t.Helper()
+	var l nn.Layout
+	l.Add("w", 4)
+	plan, err := shard.New(4, 1, 16)
+	require.NoError(t, err)
+	ocfg := optim.DefaultConfig()
+	ocfg.LR = 1
+	s, err := New(Config{Mode: mode, Plan: plan, Layout: l, Optimizer: ocfg, Workers: workers, BackupWorkers: backup, Staleness: staleness}, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	return s
+}
+
+var whole = []shard.Range{{Off: 0, Len: 4}}
+
+func fill(v float32) []float32 { return []float32{v, v, v, v} }
+
+// push sends worker w's gradient g for step, computed at clock.
+func push(t *testing.T, s *Server, w, step, clock int64, g float32) PushResult {
+	t.Helper()
+	res, err := s.Push(context.Background(), Push{WorkerID: w, Step: step, Clock: clock, Ranges: whole, Grads: fill(g)})
+	require.NoError(t, err)
+	return res
+}
+
+func values(t *testing.T, s *Server) []float32 { return readAll(t, s) }
+
+// canceled is a context that is already over: a wait that is needed
+// fails at once, a wait that is not needed succeeds.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestSyncAveragesAndAppliesOnce(t *testing.T) {
+	s := newModeServer(t, ModeSync, 3, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 1, 0, 0, 2)
+	assert.Equal(t, int64(0), s.Clock(), "two of three pushes must not apply the step")
+	assert.Equal(t, []float32{0, 1, 2, 3}, values(t, s))
+	err := s.WaitToRead(canceled(), 2, 1)
+	require.ErrorIs(t, err, ErrWaitTimeout)
+	assert.Contains(t, err.Error(), "waiting for worker(s) 2")
+
+	// A pull for step 1 waiting in another goroutine is released by the
+	// last push.
+	released := make(chan error, 1)
+	go func() { released <- s.WaitToRead(context.Background(), 0, 1) }()
+	push(t, s, 2, 0, 0, 3)
+	require.NoError(t, <-released)
+	assert.Equal(t, int64(1), s.Clock())
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s), "the mean gradient 2 applied once")
+}
+
+func TestSyncBadPushes(t *testing.T) {
+	s := newModeServer(t, ModeSync, 2, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 1, 0, 0, 1)
+	before := values(t, s)
+	for _, tc := range []struct {
+		name  string
+		push  Push
+		isErr error
+		want  string
+	}{
+		{"stale step", Push{WorkerID: 0, Step: 5, Clock: 0}, ErrStale, "already applied it and is at step 1"},
+		{"far future", Push{WorkerID: 0, Step: 5, Clock: 100}, ErrInvalidArgument, "at most one step ahead"},
+		{"unknown worker", Push{WorkerID: 7, Step: 5, Clock: 1}, ErrInvalidArgument, "worker 7: this shard expects workers 0..1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.push.Ranges, tc.push.Grads = whole, fill(1)
+			_, err := s.Push(context.Background(), tc.push)
+			require.ErrorIs(t, err, tc.isErr)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, before, values(t, s))
+			assert.Equal(t, int64(1), s.Clock())
+		})
+	}
+	// A second push for the same step from the same worker.
+	push(t, s, 0, 6, 1, 1)
+	_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: 7, Clock: 1, Ranges: whole, Grads: fill(1)})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "already pushed step 1")
+}
+
+func TestSyncFuturePushWaits(t *testing.T) {
+	s := newModeServer(t, ModeSync, 2, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	_, err := s.Push(canceled(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+	require.ErrorIs(t, err, ErrWaitTimeout)
+	assert.Contains(t, err.Error(), "waiting for worker(s) 1")
+
+	done := make(chan PushResult, 1)
+	go func() {
+		res, _ := s.Push(context.Background(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+		done <- res
+	}()
+	push(t, s, 1, 0, 0, 1)
+	res := <-done
+	assert.False(t, res.Duplicate)
+	assert.Equal(t, int64(1), res.Clock, "step 1 still waits for worker 1")
+}
+
+func TestSyncRetryIsDuplicate(t *testing.T) {
+	s := newModeServer(t, ModeSync, 2, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	res := push(t, s, 0, 0, 0, 1) // the same push again: a retry
+	assert.True(t, res.Duplicate)
+	push(t, s, 1, 0, 0, 3)
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s), "mean of 1 and 3, the retry not counted")
+}
+
+func TestBackupWorkers(t *testing.T) {
+	s := newModeServer(t, ModeSync, 3, 1, 0)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 2, 0, 0, 3)
+	assert.Equal(t, int64(1), s.Clock(), "N-b = 2 pushes apply the step")
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s))
+	res := push(t, s, 1, 0, 0, 100) // the straggler
+	assert.True(t, res.Dropped)
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s), "a dropped push changes nothing")
+	assert.Equal(t, int64(1), s.Stats().Dropped)
+	// The straggler joins the next step.
+	push(t, s, 1, 1, 1, 1)
+	push(t, s, 0, 1, 1, 1)
+	assert.Equal(t, int64(2), s.Clock())
+}
+
+func TestSetWorkersReleasesAStepHeldByALeaver(t *testing.T) {
+	s := newModeServer(t, ModeSync, 3, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 1, 0, 0, 3)
+	s.SetWorkers([]int64{0, 1}) // worker 2 left
+	assert.Equal(t, int64(1), s.Clock())
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s))
+	// From now on two workers make a step.
+	push(t, s, 0, 1, 1, 1)
+	push(t, s, 1, 1, 1, 1)
+	assert.Equal(t, int64(2), s.Clock())
+}
+
+func TestSSPBound(t *testing.T) {
+	s := newModeServer(t, ModeSSP, 2, 0, 1)
+	push(t, s, 0, 0, 0, 2)
+	// Worker 0 has pushed 1 step, worker 1 none: step 1 is 1 ahead, allowed.
+	require.NoError(t, s.WaitToRead(canceled(), 0, 1))
+	push(t, s, 0, 1, 1, 2)
+	// Step 2 would be 2 ahead of worker 1.
+	err := s.WaitToRead(canceled(), 0, 2)
+	require.ErrorIs(t, err, ErrWaitTimeout)
+	assert.Contains(t, err.Error(), "slowest worker(s) [1] pushed 0 steps")
+	_, err = s.Push(context.Background(), Push{WorkerID: 0, Step: 2, Ranges: whole, Grads: fill(1)})
+	require.ErrorIs(t, err, ErrInvalidArgument, "a push more than s ahead")
+
+	released := make(chan error, 1)
+	go func() { released <- s.WaitToRead(context.Background(), 0, 2) }()
+	push(t, s, 1, 0, 0, 2)
+	require.NoError(t, <-released)
+	// Each push was applied at once, scaled by 1/N: three pushes of 2.
+	assert.Equal(t, []float32{-3, -2, -1, 0}, values(t, s))
+	assert.Equal(t, int64(3), s.Clock())
+}
+
+func TestSSPWithZeroStalenessIsSync(t *testing.T) {
+	sync := newModeServer(t, ModeSync, 2, 0, 0)
+	ssp := newModeServer(t, ModeSSP, 2, 0, 0)
+	for _, s := range []*Server{sync, ssp} {
+		push(t, s, 0, 0, 0, 1)
+		assert.Equal(t, int64(0), s.Clock())
+		push(t, s, 1, 0, 0, 3)
+		require.NoError(t, s.WaitToRead(canceled(), 0, 1))
+	}
+	assert.Equal(t, values(t, sync), values(t, ssp))
+}
+
+func TestModeConfigErrors(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 4)
+	plan, _ := shard.New(4, 1, 16)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"backup without sync", Config{Mode: ModeAsync, Workers: 3, BackupWorkers: 1}, "only sync mode"},
+		{"all backups", Config{Mode: ModeSync, Workers: 2, BackupWorkers: 2}, "want 0..1"},
+		{"negative staleness", Config{Mode: ModeSSP, Workers: 2, Staleness: -1}, "staleness -1"},
+		{"unknown mode", Config{Mode: "gossip"}, `mode "gossip"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Plan, tc.cfg.Layout, tc.cfg.Optimizer = plan, l, optim.DefaultConfig()
+			_, err := New(tc.cfg, make([]float32, 4))
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
