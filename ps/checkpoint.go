@@ -1,0 +1,345 @@
+package ps
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// ErrCheckpoint marks a checkpoint that cannot be used: corrupt, or
+// written by another shard, plan, model or optimizer.
+var ErrCheckpoint = errors.New("unusable checkpoint")
+
+// checkpointKeep is how many checkpoints a shard keeps on disk.
+const checkpointKeep = 2
+
+// checkpointer writes a shard's state every `every` updates.
+type checkpointer struct {
+	dir   string
+	every int64
+	// mu serialises writers; a push that finds a write in progress does
+	// not wait for it.
+	mu sync.Mutex
+	// due is a state captured under Server.mu, waiting to be written.
+	due *ckptState
+	// last is the clock of the newest state captured.
+	last int64
+}
+
+// ckptState is a copy of everything a shard needs to resume.
+type ckptState struct {
+	clock    int64
+	values   [][]float32   // per owned chunk
+	opt      []optim.State // per owned chunk
+	lastStep map[int64]int64
+	progress map[int64]int64
+}
+
+// ckptMeta is the checkpoint's identity and scalars, stored as the
+// safetensors metadata.
+type ckptMeta struct {
+	Kind        string          `json:"kind"`
+	Shard       int             `json:"shard"`
+	Servers     int             `json:"servers"`
+	VectorLen   int             `json:"vector_length"`
+	ChunkFloats int             `json:"chunk_floats"`
+	PlanVersion uint32          `json:"plan_version"`
+	Layout      string          `json:"layout"`
+	Algorithm   string          `json:"algorithm"`
+	Clock       int64           `json:"clock"`
+	OptSteps    []int64         `json:"opt_steps"`
+	LastStep    map[int64]int64 `json:"last_step"`
+	Progress    map[int64]int64 `json:"progress"`
+	CRC32C      uint32          `json:"crc32c"`
+}
+
+const ckptKind = "shoal-ps-checkpoint/1"
+
+func (s *Server) ckptName(clock int64) string {
+	return filepath.Join(s.ckpt.dir, fmt.Sprintf("shard-%d-of-%d-clock-%012d.safetensors", s.cfg.Shard, s.cfg.Plan.Servers, clock))
+}
+
+// captureLocked copies the state for a checkpoint if one is due. In sync
+// mode a step in progress is left out: values and optimizer state do not
+// change until a step is applied, and the workers already in the barrier
+// get their dedup record from before their push, so they push again after
+// a restart and the step is collected anew.
+func (s *Server) captureLocked() {
+	if s.ckpt.dir == "" || s.ckpt.every <= 0 || s.clock-s.ckpt.last < s.ckpt.every {
+		return
+	}
+	st := &ckptState{clock: s.clock, lastStep: map[int64]int64{}, progress: map[int64]int64{}}
+	for _, ch := range s.chunks {
+		st.values = append(st.values, append([]float32(nil), ch.values...))
+		st.opt = append(st.opt, ch.opt.State())
+	}
+	for k, v := range s.lastStep {
+		st.lastStep[k] = v
+	}
+	for w, prev := range s.barPrev {
+		if prev == nil {
+			delete(st.lastStep, w)
+		} else {
+			st.lastStep[w] = *prev
+		}
+	}
+	for k, v := range s.progress {
+		st.progress[k] = v
+	}
+	s.ckpt.due, s.ckpt.last = st, s.clock
+}
+
+// maybeCheckpoint writes a captured state, outside the shard's lock.
+func (s *Server) maybeCheckpoint() {
+	if s.ckpt.dir == "" {
+		return
+	}
+	if !s.ckpt.mu.TryLock() {
+		return // another push is writing; it picks up what is due
+	}
+	defer s.ckpt.mu.Unlock()
+	for {
+		s.mu.Lock()
+		st := s.ckpt.due
+		s.ckpt.due = nil
+		s.mu.Unlock()
+		if st == nil {
+			return
+		}
+		if err := s.writeCheckpoint(st); err != nil {
+			s.log.Error("checkpoint failed", "clock", st.clock, "err", err)
+		}
+	}
+}
+
+// Checkpoint writes the current state now (at shutdown, say), unless the
+// newest checkpoint already holds it. In sync mode a step in progress is
+// left out (see captureLocked).
+func (s *Server) Checkpoint() error {
+	if s.ckpt.dir == "" {
+		return nil
+	}
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	s.mu.Lock()
+	every := s.ckpt.every
+	s.ckpt.every = 1
+	s.captureLocked()
+	s.ckpt.every = every
+	st := s.ckpt.due
+	s.ckpt.due = nil
+	s.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	return s.writeCheckpoint(st)
+}
+
+func (s *Server) writeCheckpoint(st *ckptState) error {
+	var l nn.Layout
+	var vec []float32
+	meta := ckptMeta{Kind: ckptKind, Shard: s.cfg.Shard, Servers: s.cfg.Plan.Servers, VectorLen: s.cfg.Plan.VectorLen,
+		ChunkFloats: s.cfg.Plan.ChunkFloats, PlanVersion: shard.Version, Layout: s.cfg.Layout.String(),
+		Algorithm: s.cfg.Optimizer.Algorithm, Clock: st.clock, LastStep: st.lastStep, Progress: st.progress}
+	for i, ch := range s.chunks {
+		c := s.cfg.Plan.ChunkAt(ch.r.Off)
+		l.Add(fmt.Sprintf("chunk.%d.values", c), ch.r.Len)
+		vec = append(vec, st.values[i]...)
+		names := make([]string, 0, len(st.opt[i].Slots))
+		for name := range st.opt[i].Slots {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			l.Add(fmt.Sprintf("chunk.%d.%s", c, name), ch.r.Len)
+			vec = append(vec, st.opt[i].Slots[name]...)
+		}
+		meta.OptSteps = append(meta.OptSteps, st.opt[i].Steps)
+	}
+	meta.CRC32C = crcFloats(vec)
+	js, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.ckpt.dir, 0o755); err != nil {
+		return err
+	}
+	path := s.ckptName(st.clock)
+	if err := nn.SaveSafetensors(path, l, vec, map[string]string{"shoal_checkpoint": string(js)}); err != nil {
+		return err
+	}
+	if d, err := os.Open(s.ckpt.dir); err == nil {
+		_ = d.Sync() // make the rename durable
+		d.Close()
+	}
+	s.log.Info("checkpoint written", "path", path, "clock", st.clock)
+	files, _ := s.listCheckpoints()
+	for i, f := range files {
+		if i >= checkpointKeep {
+			os.Remove(f.path)
+		}
+	}
+	return nil
+}
+
+type ckptFile struct {
+	path  string
+	clock int64
+}
+
+// listCheckpoints returns this shard's checkpoint files, newest first.
+func (s *Server) listCheckpoints() ([]ckptFile, error) {
+	prefix := fmt.Sprintf("shard-%d-of-%d-clock-", s.cfg.Shard, s.cfg.Plan.Servers)
+	entries, err := os.ReadDir(s.ckpt.dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var files []ckptFile
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		c, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), ".safetensors"), 10, 64)
+		if err != nil {
+			continue
+		}
+		files = append(files, ckptFile{filepath.Join(s.ckpt.dir, name), c})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].clock > files[j].clock })
+	return files, nil
+}
+
+// resume loads the newest usable checkpoint, if any. A corrupt file is
+// refused (logged) in favour of an older one; if every file is corrupt, or
+// one belongs to another shard, plan, model or optimizer, the shard does
+// not start: a silent fresh start would throw the training away.
+func (s *Server) resume() error {
+	files, err := s.listCheckpoints()
+	if err != nil {
+		return fmt.Errorf("checkpoint dir %s: %w", s.ckpt.dir, err)
+	}
+	var refused []string
+	for _, f := range files {
+		st, err := s.loadCheckpoint(f.path)
+		if err != nil {
+			if errors.Is(err, errForeign) {
+				return fmt.Errorf("%w: %s: %w", ErrCheckpoint, f.path, err)
+			}
+			s.log.Warn("refusing corrupt checkpoint", "path", f.path, "err", err)
+			refused = append(refused, fmt.Sprintf("%s: %v", f.path, err))
+			continue
+		}
+		s.restore(st)
+		s.log.Info("resumed from checkpoint", "path", f.path, "clock", st.clock)
+		return nil
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%w: no usable checkpoint in %s:\n  %s", ErrCheckpoint, s.ckpt.dir, strings.Join(refused, "\n  "))
+	}
+	return nil
+}
+
+var errForeign = errors.New("written for another shard, plan, model or optimizer")
+
+// loadCheckpoint reads and checks a checkpoint without touching the shard.
+func (s *Server) loadCheckpoint(path string) (*ckptState, error) {
+	l, vec, m, err := nn.LoadSafetensors(path)
+	if err != nil {
+		return nil, err
+	}
+	var meta ckptMeta
+	if err := json.Unmarshal([]byte(m["shoal_checkpoint"]), &meta); err != nil || meta.Kind != ckptKind {
+		return nil, fmt.Errorf("%w: no %s metadata", errForeign, ckptKind)
+	}
+	if got := crcFloats(vec); got != meta.CRC32C {
+		return nil, fmt.Errorf("checksum %08x, the file says %08x: the data is damaged", got, meta.CRC32C)
+	}
+	p := s.cfg.Plan
+	want := fmt.Sprintf("shard %d of %d, vector %d, chunks %d, plan v%d, optimizer %s, layout %s",
+		s.cfg.Shard, p.Servers, p.VectorLen, p.ChunkFloats, shard.Version, s.cfg.Optimizer.Algorithm, s.cfg.Layout.String())
+	got := fmt.Sprintf("shard %d of %d, vector %d, chunks %d, plan v%d, optimizer %s, layout %s",
+		meta.Shard, meta.Servers, meta.VectorLen, meta.ChunkFloats, meta.PlanVersion, meta.Algorithm, meta.Layout)
+	if got != want {
+		return nil, fmt.Errorf("%w: it holds %s; this server is %s", errForeign, got, want)
+	}
+	if len(meta.OptSteps) != len(s.chunks) {
+		return nil, fmt.Errorf("%d optimizer step counts for %d chunks", len(meta.OptSteps), len(s.chunks))
+	}
+	st := &ckptState{clock: meta.Clock, lastStep: meta.LastStep, progress: meta.Progress}
+	if st.lastStep == nil {
+		st.lastStep = map[int64]int64{}
+	}
+	if st.progress == nil {
+		st.progress = map[int64]int64{}
+	}
+	for i, ch := range s.chunks {
+		c := p.ChunkAt(ch.r.Off)
+		t, ok := l.Find(fmt.Sprintf("chunk.%d.values", c))
+		if !ok || t.Size() != ch.r.Len {
+			return nil, fmt.Errorf("chunk %d: values missing or of the wrong size", c)
+		}
+		st.values = append(st.values, t.View(vec))
+		ost := optim.State{Steps: meta.OptSteps[i], Slots: map[string][]float32{}}
+		for _, name := range ch.opt.SlotNames() {
+			t, ok := l.Find(fmt.Sprintf("chunk.%d.%s", c, name))
+			if !ok {
+				return nil, fmt.Errorf("chunk %d: optimizer slot %q missing", c, name)
+			}
+			ost.Slots[name] = t.View(vec)
+		}
+		// Check the optimizer state now, so restore cannot fail half-way.
+		probe, _ := optim.New(s.cfg.Optimizer, ch.r.Len)
+		if err := probe.Restore(ost); err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", c, err)
+		}
+		st.opt = append(st.opt, ost)
+	}
+	return st, nil
+}
+
+// restore installs a state loadCheckpoint checked.
+func (s *Server) restore(st *ckptState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.chunks {
+		copy(s.chunks[i].values, st.values[i])
+		if err := s.chunks[i].opt.Restore(st.opt[i]); err != nil {
+			panic(fmt.Sprintf("ps: restoring a checked checkpoint: %v", err))
+		}
+	}
+	s.clock, s.lastStep, s.progress = st.clock, st.lastStep, st.progress
+	s.ckpt.last = st.clock
+}
+
+func crcFloats(v []float32) uint32 {
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	var crc uint32
+	buf := make([]byte, 0, 64<<10)
+	for len(v) > 0 {
+		n := min(len(v), cap(buf)/4)
+		buf = buf[:4*n]
+		for i, f := range v[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
+		}
+		crc = crc32.Update(crc, tab, buf)
+		v = v[n:]
+	}
+	return crc
+}

@@ -1,0 +1,135 @@
+package ps
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// ckptServer is shard 1 of 2 of a 20-float vector in chunks of 4 (it owns
+// three chunks), momentum SGD, checkpointing to dir every `every` updates.
+func ckptServer(t *testing.T, dir string, every int64, name string) (*Server, error) {
+	t.Helper()
+	var l nn.Layout
+	l.Add(name, 20)
+	plan, err := shard.New(20, 2, 16)
+	require.NoError(t, err)
+	ocfg := optim.DefaultConfig()
+	ocfg.Algorithm, ocfg.LR = optim.Momentum, 0.1
+	initial := make([]float32, 20)
+	for i := range initial {
+		initial[i] = float32(i)
+	}
+	return New(Config{Mode: ModeAsync, Shard: 1, Plan: plan, Layout: l, Optimizer: ocfg, CheckpointDir: dir, CheckpointEvery: every}, initial)
+}
+
+func ckptPush(t *testing.T, s *Server, step int64) {
+	t.Helper()
+	g := make([]float32, s.Floats())
+	for i := range g {
+		g[i] = float32(step+1) * 0.5
+	}
+	var rs []shard.Range
+	rs = append(rs, s.Ranges()...)
+	_, err := s.Push(context.Background(), Push{WorkerID: 1, Step: step, Ranges: rs, Grads: g})
+	require.NoError(t, err)
+}
+
+func TestCheckpointResumeContinuesExactly(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	for step := range int64(4) {
+		ckptPush(t, a, step)
+	}
+	// A server restarted from the checkpoint at clock 4 and the original
+	// take the same two further pushes to the same values: values,
+	// momentum buffers and clock were all restored.
+	b, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), b.Clock())
+	assert.Equal(t, readAll(t, a), readAll(t, b))
+	for step := int64(4); step < 6; step++ {
+		ckptPush(t, a, step)
+		ckptPush(t, b, step)
+	}
+	assert.Equal(t, readAll(t, a), readAll(t, b))
+	// The dedup record survived: a retry of step 5 is a duplicate.
+	res, err := b.Push(context.Background(), Push{WorkerID: 1, Step: 3, Ranges: b.Ranges(), Grads: make([]float32, b.Floats())})
+	require.NoError(t, err)
+	assert.True(t, res.Duplicate)
+	files, err := b.listCheckpoints()
+	require.NoError(t, err)
+	assert.Len(t, files, checkpointKeep, "older checkpoints are removed")
+}
+
+func TestCorruptCheckpointFallsBackToAnOlderOne(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	for step := range int64(4) {
+		ckptPush(t, a, step)
+	}
+	files, err := a.listCheckpoints()
+	require.NoError(t, err)
+	require.Len(t, files, 2)
+	// Flip a byte in the data of the newest one.
+	b, err := os.ReadFile(files[0].path)
+	require.NoError(t, err)
+	b[len(b)-3] ^= 0x40
+	require.NoError(t, os.WriteFile(files[0].path, b, 0o644))
+
+	r, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	assert.Equal(t, files[1].clock, r.Clock(), "resumed from the older, intact checkpoint")
+
+	// With the older one truncated too, nothing usable is left: refuse.
+	require.NoError(t, os.Truncate(files[1].path, 100))
+	_, err = ckptServer(t, dir, 2, "w")
+	require.ErrorIs(t, err, ErrCheckpoint)
+	assert.Contains(t, err.Error(), "checksum")
+	assert.Contains(t, err.Error(), filepath.Base(files[1].path))
+}
+
+func TestForeignCheckpointIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ckptServer(t, dir, 1, "w")
+	require.NoError(t, err)
+	ckptPush(t, a, 0)
+	// Same shard and plan, another model (tensor name).
+	_, err = ckptServer(t, dir, 1, "other")
+	require.ErrorIs(t, err, ErrCheckpoint)
+	assert.Contains(t, err.Error(), "written for another shard, plan, model or optimizer")
+	assert.Contains(t, err.Error(), "other[20]")
+}
+
+func TestFinalCheckpointAndSyncConsistency(t *testing.T) {
+	dir := t.TempDir()
+	var l nn.Layout
+	l.Add("w", 4)
+	plan, _ := shard.New(4, 1, 16)
+	ocfg := optim.DefaultConfig()
+	ocfg.LR = 1
+	cfg := Config{Mode: ModeSync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 2, CheckpointDir: dir, CheckpointEvery: 1000}
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 1, 0, 0, 3)
+	push(t, s, 0, 1, 1, 5) // step 1 in progress: not part of any checkpoint
+	require.NoError(t, s.Checkpoint())
+	r, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), r.Clock())
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, r))
+	// Worker 0's push for step 1 was not saved, so its retry is accepted.
+	res := push(t, r, 0, 1, 1, 5)
+	assert.False(t, res.Duplicate)
+}
