@@ -31,6 +31,9 @@ type Info struct {
 	Plan      shard.Plan
 	Mode      string
 	Optimizer string
+	// Workers, BackupWorkers and Staleness are the mode's parameters.
+	Workers, BackupWorkers int
+	Staleness              int64
 	// Clocks holds each shard's clock when Dial asked.
 	Clocks Clocks
 }
@@ -149,12 +152,14 @@ func (c *Client) handshake(ctx context.Context) error {
 		if p.GetVersion() != first.Plan.Version || p.GetVectorLength() != first.Plan.VectorLength || p.GetServers() != first.Plan.Servers || p.GetChunkFloats() != first.Plan.ChunkFloats {
 			return fmt.Errorf("client: server %s has plan %v, server %s has %v", c.addrs[i], p, c.addrs[0], first.Plan)
 		}
-		if in.Mode != first.Mode {
-			return fmt.Errorf("client: server %s runs mode %q, server %s mode %q", c.addrs[i], in.Mode, c.addrs[0], first.Mode)
+		if in.Mode != first.Mode || in.Workers != first.Workers || in.BackupWorkers != first.BackupWorkers || in.Staleness != first.Staleness {
+			return fmt.Errorf("client: server %s runs mode %s (workers %d, backup %d, staleness %d), server %s mode %s (workers %d, backup %d, staleness %d)",
+				c.addrs[i], in.Mode, in.Workers, in.BackupWorkers, in.Staleness, c.addrs[0], first.Mode, first.Workers, first.BackupWorkers, first.Staleness)
 		}
 		c.info.Clocks = append(c.info.Clocks, in.Clock)
 	}
 	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, first.Mode, first.Optimizer
+	c.info.Workers, c.info.BackupWorkers, c.info.Staleness = int(first.Workers), int(first.BackupWorkers), first.Staleness
 	for _, t := range first.Layout {
 		tt := Tensor{Name: t.Name, Offset: int(t.Offset)}
 		for _, d := range t.Shape {
@@ -231,17 +236,40 @@ func (c *Client) fanOut(f func(s int) error) error {
 	return errors.Join(errs...)
 }
 
-// Pull reads the whole vector into dst (len Plan.VectorLen) and returns the
-// clock of each shard.
+// Pull reads the whole vector into dst (len Plan.VectorLen) as it is now
+// and returns the clock of each shard.
 func (c *Client) Pull(ctx context.Context, dst []float32) (Clocks, error) {
+	return c.PullFor(ctx, PullArgs{WorkerID: -1}, dst)
+}
+
+// PullArgs say whose pull it is and what it waits for.
+type PullArgs struct {
+	WorkerID int64
+	// Steps holds, per shard, the step the worker is about to compute:
+	// sync shards answer once they applied every step before it, ssp
+	// shards once it is within the staleness bound. nil waits for nothing.
+	Steps Clocks
+}
+
+// PullFor reads the weights args.WorkerID needs into dst (len
+// Plan.VectorLen), waiting as args.Steps say, and returns each shard's
+// clock.
+func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clocks, error) {
 	if len(dst) != c.info.Plan.VectorLen {
 		return nil, fmt.Errorf("client: pull into %d floats, the vector has %d", len(dst), c.info.Plan.VectorLen)
 	}
+	if args.Steps != nil && len(args.Steps) != len(c.stubs) {
+		return nil, fmt.Errorf("client: pull with %d steps, want one per shard (%d)", len(args.Steps), len(c.stubs))
+	}
 	clocks := make(Clocks, len(c.stubs))
 	err := c.fanOut(func(s int) error {
+		req := &pb.PullRequest{PlanVersion: shard.Version, WorkerId: args.WorkerID}
+		if args.Steps != nil {
+			req.Step = args.Steps[s]
+		}
 		return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
 			var err error
-			clocks[s], err = c.pullShard(ctx, s, dst)
+			clocks[s], err = c.pullShard(ctx, s, req, dst)
 			return err
 		})
 	})
@@ -251,8 +279,8 @@ func (c *Client) Pull(ctx context.Context, dst []float32) (Clocks, error) {
 	return clocks, nil
 }
 
-func (c *Client) pullShard(ctx context.Context, s int, dst []float32) (int64, error) {
-	stream, err := c.stubs[s].Pull(ctx, &pb.PullRequest{PlanVersion: shard.Version})
+func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst []float32) (int64, error) {
+	stream, err := c.stubs[s].Pull(ctx, req)
 	if err != nil {
 		return 0, err
 	}
@@ -301,6 +329,9 @@ type PushResult struct {
 	Clocks Clocks
 	// Duplicates counts shards that had already applied this step.
 	Duplicates int
+	// Dropped counts sync shards that had applied the step without this
+	// push (a backup worker's late gradient).
+	Dropped int
 	// Staleness per shard: its clock at arrival minus the pushed clock.
 	Staleness []int64
 }
@@ -315,6 +346,7 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 	}
 	res := PushResult{Clocks: make(Clocks, len(c.stubs)), Staleness: make([]int64, len(c.stubs))}
 	dup := make([]bool, len(c.stubs))
+	dropped := make([]bool, len(c.stubs))
 	err := c.fanOut(func(s int) error {
 		if len(c.push[s]) == 0 {
 			return nil // a shard that owns no chunk (more shards than chunks)
@@ -322,14 +354,17 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
 			r, err := c.pushShard(ctx, s, args)
 			if err == nil {
-				res.Clocks[s], res.Staleness[s], dup[s] = r.Clock, r.Staleness, r.Duplicate
+				res.Clocks[s], res.Staleness[s], dup[s], dropped[s] = r.Clock, r.Staleness, r.Duplicate, r.Dropped
 			}
 			return err
 		})
 	})
-	for _, d := range dup {
-		if d {
+	for i := range dup {
+		if dup[i] {
 			res.Duplicates++
+		}
+		if dropped[i] {
+			res.Dropped++
 		}
 	}
 	return res, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,6 +68,10 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ps.ErrWrongPlan):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ps.ErrStale):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, ps.ErrWaitTimeout):
+		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -91,11 +96,23 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 			Servers:      int32(cfg.Plan.Servers),
 			ChunkFloats:  int64(cfg.Plan.ChunkFloats),
 		},
-		Shard:     int32(cfg.Shard),
-		Clock:     s.core.Clock(),
-		Mode:      cfg.Mode,
-		Optimizer: describeOptimizer(cfg.Optimizer),
+		Shard:         int32(cfg.Shard),
+		Clock:         s.core.Clock(),
+		Mode:          cfg.Mode,
+		Optimizer:     describeOptimizer(cfg.Optimizer),
+		Workers:       int32(cfg.Workers),
+		BackupWorkers: int32(cfg.BackupWorkers),
+		Staleness:     cfg.Staleness,
 	}
+	st := s.core.Stats()
+	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls}
+	last := 0
+	for i, n := range st.Staleness {
+		if n > 0 {
+			last = i + 1
+		}
+	}
+	resp.Stats.StalenessHistogram = st.Staleness[:last]
 	for _, t := range cfg.Layout.Tensors {
 		ti := &pb.TensorInfo{Name: t.Name, Offset: int64(t.Offset)}
 		for _, d := range t.Shape {
@@ -122,41 +139,65 @@ func toRange(r *pb.Range) (shard.Range, error) {
 	return shard.Range{Off: int(r.Offset), Len: int(r.Length)}, nil
 }
 
+// waitContext ends a little before the caller's deadline, so that a wait
+// for other workers can still answer with an error that names them.
+func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(d)/10, time.Second)
+	return context.WithDeadline(ctx, d.Add(-margin))
+}
+
 func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return toStatus(err)
 	}
-	ranges := s.core.Ranges()
-	if len(req.Ranges) > 0 {
-		ranges = make([]shard.Range, len(req.Ranges))
-		for i, r := range req.Ranges {
-			var err error
-			if ranges[i], err = toRange(r); err != nil {
-				return toStatus(err)
-			}
-		}
+	wctx, cancel := waitContext(stream.Context())
+	err := s.core.WaitToRead(wctx, req.WorkerId, req.Step)
+	cancel()
+	if err != nil {
+		return toStatus(err)
 	}
 	const pieceFloats = pb.MaxPieceBytes / 4
+	if len(req.Ranges) == 0 {
+		// The whole shard, as one consistent snapshot.
+		vals := make([]float32, s.core.Floats())
+		clock, err := s.core.Snapshot(vals)
+		if err != nil {
+			return toStatus(err)
+		}
+		for _, r := range s.core.Ranges() {
+			part := vals[:r.Len]
+			vals = vals[r.Len:]
+			for off := 0; off < r.Len; off += pieceFloats {
+				end := min(off+pieceFloats, r.Len)
+				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: pb.AppendFloats(nil, part[off:end]), Clock: clock}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	buf := make([]float32, 0, pieceFloats)
-	var clock int64 = -1
-	for _, r := range ranges {
+	for _, wr := range req.Ranges {
+		r, err := toRange(wr)
+		if err != nil {
+			return toStatus(err)
+		}
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			piece := shard.Range{Off: off, Len: min(pieceFloats, r.End()-off)}
 			buf = buf[:piece.Len]
-			c, err := s.core.Read(piece, buf)
+			clock, err := s.core.Read(piece, buf)
 			if err != nil {
 				return toStatus(err)
 			}
-			if clock < 0 {
-				clock = c
-			}
-			msg := &pb.PullPiece{Offset: int64(off), Values: pb.AppendFloats(nil, buf), Clock: clock}
-			if err := stream.Send(msg); err != nil {
+			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: pb.AppendFloats(nil, buf), Clock: clock}); err != nil {
 				return err
 			}
 		}
 	}
-	s.core.NotePull()
 	return nil
 }
 
@@ -216,9 +257,11 @@ func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.Push
 	if n != total {
 		return invalid("push: pieces carry %d floats, the header's ranges hold %d", n, total)
 	}
-	res, err := s.core.Push(in)
+	wctx, cancel := waitContext(stream.Context())
+	res, err := s.core.Push(wctx, in)
+	cancel()
 	if err != nil {
 		return toStatus(err)
 	}
-	return stream.SendAndClose(&pb.PushResponse{Clock: res.Clock, Duplicate: res.Duplicate, Staleness: res.Staleness})
+	return stream.SendAndClose(&pb.PushResponse{Clock: res.Clock, Duplicate: res.Duplicate, Dropped: res.Dropped, Staleness: res.Staleness})
 }

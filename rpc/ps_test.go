@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/internal/testcluster"
+	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
 )
 
@@ -200,4 +202,62 @@ func TestHealthAndReflection(t *testing.T) {
 	}
 	assert.Contains(t, names, "shoal.v1.ParameterServer")
 	assert.Contains(t, names, "grpc.health.v1.Health")
+}
+
+// syncCluster is one sync shard of 8 floats expecting 2 workers.
+func syncCluster(t *testing.T) (*testcluster.Cluster, pb.ParameterServerClient) {
+	var l nn.Layout
+	l.Add("w", 8)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers = ps.ModeSync, 2
+	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 1, 4)...)
+	return c, pb.NewParameterServerClient(dial(t, c, 0))
+}
+
+func sendPush(ctx context.Context, t *testing.T, cl pb.ParameterServerClient, worker, step, clock int64) error {
+	stream, err := cl.Push(ctx)
+	require.NoError(t, err)
+	h := header(step, [2]int64{0, 8})
+	h.WorkerId, h.Clock = worker, clock
+	_ = stream.Send(&pb.PushPiece{Header: h, Grads: floats(1, 1, 1, 1, 1, 1, 1, 1)})
+	_, err = stream.CloseAndRecv()
+	return err
+}
+
+func TestSyncPushCodes(t *testing.T) {
+	c, cl := syncCluster(t)
+	require.NoError(t, sendPush(ctxT(t), t, cl, 0, 0, 0))
+	require.NoError(t, sendPush(ctxT(t), t, cl, 1, 0, 0))
+	require.Equal(t, int64(1), c.Shard(0).Core.Clock())
+	before := pullAll(t, cl)
+	for _, tc := range []struct {
+		name          string
+		worker, clock int64
+		code          codes.Code
+		want          string
+	}{
+		{"step from the far future", 0, 1_000_000, codes.InvalidArgument, "at most one step ahead"},
+		{"stale step", 0, 0, codes.Aborted, "already applied it"},
+		{"unknown worker", 9, 1, codes.InvalidArgument, "worker 9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := sendPush(ctxT(t), t, cl, tc.worker, 10, tc.clock)
+			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.want)
+			assert.Equal(t, before, pullAll(t, cl))
+			assert.Equal(t, int64(1), c.Shard(0).Core.Clock())
+		})
+	}
+}
+
+func TestSyncPullNamesTheMissingWorker(t *testing.T) {
+	_, cl := syncCluster(t)
+	require.NoError(t, sendPush(ctxT(t), t, cl, 0, 0, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	stream, err := cl.Pull(ctx, &pb.PullRequest{WorkerId: 0, Step: 1})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "waiting for worker(s) 1")
 }

@@ -23,18 +23,29 @@ func Cores(t testing.TB, n, servers, chunkFloats int, lr float64) []*ps.Server {
 	return CoresFor(t, l, initial, servers, chunkFloats, lr)
 }
 
-// CoresFor returns the shards of the vector initial described by l.
+// CoresFor returns the async shards of the vector initial described by l,
+// with plain SGD at lr.
 func CoresFor(t testing.TB, l nn.Layout, initial []float32, servers, chunkFloats int, lr float64) []*ps.Server {
+	t.Helper()
+	cfg := ps.DefaultConfig()
+	cfg.Optimizer = optim.DefaultConfig()
+	cfg.Optimizer.LR = lr
+	return CoresWith(t, cfg, l, initial, servers, chunkFloats)
+}
+
+// CoresWith returns the shards of initial, each configured as cfg (whose
+// Shard, Plan and Layout it sets).
+func CoresWith(t testing.TB, cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) []*ps.Server {
 	t.Helper()
 	plan, err := shard.New(l.Size(), servers, 4*chunkFloats)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ocfg := optim.DefaultConfig()
-	ocfg.LR = lr
 	var cores []*ps.Server
 	for s := range servers {
-		core, err := ps.New(ps.Config{Mode: ps.ModeAsync, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
+		c := cfg
+		c.Shard, c.Plan, c.Layout = s, plan, l
+		core, err := ps.New(c, initial)
 		if err != nil {
 			t.Fatal(err)
 		}
