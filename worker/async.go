@@ -10,7 +10,7 @@ import (
 // ParameterServers is what the parameter-server strategies need from the
 // client library; *client.Client implements it.
 type ParameterServers interface {
-	Pull(ctx context.Context, dst []float32) (client.Clocks, error)
+	PullFor(ctx context.Context, args client.PullArgs, dst []float32) (client.Clocks, error)
 	Push(ctx context.Context, args client.PushArgs) (client.PushResult, error)
 }
 
@@ -29,11 +29,14 @@ type AsyncConfig struct {
 }
 
 // Async is Downpour SGD: pull every FetchEvery steps, push every PushEvery
-// steps, and the servers apply each push at once.
+// steps, and the servers apply each push at once. It also drives SSP: its
+// pulls name the step about to be computed, and SSP servers hold them while
+// that step is too far ahead of the slowest worker.
 type Async struct {
 	ps     ParameterServers
 	cfg    AsyncConfig
 	clocks client.Clocks
+	steps  client.Clocks // the step of the pull, once per shard
 	// acc sums the gradients of the steps not pushed yet (PushEvery > 1).
 	acc     []float32
 	pending int
@@ -45,7 +48,7 @@ type Async struct {
 var _ Strategy = (*Async)(nil)
 
 // NewAsync returns the Downpour strategy for a vector of n floats.
-func NewAsync(ps ParameterServers, n int, cfg AsyncConfig) (*Async, error) {
+func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, error) {
 	if cfg.PushEvery == 0 {
 		cfg.PushEvery = 1
 	}
@@ -55,7 +58,7 @@ func NewAsync(ps ParameterServers, n int, cfg AsyncConfig) (*Async, error) {
 	if cfg.PushEvery < 1 || cfg.FetchEvery < 1 {
 		return nil, fmt.Errorf("async: push every %d, fetch every %d steps: want >= 1", cfg.PushEvery, cfg.FetchEvery)
 	}
-	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}}
+	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}, steps: make(client.Clocks, shards)}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
 	}
@@ -67,7 +70,10 @@ func (a *Async) Params(ctx context.Context, step int64, params []float32) error 
 	if a.clocks != nil && step%int64(a.cfg.FetchEvery) != 0 {
 		return nil
 	}
-	clocks, err := a.ps.Pull(ctx, params)
+	for i := range a.steps {
+		a.steps[i] = step
+	}
+	clocks, err := a.ps.PullFor(ctx, client.PullArgs{WorkerID: a.cfg.WorkerID, Steps: a.steps}, params)
 	if err != nil {
 		return err
 	}
@@ -120,3 +126,50 @@ func (a *Async) push(ctx context.Context, step int64, grads []float32) error {
 	a.Staleness[worst]++
 	return nil
 }
+
+// Sync is synchronous SGD through parameter servers: each step's gradient
+// is pushed for the step the weights were pulled at, the shards average
+// the workers' gradients and apply them once, and the next pull waits on
+// each shard until it has applied the step this worker pushed there.
+type Sync struct {
+	ps     ParameterServers
+	worker int64
+	clocks client.Clocks // of the last pull: the step of each shard
+	next   client.Clocks // per shard, the step the next pull waits for
+	// Dropped counts pushes that shards dropped as a backup worker's late
+	// gradient.
+	Dropped int64
+}
+
+var _ Strategy = (*Sync)(nil)
+
+// NewSync returns the synchronous strategy of worker over shards shards.
+func NewSync(ps ParameterServers, worker int64, shards int) *Sync {
+	return &Sync{ps: ps, worker: worker, next: make(client.Clocks, shards)}
+}
+
+// Params pulls the weights of the step after the one last pushed.
+func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
+	clocks, err := s.ps.PullFor(ctx, client.PullArgs{WorkerID: s.worker, Steps: s.next}, params)
+	if err != nil {
+		return err
+	}
+	s.clocks = clocks
+	return nil
+}
+
+// Apply pushes the gradient for the step the weights came from.
+func (s *Sync) Apply(ctx context.Context, step int64, grads []float32) error {
+	res, err := s.ps.Push(ctx, client.PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads})
+	if err != nil {
+		return err
+	}
+	s.Dropped += int64(res.Dropped)
+	for i, c := range s.clocks {
+		s.next[i] = c + 1
+	}
+	return nil
+}
+
+// Finish has nothing pending: every step was pushed.
+func (s *Sync) Finish(context.Context) error { return nil }

@@ -35,7 +35,7 @@ type fakePS struct {
 	failPush   error
 }
 
-func (f *fakePS) Pull(_ context.Context, dst []float32) (client.Clocks, error) {
+func (f *fakePS) PullFor(_ context.Context, _ client.PullArgs, dst []float32) (client.Clocks, error) {
 	copy(dst, f.params)
 	f.pulls = append(f.pulls, f.clock)
 	return client.Clocks{f.clock}, nil
@@ -69,7 +69,7 @@ func TestAsyncCadence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakePS{params: make([]float32, 3)}
-			a, err := worker.NewAsync(f, 3, worker.AsyncConfig{WorkerID: 1, PushEvery: tc.pushEvery, FetchEvery: tc.fetchEvery})
+			a, err := worker.NewAsync(f, 3, 1, worker.AsyncConfig{WorkerID: 1, PushEvery: tc.pushEvery, FetchEvery: tc.fetchEvery})
 			require.NoError(t, err)
 			params := make([]float32, 3)
 			for step := range tc.steps {
@@ -90,7 +90,7 @@ func TestAsyncCadence(t *testing.T) {
 }
 
 func TestAsyncRejectsBadConfig(t *testing.T) {
-	_, err := worker.NewAsync(&fakePS{}, 3, worker.AsyncConfig{PushEvery: -1})
+	_, err := worker.NewAsync(&fakePS{}, 3, 1, worker.AsyncConfig{PushEvery: -1})
 	assert.ErrorContains(t, err, "want >= 1")
 }
 
@@ -112,7 +112,7 @@ func TestWorkerPushErrorStopsRun(t *testing.T) {
 	model := newModel(t)
 	train, _ := synthetic(t)
 	f := &fakePS{params: make([]float32, model.Layout().Size()), failPush: errors.New("server gone")}
-	a, err := worker.NewAsync(f, model.Layout().Size(), worker.AsyncConfig{})
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func TestTwoWorkersTrainThroughServers(t *testing.T) {
 			}
 			defer cl.Close()
 			m := newModel(t)
-			a, _ := worker.NewAsync(cl, m.Layout().Size(), worker.AsyncConfig{WorkerID: int64(r)})
+			a, _ := worker.NewAsync(cl, m.Layout().Size(), 2, worker.AsyncConfig{WorkerID: int64(r)})
 			w, err := worker.New(worker.Config{Rank: r, WorldSize: 2, Batch: 16, Epochs: 2, Seed: 3,
 				Progress: func(p worker.Progress) { progress[r] = append(progress[r], p) }}, m, train, a)
 			if err != nil {

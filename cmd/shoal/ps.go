@@ -47,7 +47,13 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		of         optFlags
 		lf         logFlags
 		listen     = fs.String("listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
-		mode       = fs.String("mode", "async", "consistency mode: async")
+		mode       = fs.String("mode", "async", "consistency mode: async (Downpour), sync or ssp")
+		workers    = fs.Int("workers", 1, "sync, ssp: the number of workers (ranks 0..N-1) to wait for")
+		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
+		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
+		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
+		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 		shardIdx   = fs.Int("shard", 0, "this server's shard index")
 		servers    = fs.Int("servers", 1, "number of server shards")
 		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
@@ -79,7 +85,9 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	initial := make([]float32, layout.Size())
 	model.Init(initial, mf.seed)
-	core, err := ps.New(ps.Config{Mode: *mode, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg, Logger: log}, initial)
+	core, err := ps.New(ps.Config{Mode: *mode, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
+		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
+		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}, initial)
 	if err != nil {
 		return err
 	}
@@ -91,7 +99,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	log.Info("serving", "component", "ps", "addr", addr, "shard", *shardIdx, "servers", *servers, "mode", *mode,
+	log.Info("serving", "component", "ps", "addr", addr, "clock", core.Clock(), "shard", *shardIdx, "servers", *servers, "mode", *mode,
 		"model", describeModel(model), "floats", plan.Floats(*shardIdx))
 	if *events {
 		emit(stdout, event{Event: "listening", Addr: addr, Shard: *shardIdx})
@@ -119,7 +127,10 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-stopped
 	}
 	<-serveErr
+	if err := core.Checkpoint(); err != nil {
+		return fmt.Errorf("final checkpoint: %w", err)
+	}
 	st := core.Stats()
-	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "rejected", st.Rejected, "pulls", st.Pulls)
+	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls)
 	return nil
 }

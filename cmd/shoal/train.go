@@ -56,6 +56,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		save       = fs.String("save", "", "write the final parameters to this .safetensors file")
 		jsonOut    = fs.Bool("json", false, "end with one JSON line summarising the run")
 		startup    = fs.Duration("startup-timeout", 60*time.Second, "how long a server may take to start")
+		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
+		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
+		ckptDir    = fs.String("checkpoint-dir", "", "servers checkpoint here and resume from it")
+		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
 	)
 	mf.register(fs)
 	of.register(fs, "cosine")
@@ -83,7 +87,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if of.decay != "none" && of.decaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
-		of.decaySteps = max(totalUpdates(train.Len(), *workers, &tf)-of.warmup, 1)
+		of.decaySteps = max(totalUpdates(train.Len(), *workers, *staleness, &tf)-of.warmup, 1)
 	}
 	ocfg, err := of.config()
 	if err != nil {
@@ -101,7 +105,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	psKids := make([]*child, *servers)
 	for i := range *servers {
 		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(*servers),
-			"--mode", tf.mode, "--chunk-bytes", strconv.Itoa(*chunkBytes)}, append(common, of.args()...)...)
+			"--mode", tf.mode, "--chunk-bytes", strconv.Itoa(*chunkBytes), "--workers", strconv.Itoa(*workers),
+			"--backup-workers", strconv.Itoa(*backup), "--staleness", strconv.FormatInt(*staleness, 10),
+			"--checkpoint-dir", *ckptDir, "--checkpoint-every", strconv.FormatInt(*ckptEvery, 10)}, append(common, of.args()...)...)
 		c, err := l.start(ctx, fmt.Sprintf("ps %d", i), i, args...)
 		if err != nil {
 			return err
@@ -218,13 +224,17 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// totalUpdates is how many pushes each server applies in a run: every
-// worker pushes once per push-every steps.
-func totalUpdates(n, workers int, tf *trainFlags) int64 {
+// totalUpdates is how many optimizer steps each server takes in a run:
+// one per step in sync mode, else one per push (every worker pushes once
+// per push-every steps).
+func totalUpdates(n, workers int, staleness int64, tf *trainFlags) int64 {
 	steps := tf.steps
 	if steps == 0 {
 		perRank := (n + workers - 1) / workers
 		steps = int64(tf.epochs) * int64((perRank+tf.batch-1)/tf.batch)
+	}
+	if tf.mode == "sync" || (tf.mode == "ssp" && staleness == 0) {
+		return steps
 	}
 	return int64(workers) * ((steps + int64(tf.pushEvery) - 1) / int64(tf.pushEvery))
 }

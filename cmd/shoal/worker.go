@@ -26,7 +26,7 @@ type trainFlags struct {
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.mode, "mode", "async", "consistency mode: async (Downpour SGD)")
+	fs.StringVar(&t.mode, "mode", "async", "consistency mode: async (Downpour SGD), sync or ssp (bounded staleness)")
 	fs.IntVar(&t.batch, "batch", 64, "batch size per worker")
 	fs.IntVar(&t.epochs, "epochs", 3, "epochs to train")
 	fs.Int64Var(&t.steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
@@ -35,8 +35,14 @@ func (t *trainFlags) register(fs *flag.FlagSet) {
 }
 
 func (t *trainFlags) validate() error {
-	if t.mode != "async" {
-		return fmt.Errorf("--mode %q: unknown (want async; sync, ssp and ring are not implemented yet)", t.mode)
+	switch t.mode {
+	case "async":
+	case "sync", "ssp":
+		if t.pushEvery != 1 || t.fetchEvery != 1 {
+			return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.pushEvery, t.fetchEvery, t.mode)
+		}
+	default:
+		return fmt.Errorf("--mode %q: unknown (want async, sync or ssp; ring is not implemented yet)", t.mode)
 	}
 	if t.batch < 1 {
 		return fmt.Errorf("--batch %d: want >= 1", t.batch)
@@ -119,9 +125,23 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkLayout(model, ps.Info()); err != nil {
 		return err
 	}
-	strategy, err := worker.NewAsync(ps, model.Layout().Size(), worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery})
-	if err != nil {
-		return err
+	info := ps.Info()
+	if info.Mode != tf.mode {
+		return fmt.Errorf("--mode %s: the servers run mode %s", tf.mode, info.Mode)
+	}
+	if info.Mode != "async" && info.Workers != id.WorldSize {
+		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", id.WorldSize, info.Workers, id.WorldSize)
+	}
+	var strategy worker.Strategy
+	staleness := func() map[int64]int64 { return nil }
+	if tf.mode == "sync" {
+		strategy = worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
+	} else {
+		a, err := worker.NewAsync(ps, model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery})
+		if err != nil {
+			return err
+		}
+		strategy, staleness = a, func() map[int64]int64 { return a.Staleness }
 	}
 	board := newBoard(stdout, 1, isTerminal(stdout))
 	progress := board.update
@@ -141,7 +161,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
 	}
 	if *events {
-		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: strategy.Staleness})
+		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness()})
 		return nil
 	}
 	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())

@@ -1,0 +1,153 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/testcluster"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/worker"
+)
+
+// runPS trains a small MLP with workers×batch through servers shards in
+// mode (plain SGD, lr 0.1) for steps steps, and returns the final vector.
+func runPS(t *testing.T, mode string, staleness int64, workers, servers, batch int, steps int64, train data.Dataset) []float32 {
+	t.Helper()
+	spec := nn.Spec{Arch: "mlp", Hidden: []int{24}}
+	model, err := nn.New(spec, nn.NewCPU())
+	require.NoError(t, err)
+	initial := make([]float32, model.Layout().Size())
+	model.Init(initial, 7)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers, cfg.Staleness = mode, workers, staleness
+	cfg.Optimizer = optim.DefaultConfig()
+	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = optim.SGD, 0.1
+	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, model.Layout(), initial, servers, 2000)...)
+
+	errs := make(chan error, workers)
+	for r := range workers {
+		go func() {
+			errs <- func() error {
+				cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				m, _ := nn.New(spec, nn.NewCPU())
+				var s worker.Strategy = worker.NewSync(cl, int64(r), servers)
+				if mode != ps.ModeSync {
+					if s, err = worker.NewAsync(cl, m.Layout().Size(), servers, worker.AsyncConfig{WorkerID: int64(r)}); err != nil {
+						return err
+					}
+				}
+				w, err := worker.New(worker.Config{Rank: r, WorldSize: workers, Batch: batch, Steps: steps, Seed: 11}, m, train, s)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				_, err = w.Run(ctxT(t))
+				return err
+			}()
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+	require.NoError(t, err)
+	defer cl.Close()
+	final := make([]float32, model.Layout().Size())
+	clocks, err := cl.Pull(ctxT(t), final)
+	require.NoError(t, err)
+	if mode == ps.ModeSync || staleness == 0 {
+		for _, c := range clocks {
+			require.Equal(t, steps, c, "every shard applied each step once")
+		}
+	}
+	return final
+}
+
+// relErr is ‖a−b‖/‖b‖.
+func relErr(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// TestSyncEquivalence is the correctness test of the synchronous path: N
+// workers of batch b through S shards see, step by step, exactly the
+// samples one worker of batch N·b sees, and must end at the same weights.
+func TestSyncEquivalence(t *testing.T) {
+	cfg := data.DefaultSyntheticConfig()
+	cfg.Train, cfg.Test = 2400, 10 // 50 steps of 4×12 samples fit in one epoch
+	train, _, err := data.Synthetic(cfg)
+	require.NoError(t, err)
+	const b, steps = 12, 50
+	// The comparison can tell runs apart: half the batch ends elsewhere.
+	other := runPS(t, ps.ModeSync, 0, 1, 1, 2*b, steps, train)
+	ref := runPS(t, ps.ModeSync, 0, 1, 1, 4*b, steps, train)
+	require.Greater(t, relErr(other, ref), 1e-3)
+	for _, n := range []int{1, 2, 4} {
+		for _, s := range []int{1, 3} {
+			t.Run(fmt.Sprintf("N=%d S=%d", n, s), func(t *testing.T) {
+				want := runPS(t, ps.ModeSync, 0, 1, 1, n*b, steps, train)
+				got := runPS(t, ps.ModeSync, 0, n, s, b, steps, train)
+				e := relErr(got, want)
+				t.Logf("relative error %.2e", e)
+				assert.LessOrEqual(t, e, 1e-5)
+			})
+		}
+	}
+}
+
+func TestSSPWithZeroStalenessMatchesSync(t *testing.T) {
+	cfg := data.DefaultSyntheticConfig()
+	cfg.Train, cfg.Test = 1200, 10
+	train, _, err := data.Synthetic(cfg)
+	require.NoError(t, err)
+	sync := runPS(t, ps.ModeSync, 0, 2, 3, 8, 30, train)
+	ssp := runPS(t, ps.ModeSSP, 0, 2, 3, 8, 30, train)
+	e := relErr(ssp, sync)
+	t.Logf("relative error %.2e", e)
+	assert.LessOrEqual(t, e, 1e-5)
+}
+
+// TestSyncNamesAMissingWorker: with the launcher's count of 2 and only
+// worker 0 running, the run fails within the call deadline with an error
+// that names worker 1, instead of hanging.
+func TestSyncNamesAMissingWorker(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	initial := make([]float32, model.Layout().Size())
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers = ps.ModeSync, 2
+	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, model.Layout(), initial, 2, 4096)...)
+	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithCallTimeout(time.Second))
+	require.NoError(t, err)
+	defer cl.Close()
+	w, err := worker.New(worker.Config{Rank: 0, WorldSize: 2, Batch: 16, Epochs: 1}, model, train, worker.NewSync(cl, 0, 2))
+	require.NoError(t, err)
+	defer w.Close()
+	start := time.Now()
+	_, err = w.Run(context.Background())
+	require.Error(t, err)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "waiting for worker(s) 1")
+	assert.Less(t, time.Since(start), 30*time.Second, "the failure must come within the call deadline, not after a hang")
+}
