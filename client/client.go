@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -58,8 +59,9 @@ type Option func(*options)
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithRetry sets how many times a call failing with Unavailable is tried
-// (default 8) and the first backoff (default 50ms, doubling to 2s, with
-// jitter).
+// (default 16, about 25s in all: long enough for a server to restart from
+// its checkpoint) and the first backoff (default 50ms, doubling to 2s,
+// with jitter).
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = attempts, backoff }
 }
@@ -91,7 +93,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
 	}
-	o := options{callTimeout: 60 * time.Second, maxAttempts: 8, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	o := options{callTimeout: 60 * time.Second, maxAttempts: 16, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -101,6 +103,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	c := &Client{opts: o, addrs: addrs}
 	dialOpts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Reconnect to a restarted server within the retry budget (gRPC's
+		// default backoff grows to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(pb.MaxPieceBytes + 64<<10)),
 	}, o.dialOpts...)
 	for _, a := range addrs {

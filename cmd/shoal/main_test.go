@@ -306,3 +306,71 @@ func childrenOf(bin string) []string {
 	}
 	return left
 }
+
+// trainSave runs shoal train with args and --save, and returns the saved
+// vector.
+func trainSave(t *testing.T, args ...string) []float32 {
+	t.Helper()
+	save := filepath.Join(t.TempDir(), "w.safetensors")
+	cmd := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, append([]string{"train", "--save", save}, args...)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	_, vec, _, err := nn.LoadSafetensors(save)
+	require.NoError(t, err)
+	return vec
+}
+
+// TestSyncEquivalenceThroughTheCommandLine: two sync workers of batch 16
+// over three servers end where one worker of batch 32 on one server ends.
+func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
+	common := []string{"--mode", "sync", "--dataset", "synthetic", "--hidden", "32", "--chunk-bytes", "8192",
+		"--steps", "50", "--optimizer", "sgd", "--lr", "0.1"}
+	one := trainSave(t, append(common, "--workers", "1", "--servers", "1", "--batch", "32")...)
+	two := trainSave(t, append(common, "--workers", "2", "--servers", "3", "--batch", "16")...)
+	require.Len(t, two, len(one))
+	var num, den float64
+	for i := range one {
+		d := float64(two[i]) - float64(one[i])
+		num += d * d
+		den += float64(one[i]) * float64(one[i])
+	}
+	e := num / den
+	t.Logf("squared relative error %.2e", e)
+	assert.LessOrEqual(t, e, 1e-10, "relative error above 1e-5")
+}
+
+// TestServerRestartsFromItsCheckpoint kills a server with SIGKILL mid-run
+// and restarts it on the same address: it resumes from its checkpoint and
+// the worker's run finishes.
+func TestServerRestartsFromItsCheckpoint(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	dir := t.TempDir()
+	psArgs := func(listen string) []string {
+		return []string{"ps", "--listen", listen, "--events", "--hidden", "32", "--checkpoint-dir", dir, "--checkpoint-every", "20", "--log-level", "info"}
+	}
+	ps1 := startProc(t, psArgs("127.0.0.1:0")...)
+	addr := ps1.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr
+	w := startProc(t, "worker", "--servers", addr, "--events", "--hidden", "32", "--dataset", "synthetic", "--batch", "16", "--steps", "1500")
+	w.next(t, ctx, "progress", func(e event) bool { return e.Event == "progress" && e.Step >= 60 })
+
+	require.NoError(t, ps1.cmd.Process.Kill())
+	require.Error(t, <-ps1.done)
+	ps1.done <- nil
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "no checkpoint written before the kill")
+
+	ps2 := startProc(t, psArgs(addr)...)
+	ps2.next(t, ctx, "listening event of the restarted server", func(e event) bool { return e.Event == "listening" })
+	done := w.next(t, ctx, "the worker's done event", func(e event) bool { return e.Event == "done" })
+	assert.Equal(t, int64(1500), done.Steps)
+	select {
+	case err := <-w.done:
+		require.NoError(t, err, "worker stderr:\n%s", w.stderr)
+		w.done <- nil
+	case <-ctx.Done():
+		t.Fatal("the worker did not exit")
+	}
+	assert.Contains(t, ps2.stderr.String(), "resumed from checkpoint")
+	require.NoError(t, ps2.cmd.Process.Signal(syscall.SIGTERM))
+}

@@ -33,6 +33,7 @@ type event struct {
 	EpochDone  bool            `json:"epoch_done,omitempty"`
 	Steps      int64           `json:"steps,omitempty"`
 	Staleness  map[int64]int64 `json:"staleness,omitempty"`
+	Dropped    int64           `json:"dropped,omitempty"`
 }
 
 func emit(w io.Writer, e event) {

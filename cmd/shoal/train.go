@@ -38,6 +38,7 @@ type trainSummary struct {
 	TrainSeconds  float64         `json:"train_seconds"`
 	WallSeconds   float64         `json:"wall_seconds"`
 	Staleness     map[int64]int64 `json:"staleness"`
+	Dropped       int64           `json:"dropped_pushes"`
 	FailedWorkers []int           `json:"failed_workers"`
 	Saved         string          `json:"saved,omitempty"`
 }
@@ -161,6 +162,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			for k, v := range m.ev.Staleness {
 				sum.Staleness[k] += v
 			}
+			sum.Dropped += m.ev.Dropped
 		}
 	}
 	board.clearBar()
@@ -206,7 +208,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
 	fmt.Fprintf(stdout, "throughput: %.0f samples/s (%d samples in %.1fs); wall %.1fs\n", sum.SamplesPerSec, sum.Samples, sum.TrainSeconds, sum.WallSeconds)
 	if mean, worst := stalenessStats(sum.Staleness); worst >= 0 {
-		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates\n", mean, worst)
+		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates; pushes by staleness:%s\n", mean, worst, histogram(sum.Staleness))
+	}
+	if sum.Dropped > 0 {
+		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
 	}
 	if sum.Saved != "" {
 		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)
@@ -258,6 +263,20 @@ func pullFinal(ctx context.Context, addrs []string, model nn.Model) ([]float32, 
 func fromEvent(e event) worker.Progress {
 	return worker.Progress{Rank: e.Rank, Epoch: e.Epoch, Epochs: e.Epochs, Step: e.Step, EpochSteps: e.EpochSteps, Samples: e.Samples,
 		LossSum: e.LossSum, Correct: e.Correct, Elapsed: time.Duration(e.Seconds * float64(time.Second)), EpochDone: e.EpochDone}
+}
+
+// histogram renders a staleness histogram as " 0:12 1:40 2:3".
+func histogram(h map[int64]int64) string {
+	keys := make([]int64, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %d:%d", k, h[k])
+	}
+	return b.String()
 }
 
 // stalenessStats returns the mean and the largest staleness of a

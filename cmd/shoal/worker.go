@@ -134,8 +134,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var strategy worker.Strategy
 	staleness := func() map[int64]int64 { return nil }
+	dropped := func() int64 { return 0 }
 	if tf.mode == "sync" {
-		strategy = worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
+		s := worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
+		strategy, dropped = s, func() int64 { return s.Dropped }
 	} else {
 		a, err := worker.NewAsync(ps, model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery})
 		if err != nil {
@@ -161,7 +163,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
 	}
 	if *events {
-		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness()})
+		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped()})
 		return nil
 	}
 	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
