@@ -1,0 +1,514 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Op is the reduction of Allreduce and ReduceScatter.
+type Op int
+
+const (
+	// Sum adds the ranks' values.
+	Sum Op = iota
+	// Average is Sum scaled by 1/N.
+	Average
+	// Min keeps the smallest value (NaN if any is NaN).
+	Min
+	// Max keeps the largest value (NaN if any is NaN).
+	Max
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Average:
+		return "average"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+func (o Op) valid() bool { return o >= Sum && o <= Max }
+
+// Compression is the on-the-wire format of the float32 data of Allreduce,
+// ReduceScatter and Allgather. Values are always accumulated in float32;
+// only what travels is narrowed. Broadcast, Alltoall and AllreduceAdasum
+// always send float32.
+type Compression int
+
+const (
+	// None sends float32.
+	None Compression = iota
+	// Float16 sends IEEE 754 half precision: 11 significant bits, range
+	// ±65504 (larger sums become ±Inf), subnormals down to 2⁻²⁴.
+	Float16
+	// BFloat16 sends bfloat16: 8 significant bits, float32's range.
+	BFloat16
+)
+
+func (c Compression) String() string {
+	switch c {
+	case None:
+		return "none"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("Compression(%d)", int(c))
+}
+
+// ParseCompression parses the names String returns ("none", "float16",
+// "bfloat16"), and "fp16" and "bf16".
+func ParseCompression(s string) (Compression, error) {
+	switch strings.ToLower(s) {
+	case "none", "":
+		return None, nil
+	case "float16", "fp16", "half":
+		return Float16, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
+	}
+	return None, fmt.Errorf("unknown compression %q, want none, float16 or bfloat16", s)
+}
+
+// Config configures a Communicator. Start from DefaultConfig.
+type Config struct {
+	// SegmentBytes is the size of the float32 data in one pipelined
+	// segment: collectives cut their buffers into segments of
+	// SegmentBytes/4 floats, so no Send carries more than SegmentBytes
+	// bytes. Smaller segments start the pipeline sooner; larger ones
+	// cost fewer transport calls. At least 4.
+	SegmentBytes int
+	// Compression is the wire format of Allreduce, ReduceScatter and
+	// Allgather. Every rank must use the same.
+	Compression Compression
+}
+
+// DefaultConfig returns 1 MiB segments and no compression.
+func DefaultConfig() Config {
+	return Config{SegmentBytes: 1 << 20, Compression: None}
+}
+
+func (c Config) validate() error {
+	if c.SegmentBytes < 4 {
+		return fmt.Errorf("collective: Config.SegmentBytes is %d, want at least 4 (DefaultConfig uses %d)", c.SegmentBytes, DefaultConfig().SegmentBytes)
+	}
+	if c.Compression < None || c.Compression > BFloat16 {
+		return fmt.Errorf("collective: Config.Compression is %v, want None, Float16 or BFloat16", c.Compression)
+	}
+	return nil
+}
+
+// ErrBroken is returned, wrapping the first failure, by every collective
+// called after one failed part-way: the byte streams to the peers are out
+// of step, so the group must be formed again (new transports, new
+// Communicator). Argument errors and a ctx that ended before the call
+// started do not break a Communicator.
+var ErrBroken = errors.New("communicator broken by an earlier failed collective")
+
+// Communicator runs collectives over one Transport. It runs one collective
+// at a time (a second concurrent call fails), and every rank must call the
+// same collectives in the same order with matching arguments. It reuses
+// internal buffers between calls and does not own the Transport.
+type Communicator struct {
+	t          Transport
+	cfg        Config
+	rank, size int
+	segElems   int  // floats per segment
+	native     bool // uncompressed float32 goes to the wire without copying
+	busy       atomic.Bool
+	broken     error
+
+	// Ring engine state, shared between the caller's goroutine (which
+	// receives) and the sender goroutine of one call.
+	steps      []ringStep
+	progress   atomic.Int64  // receive segments completed in this call
+	notify     chan struct{} // cap 1: progress moved
+	sent       atomic.Int64  // send segments whose Send returned in this call
+	sentNotify chan struct{} // cap 1: sent moved
+	errMu      sync.Mutex
+	err        error // the call's first error
+
+	sendBuf []byte    // the sender's wire scratch, one segment
+	recvBuf []byte    // the receiver's wire scratch, one segment
+	recvF32 []float32 // the receiver's decoded segment, before reducing
+	vec     []float32 // whole-vector scratch: ReduceScatter partials, AdaSum peer vector
+	offs    []int     // block offsets
+	sendTok [1]byte   // Barrier tokens
+	recvTok [1]byte
+}
+
+// New returns a Communicator for t's rank. t must stay open while the
+// Communicator is used.
+func New(t Transport, cfg Config) (*Communicator, error) {
+	if t == nil {
+		return nil, errors.New("collective: nil Transport")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rank, size := t.Rank(), t.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("collective: transport says rank %d of size %d, want 0 <= rank < size", rank, size)
+	}
+	return &Communicator{
+		t:          t,
+		cfg:        cfg,
+		rank:       rank,
+		size:       size,
+		segElems:   cfg.SegmentBytes / 4,
+		native:     nativeLittleEndian,
+		notify:     make(chan struct{}, 1),
+		sentNotify: make(chan struct{}, 1),
+	}, nil
+}
+
+// Rank is this process's rank, 0..Size()−1.
+func (c *Communicator) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Communicator) Size() int { return c.size }
+
+// Blocks splits n elements into size blocks whose lengths differ by at
+// most one, the first n%size blocks being the longer: the blocks of
+// ReduceScatter and of the ring; when n < size the last size−n are empty.
+// It panics if n < 0 or size < 1.
+func Blocks(n, size int) []int {
+	if n < 0 || size < 1 {
+		panic(fmt.Sprintf("collective.Blocks(%d, %d): want n >= 0 and size >= 1", n, size))
+	}
+	b := make([]int, size)
+	for i := range b {
+		_, b[i] = blockRange(n, size, i)
+	}
+	return b
+}
+
+// blockRange returns the offset and length of block i of Blocks(n, size).
+func blockRange(n, size, i int) (off, length int) {
+	q, r := n/size, n%size
+	if i < r {
+		return i * (q + 1), q + 1
+	}
+	return r*(q+1) + (i-r)*q, q
+}
+
+// begin starts a collective: it refuses concurrent calls, calls on a
+// broken Communicator, and an already-ended ctx. end must follow when
+// begin returns nil.
+func (c *Communicator) begin(ctx context.Context, name string) error {
+	if !c.busy.CompareAndSwap(false, true) {
+		return fmt.Errorf("%s: another collective is running on this Communicator; calls must be sequential", name)
+	}
+	if c.broken != nil {
+		c.busy.Store(false)
+		return fmt.Errorf("%s: %w: %w", name, ErrBroken, c.broken)
+	}
+	if err := ctx.Err(); err != nil {
+		c.busy.Store(false)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// end finishes a collective begun with begin; a failure breaks c.
+func (c *Communicator) end(err error) error {
+	if err != nil {
+		c.broken = err
+	}
+	c.busy.Store(false)
+	return err
+}
+
+// mod returns a mod c.size in 0..size−1.
+func (c *Communicator) mod(a int) int { return ((a % c.size) + c.size) % c.size }
+
+func (c *Communicator) validOp(name string, op Op) error {
+	if !op.valid() {
+		return fmt.Errorf("%s: unknown op %v, want Sum, Average, Min or Max", name, op)
+	}
+	return nil
+}
+
+// Allreduce reduces buf element-wise over all ranks with op, in place:
+// on return every rank's buf holds the same result. Every rank must pass
+// the same len(buf) and op. It is a ring, reduce-scatter then allgather,
+// with the blocks cut into segments that are pipelined (a sender goroutine
+// sends while the caller's goroutine receives and reduces). With
+// compression the result is a value of the wire format, the same on every
+// rank. With one rank it returns at once, buf unchanged (not rounded).
+func (c *Communicator) Allreduce(ctx context.Context, buf []float32, op Op) error {
+	const name = "allreduce"
+	if err := c.validOp(name, op); err != nil {
+		return err
+	}
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return c.end(nil)
+	}
+	n, N, r := len(buf), c.size, c.rank
+	c.steps = c.steps[:0]
+	block := func(b int) []float32 {
+		off, l := blockRange(n, N, c.mod(b))
+		return buf[off : off+l]
+	}
+	// Reduce-scatter: step t sends block r−1−t and reduces block r−2−t,
+	// ending with rank r owning the full reduction of block r.
+	for t := range N - 1 {
+		c.steps = append(c.steps, ringStep{
+			send: block(r - 1 - t), recv: block(r - 2 - t), red: block(r - 2 - t),
+			final: t == N-2,
+		})
+	}
+	// Allgather: step t passes block r−t on and receives block r−t−1,
+	// which reduce-scatter step t sent.
+	for t := range N - 1 {
+		c.steps = append(c.steps, ringStep{send: block(r - t), recv: block(r - t - 1)})
+	}
+	c.chain()
+	for t := range N - 1 {
+		c.steps[N-1+t].after = t
+	}
+	return c.end(c.runRing(ctx, name, op, c.cfg.Compression, true))
+}
+
+// ReduceScatter reduces in element-wise over all ranks with op and writes
+// this rank's block of the result to out: block Rank() of
+// Blocks(len(in), Size()). Every rank must pass the same len(in) and op;
+// in is not modified and out must not overlap it.
+func (c *Communicator) ReduceScatter(ctx context.Context, in, out []float32, op Op) error {
+	const name = "reducescatter"
+	if err := c.validOp(name, op); err != nil {
+		return err
+	}
+	n, N, r := len(in), c.size, c.rank
+	if _, l := blockRange(n, N, r); len(out) != l {
+		return fmt.Errorf("%s: out has %d floats, want %d (block %d of Blocks(%d, %d))", name, len(out), l, r, n, N)
+	}
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	if N == 1 {
+		copy(out, in)
+		return c.end(nil)
+	}
+	c.vec = grow(c.vec, n)
+	acc := c.vec[:n]
+	c.steps = c.steps[:0]
+	block := func(x []float32, b int) []float32 {
+		off, l := blockRange(n, N, c.mod(b))
+		return x[off : off+l]
+	}
+	for t := range N - 1 {
+		st := ringStep{
+			send: block(acc, r-1-t), recv: block(acc, r-2-t), red: block(in, r-2-t),
+			final: t == N-2,
+		}
+		if t == 0 {
+			st.send = block(in, r-1)
+		}
+		if st.final {
+			st.recv = out
+		}
+		c.steps = append(c.steps, st)
+	}
+	c.chain()
+	return c.end(c.runRing(ctx, name, op, c.cfg.Compression, false))
+}
+
+// Allgather concatenates every rank's in into out, in rank order: rank r
+// contributes counts[r] floats (counts may differ per rank, and be 0).
+// Every rank must pass the same counts; len(in) must be counts[Rank()]
+// and len(out) their sum. in may alias this rank's part of out. With
+// compression and more than one rank, every rank's part of out (its own
+// too) is the wire format's rounding of in, the same on every rank. It is
+// a pipelined ring.
+func (c *Communicator) Allgather(ctx context.Context, in, out []float32, counts []int) error {
+	const name = "allgather"
+	N, r := c.size, c.rank
+	if len(counts) != N {
+		return fmt.Errorf("%s: counts has %d entries, want %d (one per rank)", name, len(counts), N)
+	}
+	c.offs = growInts(c.offs, N+1)
+	offs := c.offs[:N+1]
+	offs[0] = 0
+	for i, k := range counts {
+		if k < 0 {
+			return fmt.Errorf("%s: counts[%d] is %d, want >= 0", name, i, k)
+		}
+		offs[i+1] = offs[i] + k
+	}
+	if len(in) != counts[r] {
+		return fmt.Errorf("%s: in has %d floats, want counts[%d] = %d", name, len(in), r, counts[r])
+	}
+	if len(out) != offs[N] {
+		return fmt.Errorf("%s: out has %d floats, want %d (the sum of counts)", name, len(out), offs[N])
+	}
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	own := out[offs[r]:offs[r+1]]
+	copy(own, in)
+	if N == 1 {
+		return c.end(nil)
+	}
+	c.cfg.Compression.quantize(own)
+	block := func(b int) []float32 {
+		b = c.mod(b)
+		return out[offs[b]:offs[b+1]]
+	}
+	c.steps = c.steps[:0]
+	for t := range N - 1 {
+		c.steps = append(c.steps, ringStep{send: block(r - t), recv: block(r - t - 1)})
+	}
+	c.chain()
+	return c.end(c.runRing(ctx, name, Sum, c.cfg.Compression, false))
+}
+
+// Broadcast copies root's buf to every rank's buf. Every rank must pass
+// the same len(buf) and root. It is a pipelined chain root → root+1 → … →
+// root−1: each rank forwards a segment as soon as it has it, so a large
+// buffer takes about (N−1 + segments) segment times, close to one buffer
+// time for any N, where a binomial tree takes log₂N buffer times. Shoal
+// broadcasts whole models (megabytes) to a few ranks, where the chain
+// wins; its cost for tiny buffers, N−1 latencies instead of log₂N, is
+// small at those N. Data travels as float32, never compressed.
+func (c *Communicator) Broadcast(ctx context.Context, buf []float32, root int) error {
+	const name = "broadcast"
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("%s: root is %d, want 0..%d", name, root, c.size-1)
+	}
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	return c.end(c.broadcast(ctx, name, buf, root))
+}
+
+func (c *Communicator) broadcast(ctx context.Context, name string, buf []float32, root int) error {
+	N := c.size
+	if N == 1 {
+		return nil
+	}
+	pos := c.mod(c.rank - root)
+	st := ringStep{send: buf, recv: buf, noSend: pos == N-1, noRecv: pos == 0, dep: -1, after: -1}
+	if !st.noSend && !st.noRecv {
+		st.dep = 0 // forward segment j once it has arrived
+	}
+	c.steps = append(c.steps[:0], st)
+	return c.runRing(ctx, name, Sum, None, false)
+}
+
+// Alltoall sends sendCounts[j] floats of in to each rank j (in rank
+// order, the part for rank j at offset sendCounts[0]+…+sendCounts[j−1])
+// and receives recvCounts[j] floats from each rank j into out, likewise
+// laid out. recvCounts[j] on this rank must equal sendCounts[Rank()] on
+// rank j; a mismatch desynchronizes the streams (the call then fails or
+// meets its deadline) and is not detected. in and out must not overlap.
+// Data travels as float32. Each rank sends to rank+1, rank+2, … while it
+// receives from rank−1, rank−2, …; after a peer fails it still serves the
+// others, so every live rank returns the failure instead of waiting.
+func (c *Communicator) Alltoall(ctx context.Context, in []float32, sendCounts []int, out []float32, recvCounts []int) error {
+	const name = "alltoall"
+	N, r := c.size, c.rank
+	if err := checkCounts(name, "sendCounts", sendCounts, N, "in", len(in)); err != nil {
+		return err
+	}
+	if err := checkCounts(name, "recvCounts", recvCounts, N, "out", len(out)); err != nil {
+		return err
+	}
+	if sendCounts[r] != recvCounts[r] {
+		return fmt.Errorf("%s: sendCounts[%d] is %d but recvCounts[%d] is %d; this rank's part for itself must fit", name, r, sendCounts[r], r, recvCounts[r])
+	}
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	c.offs = growInts(c.offs, 2*(N+1))
+	sOff, rOff := c.offs[:N+1], c.offs[N+1:2*(N+1)]
+	for i := range N {
+		sOff[i+1] = sOff[i] + sendCounts[i]
+		rOff[i+1] = rOff[i] + recvCounts[i]
+	}
+	copy(out[rOff[r]:rOff[r+1]], in[sOff[r]:sOff[r+1]])
+	err := c.exchange(ctx, name,
+		func(ctx context.Context, peer int) error {
+			return c.sendFloats(ctx, peer, in[sOff[peer]:sOff[peer+1]])
+		},
+		func(ctx context.Context, peer int) error {
+			return c.recvFloats(ctx, peer, out[rOff[peer]:rOff[peer+1]])
+		})
+	return c.end(err)
+}
+
+func checkCounts(name, what string, counts []int, size int, buf string, n int) error {
+	if len(counts) != size {
+		return fmt.Errorf("%s: %s has %d entries, want %d (one per rank)", name, what, len(counts), size)
+	}
+	sum := 0
+	for i, k := range counts {
+		if k < 0 {
+			return fmt.Errorf("%s: %s[%d] is %d, want >= 0", name, what, i, k)
+		}
+		sum += k
+	}
+	if sum != n {
+		return fmt.Errorf("%s: %s sum to %d, %s has %d floats", name, what, sum, buf, n)
+	}
+	return nil
+}
+
+// Barrier returns once every rank has called it. Each rank sends a 1-byte
+// token to every other rank and waits for theirs: one round of latency
+// (a dissemination barrier takes log₂N rounds) for N−1 tiny messages per
+// rank, and a dead peer is seen directly by every live rank.
+func (c *Communicator) Barrier(ctx context.Context) error {
+	const name = "barrier"
+	if err := c.begin(ctx, name); err != nil {
+		return err
+	}
+	c.sendTok[0] = 1
+	err := c.exchange(ctx, name,
+		func(ctx context.Context, peer int) error { return c.t.Send(ctx, peer, c.sendTok[:]) },
+		func(ctx context.Context, peer int) error {
+			if err := c.t.Recv(ctx, peer, c.recvTok[:]); err != nil {
+				return err
+			}
+			if c.recvTok[0] != 1 {
+				return &PeerError{Rank: peer, Err: fmt.Errorf("barrier token is %d, want 1: streams out of step", c.recvTok[0])}
+			}
+			return nil
+		})
+	return c.end(err)
+}
+
+func grow(x []float32, n int) []float32 {
+	if cap(x) < n {
+		return make([]float32, n)
+	}
+	return x[:n]
+}
+
+func growBytes(x []byte, n int) []byte {
+	if cap(x) < n {
+		return make([]byte, n)
+	}
+	return x[:n]
+}
+
+func growInts(x []int, n int) []int {
+	if cap(x) < n {
+		return make([]int, n)
+	}
+	return x[:n]
+}
