@@ -82,7 +82,7 @@ func (a *Async) Params(ctx context.Context, step int64, params []float32) error 
 }
 
 // Apply pushes the gradient, or adds it to the ones pending.
-func (a *Async) Apply(ctx context.Context, step int64, grads []float32) error {
+func (a *Async) Apply(ctx context.Context, step int64, _, grads []float32) error {
 	a.last = step
 	if a.acc == nil {
 		return a.push(ctx, step, grads)
@@ -159,7 +159,7 @@ func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
 }
 
 // Apply pushes the gradient for the step the weights came from.
-func (s *Sync) Apply(ctx context.Context, step int64, grads []float32) error {
+func (s *Sync) Apply(ctx context.Context, step int64, _, grads []float32) error {
 	res, err := s.ps.Push(ctx, client.PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads})
 	if err != nil {
 		return err

@@ -20,9 +20,11 @@ import (
 type Strategy interface {
 	// Params makes params hold the weights that step will use.
 	Params(ctx context.Context, step int64, params []float32) error
-	// Apply hands over the gradient of step (the mean over its batch). The
-	// strategy must not keep grads after Apply returns.
-	Apply(ctx context.Context, step int64, grads []float32) error
+	// Apply hands over the gradient of step (the mean over its batch, or
+	// over its BackwardPasses batches). Strategies that update the weights
+	// locally (ring) update params; the strategy must not keep params or
+	// grads after Apply returns.
+	Apply(ctx context.Context, step int64, params, grads []float32) error
 	// Finish sends whatever is still pending after the last step.
 	Finish(ctx context.Context) error
 }
@@ -40,6 +42,9 @@ type Config struct {
 	Steps int64
 	// Seed drives the data order (the same on every rank).
 	Seed uint64
+	// BackwardPasses is how many batches' gradients are averaged into
+	// each step (Horovod's backward_passes_per_step; default 1).
+	BackwardPasses int
 	// Prefetch is how many batches the loader prepares ahead (default 2).
 	Prefetch int
 	// Progress, when set, is called every ProgressEvery (default 250ms) and
@@ -65,6 +70,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("steps %d: want >= 0", c.Steps)
 	case c.Steps == 0 && c.Epochs < 1:
 		return fmt.Errorf("epochs %d: want >= 1 (or steps > 0)", c.Epochs)
+	case c.BackwardPasses < 1:
+		return fmt.Errorf("backward passes per step %d: want >= 1", c.BackwardPasses)
 	}
 	return nil
 }
@@ -110,6 +117,7 @@ type Worker struct {
 	loader   *data.Loader
 	params   []float32
 	grads    []float32
+	pass     []float32 // one batch's gradient, when BackwardPasses > 1
 	log      *slog.Logger
 }
 
@@ -121,6 +129,9 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 	}
 	if cfg.ProgressEvery == 0 {
 		cfg.ProgressEvery = 250 * time.Millisecond
+	}
+	if cfg.BackwardPasses == 0 {
+		cfg.BackwardPasses = 1
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -145,20 +156,29 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := model.Layout().Size()
-	return &Worker{
+	wk := &Worker{
 		cfg: cfg, model: model, strategy: s, loader: loader,
 		params: make([]float32, n), grads: make([]float32, n),
 		log: log.With("component", "worker", "rank", cfg.Rank),
-	}, nil
+	}
+	if cfg.BackwardPasses > 1 {
+		wk.pass = make([]float32, n)
+	}
+	return wk, nil
 }
 
-// StepsPerEpoch is the number of steps in each epoch for this worker.
-func (w *Worker) StepsPerEpoch() int { return w.loader.Steps() }
+// StepsPerEpoch is the number of steps in each epoch for this worker: its
+// batches, BackwardPasses of them to a step.
+func (w *Worker) StepsPerEpoch() int {
+	k := w.cfg.BackwardPasses
+	return (w.loader.Steps() + k - 1) / k
+}
 
 // Epochs is the number of epochs Run will (at least partly) go through.
 func (w *Worker) Epochs() int {
 	if w.cfg.Steps > 0 {
-		return int((w.cfg.Steps + int64(w.loader.Steps()) - 1) / int64(w.loader.Steps()))
+		per := int64(w.StepsPerEpoch())
+		return int((w.cfg.Steps + per - 1) / per)
 	}
 	return w.cfg.Epochs
 }
@@ -180,37 +200,24 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 		if err := w.loader.Start(ctx, epoch); err != nil {
 			return res, err
 		}
-		p := Progress{Rank: w.cfg.Rank, Epoch: epoch, Epochs: epochs, EpochSteps: w.loader.Steps()}
+		p := Progress{Rank: w.cfg.Rank, Epoch: epoch, Epochs: epochs, EpochSteps: w.StepsPerEpoch()}
 		if last := w.cfg.Steps - res.Steps; w.cfg.Steps > 0 && last < int64(p.EpochSteps) {
 			p.EpochSteps = int(last)
 		}
 		epochStart, lastReport := time.Now(), time.Now()
 		for p.Step < p.EpochSteps {
-			b, err := w.loader.Next(ctx)
+			n, loss, correct, err := w.step(ctx, res.Steps)
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				return res, err
 			}
-			if err := w.strategy.Params(ctx, res.Steps, w.params); err != nil {
-				w.loader.Release(b)
-				return res, fmt.Errorf("step %d: %w", res.Steps, err)
-			}
-			loss, correct := w.model.ForwardBackward(w.params, w.grads, b.X, b.Y)
-			n := b.Len()
-			w.loader.Release(b)
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return res, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", res.Steps, loss)
-			}
-			if err := w.strategy.Apply(ctx, res.Steps, w.grads); err != nil {
-				return res, fmt.Errorf("step %d: %w", res.Steps, err)
-			}
 			res.Steps++
 			res.Samples += int64(n)
 			p.Step++
 			p.Samples += n
-			p.LossSum += loss * float64(n)
+			p.LossSum += loss
 			p.Correct += correct
 			if w.cfg.Progress != nil && time.Since(lastReport) >= w.cfg.ProgressEvery {
 				lastReport = time.Now()
@@ -230,6 +237,58 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// step runs one step: BackwardPasses batches forward and backward, their
+// mean gradient handed to the strategy. It returns the samples, the summed
+// loss and the correct predictions, or io.EOF if the epoch had no batch
+// left.
+func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum float64, correct int, err error) {
+	if err := w.strategy.Params(ctx, step, w.params); err != nil {
+		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
+	}
+	k := w.cfg.BackwardPasses
+	passes := 0
+	for ; passes < k; passes++ {
+		b, err := w.loader.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		dst := w.grads
+		if passes > 0 {
+			dst = w.pass
+		}
+		loss, c := w.model.ForwardBackward(w.params, dst, b.X, b.Y)
+		n := b.Len()
+		w.loader.Release(b)
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", step, loss)
+		}
+		if passes > 0 {
+			for i, g := range w.pass {
+				w.grads[i] += g
+			}
+		}
+		samples += n
+		lossSum += loss * float64(n)
+		correct += c
+	}
+	if passes == 0 {
+		return 0, 0, 0, io.EOF
+	}
+	if passes > 1 {
+		inv := 1 / float32(passes)
+		for i := range w.grads {
+			w.grads[i] *= inv
+		}
+	}
+	if err := w.strategy.Apply(ctx, step, w.params, w.grads); err != nil {
+		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
+	}
+	return samples, lossSum, correct, nil
 }
 
 // Evaluation is a model's loss and accuracy on a dataset.

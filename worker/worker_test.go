@@ -74,7 +74,7 @@ func TestAsyncCadence(t *testing.T) {
 			params := make([]float32, 3)
 			for step := range tc.steps {
 				require.NoError(t, a.Params(ctxT(t), step, params))
-				require.NoError(t, a.Apply(ctxT(t), step, []float32{1, 1, 1}))
+				require.NoError(t, a.Apply(ctxT(t), step, params, []float32{1, 1, 1}))
 			}
 			require.NoError(t, a.Finish(ctxT(t)))
 			assert.Len(t, f.pulls, tc.wantPulls)

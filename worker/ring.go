@@ -1,0 +1,202 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"unsafe"
+
+	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+)
+
+// Collective is what ring training needs from a collective.Communicator.
+type Collective interface {
+	Rank() int
+	Size() int
+	Allreduce(ctx context.Context, buf []float32, op collective.Op) error
+	AllreduceAdasum(ctx context.Context, buf []float32) error
+	Broadcast(ctx context.Context, buf []float32, root int) error
+	Allgather(ctx context.Context, in, out []float32, counts []int) error
+}
+
+var _ Collective = (*collective.Communicator)(nil)
+
+// Reduce operations of ring training.
+const (
+	ReduceAverage = "average"
+	ReduceSum     = "sum"
+	ReduceAdasum  = "adasum"
+)
+
+// ErrDesync: the ranks' parameters differ, which only mismatched
+// collectives or nondeterminism can cause; training cannot go on.
+var ErrDesync = errors.New("ranks desynchronised")
+
+// RingConfig configures ring-allreduce training.
+type RingConfig struct {
+	// Optimizer is the optimizer every rank applies locally, identically.
+	Optimizer optim.Config
+	// ReduceOp combines the ranks' gradients: ReduceAverage (default),
+	// ReduceSum or ReduceAdasum.
+	ReduceOp string
+	// Initial are rank 0's initial weights, broadcast to every rank before
+	// the first step (other ranks may pass nil).
+	Initial []float32
+	// DesyncEvery: every that many steps the ranks compare a hash of their
+	// parameters and stop with ErrDesync naming the ranks that differ (0:
+	// never).
+	DesyncEvery int64
+}
+
+// Ring is data-parallel SGD with ring allreduce and no server (Horovod's
+// design): the gradients are combined across ranks and every rank applies
+// the same optimizer step to its own replica.
+type Ring struct {
+	comm    Collective
+	cfg     RingConfig
+	opt     *optim.Optimizer
+	started bool
+	mine    []float32 // this rank's parameter hash, as 8 bytes-in-floats
+	all     []float32 // every rank's
+	counts  []int
+}
+
+var _ Strategy = (*Ring)(nil)
+
+// NewRing returns the ring strategy for a vector of n floats.
+func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
+	switch cfg.ReduceOp {
+	case "":
+		cfg.ReduceOp = ReduceAverage
+	case ReduceAverage, ReduceSum, ReduceAdasum:
+	default:
+		return nil, fmt.Errorf("reduce op %q: unknown (want %s, %s or %s)", cfg.ReduceOp, ReduceAverage, ReduceSum, ReduceAdasum)
+	}
+	if comm.Rank() == 0 && len(cfg.Initial) != n {
+		return nil, fmt.Errorf("ring: rank 0's initial vector has %d floats, want %d", len(cfg.Initial), n)
+	}
+	opt, err := optim.New(cfg.Optimizer, n)
+	if err != nil {
+		return nil, fmt.Errorf("ring: %w", err)
+	}
+	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size())}
+	for i := range r.counts {
+		r.counts[i] = 8
+	}
+	return r, nil
+}
+
+// Params broadcasts rank 0's initial weights before the first step; after
+// that the replica is already up to date.
+func (r *Ring) Params(ctx context.Context, _ int64, params []float32) error {
+	if r.started {
+		return nil
+	}
+	if r.comm.Rank() == 0 {
+		copy(params, r.cfg.Initial)
+	}
+	if err := r.comm.Broadcast(ctx, params, 0); err != nil {
+		return fmt.Errorf("broadcasting the initial weights: %w", err)
+	}
+	r.started = true
+	return nil
+}
+
+// Apply combines the gradients across ranks and steps the local optimizer.
+func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) error {
+	var err error
+	switch r.cfg.ReduceOp {
+	case ReduceAverage:
+		err = r.comm.Allreduce(ctx, grads, collective.Average)
+	case ReduceSum:
+		err = r.comm.Allreduce(ctx, grads, collective.Sum)
+	case ReduceAdasum:
+		err = r.comm.AllreduceAdasum(ctx, grads)
+	}
+	if err != nil {
+		return fmt.Errorf("allreduce of the gradients: %w", err)
+	}
+	if err := r.opt.Step(params, grads); err != nil {
+		return err
+	}
+	if r.cfg.DesyncEvery > 0 && (step+1)%r.cfg.DesyncEvery == 0 {
+		return r.CheckDesync(ctx, step, params)
+	}
+	return nil
+}
+
+// Finish has nothing pending.
+func (r *Ring) Finish(context.Context) error { return nil }
+
+// CheckDesync compares a hash of every rank's parameters and returns
+// ErrDesync naming the ranks whose parameters differ from rank 0's.
+func (r *Ring) CheckDesync(ctx context.Context, step int64, params []float32) error {
+	h := fnv.New64a()
+	h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(params))), 4*len(params)))
+	sum := h.Sum64()
+	// One byte per float: exact even when the wire is float16 or bfloat16.
+	for i := range r.mine {
+		r.mine[i] = float32((sum >> (8 * i)) & 0xff)
+	}
+	if err := r.comm.Allgather(ctx, r.mine, r.all, r.counts); err != nil {
+		return fmt.Errorf("desynchronisation check: %w", err)
+	}
+	var differ []string
+	for rank := 1; rank < r.comm.Size(); rank++ {
+		for i := range 8 {
+			if r.all[8*rank+i] != r.all[i] {
+				differ = append(differ, fmt.Sprint(rank))
+				break
+			}
+		}
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%w: after step %d the parameters of rank(s) %s differ from rank 0's", ErrDesync, step, strings.Join(differ, ", "))
+	}
+	return nil
+}
+
+// EvaluateShard evaluates params on this rank's share of ds (samples
+// rank, rank+world, …) and sums loss, correct predictions and samples
+// over all ranks with the communicator, so every rank gets the metrics of
+// the whole dataset.
+func EvaluateShard(ctx context.Context, comm Collective, model nn.Model, params []float32, ds data.Dataset, batch int) (Evaluation, error) {
+	rank, world := comm.Rank(), comm.Size()
+	c, h, w := ds.Shape()
+	x := make([]float32, batch*c*h*w)
+	y := make([]int32, batch)
+	idx := make([]int, 0, batch)
+	var lossSum float64
+	var correct, n int
+	flush := func() {
+		if len(idx) == 0 {
+			return
+		}
+		ds.Gather(idx, x, y)
+		l, k := model.Evaluate(params, x[:len(idx)*c*h*w], y[:len(idx)])
+		lossSum += l
+		correct += k
+		n += len(idx)
+		idx = idx[:0]
+	}
+	for i := rank; i < ds.Len(); i += world {
+		idx = append(idx, i)
+		if len(idx) == batch {
+			flush()
+		}
+	}
+	flush()
+	totals := []float32{float32(lossSum), float32(correct), float32(n)}
+	if err := comm.Allreduce(ctx, totals, collective.Sum); err != nil {
+		return Evaluation{}, fmt.Errorf("summing the test metrics: %w", err)
+	}
+	if totals[2] == 0 {
+		return Evaluation{}, errors.New("evaluate: empty dataset")
+	}
+	return Evaluation{Loss: float64(totals[0] / totals[2]), Accuracy: float64(totals[1] / totals[2]), Samples: int(totals[2])}, nil
+}
