@@ -1,0 +1,351 @@
+package collnet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/shoalml/shoal/collective"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+)
+
+// helloTimeout bounds how long an accepted connection may take to say
+// hello, so that a stray client cannot hold up the setup.
+const helloTimeout = 10 * time.Second
+
+// Connect joins this rank's group: it rendezvouses with the other ranks
+// through rank 0 (which serves the rendezvous for the duration of the
+// call), connects to every other rank over TCP, and, with SharedMemory,
+// sets up shared-memory rings to the ranks on the same host. It returns
+// when every link is up, or fails when ctx ends first; every rank should
+// be given about the same deadline. Errors: ErrConfig for a bad cfg; a
+// gRPC status error (status.Code: InvalidArgument, DeadlineExceeded, …)
+// from the rendezvous; a *collective.PeerError naming a rank that could
+// not be connected to.
+func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		if cfg.MasterListener != nil {
+			cfg.MasterListener.Close()
+		}
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "collnet", "rank", cfg.Rank, "size", cfg.Size)
+	t := &transport{rank: cfg.Rank, size: cfg.Size, log: log, links: make([]*link, cfg.Size)}
+	if cfg.Size == 1 {
+		if cfg.MasterListener != nil {
+			cfg.MasterListener.Close()
+		}
+		return t, nil
+	}
+
+	var stopRendezvous func()
+	var rv *rendezvous
+	if cfg.Rank == 0 {
+		mlis := cfg.MasterListener
+		if mlis == nil {
+			if mlis, err = ListenMaster(cfg.Master); err != nil {
+				return nil, err
+			}
+		}
+		rv = newRendezvous(cfg.JobID, cfg.Size, log)
+		stopRendezvous = serveRendezvous(rv, mlis)
+		// Stopped once this rank's mesh is up, when every other rank has
+		// its answer: each answered this rank's hello only after reading
+		// it.
+		defer stopRendezvous()
+	}
+
+	lis, err := listenData(cfg.Listen)
+	if err != nil {
+		if rv != nil {
+			rv.fail(err)
+		}
+		return nil, err
+	}
+	defer lis.Close()
+	advertise := cfg.Advertise
+	if advertise == "" {
+		advertise = lis.Addr().String()
+	}
+	req := &pb.JoinRequest{
+		JobId:       cfg.JobID,
+		Rank:        int32(cfg.Rank),
+		WorldSize:   int32(cfg.Size),
+		DataAddress: advertise,
+		HostId:      cfg.HostID,
+	}
+	var resp *pb.JoinResponse
+	if rv != nil {
+		resp, err = rv.Join(ctx, req)
+		if err != nil {
+			rv.fail(err)
+		}
+	} else {
+		resp, err = joinRemote(ctx, cfg.Master, req)
+	}
+	if err == nil {
+		err = checkResponse(resp, cfg.Size)
+	}
+	if err != nil {
+		master := cfg.Master
+		if cfg.MasterListener != nil {
+			master = cfg.MasterListener.Addr().String()
+		}
+		return nil, fmt.Errorf("collnet: rank %d of %d: rendezvous at %s: %w", cfg.Rank, cfg.Size, master, err)
+	}
+	log.Debug("rendezvous complete", "data_address", advertise)
+
+	conns, err := mesh(ctx, cfg, lis, resp)
+	for peer, c := range conns {
+		if c != nil {
+			t.links[peer] = newLink(peer, c)
+		}
+	}
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("collnet: rank %d of %d: connecting: %w", cfg.Rank, cfg.Size, err)
+	}
+	nshm := 0
+	if err := t.setupShm(ctx, cfg, resp); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("collnet: rank %d of %d: shared memory setup: %w", cfg.Rank, cfg.Size, err)
+	}
+	for _, l := range t.links {
+		if l != nil && l.send != nil {
+			nshm++
+			t.wg.Go(func() { t.watch(l) })
+		}
+	}
+	log.Info("connected", "data_address", advertise, "shm_peers", nshm, "tcp_peers", cfg.Size-1-nshm)
+	return t, nil
+}
+
+// listenData opens the data-plane listener.
+func listenData(addr string) (*net.TCPListener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("collnet: data-plane listen on %s: %w", addr, err)
+	}
+	return lis.(*net.TCPListener), nil
+}
+
+// mesh connects this rank to every other: it dials the higher ranks and
+// accepts the lower ones. conns[peer] is set for each connection made,
+// even when it fails.
+func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinResponse) ([]*net.TCPConn, error) {
+	conns := make([]*net.TCPConn, cfg.Size)
+	var wg sync.WaitGroup
+	var acceptErr error
+	stopOnCancel := context.AfterFunc(ctx, func() { lis.Close() })
+	defer stopOnCancel()
+	wg.Go(func() { acceptErr = accept(ctx, cfg, lis, conns[:cfg.Rank]) })
+	var dialErr error
+	for peer := cfg.Rank + 1; peer < cfg.Size && dialErr == nil; peer++ {
+		conns[peer], dialErr = dial(ctx, cfg, peer, resp.Ranks[peer].DataAddress)
+	}
+	if dialErr != nil {
+		lis.Close() // stops accept
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			tune(c, cfg.SocketBufferBytes)
+		}
+	}
+	if dialErr != nil {
+		return conns, dialErr
+	}
+	return conns, acceptErr
+}
+
+// accept takes connections on lis until every lower rank (len(conns)) has
+// dialed in with a valid hello. Connections with a bad hello are refused
+// and closed; accept goes on waiting.
+func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []*net.TCPConn) error {
+	log := cfg.Logger.With("component", "collnet", "rank", cfg.Rank)
+	for have := 0; have < len(conns); {
+		c, err := lis.AcceptTCP()
+		if err != nil {
+			var missing []int
+			for i, c := range conns {
+				if c == nil {
+					missing = append(missing, i)
+				}
+			}
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return &collective.PeerError{Rank: missing[0], Err: fmt.Errorf("ranks %v never connected: %w", missing, err)}
+		}
+		deadline := time.Now().Add(helloTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		c.SetDeadline(deadline)
+		h, err := readHello(c)
+		if err == nil {
+			err = h.check(cfg.Rank, cfg.Size, cfg.JobID)
+		}
+		if err == nil && conns[h.From] != nil {
+			err = fmt.Errorf("%w: rank %d connected twice", errHandshake, h.From)
+		}
+		if err != nil {
+			log.Warn("refused a data-plane connection", "remote", c.RemoteAddr().String(), "err", err)
+			c.Write(appendVerdict(nil, err.Error()))
+			c.Close()
+			continue
+		}
+		if _, err := c.Write(appendVerdict(nil, "")); err != nil {
+			log.Warn("answering a hello", "peer", h.From, "err", err)
+			c.Close()
+			continue
+		}
+		c.SetDeadline(time.Time{})
+		conns[h.From] = c
+		have++
+	}
+	return nil
+}
+
+// dial connects to peer at addr and says hello.
+func dial(ctx context.Context, cfg Config, peer int, addr string) (*net.TCPConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &collective.PeerError{Rank: peer, Err: fmt.Errorf("dialing %s: %w", addr, err)}
+	}
+	tc := c.(*net.TCPConn)
+	release := bindDeadline(ctx, tc.SetDeadline)
+	_, err = tc.Write(appendHello(nil, hello{From: cfg.Rank, To: peer, Size: cfg.Size, JobID: cfg.JobID}))
+	if err == nil {
+		err = readVerdict(tc)
+	}
+	release()
+	if err != nil {
+		tc.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return nil, &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake with %s: %w", addr, err)}
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// tune sets a data-plane connection's options: no Nagle delay (each Send
+// is written at once), and the socket buffer sizes asked for.
+func tune(c *net.TCPConn, bufBytes int) {
+	c.SetNoDelay(true)
+	if bufBytes > 0 {
+		c.SetReadBuffer(bufBytes)
+		c.SetWriteBuffer(bufBytes)
+	}
+}
+
+// setupShm sets up rings with every peer on this host, where both sides
+// can, in four steps (each side: offer its ring to every such peer; read
+// their offers and map their rings; tell each whether that worked; read
+// whether they could), so that no step waits for a peer that waits in
+// turn. The connections carry a few bytes each way, well within socket
+// buffers, so writes never block.
+func (t *transport) setupShm(ctx context.Context, cfg Config, resp *pb.JoinResponse) error {
+	me := resp.Ranks[cfg.Rank].HostId
+	type pair struct {
+		l        *link
+		own      *ring
+		offer    shmOffer
+		peerRing *ring
+		ok       bool
+	}
+	var pairs []*pair
+	for peer, l := range t.links {
+		if l != nil && resp.Ranks[peer].HostId == me {
+			pairs = append(pairs, &pair{l: l})
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+		for _, p := range pairs {
+			// Connect's deadline must not end the links (nor, in shm
+			// mode, make the watcher take the peer for dead).
+			p.l.conn.SetDeadline(time.Time{})
+		}
+		for _, p := range pairs {
+			if p.offer.Path != "" {
+				os.Remove(p.offer.Path) // the peer unlinked it already, unless it failed
+			}
+			if !p.ok {
+				p.own.unmap()
+				p.peerRing.unmap()
+			}
+		}
+	}()
+	for _, p := range pairs {
+		releases = append(releases, bindDeadline(ctx, p.l.conn.SetDeadline))
+	}
+	for _, p := range pairs {
+		if cfg.SharedMemory && shmSupported {
+			var err error
+			p.own, p.offer, err = createRing(cfg.ShmDir, cfg.RingBytes)
+			if err != nil {
+				t.log.Warn("no shared memory with a peer on this host; using TCP", "peer", p.l.peer, "err", err)
+				p.own, p.offer = nil, shmOffer{}
+			}
+		}
+		if _, err := p.l.conn.Write(appendOffer(nil, p.offer)); err != nil {
+			return t.setupError(ctx, p.l.peer, err)
+		}
+	}
+	for _, p := range pairs {
+		o, err := readOffer(p.l.conn)
+		if err != nil {
+			return t.setupError(ctx, p.l.peer, err)
+		}
+		if o.Path != "" && p.own != nil {
+			if p.peerRing, err = openRing(o); err != nil {
+				t.log.Warn("cannot map a peer's ring; using TCP", "peer", p.l.peer, "err", err)
+			}
+		}
+		mapped := byte(0)
+		if p.peerRing != nil {
+			mapped = 1
+		}
+		if _, err := p.l.conn.Write([]byte{mapped}); err != nil {
+			return t.setupError(ctx, p.l.peer, err)
+		}
+	}
+	var b [1]byte
+	for _, p := range pairs {
+		if _, err := io.ReadFull(p.l.conn, b[:]); err != nil {
+			return t.setupError(ctx, p.l.peer, err)
+		}
+		if b[0] > 1 {
+			return t.setupError(ctx, p.l.peer, fmt.Errorf("%w: shared-memory result %d", errHandshake, b[0]))
+		}
+		p.ok = b[0] == 1 && p.peerRing != nil
+	}
+	for _, p := range pairs {
+		if p.ok {
+			p.l.send, p.l.recv = p.own, p.peerRing
+		}
+	}
+	return nil
+}
+
+func (t *transport) setupError(ctx context.Context, peer int, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		err = fmt.Errorf("%w (%w)", cerr, err)
+	}
+	return &collective.PeerError{Rank: peer, Err: err}
+}

@@ -1,0 +1,117 @@
+//go:build linux
+
+package collnet
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// shmSupported reports whether this system has the shared-memory
+// transport.
+const shmSupported = true
+
+// createRing creates a ring file of size data bytes in dir, maps it and
+// returns the ring with the offer that lets the other side map it too.
+// Its space is allocated now (fallocate), so that a full tmpfs fails here,
+// not with SIGBUS in the middle of a Send. The caller removes the file.
+func createRing(dir string, size int) (*ring, shmOffer, error) {
+	var o shmOffer
+	rand.Read(o.Nonce[:])
+	f, err := os.CreateTemp(dir, ringFilePrefix+"*"+ringFileSuffix)
+	if err != nil {
+		return nil, o, err
+	}
+	defer f.Close()
+	o.Path = f.Name()
+	total := ringHeader + size
+	if err := fallocate(f, total); err != nil {
+		os.Remove(o.Path)
+		return nil, o, fmt.Errorf("allocating %d bytes for %s: %w", total, o.Path, err)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(o.Path)
+		return nil, o, fmt.Errorf("mapping %s: %w", o.Path, err)
+	}
+	initRing(mem, o.Nonce)
+	return ringView(mem), o, nil
+}
+
+// fallocate gives f n bytes of allocated space, or, where the file system
+// cannot allocate ahead, at least the size.
+func fallocate(f *os.File, n int) error {
+	err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(n))
+	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+		err = f.Truncate(int64(n))
+	}
+	return err
+}
+
+// openRing maps the ring the other side offered and unlinks its file:
+// from then on the ring lives only as long as its mappings.
+func openRing(o shmOffer) (*ring, error) {
+	if err := checkRingPath(o.Path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(o.Path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	total := int(fi.Size())
+	if n := total - ringHeader; n < minRingBytes || n > maxRingBytes || n&(n-1) != 0 {
+		return nil, fmt.Errorf("ring file %s of %d bytes, want %d plus a power of two in [%d, %d]", o.Path, total, ringHeader, minRingBytes, maxRingBytes)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", o.Path, err)
+	}
+	if err := checkRing(mem, o.Nonce); err != nil {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("ring file %s: %w", o.Path, err)
+	}
+	os.Remove(o.Path)
+	return ringView(mem), nil
+}
+
+// unmap releases the ring's mapping; the ring must not be used after.
+func (r *ring) unmap() error {
+	if r == nil || r.mem == nil {
+		return nil
+	}
+	err := syscall.Munmap(r.mem)
+	r.mem, r.data = nil, nil
+	return err
+}
+
+const (
+	futexWaitOp = 0 // FUTEX_WAIT, shared: the word is in memory mapped by two processes
+	futexWakeOp = 1 // FUTEX_WAKE
+)
+
+// futexWait sleeps while *addr == val, for at most d, or until woken. A
+// spurious return (the word changed, a signal, the timeout) is fine: the
+// caller checks again.
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	ts := syscall.NsecToTimespec(d.Nanoseconds())
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes the sleepers on addr.
+func futexWake(addr *uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
