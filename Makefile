@@ -6,9 +6,9 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 # protoc is pinned to Debian bookworm's protobuf-compiler; the Go plugins
 # are pinned by the tool directives in go.mod.
 PROTOC_VERSION := libprotoc 3.21.12
-PROTOS    := proto/shoalpb/ps.proto
+PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench-allreduce
 
 all: build
 
@@ -52,6 +52,15 @@ verify-generate:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadIDX -fuzztime 30s ./data/
 	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
+	$(GO) test -run '^$$' -fuzz FuzzPush -fuzztime 30s ./ps/
+	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/net/
+	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/net/
+	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/net/
+
+# Shoal's allreduce against PyTorch gloo's (python3-torch), same sizes and
+# process counts, one run; writes the table into docs/BENCHMARKS.md.
+bench-allreduce: build
+	scripts/bench-allreduce.sh
 
 clean:
 	rm -rf bin

@@ -51,7 +51,8 @@ Usage:
 Commands:
   train     train on this machine: start servers and workers as processes on loopback
   ps        run one parameter-server shard
-  worker    run one training worker against parameter servers
+  worker    run one training worker (parameter servers or ring allreduce)
+  bench     benchmarks: collective bandwidth between local processes
   version   print the version
 
 Run 'shoal <command> -h' for the flags of a command.
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPS(ctx, rest, stdout, stderr)
 	case "worker":
 		return runWorker(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

@@ -381,3 +381,41 @@ func TestServerRestartsFromItsCheckpoint(t *testing.T) {
 	assert.Contains(t, ps2.stderr.String(), "resumed from checkpoint")
 	require.NoError(t, ps2.cmd.Process.Signal(syscall.SIGTERM))
 }
+
+// TestKillingARingRank kills rank 1 of a three-rank ring mid-run: the
+// other ranks exit within the collective deadline with an error naming a
+// peer rank, and a rank next to it names rank 1.
+func TestKillingARingRank(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	args := func(rank int, master string) []string {
+		return []string{"worker", "--mode", "ring", "--rank", fmt.Sprint(rank), "--world-size", "3", "--master", master,
+			"--dataset", "synthetic", "--hidden", "32", "--batch", "16", "--steps", "100000000", "--events", "--call-timeout", "30s"}
+	}
+	r0 := startProc(t, args(0, "127.0.0.1:0")...)
+	master := r0.next(t, ctx, "rendezvous address", func(e event) bool { return e.Event == "listening" }).Addr
+	r1 := startProc(t, args(1, master)...)
+	r2 := startProc(t, args(2, master)...)
+	for _, p := range []*proc{r0, r1, r2} {
+		p.next(t, ctx, "progress", func(e event) bool { return e.Event == "progress" })
+	}
+	require.NoError(t, r1.cmd.Process.Kill())
+	r1.done <- <-r1.done
+	named := map[string]bool{}
+	for _, p := range []*proc{r0, r2} {
+		select {
+		case err := <-p.done:
+			require.Error(t, err, "a surviving rank must fail")
+			p.done <- err
+		case <-ctx.Done():
+			t.Fatal("a surviving rank did not exit")
+		}
+		msg := p.stderr.String()
+		assert.Regexp(t, `rank \d: `, msg)
+		for _, r := range []string{"rank 0:", "rank 1:", "rank 2:"} {
+			if strings.Contains(msg, r) {
+				named[r] = true
+			}
+		}
+	}
+	assert.True(t, named["rank 1:"], "no survivor named the killed rank 1")
+}

@@ -34,6 +34,12 @@ type event struct {
 	Steps      int64           `json:"steps,omitempty"`
 	Staleness  map[int64]int64 `json:"staleness,omitempty"`
 	Dropped    int64           `json:"dropped,omitempty"`
+	// done, ring: the test metrics of the whole test set
+	TestLoss     float64 `json:"test_loss,omitempty"`
+	TestAccuracy float64 `json:"test_accuracy,omitempty"`
+	TestSamples  int     `json:"test_samples,omitempty"`
+	// result: one measurement of shoal bench
+	Result *collRecord `json:"result,omitempty"`
 }
 
 func emit(w io.Writer, e event) {

@@ -51,6 +51,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		df         dataFlags
 		tf         trainFlags
 		lf         logFlags
+		rf         ringFlags
 		workers    = fs.Int("workers", 2, "number of worker processes")
 		servers    = fs.Int("servers", 1, "number of parameter-server processes")
 		chunkBytes = fs.Int("chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
@@ -67,14 +68,21 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	df.register(fs)
 	tf.register(fs)
 	lf.register(fs, "warn")
+	rf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := tf.validate(); err != nil {
 		return err
 	}
-	if *workers < 1 || *servers < 1 {
-		return fmt.Errorf("--workers %d, --servers %d: want >= 1 each", *workers, *servers)
+	ring := tf.mode == "ring"
+	if ring {
+		*servers = 0 // no parameter server in ring mode
+	} else if *servers < 1 {
+		return fmt.Errorf("--servers %d: want >= 1", *servers)
+	}
+	if *workers < 1 {
+		return fmt.Errorf("--workers %d: want >= 1", *workers)
 	}
 	model, err := mf.build()
 	if err != nil {
@@ -120,19 +128,39 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		addrs[i], psKids[i] = ev.Addr, c
 	}
 
-	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s lr %g, %s\n",
-		describeModel(model), tf.mode, *workers, *servers, tf.batch, ocfg.Algorithm, ocfg.LR, test.Name())
+	lr := fmt.Sprintf("lr %g", ocfg.LR)
+	if ring && rf.scaleLR {
+		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", ocfg.LR, *workers)
+	}
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s %s, %s\n",
+		describeModel(model), tf.mode, *workers, *servers, tf.batch, ocfg.Algorithm, lr, test.Name())
 	trainStart := time.Now()
 	isWorker := map[*child]bool{}
+	master := "127.0.0.1:0"
 	for r := range *workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers), "--eval=false"},
 			append(append(common, df.args()...), tf.args()...)...)
+		if ring {
+			args = append(append(append(args, of.args()...), rf.args()...), "--master", master)
+			if r == 0 && *save != "" {
+				args = append(args, "--save", *save)
+			}
+		}
 		c, err := l.start(ctx, fmt.Sprintf("worker %d", r), r, args...)
 		if err != nil {
 			return err
 		}
 		isWorker[c] = true
+		if ring && r == 0 {
+			// Rank 0 serves the rendezvous; the others join it there.
+			ev, err := l.waitFor(ctx, c, *startup, func(e event) bool { return e.Event == "listening" })
+			if err != nil {
+				return err
+			}
+			master = ev.Addr
+		}
 	}
+	var ringTest *event
 
 	board := newBoard(stdout, *workers, isTerminal(stdout))
 	sum := trainSummary{Mode: tf.mode, Model: describeModel(model), Parameters: model.Layout().Size(), Dataset: test.Name(), Workers: *workers, Servers: *servers,
@@ -157,6 +185,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case m.ev.Event == "progress":
 			board.update(fromEvent(m.ev))
 		case m.ev.Event == "done":
+			if ring && m.ev.Rank == 0 {
+				ev := m.ev
+				ringTest = &ev
+			}
 			sum.Steps = max(sum.Steps, m.ev.Steps)
 			sum.Samples += int64(m.ev.Samples)
 			for k, v := range m.ev.Staleness {
@@ -173,6 +205,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(sum.FailedWorkers) == *workers {
 		return fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
 	}
+	if ring && len(failures) > 0 {
+		// A ring cannot finish without every rank.
+		return fmt.Errorf("the ring failed:\n%s", strings.Join(failures, "\n"))
+	}
 	for _, f := range failures {
 		fmt.Fprintln(stderr, "shoal train:", f)
 	}
@@ -183,21 +219,31 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
 
-	params, err := pullFinal(ctx, addrs, model)
-	if err != nil {
-		return err
-	}
-	ev, err := worker.Evaluate(ctx, model, params, test, 1000)
-	if err != nil {
-		return err
+	var ev worker.Evaluation
+	if ring {
+		if ringTest == nil {
+			return errors.New("rank 0 finished without reporting the test metrics")
+		}
+		ev = worker.Evaluation{Loss: ringTest.TestLoss, Accuracy: ringTest.TestAccuracy, Samples: ringTest.TestSamples}
+		sum.Saved = *save
 	}
 	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
-	if *save != "" {
-		meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode, "test_accuracy": fmtFloat(ev.Accuracy)}
-		if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
-			return fmt.Errorf("--save %s: %w", *save, err)
+	if !ring {
+		params, err := pullFinal(ctx, addrs, model)
+		if err != nil {
+			return err
 		}
-		sum.Saved = *save
+		if ev, err = worker.Evaluate(ctx, model, params, test, 1000); err != nil {
+			return err
+		}
+		sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
+		if *save != "" {
+			meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode, "test_accuracy": fmtFloat(ev.Accuracy)}
+			if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
+				return fmt.Errorf("--save %s: %w", *save, err)
+			}
+			sum.Saved = *save
+		}
 	}
 	for _, c := range psKids {
 		c.stop()
@@ -238,7 +284,7 @@ func totalUpdates(n, workers int, staleness int64, tf *trainFlags) int64 {
 		perRank := (n + workers - 1) / workers
 		steps = int64(tf.epochs) * int64((perRank+tf.batch-1)/tf.batch)
 	}
-	if tf.mode == "sync" || (tf.mode == "ssp" && staleness == 0) {
+	if tf.mode == "sync" || tf.mode == "ring" || (tf.mode == "ssp" && staleness == 0) {
 		return steps
 	}
 	return int64(workers) * ((steps + int64(tf.pushEvery) - 1) / int64(tf.pushEvery))

@@ -17,16 +17,18 @@ import (
 
 // trainFlags are the training-loop flags shared by worker and train.
 type trainFlags struct {
-	mode       string
-	batch      int
-	epochs     int
-	steps      int64
-	pushEvery  int
-	fetchEvery int
+	mode           string
+	backwardPasses int
+	batch          int
+	epochs         int
+	steps          int64
+	pushEvery      int
+	fetchEvery     int
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.mode, "mode", "async", "consistency mode: async (Downpour SGD), sync or ssp (bounded staleness)")
+	fs.StringVar(&t.mode, "mode", "async", "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
+	fs.IntVar(&t.backwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
 	fs.IntVar(&t.batch, "batch", 64, "batch size per worker")
 	fs.IntVar(&t.epochs, "epochs", 3, "epochs to train")
 	fs.Int64Var(&t.steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
@@ -37,12 +39,15 @@ func (t *trainFlags) register(fs *flag.FlagSet) {
 func (t *trainFlags) validate() error {
 	switch t.mode {
 	case "async":
-	case "sync", "ssp":
+	case "sync", "ssp", "ring":
 		if t.pushEvery != 1 || t.fetchEvery != 1 {
 			return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.pushEvery, t.fetchEvery, t.mode)
 		}
 	default:
-		return fmt.Errorf("--mode %q: unknown (want async, sync or ssp; ring is not implemented yet)", t.mode)
+		return fmt.Errorf("--mode %q: unknown (want async, sync, ssp or ring)", t.mode)
+	}
+	if t.backwardPasses < 1 {
+		return fmt.Errorf("--backward-passes-per-step %d: want >= 1", t.backwardPasses)
 	}
 	if t.batch < 1 {
 		return fmt.Errorf("--batch %d: want >= 1", t.batch)
@@ -61,7 +66,7 @@ func (t *trainFlags) validate() error {
 
 func (t *trainFlags) args() []string {
 	return []string{"--mode", t.mode, "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
-		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery)}
+		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery), "--backward-passes-per-step", fmt.Sprint(t.backwardPasses)}
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -71,17 +76,22 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		df       dataFlags
 		tf       trainFlags
 		lf       logFlags
+		of       optFlags
+		rf       ringFlags
+		save     = fs.String("save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
 		servers  = fs.String("servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
 		rank     = fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
 		world    = fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
 		events   = fs.Bool("events", false, "write JSON events on stdout for a launcher")
 		eval     = fs.Bool("eval", true, "rank 0 evaluates the final weights on the test set")
 		connect  = fs.Duration("connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
-		callTime = fs.Duration("call-timeout", 60*time.Second, "deadline of each pull and push")
+		callTime = fs.Duration("call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
 	)
 	mf.register(fs)
 	df.register(fs)
 	tf.register(fs)
+	of.register(fs, "none")
+	rf.register(fs)
 	lf.register(fs, "warn")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -113,6 +123,25 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	train, test, err := df.load(mf.seed)
 	if err != nil {
 		return err
+	}
+	if tf.mode == "ring" {
+		ocfg, err := of.config()
+		if err != nil {
+			return err
+		}
+		if rf.scaleLR {
+			// Goyal et al.: lr × N, warmed up over the first epoch.
+			ocfg.LR *= float64(id.WorldSize)
+			if ocfg.Schedule.WarmupSteps == 0 {
+				perRank := (train.Len() + id.WorldSize - 1) / id.WorldSize
+				ocfg.Schedule.WarmupSteps = int64((perRank + tf.batch*tf.backwardPasses - 1) / (tf.batch * tf.backwardPasses))
+			}
+			if ocfg.Schedule.MinLR > ocfg.LR {
+				ocfg.Schedule.MinLR = ocfg.LR
+			}
+		}
+		return runRing(ctx, ringRun{id: id, model: model, seed: mf.seed, ocfg: ocfg, train: train, test: test, tf: tf, rf: rf,
+			events: *events, save: *save, timeout: *callTime, stdout: stdout})
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, *connect)
@@ -152,7 +181,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	w, err := worker.New(worker.Config{
 		Rank: id.Rank, WorldSize: id.WorldSize, Batch: tf.batch, Epochs: tf.epochs, Steps: tf.steps,
-		Seed: mf.seed, Progress: progress, Logger: log,
+		Seed: mf.seed, BackwardPasses: tf.backwardPasses, Progress: progress, Logger: log,
 	}, model, train, strategy)
 	if err != nil {
 		return err

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalml/shoal/collective"
+	collnet "github.com/shoalml/shoal/collective/net"
+)
+
+const benchUsage = `Usage: shoal bench <benchmark> [flags]
+
+Benchmarks:
+  allreduce   collective bandwidth between processes on this machine (--op picks the collective)
+`
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, benchUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "allreduce":
+		return runBenchCollective(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, benchUsage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "shoal bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
+	return errUsage
+}
+
+// collRecord is one line of `shoal bench allreduce --json`.
+type collRecord struct {
+	Op        string  `json:"op"`
+	NP        int     `json:"np"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	AlgBW     float64 `json:"algbw_gbps"`
+	BusBW     float64 `json:"busbw_gbps"`
+	Correct   bool    `json:"correct"`
+	Transport string  `json:"transport"`
+}
+
+// busFactor is nccl-tests' factor from algorithm to bus bandwidth.
+func busFactor(op string, n int) float64 {
+	switch op {
+	case "allreduce":
+		return 2 * float64(n-1) / float64(n)
+	case "reducescatter", "allgather", "alltoall":
+		return float64(n-1) / float64(n)
+	}
+	return 1 // broadcast
+}
+
+// parseSizes reads "1MiB,4MiB,512KiB,100".
+func parseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := int64(1)
+		for _, u := range []struct {
+			suffix string
+			m      int64
+		}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+			if strings.HasSuffix(f, u.suffix) {
+				f, mult = strings.TrimSuffix(f, u.suffix), u.m
+				break
+			}
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 || n*mult%4 != 0 {
+			return nil, fmt.Errorf("--sizes %q: want sizes like 1MiB,4MiB,16MiB (whole float32s)", s)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench allreduce", "Measures a collective between --np processes of this binary on loopback and prints,\nper size, the time, algbw = bytes/time and busbw (nccl-tests' definitions), and\nwhether the result was verified correct.", stderr)
+	var (
+		np      = fs.Int("np", 2, "number of processes")
+		sizes   = fs.String("sizes", "1MiB,4MiB,16MiB,64MiB", "message sizes per rank")
+		iters   = fs.Int("iters", 20, "timed iterations per size")
+		warmup  = fs.Int("warmup", 3, "untimed iterations per size")
+		op      = fs.String("op", "allreduce", "collective: allreduce, reducescatter, allgather, broadcast or alltoall")
+		jsonOut = fs.Bool("json", false, "one JSON object per line")
+		shm     = fs.Bool("shared-memory", true, "use shared memory between the processes")
+		comp    = fs.String("compression", "none", "wire format of reductions: none, fp16 or bf16")
+		rank    = fs.Int("rank", -1, "internal: run as this rank")
+		master  = fs.String("master", "", "internal: rank 0's rendezvous address")
+		timeout = fs.Duration("timeout", 2*time.Minute, "deadline of each collective call")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	sz, err := parseSizes(*sizes)
+	if err != nil {
+		return err
+	}
+	switch *op {
+	case "allreduce", "reducescatter", "allgather", "broadcast", "alltoall":
+	default:
+		return fmt.Errorf("--op %q: want allreduce, reducescatter, allgather, broadcast or alltoall", *op)
+	}
+	if *np < 1 || *iters < 1 || *warmup < 0 {
+		return fmt.Errorf("--np %d, --iters %d, --warmup %d: want np >= 1, iters >= 1, warmup >= 0", *np, *iters, *warmup)
+	}
+	rf := ringFlags{compression: *comp}
+	compMode, err := rf.compressionMode()
+	if err != nil {
+		return err
+	}
+	if *rank >= 0 {
+		return benchRank(ctx, *rank, *np, *master, *op, sz, *iters, *warmup, *shm, compMode, *timeout, stdout)
+	}
+
+	// The launcher: start the ranks, print what rank 0 reports.
+	l, err := newLauncher(stderr)
+	if err != nil {
+		return err
+	}
+	defer l.shutdown()
+	common := []string{"bench", "allreduce", "--np", strconv.Itoa(*np), "--sizes", *sizes, "--iters", strconv.Itoa(*iters),
+		"--warmup", strconv.Itoa(*warmup), "--op", *op, "--shared-memory=" + strconv.FormatBool(*shm), "--compression", *comp, "--timeout", timeout.String()}
+	addr := "127.0.0.1:0"
+	kids := map[*child]bool{}
+	for r := range *np {
+		c, err := l.start(ctx, fmt.Sprintf("rank %d", r), r, append(common, "--rank", strconv.Itoa(r), "--master", addr)...)
+		if err != nil {
+			return err
+		}
+		kids[c] = true
+		if r == 0 {
+			ev, err := l.waitFor(ctx, c, time.Minute, func(e event) bool { return e.Event == "listening" })
+			if err != nil {
+				return err
+			}
+			addr = ev.Addr
+		}
+	}
+	if !*jsonOut {
+		fmt.Fprintf(stdout, "%-13s %3s %12s %12s %12s %12s  %s\n", "op", "np", "bytes", "time (s)", "algbw GB/s", "busbw GB/s", "correct")
+	}
+	var failures []string
+	for running := *np; running > 0; {
+		m := <-l.msgs
+		switch {
+		case m.exit:
+			running--
+			if m.from.err != nil {
+				failures = append(failures, m.from.failure())
+			}
+		case m.ev.Event == "result" && m.ev.Result != nil:
+			r := *m.ev.Result
+			if *jsonOut {
+				b, _ := json.Marshal(r)
+				fmt.Fprintf(stdout, "%s\n", b)
+			} else {
+				fmt.Fprintf(stdout, "%-13s %3d %12d %12.6f %12.3f %12.3f  %v\n", r.Op, r.NP, r.Bytes, r.Seconds, r.AlgBW, r.BusBW, r.Correct)
+			}
+			if !r.Correct {
+				failures = append(failures, fmt.Sprintf("%s of %d bytes gave a wrong result", r.Op, r.Bytes))
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(failures) > 0 {
+		return errors.New(strings.Join(failures, "\n"))
+	}
+	return nil
+}
+
+// benchRank is one process of the benchmark.
+func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int64, iters, warmup int, shm bool, comp collective.Compression, timeout time.Duration, stdout io.Writer) error {
+	cfg := collnet.Config{Rank: rank, Size: np, Master: master, JobID: "shoal-bench", SharedMemory: shm}
+	if rank == 0 {
+		lis, err := collnet.ListenMaster(master)
+		if err != nil {
+			return err
+		}
+		cfg.MasterListener = lis
+		emit(stdout, event{Event: "listening", Addr: lis.Addr().String()})
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	tr, err := collnet.Connect(cctx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
+	if err != nil {
+		return err
+	}
+	transport := "tcp"
+	if shm {
+		transport = "shm"
+	}
+	for _, bytes := range sizes {
+		n := int(bytes / 4)
+		fill, run, check := benchOp(comm, op, n)
+		fill()
+		for range warmup {
+			if err := callWithin(ctx, timeout, run); err != nil {
+				return err
+			}
+		}
+		if err := callWithin(ctx, timeout, comm.Barrier); err != nil {
+			return err
+		}
+		start := time.Now()
+		for range iters {
+			if err := callWithin(ctx, timeout, run); err != nil {
+				return err
+			}
+		}
+		secs := []float32{float32(time.Since(start).Seconds() / float64(iters))}
+		// The slowest rank's time is the collective's time.
+		if err := callWithin(ctx, timeout, func(ctx context.Context) error { return comm.Allreduce(ctx, secs, collective.Max) }); err != nil {
+			return err
+		}
+		// One more call on fresh inputs, checked.
+		fill()
+		if err := callWithin(ctx, timeout, run); err != nil {
+			return err
+		}
+		ok := []float32{0}
+		if check() {
+			ok[0] = 1
+		}
+		if err := callWithin(ctx, timeout, func(ctx context.Context) error { return comm.Allreduce(ctx, ok, collective.Min) }); err != nil {
+			return err
+		}
+		if rank == 0 {
+			t := float64(secs[0])
+			alg := float64(bytes) / t / 1e9
+			emit(stdout, event{Event: "result", Result: &collRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
+				BusBW: alg * busFactor(op, np), Correct: ok[0] == 1, Transport: transport}})
+		}
+	}
+	return nil
+}
+
+func callWithin(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return f(ctx)
+}
+
+// benchOp returns, for op on n floats per rank: a fill of the inputs, one
+// call, and a check of the result of one call after a fill. The timed
+// calls do not refill (reductions then grow, harmlessly), as nccl-tests
+// and the PyTorch peer do not.
+func benchOp(c *collective.Communicator, op string, n int) (fill func(), run func(context.Context) error, check func() bool) {
+	rank, size := c.Rank(), c.Size()
+	// Small integers: sums are exact in float32, so the check is exact.
+	val := func(r, i int) float32 { return float32((r+1)*(i%7) + r) }
+	buf := make([]float32, n)
+	fill = func() {
+		for i := range buf {
+			buf[i] = val(rank, i)
+		}
+	}
+	switch op {
+	case "allreduce":
+		return fill, func(ctx context.Context) error { return c.Allreduce(ctx, buf, collective.Sum) },
+			func() bool {
+				for i, v := range buf {
+					var want float32
+					for r := range size {
+						want += val(r, i)
+					}
+					if v != want {
+						return false
+					}
+				}
+				return true
+			}
+	case "reducescatter":
+		blocks := collective.Blocks(n, size)
+		off := 0
+		for r := range rank {
+			off += blocks[r]
+		}
+		out := make([]float32, blocks[rank])
+		return fill, func(ctx context.Context) error { return c.ReduceScatter(ctx, buf, out, collective.Sum) },
+			func() bool {
+				for j, v := range out {
+					var want float32
+					for r := range size {
+						want += val(r, off+j)
+					}
+					if v != want {
+						return false
+					}
+				}
+				return true
+			}
+	case "allgather":
+		per := n / size
+		in := make([]float32, per)
+		out := make([]float32, per*size)
+		counts := make([]int, size)
+		for i := range counts {
+			counts[i] = per
+		}
+		return func() {
+				for i := range in {
+					in[i] = val(rank, i)
+				}
+			}, func(ctx context.Context) error { return c.Allgather(ctx, in, out, counts) },
+			func() bool {
+				for r := range size {
+					for i := range per {
+						if out[r*per+i] != val(r, i) {
+							return false
+						}
+					}
+				}
+				return true
+			}
+	case "broadcast":
+		return fill, func(ctx context.Context) error { return c.Broadcast(ctx, buf, 0) },
+			func() bool {
+				for i, v := range buf {
+					if v != val(0, i) {
+						return false
+					}
+				}
+				return true
+			}
+	default: // alltoall: each rank sends n/size floats to every rank
+		per := n / size
+		counts := make([]int, size)
+		for i := range counts {
+			counts[i] = per
+		}
+		in := make([]float32, per*size)
+		out := make([]float32, per*size)
+		return func() {
+				for d := range size {
+					for i := range per {
+						in[d*per+i] = val(rank, d*per+i)
+					}
+				}
+			}, func(ctx context.Context) error { return c.Alltoall(ctx, in, counts, out, counts) },
+			func() bool {
+				for s := range size {
+					for i := range per {
+						if out[s*per+i] != val(s, rank*per+i) {
+							return false
+						}
+					}
+				}
+				return true
+			}
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/collective"
+	collnet "github.com/shoalml/shoal/collective/net"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/worker"
+)
+
+// ringFlags are the flags of ring-allreduce training.
+type ringFlags struct {
+	master       string
+	listen       string
+	reduceOp     string
+	compression  string
+	desyncEvery  int64
+	scaleLR      bool
+	sharedMemory bool
+	jobID        string
+}
+
+func (r *ringFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.master, "master", "", "ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there")
+	fs.StringVar(&r.listen, "data-listen", "", "ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)")
+	fs.StringVar(&r.reduceOp, "reduce-op", "average", "ring: how gradients combine: average, sum or adasum")
+	fs.StringVar(&r.compression, "compression", "none", "ring: gradients on the wire as none (float32), fp16 or bf16; sums stay float32")
+	fs.Int64Var(&r.desyncEvery, "desync-every", 100, "ring: compare a hash of every rank's parameters every N steps (0: never)")
+	fs.BoolVar(&r.scaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
+	fs.BoolVar(&r.sharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
+	fs.StringVar(&r.jobID, "job-id", "shoal", "ring: a name every rank of one job shares")
+}
+
+func (r *ringFlags) args() []string {
+	return []string{"--reduce-op", r.reduceOp, "--compression", r.compression, "--desync-every", strconv.FormatInt(r.desyncEvery, 10),
+		"--scale-lr=" + strconv.FormatBool(r.scaleLR), "--shared-memory=" + strconv.FormatBool(r.sharedMemory), "--job-id", r.jobID}
+}
+
+func (r *ringFlags) compressionMode() (collective.Compression, error) {
+	switch r.compression {
+	case "none":
+		return collective.None, nil
+	case "fp16":
+		return collective.Float16, nil
+	case "bf16":
+		return collective.BFloat16, nil
+	}
+	return 0, fmt.Errorf("--compression %q: want none, fp16 or bf16", r.compression)
+}
+
+// masterAddr is --master, else MASTER_ADDR:MASTER_PORT (torchrun's).
+func (r *ringFlags) masterAddr() (string, error) {
+	if r.master != "" {
+		return r.master, nil
+	}
+	if a, p := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); a != "" && p != "" {
+		return a + ":" + p, nil
+	}
+	return "", fmt.Errorf("--mode ring needs rank 0's address: --master HOST:PORT or MASTER_ADDR and MASTER_PORT")
+}
+
+// ringRun is everything a ring worker needs.
+type ringRun struct {
+	id      cluster.Identity
+	model   nn.Model
+	seed    uint64
+	ocfg    optim.Config
+	train   data.Dataset
+	test    data.Dataset
+	tf      trainFlags
+	rf      ringFlags
+	events  bool
+	save    string
+	timeout time.Duration
+	stdout  io.Writer
+}
+
+func runRing(ctx context.Context, r ringRun) error {
+	master, err := r.rf.masterAddr()
+	if err != nil {
+		return err
+	}
+	comp, err := r.rf.compressionMode()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory}
+	if r.id.Rank == 0 {
+		lis, err := collnet.ListenMaster(master)
+		if err != nil {
+			return fmt.Errorf("--master %s: %w", master, err)
+		}
+		ccfg.MasterListener = lis
+		if r.events {
+			emit(r.stdout, event{Event: "listening", Addr: lis.Addr().String()})
+		}
+	}
+	tr, err := collnet.Connect(cctx, ccfg)
+	if err != nil {
+		return fmt.Errorf("joining the ring of %d through %s: %w", r.id.WorldSize, master, err)
+	}
+	defer tr.Close()
+	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
+	if err != nil {
+		return err
+	}
+	// Every collective call gets its own deadline.
+	dc := deadlineComm{Communicator: comm, timeout: r.timeout}
+
+	n := r.model.Layout().Size()
+	var initial []float32
+	if r.id.Rank == 0 {
+		initial = make([]float32, n)
+		r.model.Init(initial, r.seed)
+	}
+	ring, err := worker.NewRing(dc, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery})
+	if err != nil {
+		return err
+	}
+	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
+	progress := board.update
+	if r.events {
+		progress = func(p worker.Progress) { emit(r.stdout, progressEvent(p)) }
+	}
+	w, err := worker.New(worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}, r.model, r.train, ring)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	res, err := w.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, err)
+	}
+	params := w.Params()
+	if err := ring.CheckDesync(ctx, res.Steps, params); err != nil {
+		return err
+	}
+	ev, err := worker.EvaluateShard(ctx, dc, r.model, params, r.test, 1000)
+	if err != nil {
+		return err
+	}
+	if r.id.Rank == 0 && r.save != "" {
+		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": "ring", "test_accuracy": fmtFloat(ev.Accuracy)}
+		if err := nn.SaveSafetensors(r.save, r.model.Layout(), params, meta); err != nil {
+			return fmt.Errorf("--save %s: %w", r.save, err)
+		}
+	}
+	if r.events {
+		emit(r.stdout, event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
+			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples})
+		return nil
+	}
+	fmt.Fprintf(r.stdout, "rank %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", r.id.Rank, r.id.WorldSize, res.Steps, res.Samples,
+		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
+	if r.id.Rank == 0 {
+		fmt.Fprintf(r.stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, r.test.Name())
+	}
+	return nil
+}
+
+// deadlineComm gives every collective call its own deadline, so a silent
+// peer ends the call instead of hanging it.
+type deadlineComm struct {
+	*collective.Communicator
+	timeout time.Duration
+}
+
+func (d deadlineComm) Allreduce(ctx context.Context, buf []float32, op collective.Op) error {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.Communicator.Allreduce(ctx, buf, op)
+}
+
+func (d deadlineComm) AllreduceAdasum(ctx context.Context, buf []float32) error {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.Communicator.AllreduceAdasum(ctx, buf)
+}
+
+func (d deadlineComm) Broadcast(ctx context.Context, buf []float32, root int) error {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.Communicator.Broadcast(ctx, buf, root)
+}
+
+func (d deadlineComm) Allgather(ctx context.Context, in, out []float32, counts []int) error {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.Communicator.Allgather(ctx, in, out, counts)
+}
