@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/shoalml/shoal/collective"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/shard"
 )
@@ -44,6 +45,7 @@ type Info struct {
 type Clocks []int64
 
 type options struct {
+	encoding    pb.Encoding
 	callTimeout time.Duration
 	maxAttempts int
 	backoff     time.Duration
@@ -57,6 +59,11 @@ type Option func(*options)
 // WithCallTimeout bounds each call (default 60s) unless the context's own
 // deadline is earlier.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithPushEncoding sends pushed gradients as float16 or bfloat16 (half
+// the bytes); servers add them in float32. Float16 turns values beyond
+// 65504 into Inf, which servers refuse; bfloat16 keeps float32's range.
+func WithPushEncoding(e pb.Encoding) Option { return func(o *options) { o.encoding = e } }
 
 // WithRetry sets how many times a call failing with Unavailable is tried
 // (default 16, about 25s in all: long enough for a server to restart from
@@ -380,14 +387,20 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 	if err != nil {
 		return nil, err
 	}
-	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version}
+	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding}
 	if args.Clocks != nil {
 		h.Clock = args.Clocks[s]
 	}
 	for _, r := range c.push[s] {
 		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 	}
-	const pieceFloats = pb.MaxPieceBytes / 4
+	encode, pieceFloats := pb.AppendFloats, pb.MaxPieceBytes/4
+	switch c.opts.encoding {
+	case pb.Encoding_FLOAT16:
+		encode, pieceFloats = collective.EncodeFloat16, pb.MaxPieceBytes/2
+	case pb.Encoding_BFLOAT16:
+		encode, pieceFloats = collective.EncodeBFloat16, pb.MaxPieceBytes/2
+	}
 	// One buffer for every piece: Send has encoded a message when it
 	// returns (see WithDialOptions for the one caveat).
 	buf := make([]byte, 0, pb.MaxPieceBytes)
@@ -395,7 +408,7 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 	for _, r := range c.push[s] {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			end := min(off+pieceFloats, r.End())
-			msg.Grads = pb.AppendFloats(buf[:0], args.Grads[off:end])
+			msg.Grads = encode(buf[:0], args.Grads[off:end])
 			if err := stream.Send(msg); err != nil {
 				// The real error comes from CloseAndRecv.
 				if errors.Is(err, io.EOF) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -149,4 +150,44 @@ func TestDialChecksShards(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+func TestCompressedPush(t *testing.T) {
+	third := float32(1) / 3
+	for _, tc := range []struct {
+		name string
+		enc  pb.Encoding
+		want float32 // what the server adds, after the wire's rounding
+	}{
+		{"float32", pb.Encoding_FLOAT32, third},
+		{"float16", pb.Encoding_FLOAT16, 0.333251953125},
+		{"bfloat16", pb.Encoding_BFLOAT16, 0.333984375},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Cores(t, 700_000, 2, 300_000, 1)...)
+			cl := dial(t, c, client.WithPushEncoding(tc.enc))
+			grads := make([]float32, 700_000)
+			for i := range grads {
+				grads[i] = third
+			}
+			_, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Grads: grads})
+			require.NoError(t, err)
+			params := make([]float32, len(grads))
+			_, err = cl.Pull(ctxT(t), params)
+			require.NoError(t, err)
+			for _, i := range []int{0, 1, 299_999, 300_000, 699_999} {
+				assert.Equal(t, float32(i)-tc.want, params[i], "index %d", i)
+			}
+		})
+	}
+}
+
+func TestFloat16OverflowIsRefused(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 1)...)
+	cl := dial(t, c, client.WithPushEncoding(pb.Encoding_FLOAT16))
+	grads := []float32{1, 1, 70000, 1, 1, 1, 1, 1}
+	_, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Grads: grads})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "index 2 is +Inf")
+	assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -228,6 +229,16 @@ func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.Push
 	if err != nil {
 		return toStatus(err)
 	}
+	decode, size := pb.DecodeFloats, 4
+	switch h.Encoding {
+	case pb.Encoding_FLOAT32:
+	case pb.Encoding_FLOAT16:
+		decode, size = collective.DecodeFloat16, 2
+	case pb.Encoding_BFLOAT16:
+		decode, size = collective.DecodeBFloat16, 2
+	default:
+		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
+	}
 	in.Grads = make([]float32, total)
 	n := 0
 	msg := first
@@ -235,14 +246,14 @@ func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.Push
 		if msg.Header != nil && msg != first {
 			return invalid("push: a second header after %d floats; want one header per push", n)
 		}
-		if len(msg.Grads)%4 != 0 {
-			return invalid("push: piece of %d bytes is not a whole number of float32", len(msg.Grads))
+		if len(msg.Grads)%size != 0 {
+			return invalid("push: piece of %d bytes is not a whole number of %s values", len(msg.Grads), h.Encoding)
 		}
-		k := len(msg.Grads) / 4
+		k := len(msg.Grads) / size
 		if n+k > total {
 			return invalid("push: pieces carry more than the %d floats the header's ranges hold", total)
 		}
-		if err := pb.DecodeFloats(in.Grads[n:n+k], msg.Grads); err != nil {
+		if err := decode(in.Grads[n:n+k], msg.Grads); err != nil {
 			return invalid("push: %v", err)
 		}
 		n += k

@@ -261,3 +261,29 @@ func TestSyncPullNamesTheMissingWorker(t *testing.T) {
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "waiting for worker(s) 1")
 }
+
+func TestPushEncodings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    func(*pb.PushHeader)
+		data []byte
+		want string
+	}{
+		{"odd float16 bytes", func(h *pb.PushHeader) { h.Encoding = pb.Encoding_FLOAT16 }, []byte{1, 2, 3}, "whole number of FLOAT16 values"},
+		{"unknown encoding", func(h *pb.PushHeader) { h.Encoding = 9 }, nil, "unknown encoding"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+			ps := pb.NewParameterServerClient(dial(t, c, 0))
+			stream, err := ps.Push(ctxT(t))
+			require.NoError(t, err)
+			h := header(0, [2]int64{0, 8})
+			tc.h(h)
+			_ = stream.Send(&pb.PushPiece{Header: h, Grads: tc.data})
+			_, err = stream.CloseAndRecv()
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.want)
+			assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -34,7 +35,7 @@ func (r *ringFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.master, "master", "", "ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there")
 	fs.StringVar(&r.listen, "data-listen", "", "ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)")
 	fs.StringVar(&r.reduceOp, "reduce-op", "average", "ring: how gradients combine: average, sum or adasum")
-	fs.StringVar(&r.compression, "compression", "none", "ring: gradients on the wire as none (float32), fp16 or bf16; sums stay float32")
+	fs.StringVar(&r.compression, "compression", "none", "gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32")
 	fs.Int64Var(&r.desyncEvery, "desync-every", 100, "ring: compare a hash of every rank's parameters every N steps (0: never)")
 	fs.BoolVar(&r.scaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
 	fs.BoolVar(&r.sharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
@@ -56,6 +57,18 @@ func (r *ringFlags) compressionMode() (collective.Compression, error) {
 		return collective.BFloat16, nil
 	}
 	return 0, fmt.Errorf("--compression %q: want none, fp16 or bf16", r.compression)
+}
+
+// pushEncoding is --compression for parameter-server pushes.
+func (r *ringFlags) pushEncoding() (pb.Encoding, error) {
+	c, err := r.compressionMode()
+	switch c {
+	case collective.Float16:
+		return pb.Encoding_FLOAT16, err
+	case collective.BFloat16:
+		return pb.Encoding_BFLOAT16, err
+	}
+	return pb.Encoding_FLOAT32, err
 }
 
 // masterAddr is --master, else MASTER_ADDR:MASTER_PORT (torchrun's).

@@ -140,6 +140,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for r := range *workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers), "--eval=false"},
 			append(append(common, df.args()...), tf.args()...)...)
+		if !ring {
+			args = append(args, "--compression", rf.compression)
+		}
 		if ring {
 			args = append(append(append(args, of.args()...), rf.args()...), "--master", master)
 			if r == 0 && *save != "" {

@@ -144,8 +144,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			events: *events, save: *save, timeout: *callTime, stdout: stdout})
 	}
 
+	enc, err := rf.pushEncoding()
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, *connect)
-	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime))
+	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime), client.WithPushEncoding(enc))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connecting to the parameter servers (--servers %s): %w", *servers, err)

@@ -26,6 +26,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Encoding is how a push's gradient values are written.
+type Encoding int32
+
+const (
+	// little-endian float32
+	Encoding_FLOAT32 Encoding = 0
+	// little-endian IEEE float16 (values beyond 65504 become Inf and the push is refused)
+	Encoding_FLOAT16 Encoding = 1
+	// little-endian bfloat16 (float32's range, 8 bits of mantissa)
+	Encoding_BFLOAT16 Encoding = 2
+)
+
+// Enum value maps for Encoding.
+var (
+	Encoding_name = map[int32]string{
+		0: "FLOAT32",
+		1: "FLOAT16",
+		2: "BFLOAT16",
+	}
+	Encoding_value = map[string]int32{
+		"FLOAT32":  0,
+		"FLOAT16":  1,
+		"BFLOAT16": 2,
+	}
+)
+
+func (x Encoding) Enum() *Encoding {
+	p := new(Encoding)
+	*p = x
+	return p
+}
+
+func (x Encoding) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Encoding) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_shoalpb_ps_proto_enumTypes[0].Descriptor()
+}
+
+func (Encoding) Type() protoreflect.EnumType {
+	return &file_proto_shoalpb_ps_proto_enumTypes[0]
+}
+
+func (x Encoding) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Encoding.Descriptor instead.
+func (Encoding) EnumDescriptor() ([]byte, []int) {
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{0}
+}
+
 // Range is a half-open range [offset, offset+length) of the vector, in floats.
 type Range struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -616,7 +669,9 @@ type PushHeader struct {
 	Clock       int64  `protobuf:"varint,3,opt,name=clock,proto3" json:"clock,omitempty"`
 	PlanVersion uint32 `protobuf:"varint,4,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
 	// ranges the push covers, in order, without overlap.
-	Ranges        []*Range `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges []*Range `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// encoding of the grads bytes of every piece; the server adds in float32.
+	Encoding      Encoding `protobuf:"varint,6,opt,name=encoding,proto3,enum=shoal.v1.Encoding" json:"encoding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -686,13 +741,21 @@ func (x *PushHeader) GetRanges() []*Range {
 	return nil
 }
 
+func (x *PushHeader) GetEncoding() Encoding {
+	if x != nil {
+		return x.Encoding
+	}
+	return Encoding_FLOAT32
+}
+
 // PushPiece is one message of a push stream: the first carries the header
 // (and may carry data), later ones carry consecutive data for the header's
 // ranges, in order.
 type PushPiece struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *PushHeader            `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	// grads: little-endian float32, continuing where the previous piece ended.
+	// grads: values in the header's encoding, continuing where the previous
+	// piece ended.
 	Grads         []byte `protobuf:"bytes,2,opt,name=grads,proto3" json:"grads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -865,14 +928,15 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\tPullPiece\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\x14\n" +
-	"\x05clock\x18\x03 \x01(\x03R\x05clock\"\x9f\x01\n" +
+	"\x05clock\x18\x03 \x01(\x03R\x05clock\"\xcf\x01\n" +
 	"\n" +
 	"PushHeader\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x14\n" +
 	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12!\n" +
 	"\fplan_version\x18\x04 \x01(\rR\vplanVersion\x12'\n" +
-	"\x06ranges\x18\x05 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\"O\n" +
+	"\x06ranges\x18\x05 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12.\n" +
+	"\bencoding\x18\x06 \x01(\x0e2\x12.shoal.v1.EncodingR\bencoding\"O\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
 	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +
@@ -880,7 +944,11 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05clock\x18\x01 \x01(\x03R\x05clock\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1c\n" +
 	"\tstaleness\x18\x03 \x01(\x03R\tstaleness\x12\x18\n" +
-	"\adropped\x18\x04 \x01(\bR\adropped2\xb5\x01\n" +
+	"\adropped\x18\x04 \x01(\bR\adropped*2\n" +
+	"\bEncoding\x12\v\n" +
+	"\aFLOAT32\x10\x00\x12\v\n" +
+	"\aFLOAT16\x10\x01\x12\f\n" +
+	"\bBFLOAT16\x10\x022\xb5\x01\n" +
 	"\x0fParameterServer\x125\n" +
 	"\x04Info\x12\x15.shoal.v1.InfoRequest\x1a\x16.shoal.v1.InfoResponse\x124\n" +
 	"\x04Pull\x12\x15.shoal.v1.PullRequest\x1a\x13.shoal.v1.PullPiece0\x01\x125\n" +
@@ -898,39 +966,42 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 	return file_proto_shoalpb_ps_proto_rawDescData
 }
 
+var file_proto_shoalpb_ps_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
-	(*Range)(nil),        // 0: shoal.v1.Range
-	(*TensorInfo)(nil),   // 1: shoal.v1.TensorInfo
-	(*Plan)(nil),         // 2: shoal.v1.Plan
-	(*InfoRequest)(nil),  // 3: shoal.v1.InfoRequest
-	(*InfoResponse)(nil), // 4: shoal.v1.InfoResponse
-	(*Stats)(nil),        // 5: shoal.v1.Stats
-	(*PullRequest)(nil),  // 6: shoal.v1.PullRequest
-	(*PullPiece)(nil),    // 7: shoal.v1.PullPiece
-	(*PushHeader)(nil),   // 8: shoal.v1.PushHeader
-	(*PushPiece)(nil),    // 9: shoal.v1.PushPiece
-	(*PushResponse)(nil), // 10: shoal.v1.PushResponse
+	(Encoding)(0),        // 0: shoal.v1.Encoding
+	(*Range)(nil),        // 1: shoal.v1.Range
+	(*TensorInfo)(nil),   // 2: shoal.v1.TensorInfo
+	(*Plan)(nil),         // 3: shoal.v1.Plan
+	(*InfoRequest)(nil),  // 4: shoal.v1.InfoRequest
+	(*InfoResponse)(nil), // 5: shoal.v1.InfoResponse
+	(*Stats)(nil),        // 6: shoal.v1.Stats
+	(*PullRequest)(nil),  // 7: shoal.v1.PullRequest
+	(*PullPiece)(nil),    // 8: shoal.v1.PullPiece
+	(*PushHeader)(nil),   // 9: shoal.v1.PushHeader
+	(*PushPiece)(nil),    // 10: shoal.v1.PushPiece
+	(*PushResponse)(nil), // 11: shoal.v1.PushResponse
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
-	1,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
-	2,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
-	0,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
-	5,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
-	0,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	0,  // 5: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	8,  // 6: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	3,  // 7: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	6,  // 8: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	9,  // 9: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	4,  // 10: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	7,  // 11: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	10, // 12: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	2,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
+	3,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
+	1,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
+	6,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
+	1,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
+	1,  // 5: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	0,  // 6: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
+	9,  // 7: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	4,  // 8: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	7,  // 9: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	10, // 10: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	5,  // 11: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	8,  // 12: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	11, // 13: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }
@@ -943,13 +1014,14 @@ func file_proto_shoalpb_ps_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_proto_shoalpb_ps_proto_goTypes,
 		DependencyIndexes: file_proto_shoalpb_ps_proto_depIdxs,
+		EnumInfos:         file_proto_shoalpb_ps_proto_enumTypes,
 		MessageInfos:      file_proto_shoalpb_ps_proto_msgTypes,
 	}.Build()
 	File_proto_shoalpb_ps_proto = out.File
