@@ -82,7 +82,7 @@ func TestPushBadInput(t *testing.T) {
 		{"no ranges", []*pb.PushPiece{{Header: header(0)}}, codes.InvalidArgument, "names no ranges"},
 		{"too few floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1, 1, 1, 1)}}, codes.InvalidArgument, "carry 7 floats, the header's ranges hold 8"},
 		{"too many floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: floats(1, 1, 1, 1, 1)}}, codes.InvalidArgument, "more than the 4 floats"},
-		{"bytes not floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: []byte{1, 2, 3}}}, codes.InvalidArgument, "not a whole number of float32"},
+		{"bytes not floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: []byte{1, 2, 3}}}, codes.InvalidArgument, "not a whole number of FLOAT32 values"},
 		{"unknown range", []*pb.PushPiece{{Header: header(0, [2]int64{8, 4}), Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "inside [0,8)"},
 		{"huge range", []*pb.PushPiece{{Header: header(0, [2]int64{0, math.MaxInt64})}}, codes.InvalidArgument, "range"},
 		{"negative length", []*pb.PushPiece{{Header: header(0, [2]int64{0, -4})}}, codes.InvalidArgument, "length > 0"},
