@@ -66,9 +66,10 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 }
 
-// BenchmarkCPUGemm compares the CPU backend's serial tiling with calling
-// gonum's Sgemm directly (which goes parallel on large products) on the
-// products of the default models at batch 64.
+// BenchmarkCPUGemm compares the CPU backend's serial tiling with OpenBLAS
+// on one thread and with calling gonum's Sgemm directly (which goes
+// parallel on large products) on the products of the default models at
+// batch 64.
 func BenchmarkCPUGemm(b *testing.B) {
 	type gemm struct {
 		name    string
@@ -79,7 +80,10 @@ func BenchmarkCPUGemm(b *testing.B) {
 		{"mlp-fc1-fwd", false, true, 64, 256, 784},
 		{"mlp-fc1-dW", true, false, 256, 784, 64},
 		{"mlp-fc2-dx", false, false, 64, 256, 128},
+		{"mlp512-fc1-fwd", false, true, 64, 512, 784},
+		{"mlp512-fc2-fwd", false, true, 64, 512, 512},
 		{"cnn-conv1-fwd", false, false, cnnConv1, 28 * 28, 9},
+		{"cnn-conv1-dW", false, true, cnnConv1, 9, 28 * 28},
 		{"cnn-conv2-fwd", false, false, cnnConv2, 14 * 14, cnnConv1 * 9},
 		{"cnn-conv2-dW", false, true, cnnConv2, cnnConv1 * 9, 14 * 14},
 		{"cnn-conv2-dcol", true, false, cnnConv1 * 9, 14 * 14, cnnConv2},
@@ -104,6 +108,13 @@ func BenchmarkCPUGemm(b *testing.B) {
 		}
 		b.Run(c.name+"/nn", func(b *testing.B) {
 			be := NewCPU()
+			for b.Loop() {
+				be.Gemm(c.tA, c.tB, c.m, c.n, c.k, 1, a, lda, bm, ldb, 0, cm, c.n)
+			}
+			report(b)
+		})
+		b.Run(c.name+"/openblas", func(b *testing.B) {
+			be := openblasOrSkip(b)
 			for b.Loop() {
 				be.Gemm(c.tA, c.tB, c.m, c.n, c.k, 1, a, lda, bm, ldb, 0, cm, c.n)
 			}

@@ -204,3 +204,128 @@ func TestIm2colCol2imAdjoint(t *testing.T) {
 		assert.InDelta(t, lhs, rhs, 1e-4, "%v k %dx%d pad %d", tc.in, tc.kh, tc.kw, tc.pad)
 	}
 }
+
+// naiveIm2col is im2col's definition, element by element.
+func naiveIm2col(x []float32, in, out shape, kh, kw, pad int) []float32 {
+	hw := out.h * out.w
+	col := make([]float32, in.c*kh*kw*hw)
+	for c := range in.c {
+		for i := range kh {
+			for j := range kw {
+				for oy := range out.h {
+					for ox := range out.w {
+						iy, ix := oy+i-pad, ox+j-pad
+						if iy >= 0 && iy < in.h && ix >= 0 && ix < in.w {
+							col[((c*kh+i)*kw+j)*hw+oy*out.w+ox] = x[(c*in.h+iy)*in.w+ix]
+						}
+					}
+				}
+			}
+		}
+	}
+	return col
+}
+
+// TestIm2colCol2imMatchNaive checks im2col exactly, and col2im in float64
+// against the definition, on the general path and on the one-copy path of
+// convolutions whose output rows are as wide as their input's (including
+// taps that fall entirely off narrow images, and outputs taller or shorter
+// than the input).
+func TestIm2colCol2imMatchNaive(t *testing.T) {
+	tests := []struct {
+		in          shape
+		kh, kw, pad int
+	}{
+		{shape{2, 5, 7}, 3, 3, 1},   // same width and height
+		{shape{1, 28, 28}, 3, 3, 1}, // the cnn's conv1
+		{shape{3, 14, 14}, 3, 3, 1}, // conv2's size
+		{shape{2, 6, 9}, 5, 5, 2},   // |dj| up to 2
+		{shape{1, 4, 2}, 5, 5, 2},   // taps off a 2-wide image entirely
+		{shape{2, 3, 1}, 3, 3, 1},   // 1-wide
+		{shape{2, 4, 5}, 1, 3, 1},   // out.h = in.h+2
+		{shape{2, 6, 5}, 3, 1, 0},   // out.h = in.h-2, no padding
+		{shape{1, 1, 1}, 1, 1, 0},
+		{shape{1, 4, 4}, 2, 3, 2}, // general path
+		{shape{3, 6, 5}, 3, 2, 0}, // general path
+	}
+	for ti, tc := range tests {
+		out := shape{1, tc.in.h + 2*tc.pad - tc.kh + 1, tc.in.w + 2*tc.pad - tc.kw + 1}
+		t.Run(fmt.Sprintf("%v k %dx%d pad %d", tc.in, tc.kh, tc.kw, tc.pad), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ti), 9))
+			x := randVec(rng, tc.in.size())
+			want := naiveIm2col(x, tc.in, out, tc.kh, tc.kw, tc.pad)
+			col := nanVec(len(want))
+			im2col(col, x, tc.in, out, tc.kh, tc.kw, tc.pad)
+			assert.Equal(t, want, col, "im2col")
+
+			// col2im(c) = Σ over the entries of im2col's pattern: the
+			// transpose, computed from the index map of naiveIm2col.
+			c := randVec(rng, len(want))
+			idx := make([]float32, len(x))
+			for i := range idx {
+				idx[i] = float32(i + 1)
+			}
+			where := naiveIm2col(idx, tc.in, out, tc.kh, tc.kw, tc.pad)
+			wantDx := make([]float64, len(x))
+			for r, k := range where {
+				if k != 0 {
+					wantDx[int(k)-1] += float64(c[r])
+				}
+			}
+			dx := randVec(rng, len(x)) // col2im adds to dx
+			dx0 := append([]float32(nil), dx...)
+			col2im(dx, c, tc.in, out, tc.kh, tc.kw, tc.pad)
+			for i := range dx {
+				assert.InDelta(t, float64(dx0[i])+wantDx[i], float64(dx[i]), 1e-5, "dx[%d]", i)
+			}
+		})
+	}
+}
+
+func TestSum32(t *testing.T) {
+	for n := range 40 {
+		v := make([]float32, n)
+		var want float32
+		for i := range v {
+			v[i] = float32(i + 1)
+			want += v[i]
+		}
+		assert.Equal(t, want, sum32(v), "n=%d", n) // small integers: exact
+	}
+}
+
+// TestBranchFreeReLU checks the conditional-move ReLU loops against their
+// definitions, NaN, infinities and signed zeros included.
+func TestBranchFreeReLU(t *testing.T) {
+	nan := float32(math.NaN())
+	inf := float32(math.Inf(1))
+	negZero := float32(math.Copysign(0, -1))
+	vals := []float32{-2, -0.5, negZero, 0, 1e-30, 0.5, 3, inf, -inf, nan}
+
+	// addBias with relu: max(v+b, 0), NaN kept.
+	y := append([]float32(nil), vals...)
+	addBias(y, []float32{0}, 1, len(vals), true)
+	for i, v := range vals {
+		want := max(v, 0)
+		if math.IsNaN(float64(want)) {
+			assert.True(t, math.IsNaN(float64(y[i])), "relu(%v) = %v, want NaN", v, y[i])
+			continue
+		}
+		assert.Equal(t, want, y[i], "relu(%v)", v)
+	}
+
+	// reluGrad: dy where y > 0, else 0 (NaN y included).
+	dy := make([]float32, len(vals))
+	for i := range dy {
+		dy[i] = float32(i + 1)
+	}
+	dx := nanVec(len(vals))
+	reluGrad(dx, dy, vals)
+	for i, v := range vals {
+		want := float32(0)
+		if v > 0 {
+			want = dy[i]
+		}
+		assert.Equal(t, want, dx[i], "reluGrad at y = %v", v)
+	}
+}

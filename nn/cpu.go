@@ -140,8 +140,14 @@ func checkMat(t bool, rows, cols, ld, l int, name string) {
 	}
 }
 
+// scale sets C = beta·C for the m×n matrix C with leading dimension ldc
+// (beta 0 clears C, NaNs included).
 func scale(beta float32, c []float32, m, n, ldc int) {
 	if beta == 1 {
+		return
+	}
+	if beta == 0 && ldc == n {
+		clear(c[:m*n])
 		return
 	}
 	for i := range m {

@@ -1,7 +1,8 @@
 package nn
 
-// Backend runs the dense linear algebra of a model. The CPU backend wraps
-// gonum's float32 BLAS; a GPU backend comes with the gpu package.
+// Backend runs the dense linear algebra of a model. CPU wraps gonum's
+// float32 BLAS and OpenBLAS the machine's libopenblas (NewBestCPU picks);
+// a GPU backend comes with the gpu package.
 //
 // Implementations are not required to be safe for concurrent use; a model
 // uses its backend from one goroutine at a time.

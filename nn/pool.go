@@ -55,9 +55,13 @@ func (mp *maxPool2D) forward(_, x []float32, n int) []float32 {
 	return mp.y
 }
 
-// forward2 is forward for the 2×2 windows of the models, unrolled.
+// forward2 is forward for the 2×2 windows of the models, unrolled and
+// without branches on the data: the index of each pair's larger value, and
+// then of the larger pair, is chosen with conditional moves (a branch per
+// comparison is mispredicted about half the time, which made this loop
+// three to four times slower). Ties go to the first, as in forward.
 func (mp *maxPool2D) forward2(x []float32, n int) {
-	isz, iw := mp.ishp.size(), mp.ishp.w
+	isz, iw, ow := mp.ishp.size(), mp.ishp.w, mp.oshp.w
 	o := 0
 	for s := range n {
 		xs := x[s*isz : (s+1)*isz]
@@ -66,25 +70,26 @@ func (mp *maxPool2D) forward2(x []float32, n int) {
 			for oy := range mp.oshp.h {
 				r0 := base + 2*oy*iw
 				r1 := r0 + iw
-				for ox := range mp.oshp.w {
-					best := r0 + 2*ox
-					v := xs[best]
-					if xs[r0+2*ox+1] > v {
-						best = r0 + 2*ox + 1
-						v = xs[best]
+				row0, row1 := xs[r0:r0+2*ow], xs[r1:r1+2*ow]
+				y, arg := mp.y[o:o+ow], mp.arg[o:o+ow]
+				for ox := range y {
+					a, b := row0[2*ox], row0[2*ox+1]
+					c, d := row1[2*ox], row1[2*ox+1]
+					i, j := r0+2*ox, r1+2*ox
+					if b > a {
+						i++
 					}
-					if xs[r1+2*ox] > v {
-						best = r1 + 2*ox
-						v = xs[best]
+					if d > c {
+						j++
 					}
-					if xs[r1+2*ox+1] > v {
-						best = r1 + 2*ox + 1
-						v = xs[best]
+					ab, cd := max(a, b), max(c, d)
+					if cd > ab {
+						i = j
 					}
-					mp.y[o] = v
-					mp.arg[o] = int32(best)
-					o++
+					y[ox] = max(ab, cd)
+					arg[ox] = int32(i)
 				}
+				o += ow
 			}
 		}
 	}
