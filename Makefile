@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench-allreduce
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench-allreduce bench-compute test-nocgo
 
 all: build
 
@@ -21,10 +21,15 @@ run: build
 	@scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) train --data $(DATA_DIR)
 
-test: lint verify-generate test-race
+test: lint verify-generate test-nocgo test-race
 
 test-race:
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+
+# The static build (containers): no cgo, OpenBLAS unavailable, gonum used.
+test-nocgo:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) vet ./nn/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -61,6 +66,11 @@ fuzz:
 # process counts, one run; writes the table into docs/BENCHMARKS.md.
 bench-allreduce: build
 	scripts/bench-allreduce.sh
+
+# Shoal's training step against PyTorch's (python3-torch), one thread,
+# batch 64, alternating; writes the table into docs/BENCHMARKS.md.
+bench-compute: build
+	scripts/bench-compute.sh
 
 clean:
 	rm -rf bin

@@ -18,6 +18,7 @@ const benchUsage = `Usage: shoal bench <benchmark> [flags]
 
 Benchmarks:
   allreduce   collective bandwidth between processes on this machine (--op picks the collective)
+  compute     one worker's forward+backward+update samples/s, no communication
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -28,6 +29,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch args[0] {
 	case "allreduce":
 		return runBenchCollective(ctx, args[1:], stdout, stderr)
+	case "compute":
+		return runBenchCompute(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, benchUsage)
 		return nil

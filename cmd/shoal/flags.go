@@ -67,13 +67,26 @@ func (m *modelFlags) spec() (nn.Spec, error) {
 	return spec, nil
 }
 
-// build returns the model on the CPU backend.
+// build returns the model on the gonum CPU backend (servers and the
+// launcher, which only initialise and evaluate).
 func (m *modelFlags) build() (nn.Model, error) {
 	spec, err := m.spec()
 	if err != nil {
 		return nil, err
 	}
 	return nn.New(spec, nn.NewCPU())
+}
+
+// buildFast returns the model on the fastest CPU backend here (OpenBLAS
+// when it loads, else gonum) with threads GEMM threads, and says which.
+func (m *modelFlags) buildFast(threads int) (nn.Model, string, error) {
+	spec, err := m.spec()
+	if err != nil {
+		return nil, "", err
+	}
+	be, why := nn.NewBestCPU(threads)
+	model, err := nn.New(spec, be)
+	return model, why, err
 }
 
 // describe names the model for people, e.g. "mlp 784-256-128-10".

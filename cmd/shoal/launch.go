@@ -52,8 +52,16 @@ func newLauncher(stderr io.Writer) (*launcher, error) {
 
 // start runs `shoal args...` as a child named name.
 func (l *launcher) start(ctx context.Context, name string, rank int, args ...string) (*child, error) {
+	return l.startEnv(ctx, name, rank, nil, args...)
+}
+
+// startEnv is start with extra environment variables.
+func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []string, args ...string) (*child, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(cctx, l.exe, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = childAttr()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second

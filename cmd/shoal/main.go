@@ -52,7 +52,8 @@ Commands:
   train     train on this machine: start servers and workers as processes on loopback
   ps        run one parameter-server shard
   worker    run one training worker (parameter servers or ring allreduce)
-  bench     benchmarks: collective bandwidth between local processes
+  bench     benchmarks: collective bandwidth between local processes, one worker's compute
+  info      print the build, the GEMM path (OpenBLAS or gonum), thread settings and GPU driver
   version   print the version
 
 Run 'shoal <command> -h' for the flags of a command.
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWorker(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
+	case "info":
+		return runInfo(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

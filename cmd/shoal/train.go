@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,7 +150,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				args = append(args, "--save", *save)
 			}
 		}
-		c, err := l.start(ctx, fmt.Sprintf("worker %d", r), r, args...)
+		// Each worker gets its share of the cores, and OpenBLAS no more
+		// threads than that (it would start one per core in every process).
+		threads := max(1, runtime.NumCPU()/(*workers))
+		args = append(args, "--threads", strconv.Itoa(threads))
+		c, err := l.startEnv(ctx, fmt.Sprintf("worker %d", r), r, []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}, args...)
 		if err != nil {
 			return err
 		}

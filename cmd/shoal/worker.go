@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -79,6 +80,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		of       optFlags
 		rf       ringFlags
 		save     = fs.String("save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
+		threads  = fs.Int("threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
 		servers  = fs.String("servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
 		rank     = fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
 		world    = fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
@@ -116,10 +118,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := id.Validate(); err != nil {
 		return fmt.Errorf("--rank/--world-size: %w", err)
 	}
-	model, err := mf.build()
+	if *threads < 1 {
+		return fmt.Errorf("--threads %d: want >= 1", *threads)
+	}
+	model, backend, err := mf.buildFast(*threads)
 	if err != nil {
 		return err
 	}
+	log.Info("compute backend", "component", "worker", "backend", backend)
 	train, test, err := df.load(mf.seed)
 	if err != nil {
 		return err

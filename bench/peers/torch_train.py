@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The peer of `shoal bench compute`: one worker's training step in PyTorch.
+
+Same models as Shoal's nn package (layer for layer: mlp 784-H...-10 with
+ReLU; cnn conv 1->16 3x3 pad 1, ReLU, maxpool 2, conv 16->32 3x3 pad 1,
+ReLU, maxpool 2, fc 1568->128, ReLU, fc 128->10), same batch of random
+inputs, SGD with momentum 0.9 at lr 0.01, the same warm-up and timed steps,
+on --threads threads. Prints one JSON object with the keys of
+`shoal bench compute --json` (model, hidden, batch, threads, backend, steps,
+seconds, samples_per_sec).
+
+The thread count is set before torch is imported (OMP_NUM_THREADS for
+PyTorch's own kernels and oneDNN, OPENBLAS_NUM_THREADS for the BLAS, which
+Debian's build does not otherwise limit) and with torch.set_num_threads.
+Needs Debian's python3-torch (PyTorch 1.13, CPU); run it with /usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--hidden", default="512,512", help="MLP hidden widths, comma-separated")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps")
+    p.add_argument("--steps", type=int, default=100, help="timed steps")
+    p.add_argument("--seed", type=int, default=1)
+    return p.parse_args()
+
+
+def build(torch, args):
+    nn = torch.nn
+    if args.model == "mlp":
+        widths = [784] + [int(h) for h in args.hidden.split(",")]
+        layers = [nn.Flatten()]
+        for a, b in zip(widths, widths[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(widths[-1], 10))
+        return nn.Sequential(*layers)
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+def blas_name():
+    """The BLAS this process loaded, from its memory map."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return "unknown"
+    for name in ("openblas", "mkl", "blis", "libblas"):
+        if name in maps:
+            return {"libblas": "blas"}.get(name, name)
+    return "none"
+
+
+def main():
+    args = parse_args()
+    if args.threads < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
+        sys.exit("torch_train.py: want threads, batch, steps >= 1 and warmup >= 0")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    import torch  # after the environment: the libraries read it when loaded
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = build(torch, args)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.rand(args.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (args.batch,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    secs = time.perf_counter() - start
+    print(json.dumps({
+        "model": args.model,
+        "hidden": [int(h) for h in args.hidden.split(",")] if args.model == "mlp" else [],
+        "batch": args.batch,
+        "threads": args.threads,
+        "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
+        "steps": args.steps,
+        "seconds": secs,
+        "samples_per_sec": args.batch * args.steps / secs,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+)
+
+// computeRecord is the result of `shoal bench compute`, the object
+// `--json` prints; bench/peers/torch_train.py prints the same keys.
+type computeRecord struct {
+	Model   string `json:"model"`
+	Hidden  []int  `json:"hidden"`
+	Batch   int    `json:"batch"`
+	Threads int    `json:"threads"`
+	// Backend is the GEMM path: "cpu/openblas" or "cpu/gonum".
+	Backend       string  `json:"backend"`
+	Parameters    int     `json:"parameters"`
+	Warmup        int     `json:"warmup"`
+	Steps         int     `json:"steps"`
+	Seconds       float64 `json:"seconds"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	// Why says why this backend (the library loaded, or why not OpenBLAS).
+	Why string `json:"why"`
+}
+
+const benchComputeSynopsis = `Measures one worker's training compute, without communication: forward pass,
+backward pass and SGD-momentum update (lr 0.01, momentum 0.9) of --model on one
+batch of synthetic data, repeated; --warmup untimed steps, then --steps timed
+ones. Prints samples/s. bench/peers/torch_train.py is the same in PyTorch.`
+
+func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench compute", benchComputeSynopsis, stderr)
+	var mf modelFlags
+	mf.register(fs)
+	var (
+		batch   = fs.Int("batch", 64, "samples per step")
+		threads = fs.Int("threads", 1, "GEMM threads of the worker (OpenBLAS; the gonum backend is serial)")
+		steps   = fs.Int("steps", 100, "timed steps")
+		warmup  = fs.Int("warmup", 10, "untimed steps first")
+		backend = fs.String("backend", "auto", "GEMM path: auto (OpenBLAS when it loads, else gonum), openblas or gonum")
+		jsonOut = fs.Bool("json", false, "print one JSON object")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *batch < 1 || *steps < 1 || *warmup < 0 || *threads < 1 {
+		return fmt.Errorf("--batch %d, --steps %d, --warmup %d, --threads %d: want batch, steps, threads >= 1 and warmup >= 0",
+			*batch, *steps, *warmup, *threads)
+	}
+	spec, err := mf.spec()
+	if err != nil {
+		return err
+	}
+	be, why, err := computeBackend(*backend, *threads)
+	if err != nil {
+		return err
+	}
+	model, err := nn.New(spec, be)
+	if err != nil {
+		return err
+	}
+	rec, err := benchCompute(ctx, model, *batch, *warmup, *steps, mf.seed)
+	if err != nil {
+		return err
+	}
+	rec.Hidden = spec.Hidden
+	if rec.Hidden == nil {
+		rec.Hidden = []int{}
+	}
+	rec.Threads = *threads
+	if _, ok := be.(*nn.CPU); ok {
+		rec.Threads = 1 // serial
+	}
+	rec.Backend, rec.Why = be.Name(), why
+	if *jsonOut {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
+		describeModel(model), rec.Batch, rec.Threads, rec.Backend, rec.SamplesPerSec, rec.Steps, rec.Seconds, why)
+	return err
+}
+
+// computeBackend returns the backend --backend names, with threads GEMM
+// threads, and why it is the one.
+func computeBackend(name string, threads int) (nn.Backend, string, error) {
+	switch name {
+	case "auto":
+		be, why := nn.NewBestCPU(threads)
+		return be, why, nil
+	case "openblas":
+		o, err := nn.NewOpenBLAS(threads)
+		if err != nil {
+			return nil, "", fmt.Errorf("--backend openblas: %w", err)
+		}
+		return o, o.Describe(), nil
+	case "gonum":
+		return nn.NewCPU(), "gonum: asked for with --backend gonum", nil
+	}
+	return nil, "", fmt.Errorf("--backend %q: want auto, openblas or gonum", name)
+}
+
+// benchCompute times training steps of model on one synthetic batch.
+func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int, seed uint64) (computeRecord, error) {
+	spec := nn.DefaultSpec(model.Name())
+	cfg := data.DefaultSyntheticConfig()
+	cfg.Train, cfg.Test, cfg.Seed = batch, 1, seed
+	cfg.C, cfg.H, cfg.W, cfg.Classes = spec.Channels, spec.Height, spec.Width, model.Classes()
+	train, _, err := data.Synthetic(cfg)
+	if err != nil {
+		return computeRecord{}, err
+	}
+	idx := make([]int, batch)
+	for i := range idx {
+		idx[i] = i
+	}
+	x := make([]float32, batch*model.InputSize())
+	labels := make([]int32, batch)
+	train.Gather(idx, x, labels)
+
+	params := make([]float32, model.Layout().Size())
+	grads := make([]float32, len(params))
+	model.Init(params, seed)
+	ocfg := optim.DefaultConfig()
+	ocfg.Algorithm = optim.Momentum
+	opt, err := optim.New(ocfg, len(params))
+	if err != nil {
+		return computeRecord{}, err
+	}
+	step := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// A worker enters the scheduler every step when it communicates;
+		// this loop, which does not, yields instead. A goroutine that has
+		// not been scheduled for 10ms loses its P when it is next in a cgo
+		// call (an OpenBLAS GEMM), after which sysmon polls every 20µs for
+		// a while: about ten context switches per MLP step, and 3-15% more
+		// CPU per step on a busy machine.
+		runtime.Gosched()
+		model.ForwardBackward(params, grads, x, labels)
+		return opt.Step(params, grads)
+	}
+	for range warmup {
+		if err := step(); err != nil {
+			return computeRecord{}, err
+		}
+	}
+	start := time.Now()
+	for range steps {
+		if err := step(); err != nil {
+			return computeRecord{}, err
+		}
+	}
+	secs := time.Since(start).Seconds()
+	return computeRecord{
+		Model: model.Name(), Batch: batch, Parameters: len(params), Warmup: warmup, Steps: steps,
+		Seconds: secs, SamplesPerSec: float64(batch*steps) / secs,
+	}, nil
+}

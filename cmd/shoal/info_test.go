@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInfo(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, runInfo(context.Background(), nil, &out, os.Stderr))
+	text := out.String()
+	for _, want := range []string{"build:    shoal ", "gemm:     cpu/", "threads:  ", "GOMAXPROCS", "gpu:      "} {
+		assert.Contains(t, text, want)
+	}
+
+	out.Reset()
+	require.NoError(t, runInfo(context.Background(), []string{"--json"}, &out, os.Stderr))
+	var r infoReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), out.String())
+	assert.NotEmpty(t, r.Build.Go)
+	assert.Contains(t, []string{"cpu/openblas", "cpu/gonum"}, r.GEMM.Backend)
+	assert.NotEmpty(t, r.GEMM.Reason)
+	if r.GEMM.Backend == "cpu/openblas" {
+		assert.NotEmpty(t, r.GEMM.Path)
+		assert.Positive(t, r.Threads.OpenBLAS)
+	}
+	assert.Positive(t, r.Threads.NumCPU)
+	assert.Positive(t, r.Threads.GOMAXPROCS)
+	assert.NotEmpty(t, r.GPU.Detail)
+
+	var stderr bytes.Buffer
+	assert.ErrorIs(t, runInfo(context.Background(), []string{"extra"}, &out, &stderr), errUsage)
+}
+
+func TestNvidiaDriver(t *testing.T) {
+	tests := []struct {
+		name   string
+		files  map[string]string
+		driver bool
+		detail string
+	}{
+		{"nothing", nil, false, "no NVIDIA driver"},
+		{"kernel module", map[string]string{"proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06\nGCC version: 12\n"},
+			true, "NVIDIA driver: NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06"},
+		{"library only", map[string]string{"usr/lib64/libnvidia-ml.so.1": ""}, true, "NVIDIA driver library /usr/lib64/libnvidia-ml.so.1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for rel, content := range tc.files {
+				p := filepath.Join(root, rel)
+				require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+				require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+			}
+			t.Setenv("LD_LIBRARY_PATH", "")
+			g := nvidiaDriver(root)
+			assert.Equal(t, tc.driver, g.Driver)
+			assert.True(t, strings.HasPrefix(g.Detail, tc.detail), g.Detail)
+		})
+	}
+}
+
+// TestBinaryLinksNoBLAS checks that the binary has no link-time dependency
+// on a BLAS (OpenBLAS is dlopened), nor on an NVIDIA library.
+func TestBinaryLinksNoBLAS(t *testing.T) {
+	f, err := elf.Open(shoalBin)
+	if err != nil {
+		t.Skipf("SKIP: not an ELF binary: %v", err)
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	require.NoError(t, err)
+	t.Logf("DT_NEEDED: %v", libs)
+	for _, l := range libs {
+		assert.NotContains(t, l, "blas", "DT_NEEDED %s", l)
+		assert.NotContains(t, l, "nvidia", "DT_NEEDED %s", l)
+		assert.NotContains(t, l, "cuda", "DT_NEEDED %s", l)
+	}
+}
+
+// TestStaticBinary builds shoal with CGO_ENABLED=0 (the static binary for
+// containers) and checks that info and bench compute work there on gonum.
+func TestStaticBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "shoal-static")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "CGO_ENABLED=0 go build: %s", out)
+
+	ctx := ctxT(t, 2*time.Minute)
+	out, err = exec.CommandContext(ctx, bin, "info", "--json").Output()
+	require.NoError(t, err)
+	var r infoReport
+	require.NoError(t, json.Unmarshal(out, &r), string(out))
+	assert.False(t, r.Build.Cgo)
+	assert.Equal(t, "cpu/gonum", r.GEMM.Backend)
+	assert.Contains(t, r.GEMM.Reason, "built without cgo")
+
+	out, err = exec.CommandContext(ctx, bin, "bench", "compute", "--hidden", "8", "--batch", "4", "--steps", "2", "--warmup", "1", "--json").Output()
+	require.NoError(t, err)
+	var rec computeRecord
+	require.NoError(t, json.Unmarshal(out, &rec), string(out))
+	assert.Equal(t, "cpu/gonum", rec.Backend)
+
+	cmd := exec.CommandContext(ctx, bin, "bench", "compute", "--backend", "openblas", "--steps", "1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Contains(t, stderr.String(), "--backend openblas: nn: OpenBLAS unavailable: built without cgo")
+}
+
+// TestInfoOpenBLASOff runs the binary with SHOAL_OPENBLAS=off: gonum, and
+// the reason says so.
+func TestInfoOpenBLASOff(t *testing.T) {
+	cmd := exec.CommandContext(ctxT(t, time.Minute), shoalBin, "info")
+	cmd.Env = append(os.Environ(), "SHOAL_OPENBLAS=off")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "gemm:     cpu/gonum")
+	assert.Contains(t, string(out), "SHOAL_OPENBLAS=off")
+	assert.Contains(t, string(out), "SHOAL_OPENBLAS=off\n") // listed with the environment too
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs `shoal bench compute` and its PyTorch peer (bench/peers/torch_train.py)
+# for the MLP 784-512-512-10 and the CNN at batch 64 on one thread, alternating
+# Shoal and PyTorch for ROUNDS rounds in one session, and writes the
+# side-by-side table (medians over the rounds, and their ratio) into
+# docs/BENCHMARKS.md between <!-- compute:begin --> and <!-- compute:end -->.
+# Needs Debian's python3-torch and a built bin/shoal (make bench-compute).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-/usr/bin/python3}
+SHOAL=${SHOAL:-bin/shoal}
+BATCH=${BATCH:-64}
+THREADS=${THREADS:-1}
+STEPS=${STEPS:-100}
+WARMUP=${WARMUP:-10}
+ROUNDS=${ROUNDS:-3}
+DOC=${DOC:-docs/BENCHMARKS.md}
+"$PY" -c 'import torch' 2>/dev/null || {
+	echo "bench-compute: $PY cannot import torch: apt-get install python3-torch" >&2; exit 1; }
+[ -x "$SHOAL" ] || { echo "bench-compute: $SHOAL not found: run make build first" >&2; exit 1; }
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for round in $(seq 1 "$ROUNDS"); do
+	for model in mlp cnn; do
+		echo "round $round/$ROUNDS: $model: shoal, torch" >&2
+		common=(--model "$model" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP")
+		[ "$model" = mlp ] && common+=(--hidden 512,512)
+		"$SHOAL" bench compute "${common[@]}" --json >>"$out/shoal-$model.jsonl"
+		"$PY" bench/peers/torch_train.py "${common[@]}" >>"$out/torch-$model.jsonl"
+	done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+cmd="make bench-compute (BATCH=$BATCH THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
+"$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" <<'EOF'
+import datetime, json, os, platform, re, statistics, subprocess, sys
+
+folder, command, doc, load_before, load_after = sys.argv[1:6]
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def machine():
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores (nproc), {model or platform.processor()}, {platform.system()} {platform.release()}"
+
+
+def git(*args):
+    return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+
+names = {"mlp": "MLP 784-512-512-10", "cnn": "CNN (conv16-conv32-fc128)"}
+rows = []
+for model in ("mlp", "cnn"):
+    s, t = load(f"{folder}/shoal-{model}.jsonl"), load(f"{folder}/torch-{model}.jsonl")
+    sm = statistics.median(r["samples_per_sec"] for r in s)
+    tm = statistics.median(r["samples_per_sec"] for r in t)
+    each = ", ".join(f"{a['samples_per_sec']:.0f}/{b['samples_per_sec']:.0f}" for a, b in zip(s, t))
+    rows.append(f"| {names[model]} | {s[0]['batch']} | {s[0]['threads']} | {sm:,.0f} | {tm:,.0f} | **{sm / tm:.2f}×** | "
+                f"{s[0]['backend']} | {t[0]['backend']} | {each} |")
+rev = git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+table = "\n".join([
+    f"Command: `{command}` at revision {rev}, {datetime.date.today()}.",
+    f"Machine: {machine()}; load average {load_before} before, {load_after} after.",
+    "Shoal and PyTorch alternate, one run each per round; the table gives the medians over the rounds.",
+    "",
+    "| model | batch | threads | Shoal samples/s | PyTorch samples/s | Shoal / PyTorch | Shoal GEMM | PyTorch | rounds (Shoal/PyTorch) |",
+    "|---|---|---|---|---|---|---|---|---|",
+    *rows,
+])
+with open(doc) as f:
+    text = f.read()
+begin, end = "<!-- compute:begin -->", "<!-- compute:end -->"
+if begin not in text:
+    text += f"\n## Training compute: Shoal vs PyTorch\n\n{begin}\n{end}\n"
+text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{table}\n{end}", text, flags=re.S)
+with open(doc, "w") as f:
+    f.write(text)
+print(table)
+EOF
