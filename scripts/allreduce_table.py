@@ -5,25 +5,15 @@ import datetime
 import glob
 import json
 import os
-import platform
 import re
-import subprocess
 import sys
+
+from benchdoc import machine, put_section, revision
 
 
 def load(path):
     with open(path) as f:
         return {r["bytes"]: r for r in map(json.loads, filter(str.strip, f))}
-
-
-def machine():
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model or platform.processor()}, {platform.system()} {platform.release()}"
 
 
 def main(folder, command, doc):
@@ -37,7 +27,7 @@ def main(folder, command, doc):
             rows.append(f"| {np_} | {size >> 20} MiB | {s['busbw_gbps']:.2f} | {g['busbw_gbps']:.2f} | {ratio} | "
                         f"{s['transport']} | {s['correct'] and (g or {}).get('correct', False)} |" if g else
                         f"| {np_} | {size >> 20} MiB | {s['busbw_gbps']:.2f} | – | – | {s['transport']} | {s['correct']} |")
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = revision()
     table = "\n".join([
         f"Command: `{command}` at revision {rev}, {datetime.date.today()}.",
         f"Machine: {machine()}. Both measured in the same session, one after the other.",
@@ -46,14 +36,7 @@ def main(folder, command, doc):
         "|---|---|---|---|---|---|---|",
         *rows,
     ])
-    with open(doc) as f:
-        text = f.read()
-    begin, end = "<!-- allreduce:begin -->", "<!-- allreduce:end -->"
-    if begin not in text:
-        text += f"\n{begin}\n{end}\n"
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{table}\n{end}", text, flags=re.S)
-    with open(doc, "w") as f:
-        f.write(text)
+    put_section(doc, "allreduce", table, "Allreduce bandwidth: Shoal vs PyTorch gloo")
     print(table)
 
 

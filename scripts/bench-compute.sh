@@ -35,7 +35,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cmd="make bench-compute (BATCH=$BATCH THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
 "$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" <<'EOF'
-import datetime, json, os, platform, re, statistics, subprocess, sys
+import datetime, json, statistics, sys
+
+sys.path.insert(0, "scripts")
+from benchdoc import machine, put_section, revision
 
 folder, command, doc, load_before, load_after = sys.argv[1:6]
 
@@ -43,20 +46,6 @@ folder, command, doc, load_before, load_after = sys.argv[1:6]
 def load(path):
     with open(path) as f:
         return [json.loads(l) for l in f if l.strip()]
-
-
-def machine():
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores (nproc), {model or platform.processor()}, {platform.system()} {platform.release()}"
-
-
-def git(*args):
-    return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
 
 
 names = {"mlp": "MLP 784-512-512-10", "cnn": "CNN (conv16-conv32-fc128)"}
@@ -68,7 +57,7 @@ for model in ("mlp", "cnn"):
     each = ", ".join(f"{a['samples_per_sec']:.0f}/{b['samples_per_sec']:.0f}" for a, b in zip(s, t))
     rows.append(f"| {names[model]} | {s[0]['batch']} | {s[0]['threads']} | {sm:,.0f} | {tm:,.0f} | **{sm / tm:.2f}×** | "
                 f"{s[0]['backend']} | {t[0]['backend']} | {each} |")
-rev = git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+rev = revision()
 table = "\n".join([
     f"Command: `{command}` at revision {rev}, {datetime.date.today()}.",
     f"Machine: {machine()}; load average {load_before} before, {load_after} after.",
@@ -78,13 +67,6 @@ table = "\n".join([
     "|---|---|---|---|---|---|---|---|---|",
     *rows,
 ])
-with open(doc) as f:
-    text = f.read()
-begin, end = "<!-- compute:begin -->", "<!-- compute:end -->"
-if begin not in text:
-    text += f"\n## Training compute: Shoal vs PyTorch\n\n{begin}\n{end}\n"
-text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{table}\n{end}", text, flags=re.S)
-with open(doc, "w") as f:
-    f.write(text)
+put_section(doc, "compute", table, "Training compute: Shoal vs PyTorch")
 print(table)
 EOF
