@@ -153,17 +153,23 @@ func runRing(ctx context.Context, r ringRun) error {
 		return err
 	}
 	defer w.Close()
+	// A failure that names a peer is reported to the job's record before
+	// the transport closes (deferred above), and comes back naming the
+	// first rank that failed, not the neighbour that left because of it.
+	fail := func(err error) error {
+		return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, collnet.FirstFailure(tr, err))
+	}
 	res, err := w.Run(ctx)
 	if err != nil {
-		return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, err)
+		return fail(err)
 	}
 	params := w.Params()
 	if err := ring.CheckDesync(ctx, res.Steps, params); err != nil {
-		return err
+		return fail(err)
 	}
 	ev, err := worker.EvaluateShard(ctx, dc, r.model, params, r.test, 1000)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if r.id.Rank == 0 && r.save != "" {
 		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": "ring", "test_accuracy": fmtFloat(ev.Accuracy)}

@@ -54,10 +54,13 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		}
 		rv = newRendezvous(cfg.JobID, cfg.Size, log)
 		stopRendezvous = serveRendezvous(rv, mlis)
-		// Stopped once this rank's mesh is up, when every other rank has
-		// its answer: each answered this rank's hello only after reading
-		// it.
-		defer stopRendezvous()
+		// It keeps serving Report for the whole job, until this rank's
+		// transport closes; stopped here only if Connect fails.
+		defer func() {
+			if t.rv == nil {
+				stopRendezvous()
+			}
+		}()
 	}
 
 	lis, err := listenData(cfg.Listen)
@@ -122,6 +125,10 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		}
 	}
 	log.Info("connected", "data_address", advertise, "shm_peers", nshm, "tcp_peers", cfg.Size-1-nshm)
+	t.master, t.jobID = cfg.Master, cfg.JobID
+	if rv != nil {
+		t.rv, t.stopRendezvous = rv, stopRendezvous
+	}
 	return t, nil
 }
 

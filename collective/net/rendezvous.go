@@ -36,6 +36,8 @@ type rendezvous struct {
 	done    chan struct{} // closed when all ranks have joined
 	failed  chan struct{} // closed by fail
 	failErr error         // set before failed is closed
+	// first is the first failure a rank reported (Report).
+	first *pb.FailureReport
 }
 
 // member is one rank's registration.
@@ -262,6 +264,23 @@ func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 	margin := min(time.Until(d)/10, time.Second)
 	return context.WithDeadline(ctx, d.Add(-margin))
+}
+
+// Report records the first failure of the job and returns it.
+func (r *rendezvous) Report(_ context.Context, req *pb.FailureReport) (*pb.FailureReport, error) {
+	if req.JobId != r.jobID {
+		return nil, status.Errorf(codes.InvalidArgument, "failure report for job %q, this is job %q", req.JobId, r.jobID)
+	}
+	if req.Reporter < 0 || int(req.Reporter) >= r.size || req.FailedRank < 0 || int(req.FailedRank) >= r.size {
+		return nil, status.Errorf(codes.InvalidArgument, "failure report from rank %d about rank %d: want ranks in [0,%d)", req.Reporter, req.FailedRank, r.size)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		r.first = req
+		r.log.Warn("first failure reported", "reporter", req.Reporter, "failed_rank", req.FailedRank, "message", req.Message)
+	}
+	return r.first, nil
 }
 
 // serveRendezvous serves r on lis until the returned stop is called; stop

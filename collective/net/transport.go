@@ -38,6 +38,13 @@ type transport struct {
 	ops     sync.RWMutex
 	closeMu sync.Mutex // serializes Close
 	wg      sync.WaitGroup
+
+	// The job's record of failures (FirstFailure): served by rank 0 (rv,
+	// stopped at Close), reached at master by the others.
+	master         string
+	jobID          string
+	rv             *rendezvous
+	stopRendezvous func()
 }
 
 // link is the connection to one peer.
@@ -294,6 +301,9 @@ func (t *transport) Close() error {
 		}
 	}
 	t.ops.Unlock()
+	if t.stopRendezvous != nil {
+		t.stopRendezvous()
+	}
 	return errors.Join(errs...)
 }
 

@@ -27,6 +27,78 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FailureReport is one rank's view of a failure.
+type FailureReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// reporter is the rank that saw the failure.
+	Reporter int32 `protobuf:"varint,2,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	// failed_rank is the peer it names.
+	FailedRank int32 `protobuf:"varint,3,opt,name=failed_rank,json=failedRank,proto3" json:"failed_rank,omitempty"`
+	// message is the reporter's error.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureReport) Reset() {
+	*x = FailureReport{}
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureReport) ProtoMessage() {}
+
+func (x *FailureReport) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureReport.ProtoReflect.Descriptor instead.
+func (*FailureReport) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FailureReport) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *FailureReport) GetReporter() int32 {
+	if x != nil {
+		return x.Reporter
+	}
+	return 0
+}
+
+func (x *FailureReport) GetFailedRank() int32 {
+	if x != nil {
+		return x.FailedRank
+	}
+	return 0
+}
+
+func (x *FailureReport) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// job_id must be the same on every rank.
@@ -48,7 +120,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[0]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +132,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[0]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +145,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{0}
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *JoinRequest) GetJobId() string {
@@ -123,7 +195,7 @@ type RankInfo struct {
 
 func (x *RankInfo) Reset() {
 	*x = RankInfo{}
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[1]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -135,7 +207,7 @@ func (x *RankInfo) String() string {
 func (*RankInfo) ProtoMessage() {}
 
 func (x *RankInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[1]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -148,7 +220,7 @@ func (x *RankInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankInfo.ProtoReflect.Descriptor instead.
 func (*RankInfo) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{1}
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RankInfo) GetRank() int32 {
@@ -182,7 +254,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[2]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -194,7 +266,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_collective_proto_msgTypes[2]
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -207,7 +279,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{2}
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinResponse) GetRanks() []*RankInfo {
@@ -221,7 +293,13 @@ var File_proto_shoalpb_collective_proto protoreflect.FileDescriptor
 
 const file_proto_shoalpb_collective_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproto/shoalpb/collective.proto\x12\bshoal.v1\"\x93\x01\n" +
+	"\x1eproto/shoalpb/collective.proto\x12\bshoal.v1\"}\n" +
+	"\rFailureReport\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1a\n" +
+	"\breporter\x18\x02 \x01(\x05R\breporter\x12\x1f\n" +
+	"\vfailed_rank\x18\x03 \x01(\x05R\n" +
+	"failedRank\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x93\x01\n" +
 	"\vJoinRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x1d\n" +
@@ -234,10 +312,11 @@ const file_proto_shoalpb_collective_proto_rawDesc = "" +
 	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\x12\x17\n" +
 	"\ahost_id\x18\x03 \x01(\tR\x06hostId\"8\n" +
 	"\fJoinResponse\x12(\n" +
-	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks2C\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks2\x7f\n" +
 	"\n" +
 	"Rendezvous\x125\n" +
-	"\x04Join\x12\x15.shoal.v1.JoinRequest\x1a\x16.shoal.v1.JoinResponseB(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
+	"\x04Join\x12\x15.shoal.v1.JoinRequest\x1a\x16.shoal.v1.JoinResponse\x12:\n" +
+	"\x06Report\x12\x17.shoal.v1.FailureReport\x1a\x17.shoal.v1.FailureReportB(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
 
 var (
 	file_proto_shoalpb_collective_proto_rawDescOnce sync.Once
@@ -251,18 +330,21 @@ func file_proto_shoalpb_collective_proto_rawDescGZIP() []byte {
 	return file_proto_shoalpb_collective_proto_rawDescData
 }
 
-var file_proto_shoalpb_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_proto_shoalpb_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_proto_shoalpb_collective_proto_goTypes = []any{
-	(*JoinRequest)(nil),  // 0: shoal.v1.JoinRequest
-	(*RankInfo)(nil),     // 1: shoal.v1.RankInfo
-	(*JoinResponse)(nil), // 2: shoal.v1.JoinResponse
+	(*FailureReport)(nil), // 0: shoal.v1.FailureReport
+	(*JoinRequest)(nil),   // 1: shoal.v1.JoinRequest
+	(*RankInfo)(nil),      // 2: shoal.v1.RankInfo
+	(*JoinResponse)(nil),  // 3: shoal.v1.JoinResponse
 }
 var file_proto_shoalpb_collective_proto_depIdxs = []int32{
-	1, // 0: shoal.v1.JoinResponse.ranks:type_name -> shoal.v1.RankInfo
-	0, // 1: shoal.v1.Rendezvous.Join:input_type -> shoal.v1.JoinRequest
-	2, // 2: shoal.v1.Rendezvous.Join:output_type -> shoal.v1.JoinResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	2, // 0: shoal.v1.JoinResponse.ranks:type_name -> shoal.v1.RankInfo
+	1, // 1: shoal.v1.Rendezvous.Join:input_type -> shoal.v1.JoinRequest
+	0, // 2: shoal.v1.Rendezvous.Report:input_type -> shoal.v1.FailureReport
+	3, // 3: shoal.v1.Rendezvous.Join:output_type -> shoal.v1.JoinResponse
+	0, // 4: shoal.v1.Rendezvous.Report:output_type -> shoal.v1.FailureReport
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -279,7 +361,7 @@ func file_proto_shoalpb_collective_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_collective_proto_rawDesc), len(file_proto_shoalpb_collective_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,7 +25,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Rendezvous_Join_FullMethodName = "/shoal.v1.Rendezvous/Join"
+	Rendezvous_Join_FullMethodName   = "/shoal.v1.Rendezvous/Join"
+	Rendezvous_Report_FullMethodName = "/shoal.v1.Rendezvous/Report"
 )
 
 // RendezvousClient is the client API for Rendezvous service.
@@ -42,6 +43,13 @@ type RendezvousClient interface {
 	// the caller's deadline are DeadlineExceeded, naming them. A rank whose
 	// Join ends without an answer is no longer counted as joined.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// Report records a failure a rank saw (a peer that died or broke off) and
+	// returns the first failure any rank of the job reported. A rank that
+	// fails reports before it closes its links, so the rank that saw the
+	// dead peer reports before the ranks that only see it close: every rank
+	// can name the root cause rather than the neighbour that exited because
+	// of it. Rank 0 serves this for the whole job.
+	Report(ctx context.Context, in *FailureReport, opts ...grpc.CallOption) (*FailureReport, error)
 }
 
 type rendezvousClient struct {
@@ -62,6 +70,16 @@ func (c *rendezvousClient) Join(ctx context.Context, in *JoinRequest, opts ...gr
 	return out, nil
 }
 
+func (c *rendezvousClient) Report(ctx context.Context, in *FailureReport, opts ...grpc.CallOption) (*FailureReport, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FailureReport)
+	err := c.cc.Invoke(ctx, Rendezvous_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RendezvousServer is the server API for Rendezvous service.
 // All implementations must embed UnimplementedRendezvousServer
 // for forward compatibility.
@@ -76,6 +94,13 @@ type RendezvousServer interface {
 	// the caller's deadline are DeadlineExceeded, naming them. A rank whose
 	// Join ends without an answer is no longer counted as joined.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// Report records a failure a rank saw (a peer that died or broke off) and
+	// returns the first failure any rank of the job reported. A rank that
+	// fails reports before it closes its links, so the rank that saw the
+	// dead peer reports before the ranks that only see it close: every rank
+	// can name the root cause rather than the neighbour that exited because
+	// of it. Rank 0 serves this for the whole job.
+	Report(context.Context, *FailureReport) (*FailureReport, error)
 	mustEmbedUnimplementedRendezvousServer()
 }
 
@@ -88,6 +113,9 @@ type UnimplementedRendezvousServer struct{}
 
 func (UnimplementedRendezvousServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedRendezvousServer) Report(context.Context, *FailureReport) (*FailureReport, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedRendezvousServer) mustEmbedUnimplementedRendezvousServer() {}
 func (UnimplementedRendezvousServer) testEmbeddedByValue()                    {}
@@ -128,6 +156,24 @@ func _Rendezvous_Join_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Rendezvous_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FailureReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RendezvousServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Rendezvous_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RendezvousServer).Report(ctx, req.(*FailureReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Rendezvous_ServiceDesc is the grpc.ServiceDesc for Rendezvous service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -138,6 +184,10 @@ var Rendezvous_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Rendezvous_Join_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _Rendezvous_Report_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
