@@ -36,8 +36,12 @@ type rendezvous struct {
 	done    chan struct{} // closed when all ranks have joined
 	failed  chan struct{} // closed by fail
 	failErr error         // set before failed is closed
-	// first is the first failure a rank reported (Report).
-	first *pb.FailureReport
+	// first is the first failure a rank reported (Report); reporters are
+	// the ranks that reported, and reported is closed and replaced at
+	// each new one.
+	first     *pb.FailureReport
+	reporters map[int32]bool
+	reported  chan struct{}
 }
 
 // member is one rank's registration.
@@ -51,13 +55,15 @@ var _ pb.RendezvousServer = (*rendezvous)(nil)
 
 func newRendezvous(jobID string, size int, log *slog.Logger) *rendezvous {
 	return &rendezvous{
-		jobID:   jobID,
-		size:    size,
-		log:     log,
-		members: make([]*member, size),
-		seen:    make([]bool, size),
-		done:    make(chan struct{}),
-		failed:  make(chan struct{}),
+		jobID:     jobID,
+		size:      size,
+		log:       log,
+		members:   make([]*member, size),
+		seen:      make([]bool, size),
+		done:      make(chan struct{}),
+		failed:    make(chan struct{}),
+		reporters: map[int32]bool{},
+		reported:  make(chan struct{}),
 	}
 }
 
@@ -280,7 +286,35 @@ func (r *rendezvous) Report(_ context.Context, req *pb.FailureReport) (*pb.Failu
 		r.first = req
 		r.log.Warn("first failure reported", "reporter", req.Reporter, "failed_rank", req.FailedRank, "message", req.Message)
 	}
+	if !r.reporters[req.Reporter] {
+		r.reporters[req.Reporter] = true
+		close(r.reported)
+		r.reported = make(chan struct{})
+	}
 	return r.first, nil
+}
+
+// awaitReports, after a failure was reported, waits until every rank but
+// the one that failed has reported too, or for at most d: rank 0 keeps
+// the record up while the others, which may have seen only rank 0 leave,
+// still ask for it.
+func (r *rendezvous) awaitReports(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		done := r.first == nil || len(r.reporters) >= r.size-1
+		ch := r.reported
+		r.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // serveRendezvous serves r on lis until the returned stop is called; stop

@@ -302,6 +302,7 @@ func (t *transport) Close() error {
 	}
 	t.ops.Unlock()
 	if t.stopRendezvous != nil {
+		t.rv.awaitReports(reportTimeout)
 		t.stopRendezvous()
 	}
 	return errors.Join(errs...)
