@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,6 +45,32 @@ type psService struct {
 	pb.UnimplementedParameterServerServer
 	core *ps.Server
 	log  *slog.Logger
+	// floats and bytes recycle the per-call buffers of pulls (a snapshot
+	// of the shard, the encoded piece) and pushes (the decoded gradient),
+	// which would otherwise be about two shard-sizes of garbage per step.
+	// gRPC has encoded a message when Send returns, so a piece's bytes
+	// are reused for the next piece.
+	floats sync.Pool // *[]float32
+	bytes  sync.Pool // *[]byte
+}
+
+func (s *psService) getFloats(n int) *[]float32 {
+	p, _ := s.floats.Get().(*[]float32)
+	if p == nil || cap(*p) < n {
+		b := make([]float32, n)
+		return &b
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+func (s *psService) getBytes() *[]byte {
+	p, _ := s.bytes.Get().(*[]byte)
+	if p == nil {
+		b := make([]byte, 0, pb.MaxPieceBytes)
+		return &b
+	}
+	return p
 }
 
 var _ pb.ParameterServerServer = (*psService)(nil)
@@ -164,7 +191,11 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 	const pieceFloats = pb.MaxPieceBytes / 4
 	if len(req.Ranges) == 0 {
 		// The whole shard, as one consistent snapshot.
-		vals := make([]float32, s.core.Floats())
+		snap := s.getFloats(s.core.Floats())
+		defer s.floats.Put(snap)
+		enc := s.getBytes()
+		defer s.bytes.Put(enc)
+		vals := *snap
 		clock, err := s.core.Snapshot(vals)
 		if err != nil {
 			return toStatus(err)
@@ -174,7 +205,8 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 			vals = vals[r.Len:]
 			for off := 0; off < r.Len; off += pieceFloats {
 				end := min(off+pieceFloats, r.Len)
-				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: pb.AppendFloats(nil, part[off:end]), Clock: clock}); err != nil {
+				*enc = pb.AppendFloats((*enc)[:0], part[off:end])
+				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: *enc, Clock: clock}); err != nil {
 					return err
 				}
 			}
@@ -182,6 +214,8 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 		return nil
 	}
 	buf := make([]float32, 0, pieceFloats)
+	enc := s.getBytes()
+	defer s.bytes.Put(enc)
 	for _, wr := range req.Ranges {
 		r, err := toRange(wr)
 		if err != nil {
@@ -194,7 +228,8 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 			if err != nil {
 				return toStatus(err)
 			}
-			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: pb.AppendFloats(nil, buf), Clock: clock}); err != nil {
+			*enc = pb.AppendFloats((*enc)[:0], buf)
+			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: *enc, Clock: clock}); err != nil {
 				return err
 			}
 		}
@@ -239,7 +274,9 @@ func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.Push
 	default:
 		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
 	}
-	in.Grads = make([]float32, total)
+	grads := s.getFloats(total)
+	defer s.floats.Put(grads)
+	in.Grads = *grads
 	n := 0
 	msg := first
 	for {
