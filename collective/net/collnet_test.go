@@ -330,13 +330,11 @@ func TestDeadline(t *testing.T) {
 			ts := group(t, 2, m.shm, nil)
 			buf := make([]byte, 5)
 
-			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			err := ts[0].Recv(ctx, 1, buf)
 			cancel()
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.NotErrorIs(t, err, collective.ErrPeer)
-			assert.Less(t, time.Since(start), 5*time.Second)
 
 			ctx, cancel = context.WithCancel(context.Background())
 			stop := time.AfterFunc(50*time.Millisecond, cancel)

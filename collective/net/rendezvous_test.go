@@ -82,9 +82,9 @@ func TestRendezvousErrors(t *testing.T) {
 			cfgs := tt.edit(groupConfigs(t, 2, false))
 			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 			defer cancel()
-			start := time.Now()
+			// The answers carry the server's message (checked below), so
+			// they came before the callers' deadline.
 			ts, errs := connectAll(t, ctx, cfgs)
-			assert.Less(t, time.Since(start), 1500*time.Millisecond, "answers come before the deadline")
 			for r, err := range errs {
 				assert.Nil(t, ts[r], "rank %d", r)
 				if r < len(tt.wantCode) {
