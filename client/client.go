@@ -261,6 +261,10 @@ type PullArgs struct {
 	// sync shards answer once they applied every step before it, ssp
 	// shards once it is within the staleness bound. nil waits for nothing.
 	Steps Clocks
+	// Waited, when not nil, is set to how long the pull was held before
+	// values arrived: the time to the first piece of the shard whose first
+	// piece came last (the server's wait plus one piece's latency).
+	Waited *time.Duration
 }
 
 // PullFor reads the weights args.WorkerID needs into dst (len
@@ -274,6 +278,8 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 		return nil, fmt.Errorf("client: pull with %d steps, want one per shard (%d)", len(args.Steps), len(c.stubs))
 	}
 	clocks := make(Clocks, len(c.stubs))
+	start := time.Now()
+	firsts := make([]time.Time, len(c.stubs))
 	err := c.fanOut(func(s int) error {
 		req := &pb.PullRequest{PlanVersion: shard.Version, WorkerId: args.WorkerID}
 		if args.Steps != nil {
@@ -281,17 +287,23 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 		}
 		return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
 			var err error
-			clocks[s], err = c.pullShard(ctx, s, req, dst)
+			clocks[s], err = c.pullShard(ctx, s, req, dst, &firsts[s])
 			return err
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
+	if args.Waited != nil {
+		*args.Waited = 0
+		for _, f := range firsts {
+			*args.Waited = max(*args.Waited, f.Sub(start))
+		}
+	}
 	return clocks, nil
 }
 
-func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst []float32) (int64, error) {
+func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst []float32, first *time.Time) (int64, error) {
 	stream, err := c.stubs[s].Pull(ctx, req)
 	if err != nil {
 		return 0, err
@@ -306,6 +318,9 @@ func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst 
 		}
 		if err != nil {
 			return 0, err
+		}
+		if got == 0 {
+			*first = time.Now()
 		}
 		n := len(p.Values) / 4
 		if p.Offset < 0 || int(p.Offset) > len(dst)-n || c.info.Plan.Owner(c.info.Plan.ChunkAt(int(p.Offset))) != s {

@@ -43,6 +43,7 @@ func (cv *conv2d) in() shape       { return cv.ishp }
 func (cv *conv2d) out() shape      { return cv.oshp }
 func (cv *conv2d) followedByReLU() { cv.heInit = true }
 func (cv *conv2d) fuseReLU()       { cv.relu = true }
+func (cv *conv2d) offset() int     { return cv.w.Offset }
 func (cv *conv2d) init(p []float32, rng *rand.Rand) {
 	kaimingUniform(cv.w.View(p), cv.ishp.c*cv.kh*cv.kw, cv.heInit, rng)
 	clear(cv.b.View(p))

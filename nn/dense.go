@@ -32,6 +32,7 @@ func (d *dense) in() shape       { return shape{d.nin, 1, 1} }
 func (d *dense) out() shape      { return shape{d.nout, 1, 1} }
 func (d *dense) followedByReLU() { d.heInit = true }
 func (d *dense) fuseReLU()       { d.relu = true }
+func (d *dense) offset() int     { return d.w.Offset }
 func (d *dense) init(p []float32, rng *rand.Rand) {
 	kaimingUniform(d.w.View(p), d.nin, d.heInit, rng)
 	clear(d.b.View(p))

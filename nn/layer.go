@@ -40,6 +40,9 @@ type paramLayer interface {
 	layer
 	// init draws the layer's weights from rng and zeroes its biases.
 	init(p []float32, rng *rand.Rand)
+	// offset is where the layer's first tensor starts in the flat vector;
+	// its tensors are contiguous from there.
+	offset() int
 }
 
 // actLayer is a layer that can apply a ReLU to its own output, saving the

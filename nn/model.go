@@ -59,3 +59,17 @@ type Model interface {
 	// caller errors as ForwardBackward does.
 	Evaluate(params, x []float32, labels []int32) (lossSum float64, correct int)
 }
+
+// GradNotifier is implemented by models that can say, during backward,
+// which gradients are final, so that a caller can start sending the later
+// layers' gradients while the earlier layers are still in backward (the
+// bucketed overlap of Horovod and PyTorch DDP).
+type GradNotifier interface {
+	// ForwardBackwardNotify is ForwardBackward that calls ready(off), on
+	// the caller's goroutine, each time grads[off:] holds its final values.
+	// Offsets strictly decrease from call to call and the last call is
+	// ready(0); grads[:off] must not be read or written until the next
+	// call. ready must not retain grads beyond ForwardBackwardNotify's
+	// return unless the caller synchronises.
+	ForwardBackwardNotify(params, grads, x []float32, labels []int32, ready func(off int)) (loss float64, correct int)
+}

@@ -169,7 +169,10 @@ type net struct {
 	acts    [][]float32 // acts[i] is the input of layers[i]; during a call only
 }
 
-var _ Model = (*net)(nil)
+var (
+	_ Model        = (*net)(nil)
+	_ GradNotifier = (*net)(nil)
+)
 
 // newNet wires ls up. Layers with parameters that a ReLU follows get He
 // init; with fuse, they also absorb that ReLU.
@@ -218,16 +221,33 @@ func (m *net) Init(params []float32, seed uint64) {
 }
 
 func (m *net) ForwardBackward(params, grads, x []float32, labels []int32) (float64, int) {
-	n := m.checkBatch("ForwardBackward", params, x, labels)
-	m.checkVec("ForwardBackward", "grads", grads)
+	return m.forwardBackward("ForwardBackward", params, grads, x, labels, nil)
+}
+
+func (m *net) ForwardBackwardNotify(params, grads, x []float32, labels []int32, ready func(off int)) (float64, int) {
+	if ready == nil {
+		panic("nn: " + m.arch + ".ForwardBackwardNotify: nil ready")
+	}
+	return m.forwardBackward("ForwardBackwardNotify", params, grads, x, labels, ready)
+}
+
+func (m *net) forwardBackward(method string, params, grads, x []float32, labels []int32, ready func(off int)) (float64, int) {
+	n := m.checkBatch(method, params, x, labels)
+	m.checkVec(method, "grads", grads)
 	if n == 0 {
 		clear(grads)
+		if ready != nil {
+			ready(0)
+		}
 		return 0, 0
 	}
 	z := m.forward(params, x, n)
 	sum, correct, dy := m.loss.forward(z, labels, true)
 	for i := len(m.layers) - 1; i >= m.first; i-- {
 		dy = m.layers[i].backward(params, grads, m.acts[i], m.acts[i+1], dy, n, i > m.first)
+		if p, ok := m.layers[i].(paramLayer); ok && ready != nil {
+			ready(p.offset())
+		}
 	}
 	clear(m.acts)
 	return sum / float64(n), correct

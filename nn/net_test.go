@@ -401,3 +401,48 @@ func quadrants(rng *rand.Rand, n int, m Model) ([]float32, []int32) {
 	}
 	return x, labels
 }
+
+// TestForwardBackwardNotify checks that the notifying backward computes
+// the same gradient as ForwardBackward, that its offsets fall from layer
+// to layer down to 0 at each parameter layer's first tensor, and that when
+// ready(off) is called grads[off:] already holds its final values.
+func TestForwardBackwardNotify(t *testing.T) {
+	for _, arch := range []string{"mlp", "cnn"} {
+		t.Run(arch, func(t *testing.T) {
+			m, p := model(t, Spec{Arch: arch, Height: 8, Width: 8})
+			rng := rand.New(rand.NewPCG(3, 3))
+			x := randVec(rng, 6*m.InputSize())
+			labels := randLabels(rng, 6, m.Classes())
+			want := make([]float32, len(p))
+			wantLoss, wantCorrect := m.ForwardBackward(p, want, x, labels)
+
+			g := randVec(rng, len(p)) // garbage: every value must be overwritten
+			var offs []int
+			loss, correct := m.(GradNotifier).ForwardBackwardNotify(p, g, x, labels, func(off int) {
+				end := len(p)
+				if len(offs) > 0 {
+					end = offs[len(offs)-1]
+				}
+				require.Less(t, off, end, "offsets must fall")
+				assert.Equal(t, want[off:end], g[off:end], "grads[%d:%d] not final at ready(%d)", off, end, off)
+				offs = append(offs, off)
+			})
+			assert.Equal(t, wantLoss, loss)
+			assert.Equal(t, wantCorrect, correct)
+			assert.Equal(t, want, g)
+			var firsts []int // the offset of each layer's weight, last layer first
+			for _, tn := range m.Layout().Tensors {
+				if len(tn.Shape) > 1 {
+					firsts = append([]int{tn.Offset}, firsts...)
+				}
+			}
+			assert.Equal(t, firsts, offs)
+			assert.Equal(t, 0, offs[len(offs)-1])
+
+			offs = offs[:0]
+			m.(GradNotifier).ForwardBackwardNotify(p, g, x[:0], labels[:0], func(off int) { offs = append(offs, off) })
+			assert.Equal(t, []int{0}, offs, "an empty batch reports the whole vector at once")
+			assert.Equal(t, make([]float32, len(p)), g)
+		})
+	}
+}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/shoalml/shoal/client"
 )
@@ -43,6 +44,7 @@ type Async struct {
 	last    int64 // the last step accumulated
 	// Staleness counts pushes by the largest staleness any shard saw.
 	Staleness map[int64]int64
+	waited    time.Duration // by the last pull
 }
 
 var _ Strategy = (*Async)(nil)
@@ -67,19 +69,22 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 
 // Params pulls the weights on every FetchEvery-th step.
 func (a *Async) Params(ctx context.Context, step int64, params []float32) error {
+	a.waited = 0
 	if a.clocks != nil && step%int64(a.cfg.FetchEvery) != 0 {
 		return nil
 	}
 	for i := range a.steps {
 		a.steps[i] = step
 	}
-	clocks, err := a.ps.PullFor(ctx, client.PullArgs{WorkerID: a.cfg.WorkerID, Steps: a.steps}, params)
+	clocks, err := a.ps.PullFor(ctx, client.PullArgs{WorkerID: a.cfg.WorkerID, Steps: a.steps, Waited: &a.waited}, params)
 	if err != nil {
 		return err
 	}
 	a.clocks = clocks
 	return nil
 }
+
+func (a *Async) lastWait() time.Duration { return a.waited }
 
 // Apply pushes the gradient, or adds it to the ones pending.
 func (a *Async) Apply(ctx context.Context, step int64, _, grads []float32) error {
@@ -139,6 +144,7 @@ type Sync struct {
 	// Dropped counts pushes that shards dropped as a backup worker's late
 	// gradient.
 	Dropped int64
+	waited  time.Duration // by the last pull
 }
 
 var _ Strategy = (*Sync)(nil)
@@ -150,13 +156,15 @@ func NewSync(ps ParameterServers, worker int64, shards int) *Sync {
 
 // Params pulls the weights of the step after the one last pushed.
 func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
-	clocks, err := s.ps.PullFor(ctx, client.PullArgs{WorkerID: s.worker, Steps: s.next}, params)
+	clocks, err := s.ps.PullFor(ctx, client.PullArgs{WorkerID: s.worker, Steps: s.next, Waited: &s.waited}, params)
 	if err != nil {
 		return err
 	}
 	s.clocks = clocks
 	return nil
 }
+
+func (s *Sync) lastWait() time.Duration { return s.waited }
 
 // Apply pushes the gradient for the step the weights came from.
 func (s *Sync) Apply(ctx context.Context, step int64, _, grads []float32) error {

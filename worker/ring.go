@@ -51,6 +51,13 @@ type RingConfig struct {
 	// parameters and stop with ErrDesync naming the ranks that differ (0:
 	// never).
 	DesyncEvery int64
+	// FusionBytes, when > 0, makes the ranks allreduce the gradient in
+	// buckets of at least that many bytes as backward produces them, the
+	// last layers' first, so communication overlaps the rest of backward
+	// (PyTorch DDP's buckets; Horovod's fusion buffer). 0 reduces the
+	// whole vector in one call after backward. Only for average and sum:
+	// AdaSum's combination depends on the whole vector's dot products.
+	FusionBytes int
 }
 
 // Ring is data-parallel SGD with ring allreduce and no server (Horovod's
@@ -64,9 +71,20 @@ type Ring struct {
 	mine    []float32 // this rank's parameter hash, as 8 bytes-in-floats
 	all     []float32 // every rank's
 	counts  []int
+	n       int // floats in the vector
+	// The buckets of the step in flight (FusionBytes > 0): sent is where
+	// the part of the vector not yet handed to the reducer ends; buckets
+	// feed one goroutine that reduces them in order and reports on done.
+	sent    int
+	buckets chan []float32
+	done    chan error
+	cancel  context.CancelFunc
 }
 
-var _ Strategy = (*Ring)(nil)
+var (
+	_ Strategy   = (*Ring)(nil)
+	_ overlapper = (*Ring)(nil)
+)
 
 // NewRing returns the ring strategy for a vector of n floats.
 func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
@@ -77,6 +95,9 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 	default:
 		return nil, fmt.Errorf("reduce op %q: unknown (want %s, %s or %s)", cfg.ReduceOp, ReduceAverage, ReduceSum, ReduceAdasum)
 	}
+	if cfg.FusionBytes < 0 {
+		return nil, fmt.Errorf("ring: fusion bytes %d: want >= 0", cfg.FusionBytes)
+	}
 	if comm.Rank() == 0 && len(cfg.Initial) != n {
 		return nil, fmt.Errorf("ring: rank 0's initial vector has %d floats, want %d", len(cfg.Initial), n)
 	}
@@ -84,7 +105,7 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ring: %w", err)
 	}
-	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size())}
+	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size()), n: n, sent: n}
 	for i := range r.counts {
 		r.counts[i] = 8
 	}
@@ -110,13 +131,10 @@ func (r *Ring) Params(ctx context.Context, _ int64, params []float32) error {
 // Apply combines the gradients across ranks and steps the local optimizer.
 func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) error {
 	var err error
-	switch r.cfg.ReduceOp {
-	case ReduceAverage:
-		err = r.comm.Allreduce(ctx, grads, collective.Average)
-	case ReduceSum:
-		err = r.comm.Allreduce(ctx, grads, collective.Sum)
-	case ReduceAdasum:
-		err = r.comm.AllreduceAdasum(ctx, grads)
+	if r.overlaps() {
+		err = r.finishBuckets(ctx, grads)
+	} else {
+		err = r.reduce(ctx, grads)
 	}
 	if err != nil {
 		return fmt.Errorf("allreduce of the gradients: %w", err)
@@ -128,6 +146,75 @@ func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) e
 		return r.CheckDesync(ctx, step, params)
 	}
 	return nil
+}
+
+// reduce combines buf across the ranks with the configured op.
+func (r *Ring) reduce(ctx context.Context, buf []float32) error {
+	switch r.cfg.ReduceOp {
+	case ReduceSum:
+		return r.comm.Allreduce(ctx, buf, collective.Sum)
+	case ReduceAdasum:
+		return r.comm.AllreduceAdasum(ctx, buf)
+	}
+	return r.comm.Allreduce(ctx, buf, collective.Average)
+}
+
+func (r *Ring) overlaps() bool { return r.cfg.FusionBytes > 0 && r.cfg.ReduceOp != ReduceAdasum }
+
+// gradReady hands grads[off:r.sent] to the reducer once it has reached
+// FusionBytes. Every rank runs the same model, so every rank cuts the
+// same buckets and issues the same collectives in the same order.
+func (r *Ring) gradReady(ctx context.Context, grads []float32, off int) {
+	if 4*(r.sent-off) < r.cfg.FusionBytes {
+		return
+	}
+	r.send(ctx, grads[off:r.sent])
+	r.sent = off
+}
+
+// send queues one bucket, starting the step's reducer on the first.
+func (r *Ring) send(ctx context.Context, bucket []float32) {
+	if r.buckets == nil {
+		ctx, r.cancel = context.WithCancel(ctx)
+		r.buckets, r.done = make(chan []float32, 16), make(chan error, 1)
+		go func() {
+			var err error
+			for b := range r.buckets {
+				if err == nil {
+					err = r.reduce(ctx, b)
+				}
+			}
+			r.done <- err
+		}()
+	}
+	r.buckets <- bucket
+}
+
+// finishBuckets queues what backward has not yet handed over and waits
+// for every bucket of the step.
+func (r *Ring) finishBuckets(ctx context.Context, grads []float32) error {
+	if r.sent > 0 {
+		r.send(ctx, grads[:r.sent])
+	}
+	return r.endStep()
+}
+
+func (r *Ring) endStep() error {
+	close(r.buckets)
+	err := <-r.done
+	r.cancel()
+	r.buckets, r.done, r.cancel, r.sent = nil, nil, nil, r.n
+	return err
+}
+
+// abort stops the step's reducer when the step fails before Apply.
+func (r *Ring) abort() {
+	if r.buckets == nil {
+		r.sent = r.n
+		return
+	}
+	r.cancel()
+	_ = r.endStep()
 }
 
 // Finish has nothing pending.

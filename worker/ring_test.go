@@ -159,3 +159,31 @@ func TestRingDeadRankIsNamed(t *testing.T) {
 	require.NoError(t, group[0].Close())
 	require.NoError(t, group[2].Close())
 }
+
+// TestRingFusionMatchesOneAllreduce: reducing the gradient in buckets
+// while backward runs ends where one allreduce after backward does, for
+// bucket sizes that cut every layer apart, cut some, and cut none.
+func TestRingFusionMatchesOneAllreduce(t *testing.T) {
+	train, _ := synthetic(t)
+	ref, errs := ringRun(t, 3, 16, 30, worker.ReduceAverage, train, nil)
+	require.NoError(t, errors.Join(errs...))
+	for _, fusion := range []int{1, 2 << 10, 1 << 30} {
+		t.Run(fmt.Sprint(fusion), func(t *testing.T) {
+			got, errs := ringRun(t, 3, 16, 30, worker.ReduceAverage, train, func(_ int, cfg *worker.RingConfig) { cfg.FusionBytes = fusion })
+			require.NoError(t, errors.Join(errs...))
+			for r := range 3 {
+				assert.Equal(t, got[0], got[r], "rank %d's replica differs", r)
+				e := relErr(got[r], ref[0])
+				t.Logf("rank %d: relative error %.2e", r, e)
+				assert.LessOrEqual(t, e, 1e-6)
+			}
+		})
+	}
+}
+
+func TestRingRejectsNegativeFusion(t *testing.T) {
+	comm, err := collective.New(collective.NewMemGroup(1)[0], collective.DefaultConfig())
+	require.NoError(t, err)
+	_, err = worker.NewRing(comm, 4, worker.RingConfig{Optimizer: optim.DefaultConfig(), Initial: make([]float32, 4), FusionBytes: -1})
+	require.ErrorContains(t, err, "fusion bytes -1")
+}

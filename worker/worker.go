@@ -53,6 +53,23 @@ type Config struct {
 	ProgressEvery time.Duration
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
+	// OnStep, when set, receives where each step's time went, after the
+	// step.
+	OnStep func(step int64, t StepTimes)
+	// Eval, when set, is called after every EvalEvery-th step (default
+	// 100) and after the last one, with the step count done and the
+	// weights of the last step. Its time is outside every step.
+	Eval      func(ctx context.Context, steps int64, params []float32) error
+	EvalEvery int64
+}
+
+// StepTimes is where one step's time went. Step is the whole step; Data
+// is waiting for batches, Compute forward and backward; Wait is how long
+// the pull was held before any weight arrived (a sync barrier, the SSP
+// bound), Pull the rest of it; Push is the gradient push of the parameter
+// server modes, Reduce the allreduce and local update of ring mode.
+type StepTimes struct {
+	Step, Data, Compute, Wait, Pull, Push, Reduce time.Duration
 }
 
 // DefaultConfig is one worker of one, batch 64, one epoch.
@@ -72,6 +89,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("epochs %d: want >= 1 (or steps > 0)", c.Epochs)
 	case c.BackwardPasses < 1:
 		return fmt.Errorf("backward passes per step %d: want >= 1", c.BackwardPasses)
+	case c.EvalEvery < 1:
+		return fmt.Errorf("eval every %d steps: want >= 1", c.EvalEvery)
 	}
 	return nil
 }
@@ -132,6 +151,9 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 	}
 	if cfg.BackwardPasses == 0 {
 		cfg.BackwardPasses = 1
+	}
+	if cfg.EvalEvery == 0 {
+		cfg.EvalEvery = 100
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -215,6 +237,11 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 			}
 			res.Steps++
 			res.Samples += int64(n)
+			if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery == 0 {
+				if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil {
+					return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
+				}
+			}
 			p.Step++
 			p.Samples += n
 			p.LossSum += loss
@@ -235,6 +262,11 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	if err := w.strategy.Finish(ctx); err != nil {
 		return res, err
 	}
+	if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery != 0 {
+		if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil {
+			return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
+		}
+	}
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
@@ -244,13 +276,27 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 // loss and the correct predictions, or io.EOF if the epoch had no batch
 // left.
 func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum float64, correct int, err error) {
+	var t StepTimes
+	t0 := time.Now()
 	if err := w.strategy.Params(ctx, step, w.params); err != nil {
 		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
 	}
+	t.Pull = time.Since(t0)
+	if ws, ok := w.strategy.(waitReporter); ok {
+		t.Wait = min(ws.lastWait(), t.Pull)
+		t.Pull -= t.Wait
+	}
+	// With one backward pass per step, a strategy that can send the later
+	// layers' gradients while backward goes on gets them as they are final.
+	ov, _ := w.strategy.(overlapper)
+	gn, _ := w.model.(nn.GradNotifier)
+	overlap := w.cfg.BackwardPasses == 1 && ov != nil && ov.overlaps() && gn != nil
 	k := w.cfg.BackwardPasses
 	passes := 0
 	for ; passes < k; passes++ {
+		td := time.Now()
 		b, err := w.loader.Next(ctx)
+		t.Data += time.Since(td)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -261,10 +307,20 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		if passes > 0 {
 			dst = w.pass
 		}
-		loss, c := w.model.ForwardBackward(w.params, dst, b.X, b.Y)
+		tc := time.Now()
+		var loss float64
+		var c int
+		if overlap {
+			loss, c = gn.ForwardBackwardNotify(w.params, dst, b.X, b.Y, func(off int) { ov.gradReady(ctx, dst, off) })
+		} else {
+			loss, c = w.model.ForwardBackward(w.params, dst, b.X, b.Y)
+		}
 		n := b.Len()
 		w.loader.Release(b)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			if overlap {
+				ov.abort()
+			}
 			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", step, loss)
 		}
 		if passes > 0 {
@@ -272,6 +328,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 				w.grads[i] += g
 			}
 		}
+		t.Compute += time.Since(tc)
 		samples += n
 		lossSum += loss * float64(n)
 		correct += c
@@ -285,10 +342,39 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 			w.grads[i] *= inv
 		}
 	}
+	ta := time.Now()
 	if err := w.strategy.Apply(ctx, step, w.params, w.grads); err != nil {
 		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
 	}
+	if _, ring := w.strategy.(*Ring); ring {
+		t.Reduce = time.Since(ta)
+	} else {
+		t.Push = time.Since(ta)
+	}
+	if w.cfg.OnStep != nil {
+		t.Step = time.Since(t0)
+		w.cfg.OnStep(step, t)
+	}
 	return samples, lossSum, correct, nil
+}
+
+// waitReporter is a strategy that knows how long its last Params call
+// was held before any weight arrived.
+type waitReporter interface {
+	lastWait() time.Duration
+}
+
+// overlapper is a strategy that can start sending a step's gradients
+// while backward is still computing the earlier layers'.
+type overlapper interface {
+	// overlaps reports whether it wants gradReady calls.
+	overlaps() bool
+	// gradReady says grads[off:] are final for the current step; Apply
+	// then gets the whole vector.
+	gradReady(ctx context.Context, grads []float32, off int)
+	// abort cancels what gradReady started, when the step fails before
+	// Apply.
+	abort()
 }
 
 // Evaluation is a model's loss and accuracy on a dataset.

@@ -202,3 +202,61 @@ func TestTwoWorkersTrainThroughServers(t *testing.T) {
 		assert.Equal(t, 600, last.Samples)
 	}
 }
+
+// waitingPS is a fakePS whose pulls say they were held for an hour, more
+// than the whole pull took.
+type waitingPS struct{ fakePS }
+
+func (w *waitingPS) PullFor(ctx context.Context, a client.PullArgs, dst []float32) (client.Clocks, error) {
+	if a.Waited != nil {
+		*a.Waited = time.Hour
+	}
+	return w.fakePS.PullFor(ctx, a, dst)
+}
+
+// TestStepTimesAndEval: every step reports where its time went, a held
+// pull counts as waiting (never more than the pull took), and Eval runs
+// every EvalEvery steps and after the last.
+func TestStepTimesAndEval(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	f := &waitingPS{fakePS{params: make([]float32, model.Layout().Size())}}
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
+	require.NoError(t, err)
+	var steps []int64
+	var evals []int64
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 16, Steps: 10, EvalEvery: 4,
+		OnStep: func(step int64, st worker.StepTimes) {
+			steps = append(steps, step)
+			assert.Positive(t, st.Compute, "step %d", step)
+			assert.Positive(t, st.Wait, "step %d", step)
+			assert.Zero(t, st.Pull, "step %d: the whole pull was held", step)
+			assert.Zero(t, st.Reduce, "step %d", step)
+			assert.GreaterOrEqual(t, st.Step, st.Data+st.Compute+st.Wait+st.Pull+st.Push, "step %d", step)
+		},
+		Eval: func(_ context.Context, done int64, params []float32) error {
+			evals = append(evals, done)
+			assert.Len(t, params, model.Layout().Size())
+			return nil
+		}}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Run(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, steps)
+	assert.Equal(t, []int64{4, 8, 10}, evals)
+}
+
+func TestEvalErrorStopsRun(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	f := &fakePS{params: make([]float32, model.Layout().Size())}
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 16, Steps: 10, EvalEvery: 3,
+		Eval: func(context.Context, int64, []float32) error { return errors.New("disk full") }}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Run(ctxT(t))
+	assert.ErrorContains(t, err, "evaluating after step 3: disk full")
+}
