@@ -78,6 +78,12 @@ type Config struct {
 	// for on data-plane connections; default DefaultSocketBufferBytes; a
 	// negative value leaves the kernel's default (and its autotuning).
 	SocketBufferBytes int
+	// WrapData, when set, wraps each TCP data-plane connection after its
+	// handshake; Send and Recv then go through the wrapper (which must
+	// honour read and write deadlines). The benchmark harness puts its NIC
+	// model here. Links over shared memory do not use it: turn
+	// SharedMemory off to have every byte pass through it.
+	WrapData func(net.Conn) net.Conn
 	// Logger receives setup and failure events; nil discards them.
 	Logger *slog.Logger
 }

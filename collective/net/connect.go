@@ -106,7 +106,7 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 	conns, err := mesh(ctx, cfg, lis, resp)
 	for peer, c := range conns {
 		if c != nil {
-			t.links[peer] = newLink(peer, c)
+			t.links[peer] = newLink(peer, c, cfg.WrapData)
 		}
 	}
 	if err != nil {

@@ -51,6 +51,7 @@ type transport struct {
 type link struct {
 	peer int
 	conn *net.TCPConn
+	data net.Conn // conn, or Config.WrapData's wrapper of it: what Send and Recv use
 	// setRead and setWrite are conn's deadline setters, made once.
 	setRead, setWrite func(time.Time) error
 
@@ -64,8 +65,12 @@ type link struct {
 
 var _ collective.Transport = (*transport)(nil)
 
-func newLink(peer int, conn *net.TCPConn) *link {
-	return &link{peer: peer, conn: conn, setRead: conn.SetReadDeadline, setWrite: conn.SetWriteDeadline}
+func newLink(peer int, conn *net.TCPConn, wrap func(net.Conn) net.Conn) *link {
+	var data net.Conn = conn
+	if wrap != nil {
+		data = wrap(conn)
+	}
+	return &link{peer: peer, conn: conn, data: data, setRead: data.SetReadDeadline, setWrite: data.SetWriteDeadline}
 }
 
 // Rank returns this process's rank.
@@ -95,7 +100,7 @@ func (t *transport) Send(ctx context.Context, peer int, buf []byte) error {
 		return t.shmSend(ctx, l, buf)
 	}
 	release := bindDeadline(ctx, l.setWrite)
-	n, err := l.conn.Write(buf)
+	n, err := l.data.Write(buf)
 	release()
 	if err == nil {
 		return nil
@@ -126,7 +131,7 @@ func (t *transport) Recv(ctx context.Context, peer int, buf []byte) error {
 		return t.shmRecv(ctx, l, buf)
 	}
 	release := bindDeadline(ctx, l.setRead)
-	n, err := io.ReadFull(l.conn, buf)
+	n, err := io.ReadFull(l.data, buf)
 	release()
 	if err == nil {
 		return nil
@@ -288,7 +293,7 @@ func (t *transport) Close() error {
 				l.send.wakeAll()
 				l.recv.wakeAll()
 			}
-			if err := l.conn.Close(); err != nil {
+			if err := l.data.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("closing link to rank %d: %w", l.peer, err))
 			}
 		}
