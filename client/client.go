@@ -262,8 +262,8 @@ type PullArgs struct {
 	// shards once it is within the staleness bound. nil waits for nothing.
 	Steps Clocks
 	// Waited, when not nil, is set to how long the pull was held before
-	// values arrived: the time to the first piece of the shard whose first
-	// piece came last (the server's wait plus one piece's latency).
+	// any value was read: the longest any shard says it held it (a sync
+	// barrier, the SSP bound).
 	Waited *time.Duration
 }
 
@@ -278,8 +278,7 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 		return nil, fmt.Errorf("client: pull with %d steps, want one per shard (%d)", len(args.Steps), len(c.stubs))
 	}
 	clocks := make(Clocks, len(c.stubs))
-	start := time.Now()
-	firsts := make([]time.Time, len(c.stubs))
+	held := make([]time.Duration, len(c.stubs))
 	err := c.fanOut(func(s int) error {
 		req := &pb.PullRequest{PlanVersion: shard.Version, WorkerId: args.WorkerID}
 		if args.Steps != nil {
@@ -287,7 +286,7 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 		}
 		return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
 			var err error
-			clocks[s], err = c.pullShard(ctx, s, req, dst, &firsts[s])
+			clocks[s], err = c.pullShard(ctx, s, req, dst, &held[s])
 			return err
 		})
 	})
@@ -296,14 +295,14 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 	}
 	if args.Waited != nil {
 		*args.Waited = 0
-		for _, f := range firsts {
-			*args.Waited = max(*args.Waited, f.Sub(start))
+		for _, h := range held {
+			*args.Waited = max(*args.Waited, h)
 		}
 	}
 	return clocks, nil
 }
 
-func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst []float32, first *time.Time) (int64, error) {
+func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst []float32, held *time.Duration) (int64, error) {
 	stream, err := c.stubs[s].Pull(ctx, req)
 	if err != nil {
 		return 0, err
@@ -320,7 +319,7 @@ func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst 
 			return 0, err
 		}
 		if got == 0 {
-			*first = time.Now()
+			*held = time.Duration(p.HeldMicros) * time.Microsecond
 		}
 		n := len(p.Values) / 4
 		if p.Offset < 0 || int(p.Offset) > len(dst)-n || c.info.Plan.Owner(c.info.Plan.ChunkAt(int(p.Offset))) != s {

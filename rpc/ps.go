@@ -183,11 +183,13 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 		return toStatus(err)
 	}
 	wctx, cancel := waitContext(stream.Context())
+	start := time.Now()
 	err := s.core.WaitToRead(wctx, req.WorkerId, req.Step)
 	cancel()
 	if err != nil {
 		return toStatus(err)
 	}
+	held := time.Since(start).Microseconds() // told on the first piece
 	const pieceFloats = pb.MaxPieceBytes / 4
 	if len(req.Ranges) == 0 {
 		// The whole shard, as one consistent snapshot.
@@ -206,9 +208,10 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 			for off := 0; off < r.Len; off += pieceFloats {
 				end := min(off+pieceFloats, r.Len)
 				*enc = pb.AppendFloats((*enc)[:0], part[off:end])
-				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: *enc, Clock: clock}); err != nil {
+				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: *enc, Clock: clock, HeldMicros: held}); err != nil {
 					return err
 				}
+				held = 0
 			}
 		}
 		return nil
@@ -229,9 +232,10 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 				return toStatus(err)
 			}
 			*enc = pb.AppendFloats((*enc)[:0], buf)
-			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: *enc, Clock: clock}); err != nil {
+			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: *enc, Clock: clock, HeldMicros: held}); err != nil {
 				return err
 			}
+			held = 0
 		}
 	}
 	return nil

@@ -601,7 +601,10 @@ type PullPiece struct {
 	// values: little-endian float32.
 	Values []byte `protobuf:"bytes,2,opt,name=values,proto3" json:"values,omitempty"`
 	// clock of the shard when the pull started.
-	Clock         int64 `protobuf:"varint,3,opt,name=clock,proto3" json:"clock,omitempty"`
+	Clock int64 `protobuf:"varint,3,opt,name=clock,proto3" json:"clock,omitempty"`
+	// held_micros, on the first piece: how long the shard held the pull
+	// before reading (sync barrier, SSP bound), in microseconds.
+	HeldMicros    int64 `protobuf:"varint,4,opt,name=held_micros,json=heldMicros,proto3" json:"held_micros,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +656,13 @@ func (x *PullPiece) GetValues() []byte {
 func (x *PullPiece) GetClock() int64 {
 	if x != nil {
 		return x.Clock
+	}
+	return 0
+}
+
+func (x *PullPiece) GetHeldMicros() int64 {
+	if x != nil {
+		return x.HeldMicros
 	}
 	return 0
 }
@@ -924,11 +934,13 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
 	"\fplan_version\x18\x03 \x01(\rR\vplanVersion\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\x03R\x04step\"Q\n" +
+	"\x04step\x18\x04 \x01(\x03R\x04step\"r\n" +
 	"\tPullPiece\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\x14\n" +
-	"\x05clock\x18\x03 \x01(\x03R\x05clock\"\xcf\x01\n" +
+	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12\x1f\n" +
+	"\vheld_micros\x18\x04 \x01(\x03R\n" +
+	"heldMicros\"\xcf\x01\n" +
 	"\n" +
 	"PushHeader\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12\x12\n" +
