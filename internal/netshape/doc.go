@@ -1,0 +1,98 @@
+// Package netshape models a network interface card, so that benchmarks of
+// parameter servers and workers running as processes on one machine over
+// loopback see the bottlenecks of a real cluster.
+//
+// # Model
+//
+// Each process creates one NIC. A NIC has a line rate (Config.Gbps) for
+// each direction separately: an egress token bucket that every Write of
+// every conn it wraps draws from, and an ingress token bucket that every
+// Read draws from. A parameter server receiving from N workers is therefore
+// limited to Gbps in total, not per connection, as on a real cluster. A NIC
+// also delays what it sends by RTT/2, so a request and its response
+// between two NICs of the same Config take one RTT on top of their
+// transfer time. The buckets are golang.org/x/time/rate limiters.
+//
+//   - Egress: a Write is split into pieces of at most 256 KiB (never more
+//     than Config.Burst); each piece departs once the egress bucket has
+//     tokens for it. Without an RTT the piece is then written to the
+//     underlying conn. With an RTT it is copied onto the conn's delay line,
+//     whose goroutine writes it to the underlying conn RTT/2 after its
+//     departure; Write returns once its last piece is queued. The delay line
+//     holds at most max(4 MiB, 2·rate·RTT/2 + Burst) bytes per conn, like a
+//     socket send buffer: a Write blocks while it is full.
+//   - Ingress: a Read reads at most one piece from the underlying conn and
+//     returns it once the ingress bucket has tokens for what arrived. A
+//     receiver that is held back stops draining the kernel's socket buffer,
+//     and TCP flow control slows the senders, as a congested receiver NIC
+//     would.
+//   - Counting: Sent counts bytes written to the underlying conns (bytes
+//     still on a delay line are not counted yet), Received counts bytes
+//     returned by Read. Both count when the NIC is unlimited too.
+//   - Deadlines and Close: a Write or Read waiting for tokens or delay-line
+//     space honours the conn's deadlines, including deadlines changed while
+//     it waits, and returns an error satisfying os.ErrDeadlineExceeded (a
+//     net.Error whose Timeout is true). A Read cut short this way keeps the
+//     bytes it had taken from the underlying conn for the next Read, so no
+//     data is lost or reordered. Close unblocks every waiter with
+//     net.ErrClosed.
+//
+// Burst is the depth of each bucket: how much passes at line rate after the
+// link was idle. The default, DefaultBurst, is 2 ms at the line rate and at
+// least 64 KiB. It cannot be much smaller: Go's timers on Linux wake up to
+// about 1 ms late when the process is otherwise idle (the netpoller sleeps
+// in whole milliseconds), and a bucket that fills up during a late wake-up
+// loses those tokens; with a 64 KiB bucket a 10 Gbit/s NIC achieves about
+// 1.4 Gbit/s. The price is that a transfer starting after an idle period
+// gets its first Burst bytes for free, about 2 ms early.
+//
+// # Limits
+//
+// This is a rate and latency model, not a network emulator:
+//   - No packet loss, reordering, jitter, ECN or congestion control: the
+//     only back-pressure is TCP flow control over loopback.
+//   - No per-flow fairness beyond the bucket's first-come, first-served
+//     order: conns sharing a NIC get tokens in the order they ask, one piece
+//     at a time, which is roughly round robin between backlogged conns.
+//   - RTT only delays data. Connection set-up is not delayed, and the
+//     loopback TCP window does not grow with the RTT, so there is no
+//     slow start and no window-limited throughput. The RTT is a path
+//     property only if both ends use NICs of the same RTT; a peer without a
+//     NIC sees RTT/2.
+//   - Latencies are only as precise as Go's timers, which on Linux wake
+//     up to about 1 ms late when the process is otherwise idle. Each
+//     delayed hop can arrive that late, so a 1-byte ping-pong between two
+//     NICs takes about RTT + 1-2 ms (BenchmarkRTT: 2.2 ms for both 0.2 ms
+//     and 1 ms RTTs, 6.5 ms for 5 ms). RTTs below a few milliseconds are
+//     therefore not modelled faithfully; bulk rates are (SelfCheck).
+//   - The machine must be able to move the bytes: SelfCheck measures what
+//     one stream achieves. On a 2-core machine loopback tops out around
+//     20-30 Gbit/s with shaping, so 25 Gbit/s is at the edge.
+//   - Wrapped conns are plain net.Conns: *net.TCPConn methods (CloseWrite,
+//     SetNoDelay, ...) are not reachable through them.
+//
+// # Concurrency and ownership
+//
+// A NIC and its conns are safe for concurrent use. Writes on one conn are
+// serialized, so concurrent Writes do not interleave; so are Reads. Write
+// does not retain its buffer after it returns. A wrapped conn owns the
+// conn it wraps and closes it on Close; closing a conn with an RTT first
+// delivers what is on its delay line (giving a peer that does not read
+// 5 s). NIC.Close unplugs the card: it closes every conn it wraps, dropping
+// their delay lines, stops their goroutines, and makes later dials and
+// Accepts fail with ErrNICClosed. With no RTT a NIC starts no goroutines.
+//
+// # Use
+//
+//	nic, err := netshape.New(netshape.Config{Gbps: 10, RTT: 200 * time.Microsecond})
+//	if err != nil { ... }
+//	defer nic.Close()
+//	// Server: accepted conns are shaped.
+//	go grpcServer.Serve(nic.Listener(lis))
+//	// Client: dialed conns are shaped.
+//	cc, err := grpc.NewClient(addr,
+//		grpc.WithContextDialer(nic.ContextDialer(nil)),
+//		grpc.WithTransportCredentials(insecure.NewCredentials()))
+//	// Before a benchmark: can this machine shape at 10 Gbit/s?
+//	check, err := netshape.SelfCheck(ctx, nic.Config(), 256<<20)
+package netshape

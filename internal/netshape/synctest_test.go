@@ -1,0 +1,203 @@
+package netshape_test
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/internal/netshape"
+)
+
+// These tests run in synctest bubbles over net.Pipe, where time is virtual:
+// they check the model's timing exactly without measuring the machine.
+
+// mbps1 is 1 MB/s with a 100 KB bucket.
+var mbps1 = netshape.Config{Gbps: gbpsFor(1e6), Burst: 100_000}
+
+// nicIn is newNIC for a bubble: the NIC is closed before the bubble ends.
+func nicIn(t *testing.T, cfg netshape.Config) *netshape.NIC {
+	t.Helper()
+	n, err := netshape.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// sendAll writes size bytes on w and closes it.
+func sendAll(t *testing.T, w net.Conn, size int) {
+	_, err := w.Write(make([]byte, size))
+	assert.NoError(t, err)
+	assert.NoError(t, w.Close())
+}
+
+// receiveAll reads r to EOF and returns how many bytes came and when the
+// last one did, relative to start.
+func receiveAll(t *testing.T, r net.Conn, start time.Time) (int, time.Duration) {
+	var (
+		n    int
+		last time.Duration
+	)
+	buf := make([]byte, 32<<10)
+	for {
+		m, err := r.Read(buf)
+		if m > 0 {
+			n += m
+			last = time.Since(start)
+		}
+		if err == io.EOF {
+			return n, last
+		}
+		if !assert.NoError(t, err) {
+			return n, last
+		}
+	}
+}
+
+// TestVirtualEgressRate: after the 100 KB bucket, 1 MB takes 1 s.
+func TestVirtualEgressRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := nicIn(t, mbps1)
+		a, b := net.Pipe()
+		w := n.Conn(a)
+		start := time.Now()
+		go sendAll(t, w, 1_100_000)
+		got, took := receiveAll(t, b, start)
+		assert.Equal(t, 1_100_000, got)
+		assert.InDelta(t, time.Second, took, float64(time.Millisecond))
+		assert.Equal(t, int64(1_100_000), n.Sent())
+	})
+}
+
+// TestVirtualSharedEgress: two conns of one NIC share its egress rate and
+// take turns, so both finish at about the time their sum takes.
+func TestVirtualSharedEgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := nicIn(t, mbps1)
+		start := time.Now()
+		var wg sync.WaitGroup
+		took := make([]time.Duration, 2)
+		for i := range took {
+			a, b := net.Pipe()
+			go sendAll(t, n.Conn(a), 550_000)
+			wg.Go(func() {
+				var got int
+				got, took[i] = receiveAll(t, b, start)
+				assert.Equal(t, 550_000, got)
+			})
+		}
+		wg.Wait()
+		assert.InDelta(t, time.Second, max(took[0], took[1]), float64(time.Millisecond))
+		// Within one 64 KiB piece (65 ms) of each other.
+		assert.Greater(t, min(took[0], took[1]), 900*time.Millisecond)
+	})
+}
+
+// TestVirtualSharedIngress: a NIC receiving from two unshaped senders is
+// the bottleneck for both together.
+func TestVirtualSharedIngress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := nicIn(t, mbps1)
+		start := time.Now()
+		var wg sync.WaitGroup
+		took := make([]time.Duration, 2)
+		for i := range took {
+			a, b := net.Pipe()
+			go sendAll(t, b, 550_000)
+			wg.Go(func() {
+				r := n.Conn(a)
+				defer r.Close()
+				var got int
+				got, took[i] = receiveAll(t, r, start)
+				assert.Equal(t, 550_000, got)
+			})
+		}
+		wg.Wait()
+		assert.InDelta(t, time.Second, max(took[0], took[1]), float64(time.Millisecond))
+		assert.Equal(t, int64(1_100_000), n.Received())
+	})
+}
+
+// TestVirtualRTT: a request and its reply between two NICs take one RTT.
+func TestVirtualRTT(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := netshape.Config{RTT: 10 * time.Millisecond}
+		a, b := net.Pipe()
+		client, server := nicIn(t, cfg).Conn(a), nicIn(t, cfg).Conn(b)
+		defer client.Close()
+		defer server.Close()
+		go func() {
+			buf := make([]byte, 4)
+			_, err := io.ReadFull(server, buf)
+			assert.NoError(t, err)
+			_, err = server.Write([]byte("pong"))
+			assert.NoError(t, err)
+		}()
+		start := time.Now()
+		_, err := client.Write([]byte("ping"))
+		require.NoError(t, err)
+		reply := make([]byte, 4)
+		_, err = io.ReadFull(client, reply)
+		require.NoError(t, err)
+		assert.Equal(t, 10*time.Millisecond, time.Since(start))
+		assert.Equal(t, "pong", string(reply))
+	})
+}
+
+// TestVirtualRateAndRTT: the last byte of a transfer arrives RTT/2 after it
+// departs.
+func TestVirtualRateAndRTT(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := mbps1
+		cfg.RTT = 100 * time.Millisecond
+		n := nicIn(t, cfg)
+		a, b := net.Pipe()
+		start := time.Now()
+		go sendAll(t, n.Conn(a), 1_100_000)
+		got, took := receiveAll(t, b, start)
+		assert.Equal(t, 1_100_000, got)
+		assert.InDelta(t, time.Second+50*time.Millisecond, took, float64(time.Millisecond))
+	})
+}
+
+// TestVirtualReadDeadlineKeepsData: a Read whose ingress wait outlasts its
+// deadline returns a timeout, and a later Read returns those bytes when
+// their tokens are due.
+func TestVirtualReadDeadlineKeepsData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := nicIn(t, netshape.Config{Gbps: gbpsFor(1000), Burst: 1000})
+		a, b := net.Pipe()
+		r := n.Conn(a)
+		defer r.Close()
+		want := randomBytes(7, 1500)
+		defer b.Close()
+		go func() {
+			_, err := b.Write(want)
+			assert.NoError(t, err)
+		}()
+		start := time.Now()
+		buf := make([]byte, 1000)
+		k, err := r.Read(buf) // the bucket is full
+		require.NoError(t, err)
+		got := append([]byte(nil), buf[:k]...)
+
+		require.NoError(t, r.SetReadDeadline(start.Add(100*time.Millisecond)))
+		k, err = r.Read(buf) // 500 bytes need 500 ms of tokens
+		assert.Zero(t, k)
+		assertTimeout(t, err)
+		assert.Equal(t, 100*time.Millisecond, time.Since(start))
+
+		require.NoError(t, r.SetReadDeadline(time.Time{}))
+		rest := make([]byte, 500)
+		_, err = io.ReadFull(r, rest)
+		require.NoError(t, err)
+		assert.Equal(t, 500*time.Millisecond, time.Since(start))
+		assert.Equal(t, want, append(got, rest...))
+		assert.Equal(t, int64(1500), n.Received())
+	})
+}
