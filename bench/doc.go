@@ -1,9 +1,36 @@
-// Package bench will hold Shoal's benchmark harness: `shoal bench` runs
-// modes (async, sync, ssp, ring) × workers × servers × models with the same
-// data order, seed and optimizer, records throughput, step-time breakdown,
-// traffic, staleness and time to accuracy, compares them with the analytic
-// communication model, and writes results.json, report.md and plots. Peers
-// measured in the same run (PyTorch with gloo) live in bench/peers/.
+// Package bench holds the results side of Shoal's training benchmark:
+// `shoal bench train` runs modes (async, sync, ssp, ring) × workers ×
+// servers × models with the same data order, seed and optimizer, records
+// throughput, step-time breakdown, traffic, staleness and time to accuracy
+// in a Results (record.go), compares them with the analytic communication
+// model, and writes results.json, report.md and plots. Peers measured in
+// the same run (PyTorch with gloo) live in bench/peers/.
 //
-// Nothing lives here yet.
+// results.json follows the JSON Schema in results.schema.json (embedded as
+// Schema, documented field by field in docs/bench-schema.md). Validate
+// checks a document against it; Load reads, validates and decodes one.
+// Diff and WriteDiff compare two files run by run (matched by Record.ID);
+// WriteReport writes report.md; WritePlots draws the PNG plots it embeds.
+//
+// Concurrency: the functions keep no state between calls (the schema is
+// compiled once, on first use) and may be called concurrently; they do
+// not modify the Results they are given. Diff's rows point into the
+// Results passed to it.
+//
+// Example:
+//
+//	r, err := bench.Load("results.json")
+//	if err != nil {
+//		return err
+//	}
+//	plots, err := bench.WritePlots(dir, r)
+//	if err != nil {
+//		return err
+//	}
+//	f, err := os.Create(filepath.Join(dir, "report.md"))
+//	if err != nil {
+//		return err
+//	}
+//	defer f.Close()
+//	return bench.WriteReport(f, r, plots)
 package bench

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// modeRank orders modes the way tables and legends list them.
+func modeRank(mode string) int {
+	switch mode {
+	case "async":
+		return 0
+	case "sync":
+		return 1
+	case "ssp":
+		return 2
+	case "ring":
+		return 3
+	case "ddp":
+		return 4
+	}
+	return 5
+}
+
+// isPS says whether mode runs against parameter servers.
+func isPS(mode string) bool {
+	return mode == "async" || mode == "sync" || mode == "ssp"
+}
+
+// PeerName is the human name of a peer system, e.g. "pytorch-ddp-gloo" →
+// "PyTorch DDP (gloo)"; unknown names come back as they are.
+func PeerName(peer string) string {
+	if backend, ok := strings.CutPrefix(peer, "pytorch-ddp-"); ok && backend != "" {
+		return "PyTorch DDP (" + backend + ")"
+	}
+	if peer == "pytorch-ddp" {
+		return "PyTorch DDP"
+	}
+	return peer
+}
+
+// System names what ran a record: the mode for Shoal's own runs, the
+// peer's name followed by ", peer" otherwise.
+func (r *Record) System() string {
+	if r.Peer != "" {
+		return PeerName(r.Peer) + ", peer"
+	}
+	return r.Mode
+}
+
+// failed says whether the run failed (its measurements are absent).
+func (r *Record) failed() bool { return r.Error != "" }
+
+// modelOrder lists the models in the order they first appear in runs.
+func modelOrder(runs []Record) []string {
+	var out []string
+	for _, r := range runs {
+		if !slices.Contains(out, r.Model) {
+			out = append(out, r.Model)
+		}
+	}
+	return out
+}
+
+// sortedRuns returns pointers to the runs ordered by model (first
+// appearance), Shoal before peers, mode, NIC, servers, workers, so that
+// one series reads down a table by workers.
+func sortedRuns(runs []Record) []*Record {
+	models := modelOrder(runs)
+	out := make([]*Record, len(runs))
+	for i := range runs {
+		out[i] = &runs[i]
+	}
+	slices.SortStableFunc(out, func(a, b *Record) int {
+		return cmp.Or(
+			cmp.Compare(slices.Index(models, a.Model), slices.Index(models, b.Model)),
+			cmp.Compare(a.Peer, b.Peer),
+			cmp.Compare(modeRank(a.Mode), modeRank(b.Mode)),
+			cmp.Compare(a.Mode, b.Mode),
+			cmp.Compare(a.NICGbps, b.NICGbps),
+			cmp.Compare(a.Servers, b.Servers),
+			cmp.Compare(a.Workers, b.Workers),
+			cmp.Compare(a.ID, b.ID),
+		)
+	})
+	return out
+}
+
+// stalenessStats summarises a staleness histogram.
+type stalenessStats struct {
+	pushes         int64
+	mean           float64
+	p50, p95, max  int
+	fresh          float64 // share of pushes with staleness 0
+	values, counts []int64 // sorted by value
+}
+
+func summariseStaleness(h map[string]int64) (stalenessStats, bool) {
+	var st stalenessStats
+	type kv struct{ k, c int64 }
+	var kvs []kv
+	for ks, c := range h {
+		k, err := strconv.ParseInt(ks, 10, 64)
+		if err != nil || k < 0 || c <= 0 {
+			continue
+		}
+		kvs = append(kvs, kv{k, c})
+	}
+	if len(kvs) == 0 {
+		return st, false
+	}
+	sort.Slice(kvs, func(i, j int) bool { return kvs[i].k < kvs[j].k })
+	var sum float64
+	for _, e := range kvs {
+		st.pushes += e.c
+		sum += float64(e.k) * float64(e.c)
+		st.values = append(st.values, e.k)
+		st.counts = append(st.counts, e.c)
+	}
+	st.mean = sum / float64(st.pushes)
+	quant := func(q float64) int {
+		want := int64(math.Ceil(q * float64(st.pushes)))
+		var acc int64
+		for _, e := range kvs {
+			acc += e.c
+			if acc >= want {
+				return int(e.k)
+			}
+		}
+		return int(kvs[len(kvs)-1].k)
+	}
+	st.p50, st.p95 = quant(0.5), quant(0.95)
+	st.max = int(kvs[len(kvs)-1].k)
+	if kvs[0].k == 0 {
+		st.fresh = float64(kvs[0].c) / float64(st.pushes)
+	}
+	return st, true
+}
+
+// num formats a value with about three significant digits and thousands
+// separators for large ones: 12,345 · 123 · 12.3 · 1.23 · 0.0123.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "—"
+	case a >= 1000:
+		return thousands(fmt.Sprintf("%.0f", v))
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	case a == 0:
+		return "0"
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+}
+
+// signed is num with an explicit sign (none for 0).
+func signed(v float64) string {
+	s := num(v)
+	if v > 0 && s != "0" {
+		return "+" + s
+	}
+	return s
+}
+
+func thousands(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// ms formats seconds as milliseconds, with decimals by magnitude so that
+// a column reads evenly: 0.192 · 4.32 · 14.7 · 250.
+func ms(sec float64) string {
+	v := sec * 1e3
+	switch a := math.Abs(v); {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "—"
+	case a >= 100:
+		return num(v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	case a == 0:
+		return "0"
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+// gbps formats a bandwidth in Gbit/s: 10, 2.5, 0.1.
+func gbps(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+
+// mib formats bytes as MiB.
+func mib(b float64) string { return num(b / (1 << 20)) }
+
+// pct formats a fraction as a percentage.
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
