@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench-allreduce bench-compute test-nocgo
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-allreduce bench-compute test-nocgo
 
 all: build
 
@@ -61,6 +61,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/net/
 	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/net/
 	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/net/
+
+# The modes side by side (shoal bench train's built-in plan, about ten
+# minutes on 2 cores, NIC modelled at 1 Gbit/s) with the PyTorch DDP peer;
+# writes docs/bench-train/ and its report into docs/BENCHMARKS.md.
+bench: build
+	scripts/bench-train.sh
+
+# The same in under a minute, into bench-out/ (not the docs).
+bench-quick: build
+	scripts/ensure-dataset.sh $(DATA_DIR)
+	$(BIN) bench train --quick --out bench-out --data $(DATA_DIR)
 
 # Shoal's allreduce against PyTorch gloo's (python3-torch), same sizes and
 # process counts, one run; writes the table into docs/BENCHMARKS.md.

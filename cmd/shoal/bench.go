@@ -19,6 +19,8 @@ const benchUsage = `Usage: shoal bench <benchmark> [flags]
 Benchmarks:
   allreduce   collective bandwidth between processes on this machine (--op picks the collective)
   compute     one worker's forward+backward+update samples/s, no communication
+  train       the modes side by side: throughput, step-time breakdown, traffic, accuracy over time, plots
+  diff        compares two results.json files of bench train, run by run
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,6 +33,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchCollective(ctx, args[1:], stdout, stderr)
 	case "compute":
 		return runBenchCompute(ctx, args[1:], stdout, stderr)
+	case "train":
+		return runBenchTrain(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return runBenchDiff(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, benchUsage)
 		return nil

@@ -79,7 +79,7 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 	l.kids = append(l.kids, c)
 	l.wg.Go(func() {
 		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sc.Buffer(make([]byte, 64<<10), 64<<20) // --stats done events carry every step's times
 		for sc.Scan() {
 			var ev event
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Event == "" {

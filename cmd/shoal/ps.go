@@ -40,6 +40,8 @@ type event struct {
 	TestSamples  int     `json:"test_samples,omitempty"`
 	// result: one measurement of shoal bench
 	Result *collRecord `json:"result,omitempty"`
+	// done, with --stats: the worker's step times and bytes
+	Times *stepLog `json:"times,omitempty"`
 }
 
 func emit(w io.Writer, e event) {
@@ -66,7 +68,9 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
 		events     = fs.Bool("events", false, "write JSON events on stdout for a launcher")
 		drain      = fs.Duration("drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
+		nf         nicFlags
 	)
+	nf.register(fs)
 	mf.register(fs)
 	of.register(fs, "none")
 	lf.register(fs, "info")
@@ -99,9 +103,21 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	if err := nf.validate(); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	if nf.shaped() {
+		nic, err := nf.nic()
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer nic.Close()
+		lis = nic.Listener(lis)
 	}
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)

@@ -29,6 +29,7 @@ type ringFlags struct {
 	scaleLR      bool
 	sharedMemory bool
 	jobID        string
+	fusionBytes  int
 }
 
 func (r *ringFlags) register(fs *flag.FlagSet) {
@@ -40,11 +41,13 @@ func (r *ringFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.scaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
 	fs.BoolVar(&r.sharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
 	fs.StringVar(&r.jobID, "job-id", "shoal", "ring: a name every rank of one job shares")
+	fs.IntVar(&r.fusionBytes, "fusion-bytes", 64<<10, "ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only")
 }
 
 func (r *ringFlags) args() []string {
 	return []string{"--reduce-op", r.reduceOp, "--compression", r.compression, "--desync-every", strconv.FormatInt(r.desyncEvery, 10),
-		"--scale-lr=" + strconv.FormatBool(r.scaleLR), "--shared-memory=" + strconv.FormatBool(r.sharedMemory), "--job-id", r.jobID}
+		"--scale-lr=" + strconv.FormatBool(r.scaleLR), "--shared-memory=" + strconv.FormatBool(r.sharedMemory), "--job-id", r.jobID,
+		"--fusion-bytes", strconv.Itoa(r.fusionBytes)}
 }
 
 func (r *ringFlags) compressionMode() (collective.Compression, error) {
@@ -96,6 +99,9 @@ type ringRun struct {
 	save    string
 	timeout time.Duration
 	stdout  io.Writer
+	nf      nicFlags
+	sf      statFlags
+	eval    bool // evaluate the final weights on the test set
 }
 
 func runRing(ctx context.Context, r ringRun) error {
@@ -110,6 +116,15 @@ func runRing(ctx context.Context, r ringRun) error {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory}
+	if r.nf.shaped() {
+		// Every byte goes through the modelled NIC: no shared memory.
+		nic, err := r.nf.nic()
+		if err != nil {
+			return err
+		}
+		defer nic.Close()
+		ccfg.WrapData, ccfg.SharedMemory = nic.Conn, false
+	}
 	if r.id.Rank == 0 {
 		lis, err := collnet.ListenMaster(master)
 		if err != nil {
@@ -125,7 +140,8 @@ func runRing(ctx context.Context, r ringRun) error {
 		return fmt.Errorf("joining the ring of %d through %s: %w", r.id.WorldSize, master, err)
 	}
 	defer tr.Close()
-	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
+	counted := &countingTransport{Transport: tr}
+	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
 	if err != nil {
 		return err
 	}
@@ -138,7 +154,8 @@ func runRing(ctx context.Context, r ringRun) error {
 		initial = make([]float32, n)
 		r.model.Init(initial, r.seed)
 	}
-	ring, err := worker.NewRing(dc, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery})
+	ring, err := worker.NewRing(dc, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
+		FusionBytes: r.rf.fusionBytes})
 	if err != nil {
 		return err
 	}
@@ -147,8 +164,11 @@ func runRing(ctx context.Context, r ringRun) error {
 	if r.events {
 		progress = func(p worker.Progress) { emit(r.stdout, progressEvent(p)) }
 	}
-	w, err := worker.New(worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}, r.model, r.train, ring)
+	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
+	steps := stepLog{counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
+	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout)
+	w, err := worker.New(wcfg, r.model, r.train, ring)
 	if err != nil {
 		return err
 	}
@@ -167,9 +187,11 @@ func runRing(ctx context.Context, r ringRun) error {
 	if err := ring.CheckDesync(ctx, res.Steps, params); err != nil {
 		return fail(err)
 	}
-	ev, err := worker.EvaluateShard(ctx, dc, r.model, params, r.test, 1000)
-	if err != nil {
-		return fail(err)
+	ev := worker.Evaluation{Accuracy: -1}
+	if r.eval {
+		if ev, err = worker.EvaluateShard(ctx, dc, r.model, params, r.test, 1000); err != nil {
+			return fail(err)
+		}
 	}
 	if r.id.Rank == 0 && r.save != "" {
 		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": "ring", "test_accuracy": fmtFloat(ev.Accuracy)}
@@ -178,13 +200,17 @@ func runRing(ctx context.Context, r ringRun) error {
 		}
 	}
 	if r.events {
-		emit(r.stdout, event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples})
+		done := event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
+			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples}
+		if r.sf.stats {
+			done.Times = &steps
+		}
+		emit(r.stdout, done)
 		return nil
 	}
 	fmt.Fprintf(r.stdout, "rank %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", r.id.Rank, r.id.WorldSize, res.Steps, res.Samples,
 		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
-	if r.id.Rank == 0 {
+	if r.id.Rank == 0 && r.eval {
 		fmt.Fprintf(r.stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, r.test.Name())
 	}
 	return nil

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
@@ -42,6 +45,15 @@ type trainSummary struct {
 	Dropped       int64           `json:"dropped_pushes"`
 	FailedWorkers []int           `json:"failed_workers"`
 	Saved         string          `json:"saved,omitempty"`
+	// With --stats: the workers' own run time (the longest), where their
+	// steps' time went, and their traffic per step.
+	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
+	StepTime             *bench.StepTime `json:"step_time,omitempty"`
+	IdleFraction         float64         `json:"idle_fraction,omitempty"`
+	BytesSentPerStep     float64         `json:"bytes_sent_per_step,omitempty"`
+	BytesReceivedPerStep float64         `json:"bytes_received_per_step,omitempty"`
+	// With --eval-every: rank 0's test accuracy during the run.
+	Curve []bench.CurvePoint `json:"curve,omitempty"`
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -63,7 +75,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 		ckptDir    = fs.String("checkpoint-dir", "", "servers checkpoint here and resume from it")
 		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
+		testEval   = fs.Bool("test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
+		nf         nicFlags
+		sf         statFlags
 	)
+	nf.register(fs)
+	sf.register(fs)
 	mf.register(fs)
 	of.register(fs, "cosine")
 	df.register(fs)
@@ -74,6 +91,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := tf.validate(); err != nil {
+		return err
+	}
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	if err := sf.validate(); err != nil {
 		return err
 	}
 	ring := tf.mode == "ring"
@@ -110,7 +133,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer l.shutdown()
 
-	common := append(append(mf.args(), lf.args()...), "--events")
+	common := append(append(append(mf.args(), lf.args()...), nf.args()...), "--events")
 	addrs := make([]string, *servers)
 	psKids := make([]*child, *servers)
 	for i := range *servers {
@@ -139,8 +162,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	isWorker := map[*child]bool{}
 	master := "127.0.0.1:0"
 	for r := range *workers {
-		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers), "--eval=false"},
-			append(append(common, df.args()...), tf.args()...)...)
+		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers),
+			"--eval=" + strconv.FormatBool(ring && *testEval)}, // ring ranks evaluate together; PS: the launcher does
+			append(append(append(common, df.args()...), tf.args()...), sf.args()...)...)
 		if !ring {
 			args = append(args, "--compression", rf.compression)
 		}
@@ -174,6 +198,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sum := trainSummary{Mode: tf.mode, Model: describeModel(model), Parameters: model.Layout().Size(), Dataset: test.Name(), Workers: *workers, Servers: *servers,
 		Batch: tf.batch, Optimizer: ocfg.Algorithm, LR: ocfg.LR, Staleness: map[int64]int64{}, FailedWorkers: []int{}}
 	var failures []string
+	var logs []*stepLog
 	for running := *workers; running > 0; {
 		m := <-l.msgs
 		switch {
@@ -192,6 +217,8 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errors.New(m.from.failure())
 		case m.ev.Event == "progress":
 			board.update(fromEvent(m.ev))
+		case m.ev.Event == "eval":
+			sum.Curve = append(sum.Curve, bench.CurvePoint{Seconds: m.ev.Seconds, Step: m.ev.Steps, Accuracy: m.ev.TestAccuracy, Loss: m.ev.TestLoss})
 		case m.ev.Event == "done":
 			if ring && m.ev.Rank == 0 {
 				ev := m.ev
@@ -203,7 +230,14 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				sum.Staleness[k] += v
 			}
 			sum.Dropped += m.ev.Dropped
+			sum.WorkerSeconds = max(sum.WorkerSeconds, m.ev.Seconds)
+			if m.ev.Times != nil {
+				logs = append(logs, m.ev.Times)
+			}
 		}
+	}
+	if sf.stats {
+		summariseSteps(&sum, logs)
 	}
 	board.clearBar()
 	sum.TrainSeconds = time.Since(trainStart).Seconds()
@@ -227,16 +261,27 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
 
-	var ev worker.Evaluation
-	if ring {
+	ev := worker.Evaluation{Accuracy: -1}
+	switch {
+	case !*testEval:
+		sum.Saved = *save
+		if !ring && *save != "" {
+			params, err := pullFinal(ctx, addrs, model)
+			if err != nil {
+				return err
+			}
+			meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode}
+			if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
+				return fmt.Errorf("--save %s: %w", *save, err)
+			}
+		}
+	case ring:
 		if ringTest == nil {
 			return errors.New("rank 0 finished without reporting the test metrics")
 		}
 		ev = worker.Evaluation{Loss: ringTest.TestLoss, Accuracy: ringTest.TestAccuracy, Samples: ringTest.TestSamples}
 		sum.Saved = *save
-	}
-	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
-	if !ring {
+	default:
 		params, err := pullFinal(ctx, addrs, model)
 		if err != nil {
 			return err
@@ -244,7 +289,6 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ev, err = worker.Evaluate(ctx, model, params, test, 1000); err != nil {
 			return err
 		}
-		sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
 		if *save != "" {
 			meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode, "test_accuracy": fmtFloat(ev.Accuracy)}
 			if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
@@ -253,13 +297,16 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			sum.Saved = *save
 		}
 	}
+	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
 	for _, c := range psKids {
 		c.stop()
 	}
 	l.shutdown()
 	sum.WallSeconds = time.Since(wall).Seconds()
 
-	fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
+	if *testEval {
+		fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
+	}
 	fmt.Fprintf(stdout, "throughput: %.0f samples/s (%d samples in %.1fs); wall %.1fs\n", sum.SamplesPerSec, sum.Samples, sum.TrainSeconds, sum.WallSeconds)
 	if mean, worst := stalenessStats(sum.Staleness); worst >= 0 {
 		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates; pushes by staleness:%s\n", mean, worst, histogram(sum.Staleness))
@@ -349,4 +396,62 @@ func stalenessStats(h map[int64]int64) (mean float64, worst int64) {
 		mean = float64(sum) / float64(n)
 	}
 	return mean, worst
+}
+
+// summariseSteps merges the workers' step logs into sum: phase quantiles
+// over every worker's steps but its first (warm-up), the idle fraction,
+// and the mean traffic per worker per step after the first.
+func summariseSteps(sum *trainSummary, logs []*stepLog) {
+	var all stepLog
+	var sent, received float64
+	var counted int
+	for _, l := range logs {
+		if len(l.Step) == 0 {
+			continue
+		}
+		from := 1
+		if len(l.Step) == 1 {
+			from = 0
+		}
+		all.Step = append(all.Step, l.Step[from:]...)
+		all.Data = append(all.Data, l.Data[from:]...)
+		all.Compute = append(all.Compute, l.Compute[from:]...)
+		all.Wait = append(all.Wait, l.Wait[from:]...)
+		all.Pull = append(all.Pull, l.Pull[from:]...)
+		all.Push = append(all.Push, l.Push[from:]...)
+		all.Reduce = append(all.Reduce, l.Reduce[from:]...)
+		if n := len(l.Step) - 1; n > 0 {
+			sent += float64(l.Sent-l.FirstSent) / float64(n)
+			received += float64(l.Received-l.FirstReceived) / float64(n)
+		} else {
+			sent += float64(l.Sent)
+			received += float64(l.Received)
+		}
+		counted++
+	}
+	if counted == 0 {
+		return
+	}
+	st := bench.StepTime{Step: quantiles(all.Step), Data: quantiles(all.Data), Compute: quantiles(all.Compute), Wait: quantiles(all.Wait),
+		Pull: quantiles(all.Pull), Push: quantiles(all.Push), Reduce: quantiles(all.Reduce)}
+	sum.StepTime = &st
+	if st.Step.Mean > 0 {
+		sum.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
+	}
+	sum.BytesSentPerStep, sum.BytesReceivedPerStep = sent/float64(counted), received/float64(counted)
+}
+
+// quantiles summarises durations in seconds (nearest-rank percentiles).
+func quantiles(v []float64) bench.Quantiles {
+	if len(v) == 0 {
+		return bench.Quantiles{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	var total float64
+	for _, x := range s {
+		total += x
+	}
+	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
+	return bench.Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
 }

@@ -85,10 +85,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rank     = fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
 		world    = fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
 		events   = fs.Bool("events", false, "write JSON events on stdout for a launcher")
-		eval     = fs.Bool("eval", true, "rank 0 evaluates the final weights on the test set")
+		eval     = fs.Bool("eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 		connect  = fs.Duration("connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
 		callTime = fs.Duration("call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
+		nf       nicFlags
+		sf       statFlags
 	)
+	nf.register(fs)
+	sf.register(fs)
 	mf.register(fs)
 	df.register(fs)
 	tf.register(fs)
@@ -99,6 +103,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if err := tf.validate(); err != nil {
+		return err
+	}
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	if err := sf.validate(); err != nil {
 		return err
 	}
 	log, err := lf.logger(stderr)
@@ -147,15 +157,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 		return runRing(ctx, ringRun{id: id, model: model, seed: mf.seed, ocfg: ocfg, train: train, test: test, tf: tf, rf: rf,
-			events: *events, save: *save, timeout: *callTime, stdout: stdout})
+			events: *events, save: *save, timeout: *callTime, stdout: stdout, nf: nf, sf: sf, eval: *eval})
 	}
 
 	enc, err := rf.pushEncoding()
 	if err != nil {
 		return err
 	}
+	nic, err := nf.nic()
+	if err != nil {
+		return err
+	}
+	defer nic.Close()
 	dctx, cancel := context.WithTimeout(ctx, *connect)
-	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime), client.WithPushEncoding(enc))
+	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime), client.WithPushEncoding(enc),
+		client.WithDialOptions(grpcDialer(nic)))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connecting to the parameter servers (--servers %s): %w", *servers, err)
@@ -189,10 +205,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *events {
 		progress = func(p worker.Progress) { emit(stdout, progressEvent(p)) }
 	}
-	w, err := worker.New(worker.Config{
+	wcfg := worker.Config{
 		Rank: id.Rank, WorldSize: id.WorldSize, Batch: tf.batch, Epochs: tf.epochs, Steps: tf.steps,
 		Seed: mf.seed, BackwardPasses: tf.backwardPasses, Progress: progress, Logger: log,
-	}, model, train, strategy)
+	}
+	steps := stepLog{counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
+	sf.hooks(&wcfg, &steps, id.Rank, model, test, stdout)
+	w, err := worker.New(wcfg, model, train, strategy)
 	if err != nil {
 		return err
 	}
@@ -202,7 +221,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
 	}
 	if *events {
-		emit(stdout, event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped()})
+		ev := event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped()}
+		if sf.stats {
+			ev.Times = &steps
+		}
+		emit(stdout, ev)
 		return nil
 	}
 	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())

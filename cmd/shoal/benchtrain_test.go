@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/bench"
+)
+
+// TestBenchTrain runs a small grid through the real binary on synthetic
+// data with the NIC model on, and checks what it wrote: results that
+// validate against the schema, one record per run with its measurements,
+// the report and the plots; then bench diff of the file against itself.
+func TestBenchTrain(t *testing.T) {
+	out := t.TempDir()
+	cmd := exec.CommandContext(ctxT(t, 5*time.Minute), shoalBin, "bench", "train", "--dataset", "synthetic", "--models", "mlp",
+		"--modes", "sync,ring", "--workers", "1,2", "--servers", "1", "--steps", "12", "--eval-every", "5", "--target-accuracy", "0.2",
+		"--nic-gbps", "2", "--peers", "", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	t.Log(stdout.String())
+	assert.Contains(t, stdout.String(), "NIC model: 2 Gbit/s configured")
+
+	res, err := bench.Load(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.NotNil(t, res.Shaper)
+	assert.Equal(t, 2.0, res.Shaper.ConfiguredGbps)
+	assert.Equal(t, bench.SchemaVersion, res.Schema)
+	assert.Equal(t, []string{"mlp/sync/w1/s1/nic2", "mlp/sync/w2/s1/nic2", "mlp/ring/w1/s0/nic2", "mlp/ring/w2/s0/nic2"}, ids(res.Runs))
+	for _, r := range res.Runs {
+		require.Empty(t, r.Error, r.ID)
+		assert.Equal(t, int64(12), r.Steps, r.ID)
+		assert.Positive(t, r.SamplesPerSec, r.ID)
+		assert.Positive(t, r.StepTime.Step.P50, r.ID)
+		assert.Positive(t, r.StepTime.Compute.Mean, r.ID)
+		assert.GreaterOrEqual(t, r.StepTime.Step.P95, r.StepTime.Step.P50, r.ID)
+		assert.Equal(t, "shoal", r.Command[0], r.ID)
+		// Worker 0 evaluated after steps 5, 10 and the last.
+		require.Len(t, r.Curve, 3, r.ID)
+		assert.Equal(t, []int64{5, 10, 12}, []int64{r.Curve[0].Step, r.Curve[1].Step, r.Curve[2].Step})
+		if r.Workers == 1 && r.Mode == "ring" {
+			assert.Zero(t, r.BytesSentPerStep, "one rank sends nothing")
+			assert.Nil(t, r.Comm, "one rank has no communication to model")
+			continue
+		}
+		require.NotNil(t, r.Comm, r.ID)
+		assert.Positive(t, r.Comm.AnalyticSeconds, r.ID)
+		assert.Positive(t, r.Comm.MeasuredSeconds, r.ID)
+		// Every step moves at least one vector each way (PS: pull and
+		// push; ring of 2: 2(N−1)/N = 1 vector).
+		assert.GreaterOrEqual(t, r.BytesSentPerStep, float64(r.VectorBytes), r.ID)
+		assert.GreaterOrEqual(t, r.BytesReceivedPerStep, float64(r.VectorBytes), r.ID)
+		if r.Workers == 2 {
+			require.NotNil(t, r.ScalingEfficiency, r.ID)
+		}
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	require.NoError(t, err)
+	for _, want := range []string{"## Throughput", "## Step-time breakdown", "## Traffic"} {
+		assert.Contains(t, string(report), want)
+	}
+	pngs, _ := filepath.Glob(filepath.Join(out, "*.png"))
+	assert.NotEmpty(t, pngs)
+	for _, p := range pngs {
+		assert.Contains(t, string(report), filepath.Base(p), "the report embeds %s", p)
+	}
+
+	var diff bytes.Buffer
+	require.NoError(t, run(ctxT(t, time.Minute), []string{"bench", "diff", filepath.Join(out, "results.json"), filepath.Join(out, "results.json")}, &diff, &diff))
+	for _, r := range res.Runs {
+		assert.Contains(t, diff.String(), r.ID)
+	}
+}
+
+func ids(runs []bench.Record) []string {
+	var s []string
+	for _, r := range runs {
+		s = append(s, r.ID)
+	}
+	return s
+}
+
+func TestBenchTrainErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--models", "rnn"}, `unknown model "rnn"`},
+		{[]string{"--modes", "gossip"}, `unknown mode "gossip"`},
+		{[]string{"--workers", "0"}, `--workers "0"`},
+		{[]string{"--nic-gbps", "-1"}, "--nic-gbps -1"},
+		{[]string{"--target-accuracy", "2"}, "--target-accuracy 2"},
+		{[]string{"--eval-every", "0"}, "--eval-every 0"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(ctxT(t, time.Minute), append([]string{"bench", "train", "--dataset", "synthetic", "--out", t.TempDir()}, tc.args...), &stdout, &stderr)
+			require.Error(t, err)
+			assert.Contains(t, err.Error()+stderr.String(), tc.want)
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(ctxT(t, time.Minute), []string{"bench", "diff", "only-one.json"}, &stdout, &stderr)
+	require.Error(t, err)
+	assert.Contains(t, stderr.String(), "want two results.json files")
+	err = run(ctxT(t, time.Minute), []string{"bench", "diff", "/nonexistent/a.json", "/nonexistent/b.json"}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "/nonexistent/a.json")
+}
+
+// TestCommModel checks the analytic communication times against hand
+// computation: M = 1e8 bytes at 1 Gbit/s (B = 1.25e8 bytes/s), M/B = 0.8 s.
+func TestCommModel(t *testing.T) {
+	for _, tc := range []struct {
+		mode             string
+		workers, servers int
+		want             float64
+	}{
+		{"ring", 2, 0, 0.8},  // 2·1/2·0.8
+		{"ring", 4, 0, 1.2},  // 2·3/4·0.8
+		{"sync", 4, 1, 6.4},  // 2·4·0.8
+		{"async", 4, 2, 3.2}, // 2·(4/2)·0.8
+		{"ssp", 2, 4, 1.6},   // 2·max(0.8, 0.4)
+	} {
+		rec := bench.Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8}
+		rec.StepTime.Reduce.Mean, rec.StepTime.Pull.Mean, rec.StepTime.Push.Mean = 1, 0.5, 1.5
+		c := commModel(&rec, 1)
+		assert.InDelta(t, tc.want, c.AnalyticSeconds, 1e-9, "%+v", tc)
+		measured := 2.0 // pull + push
+		if tc.mode == "ring" {
+			measured = 1
+		}
+		assert.InDelta(t, measured, c.MeasuredSeconds, 1e-12)
+		assert.InDelta(t, measured/tc.want, c.Ratio, 1e-9)
+	}
+}
+
+func TestToTargetAndScaling(t *testing.T) {
+	rec := bench.Record{TargetAccuracy: 0.8, Curve: []bench.CurvePoint{{Seconds: 1, Step: 100, Accuracy: 0.7}, {Seconds: 2, Step: 200, Accuracy: 0.81}, {Seconds: 3, Step: 300, Accuracy: 0.85}}}
+	toTarget(&rec)
+	require.NotNil(t, rec.SecondsToTarget)
+	assert.Equal(t, 2.0, *rec.SecondsToTarget)
+	assert.Equal(t, int64(200), *rec.StepsToTarget)
+	never := bench.Record{TargetAccuracy: 0.9, Curve: rec.Curve}
+	toTarget(&never)
+	assert.Nil(t, never.SecondsToTarget)
+
+	runs := []bench.Record{
+		{Mode: "sync", Model: "mlp", Workers: 1, Servers: 1, SamplesPerSec: 100},
+		{Mode: "sync", Model: "mlp", Workers: 4, Servers: 1, SamplesPerSec: 300},
+		{Mode: "sync", Model: "mlp", Workers: 4, Servers: 2, SamplesPerSec: 300}, // no 1-worker run with 2 servers
+		{Mode: "ring", Model: "mlp", Workers: 2, SamplesPerSec: 300},             // no 1-worker ring run
+	}
+	scalingEfficiency(runs)
+	require.NotNil(t, runs[0].ScalingEfficiency)
+	assert.Equal(t, 1.0, *runs[0].ScalingEfficiency)
+	require.NotNil(t, runs[1].ScalingEfficiency)
+	assert.Equal(t, 0.75, *runs[1].ScalingEfficiency)
+	assert.Nil(t, runs[2].ScalingEfficiency)
+	assert.Nil(t, runs[3].ScalingEfficiency)
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/netshape"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/worker"
+)
+
+// nicFlags model a network card for benchmarks on one machine.
+type nicFlags struct {
+	gbps float64
+	rtt  time.Duration
+}
+
+func (n *nicFlags) register(fs *flag.FlagSet) {
+	fs.Float64Var(&n.gbps, "nic-gbps", 0, "model a NIC of this many Gbit/s per direction, shared by all of this process's connections (0: loopback as it is); for benchmarks")
+	fs.DurationVar(&n.rtt, "rtt", 0, "with --nic-gbps: round-trip time added between processes")
+}
+
+func (n *nicFlags) args() []string {
+	return []string{"--nic-gbps", fmtFloat(n.gbps), "--rtt", n.rtt.String()}
+}
+
+func (n *nicFlags) config() netshape.Config { return netshape.Config{Gbps: n.gbps, RTT: n.rtt} }
+
+// shaped reports whether a NIC is modelled.
+func (n *nicFlags) shaped() bool { return n.gbps > 0 || n.rtt > 0 }
+
+func (n *nicFlags) validate() error {
+	if n.gbps < 0 || n.rtt < 0 {
+		return fmt.Errorf("--nic-gbps %g --rtt %v: want >= 0", n.gbps, n.rtt)
+	}
+	if n.rtt > 0 && n.gbps == 0 {
+		return fmt.Errorf("--rtt %v needs --nic-gbps", n.rtt)
+	}
+	_, err := netshape.New(n.config())
+	if err != nil {
+		return fmt.Errorf("--nic-gbps %g --rtt %v: %w", n.gbps, n.rtt, err)
+	}
+	return nil
+}
+
+// nic returns this process's NIC: shaped as the flags say, or unlimited
+// (it then only counts bytes).
+func (n *nicFlags) nic() (*netshape.NIC, error) {
+	nic, err := netshape.New(n.config())
+	if err != nil {
+		return nil, fmt.Errorf("--nic-gbps %g --rtt %v: %w", n.gbps, n.rtt, err)
+	}
+	return nic, nil
+}
+
+// grpcDialer routes a client's connections through nic.
+func grpcDialer(nic *netshape.NIC) grpc.DialOption {
+	return grpc.WithContextDialer(nic.ContextDialer(&net.Dialer{}))
+}
+
+// countingTransport counts the payload bytes a collective transport moves
+// (shared-memory links included, which no NIC sees).
+type countingTransport struct {
+	collective.Transport
+	sent, received atomic.Int64
+}
+
+func (c *countingTransport) Send(ctx context.Context, peer int, buf []byte) error {
+	err := c.Transport.Send(ctx, peer, buf)
+	if err == nil {
+		c.sent.Add(int64(len(buf)))
+	}
+	return err
+}
+
+func (c *countingTransport) Recv(ctx context.Context, peer int, buf []byte) error {
+	err := c.Transport.Recv(ctx, peer, buf)
+	if err == nil {
+		c.received.Add(int64(len(buf)))
+	}
+	return err
+}
+
+// stepLog collects a worker's step times, in seconds, for its done event.
+type stepLog struct {
+	Step    []float64 `json:"step"`
+	Data    []float64 `json:"data"`
+	Compute []float64 `json:"compute"`
+	Wait    []float64 `json:"wait"`
+	Pull    []float64 `json:"pull"`
+	Push    []float64 `json:"push"`
+	Reduce  []float64 `json:"reduce"`
+	// Sent and Received count the bytes this worker's connections carried
+	// by the end of its last step; FirstSent and FirstReceived by the end
+	// of its first (so setup traffic, e.g. the initial broadcast, stays
+	// out of the per-step figures).
+	Sent          int64 `json:"sent"`
+	Received      int64 `json:"received"`
+	FirstSent     int64 `json:"first_sent"`
+	FirstReceived int64 `json:"first_received"`
+	// counters reads the byte counters.
+	counters func() (sent, received int64)
+}
+
+func (l *stepLog) add(t worker.StepTimes) {
+	if l.counters != nil {
+		l.Sent, l.Received = l.counters()
+		if len(l.Step) == 0 {
+			l.FirstSent, l.FirstReceived = l.Sent, l.Received
+		}
+	}
+	l.Step = append(l.Step, t.Step.Seconds())
+	l.Data = append(l.Data, t.Data.Seconds())
+	l.Compute = append(l.Compute, t.Compute.Seconds())
+	l.Wait = append(l.Wait, t.Wait.Seconds())
+	l.Pull = append(l.Pull, t.Pull.Seconds())
+	l.Push = append(l.Push, t.Push.Seconds())
+	l.Reduce = append(l.Reduce, t.Reduce.Seconds())
+}
+
+// statFlags are a worker's statistics for the benchmark harness.
+type statFlags struct {
+	stats     bool
+	evalEvery int64
+}
+
+func (s *statFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&s.stats, "stats", false, "report per-step phase times and bytes moved (the benchmark harness's measurements)")
+	fs.Int64Var(&s.evalEvery, "eval-every", 0, "rank 0 evaluates on the test set every N steps and reports it (0: only at the end)")
+}
+
+func (s *statFlags) args() []string {
+	return []string{"--stats=" + strconv.FormatBool(s.stats), "--eval-every", strconv.FormatInt(s.evalEvery, 10)}
+}
+
+func (s *statFlags) validate() error {
+	if s.evalEvery < 0 {
+		return fmt.Errorf("--eval-every %d: want >= 0", s.evalEvery)
+	}
+	return nil
+}
+
+// hooks sets cfg's OnStep and Eval as the flags say; log collects the
+// step times, and eval events go to out.
+func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.Model, test data.Dataset, out io.Writer) {
+	if s.stats {
+		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.add(t) }
+	}
+	if s.evalEvery > 0 && rank == 0 {
+		// The curve's clock leaves out the evaluations themselves.
+		start := time.Now()
+		var spent time.Duration
+		cfg.EvalEvery = s.evalEvery
+		cfg.Eval = func(ctx context.Context, steps int64, params []float32) error {
+			t0 := time.Now()
+			at := t0.Sub(start) - spent
+			ev, err := worker.Evaluate(ctx, model, params, test, 1000)
+			spent += time.Since(t0)
+			if err != nil {
+				return err
+			}
+			emit(out, event{Event: "eval", Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
+			return nil
+		}
+	}
+}
