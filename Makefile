@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-allreduce bench-compute test-nocgo
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute test-nocgo
 
 all: build
 
@@ -72,6 +72,11 @@ bench: build
 bench-quick: build
 	scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) bench train --quick --out bench-out --data $(DATA_DIR)
+
+# Ring allreduce with and without overlap of communication and backward
+# (--fusion-bytes), over shared memory and a 1 Gbit/s NIC model.
+bench-fusion: build
+	scripts/bench-fusion.sh
 
 # Shoal's allreduce against PyTorch gloo's (python3-torch), same sizes and
 # process counts, one run; writes the table into docs/BENCHMARKS.md.

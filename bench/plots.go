@@ -111,7 +111,9 @@ func planPlots(r *Results) []plotSpec {
 	// (c) Test accuracy vs wall time, one line per mode, per model.
 	var accSpecs []plotSpec
 	for _, m := range models {
-		sel := representatives(ok(func(rec *Record) bool { return rec.Model == m && len(rec.Curve) > 0 }))
+		// A curve needs a few points: runs that evaluated only once or
+		// twice (short throughput runs) are left out.
+		sel := curveRepresentatives(ok(func(rec *Record) bool { return rec.Model == m && len(rec.Curve) >= 3 }))
 		if len(sel) == 0 {
 			continue
 		}
@@ -120,7 +122,7 @@ func planPlots(r *Results) []plotSpec {
 	}
 	if len(accSpecs) == 0 {
 		accSpecs = append(accSpecs, plotSpec{kind: plotAccuracy, file: "accuracy.png", title: "Test accuracy vs wall time",
-			skip: "no run recorded an accuracy curve"})
+			skip: "no run recorded an accuracy curve of at least 3 evaluations"})
 	}
 	specs = append(specs, accSpecs...)
 
@@ -570,7 +572,15 @@ func accuracyPlot(s plotSpec) (*figure, error) {
 			sc.Shape = draw.BoxGlyph{}
 		}
 		f.p.Add(line, sc)
-		f.add(runLabel(rec), line, sc)
+		label := runLabel(rec)
+		if len(distinct(s.runs, func(r *Record) float64 { return r.NICGbps })) > 1 {
+			if rec.NICGbps > 0 {
+				label += fmt.Sprintf(", %g Gbit/s NIC", rec.NICGbps)
+			} else {
+				label += ", loopback"
+			}
+		}
+		f.add(label, line, sc)
 		if rec.TargetAccuracy > 0 && !slices.Contains(targets, rec.TargetAccuracy) {
 			targets = append(targets, rec.TargetAccuracy)
 		}
@@ -808,6 +818,34 @@ func representatives(runs []*Record) []*Record {
 			order = append(order, k)
 		}
 		if !ok || rec.Workers > b.Workers || (rec.Workers == b.Workers && rec.Servers > b.Servers) {
+			best[k] = rec
+		}
+	}
+	out := make([]*Record, len(order))
+	for i, k := range order {
+		out[i] = best[k]
+	}
+	return out
+}
+
+// curveRepresentatives picks, per system and network, the run with the
+// longest accuracy curve (most points, then most workers): the runs that
+// trained longest show convergence best, and a run on loopback is not
+// mixed up with one through a modelled NIC.
+func curveRepresentatives(runs []*Record) []*Record {
+	type key struct {
+		system string
+		nic    float64
+	}
+	best := map[key]*Record{}
+	var order []key
+	for _, rec := range runs {
+		k := key{rec.System(), rec.NICGbps}
+		b, ok := best[k]
+		if !ok {
+			order = append(order, k)
+		}
+		if !ok || len(rec.Curve) > len(b.Curve) || (len(rec.Curve) == len(b.Curve) && rec.Workers > b.Workers) {
 			best[k] = rec
 		}
 	}

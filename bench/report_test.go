@@ -106,7 +106,7 @@ func TestWriteReportSaysWhyPlotsAreMissing(t *testing.T) {
 	out := sb.String()
 	for _, want := range []string{
 		"- **NIC shaper self-check:** none (no NIC modelled; loopback as it is)\n",
-		"_Plot skipped (Test accuracy vs wall time): no run recorded an accuracy curve._",
+		"_Plot skipped (Test accuracy vs wall time): no run recorded an accuracy curve of at least 3 evaluations._",
 		"_Plot skipped (Staleness of pushes): no parameter-server run recorded staleness._",
 		"_Plot skipped (Communication time per step: measured vs analytic): no run has both a measured and an analytic communication time (no NIC modelled)._",
 		"No run has a communication model (no NIC was modelled).",
@@ -146,4 +146,23 @@ func TestMDCode(t *testing.T) {
 
 func TestShellJoin(t *testing.T) {
 	assert.Equal(t, `shoal train --x=1 'a b' '' 'it'\''s'`, shellJoin([]string{"shoal", "train", "--x=1", "a b", "", "it's"}))
+}
+
+// TestWriteReportCrossover: a PS run with a ring run of the same model,
+// workers and NIC gets a row comparing their communication times.
+func TestWriteReportCrossover(t *testing.T) {
+	r := reportResults()
+	r.Runs = append(r.Runs, Record{ID: "mlp/ring/w2/s0/nic10", Mode: "ring", Model: "mlp", Workers: 2, Batch: 64, Steps: 100, VectorBytes: 1 << 20,
+		NICGbps: 10, SamplesPerSec: 20000, TrainSeconds: 0.64, TestAccuracy: 0.96,
+		Comm: &Comm{MeasuredSeconds: 0.002, AnalyticSeconds: 0.001, Ratio: 2}})
+	var sb strings.Builder
+	require.NoError(t, WriteReport(&sb, r, nil))
+	out := sb.String()
+	assert.Contains(t, out, "## Parameter servers vs ring allreduce\n")
+	// sync 2 workers 1 server: measured 6 ms vs 2 ms, analytic 4 ms vs 1 ms.
+	assert.Contains(t, out, "| mlp | 2 | sync | 1 | 10 | 6.00 | 2.00 | 3.00 | 4.00 |\n")
+
+	var none strings.Builder
+	require.NoError(t, WriteReport(&none, reportResults(), nil))
+	assert.NotContains(t, none.String(), "Parameter servers vs ring", "no ring run to compare with")
 }

@@ -4,6 +4,7 @@
 # embedded, into docs/BENCHMARKS.md between <!-- train:begin --> and
 # <!-- train:end -->. The PyTorch DDP peer runs where Debian's
 # python3-torch is installed, and is skipped, saying why, where not.
+# REPORT_ONLY=1 renders the report and plots again from $OUT/results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHOAL=${SHOAL:-bin/shoal}
@@ -13,7 +14,12 @@ DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 [ -x "$SHOAL" ] || { echo "bench-train: $SHOAL not found: run make build first" >&2; exit 1; }
 scripts/ensure-dataset.sh "$DATA_DIR"
 rm -f "$OUT"/*.png
-"$SHOAL" bench train --out "$OUT" --data "$DATA_DIR" "$@"
+if [ "${REPORT_ONLY:-}" = 1 ]; then
+	# Render the report and plots again from the results already there.
+	"$SHOAL" bench report "$OUT/results.json"
+else
+	"$SHOAL" bench train --out "$OUT" --data "$DATA_DIR" "$@"
+fi
 python3 - "$OUT" "$DOC" <<'PY'
 import os, re, sys
 sys.path.insert(0, "scripts")

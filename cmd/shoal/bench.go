@@ -21,6 +21,7 @@ Benchmarks:
   compute     one worker's forward+backward+update samples/s, no communication
   train       the modes side by side: throughput, step-time breakdown, traffic, accuracy over time, plots
   diff        compares two results.json files of bench train, run by run
+  report      renders report.md and the plots again from a results.json
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -37,6 +38,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchTrain(ctx, args[1:], stdout, stderr)
 	case "diff":
 		return runBenchDiff(ctx, args[1:], stdout, stderr)
+	case "report":
+		return runBenchReport(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, benchUsage)
 		return nil

@@ -56,6 +56,9 @@ type benchRun struct {
 	servers int // 0 for ring
 	steps   int64
 	epochs  int
+	// loopback runs without the NIC model, as the peers do (gloo's
+	// connections are not shaped).
+	loopback bool
 }
 
 // benchPlan is the matrix a harness run goes through.
@@ -81,14 +84,15 @@ func defaultPlan(quick bool) benchPlan {
 	if quick {
 		for _, mode := range modes {
 			for _, w := range []int{1, 2} {
-				add(benchRun{model: "mlp", mode: mode, workers: w, servers: 1, steps: 150})
+				add(benchRun{model: "mlp", mode: mode, workers: w, servers: 1, steps: 100})
 			}
 		}
+		add(benchRun{model: "mlp", mode: "ring", workers: 2, steps: 100, loopback: true})
 		for _, mode := range modes {
-			add(benchRun{model: "big-6m", mode: mode, workers: 2, servers: 1, steps: 4})
+			add(benchRun{model: "big-6m", mode: mode, workers: 2, servers: 1, steps: 3})
 		}
-		add(benchRun{model: "big-6m", mode: "sync", workers: 2, servers: 2, steps: 4})
-		p.peers = []benchRun{{model: "mlp", mode: "ddp", workers: 2, steps: 150}}
+		add(benchRun{model: "big-6m", mode: "sync", workers: 2, servers: 2, steps: 3})
+		p.peers = []benchRun{{model: "mlp", mode: "ddp", workers: 2, steps: 100}}
 		return p
 	}
 	for _, mode := range modes {
@@ -97,6 +101,9 @@ func defaultPlan(quick bool) benchPlan {
 			add(benchRun{model: "mlp", mode: mode, workers: w, servers: 1, steps: 300})
 		}
 	}
+	// The peer's conditions: loopback, no NIC model.
+	add(benchRun{model: "mlp", mode: "ring", workers: 2, epochs: 2, loopback: true})
+	add(benchRun{model: "mlp", mode: "async", workers: 2, servers: 1, epochs: 2, loopback: true})
 	for _, mode := range modes {
 		for _, w := range []int{1, 2} {
 			add(benchRun{model: "cnn", mode: mode, workers: w, servers: 1, steps: 100})
@@ -224,7 +231,11 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	i := 0
 	for _, r := range plan.runs {
 		i++
-		rec := runShoal(ctx, exe, r, nf, df, *target, *evalStep, *runLimit, stderr)
+		nic := nf
+		if r.loopback {
+			nic = nicFlags{}
+		}
+		rec := runShoal(ctx, exe, r, nic, df, *target, *evalStep, *runLimit, stderr)
 		res.Runs = append(res.Runs, rec)
 		fmt.Fprintf(stdout, "[%d/%d] %s\n", i, total, describeRecord(&rec))
 		if ctx.Err() != nil {
@@ -542,6 +553,11 @@ func writeBenchOutputs(dir string, res *bench.Results, stdout io.Writer) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
+	return writeReport(dir, res, stdout)
+}
+
+// writeReport writes the plots and report.md of res into dir.
+func writeReport(dir string, res *bench.Results, stdout io.Writer) error {
 	plots, err := bench.WritePlots(dir, res)
 	if err != nil {
 		return fmt.Errorf("plots: %w", err)
@@ -557,7 +573,7 @@ func writeBenchOutputs(dir string, res *bench.Results, stdout io.Writer) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: results.json, report.md and %d plots\n", dir, len(plots))
+	fmt.Fprintf(stdout, "wrote %s: report.md and %d plots\n", dir, len(plots))
 	return nil
 }
 
@@ -648,4 +664,31 @@ func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return bench.WriteDiff(stdout, a, b)
+}
+
+func runBenchReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench report", "Renders report.md and the plots again from a results.json of shoal bench train:\nshoal bench report [--out DIR] RESULTS.json", stderr)
+	out := fs.String("out", "", "folder for report.md and the plots (default: the results file's folder)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "shoal bench report: want one results.json file")
+		return errUsage
+	}
+	res, err := bench.Load(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Dir(fs.Arg(0))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	return writeReport(dir, res, stdout)
 }
