@@ -80,6 +80,8 @@ import sys
 import tempfile
 import time
 
+from peerlib import blas_name
+
 PEER = "pytorch-ddp-gloo"
 PROG = "torch_ddp.py"
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
@@ -249,19 +251,6 @@ def build(torch, args):
                 m.weight.uniform_(-bound, bound)
                 m.bias.zero_()
     return model
-
-
-def blas_name():
-    """The BLAS this process loaded, from its memory map."""
-    try:
-        with open("/proc/self/maps") as f:
-            maps = f.read()
-    except OSError:
-        return "unknown"
-    for name in ("openblas", "mkl", "blis", "libblas"):
-        if name in maps:
-            return {"libblas": "blas"}.get(name, name)
-    return "none"
 
 
 # ---- traffic --------------------------------------------------------------

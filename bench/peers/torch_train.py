@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+from peerlib import blas_name
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,19 +49,6 @@ def build(torch, args):
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
     )
-
-
-def blas_name():
-    """The BLAS this process loaded, from its memory map."""
-    try:
-        with open("/proc/self/maps") as f:
-            maps = f.read()
-    except OSError:
-        return "unknown"
-    for name in ("openblas", "mkl", "blis", "libblas"):
-        if name in maps:
-            return {"libblas": "blas"}.get(name, name)
-    return "none"
 
 
 def main():

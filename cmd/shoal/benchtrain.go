@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -580,21 +579,11 @@ func writeReport(dir string, res *bench.Results, stdout io.Writer) error {
 // revision is the git revision of this binary: from its build info, else
 // from git in the current folder, else "unknown".
 func revision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		var rev, dirty string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "+dirty"
-				}
-			}
+	if b := readBuild(); b.revision != "unknown" {
+		if b.modified {
+			return b.revision + "+dirty"
 		}
-		if rev != "" {
-			return rev + dirty
-		}
+		return b.revision
 	}
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {

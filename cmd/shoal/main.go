@@ -87,22 +87,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runVersion(stdout io.Writer) error {
-	version, rev, modified := "(devel)", "unknown", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					modified = " (modified)"
-				}
-			}
+	b := readBuild()
+	modified := ""
+	if b.modified {
+		modified = " (modified)"
+	}
+	fmt.Fprintf(stdout, "shoal %s revision %s%s %s %s/%s\n", b.version, b.revision, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
+
+// build is what the binary knows of how it was built.
+type build struct {
+	version, revision string // "(devel)", "unknown" when not stamped
+	modified          bool   // built from a tree with uncommitted changes
+}
+
+func readBuild() build {
+	b := build{version: "(devel)", revision: "unknown"}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if bi.Main.Version != "" {
+		b.version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.revision = s.Value
+		case "vcs.modified":
+			b.modified = s.Value == "true"
 		}
 	}
-	fmt.Fprintf(stdout, "shoal %s revision %s%s %s %s/%s\n", version, rev, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
+	return b
 }
