@@ -108,42 +108,22 @@ func planPlots(r *Results) []plotSpec {
 	}
 	specs = append(specs, bd)
 
-	// (c) Test accuracy vs wall time, one line per mode, per model.
-	var accSpecs []plotSpec
-	for _, m := range models {
-		// A curve needs a few points: runs that evaluated only once or
-		// twice (short throughput runs) are left out.
-		sel := curveRepresentatives(ok(func(rec *Record) bool { return rec.Model == m && len(rec.Curve) >= 3 }))
-		if len(sel) == 0 {
-			continue
-		}
-		accSpecs = append(accSpecs, plotSpec{kind: plotAccuracy, model: m, runs: sel,
-			file: "accuracy-" + fileSafe(m) + ".png", title: "Test accuracy vs wall time, model " + m})
-	}
-	if len(accSpecs) == 0 {
-		accSpecs = append(accSpecs, plotSpec{kind: plotAccuracy, file: "accuracy.png", title: "Test accuracy vs wall time",
-			skip: "no run recorded an accuracy curve of at least 3 evaluations"})
-	}
-	specs = append(specs, accSpecs...)
+	// (c) Test accuracy vs wall time, one line per mode, per model. A
+	// curve needs a few points: runs that evaluated only once or twice
+	// (short throughput runs) are left out.
+	specs = append(specs, perModel(models, plotAccuracy, "accuracy", "Test accuracy vs wall time",
+		"no run recorded an accuracy curve of at least 3 evaluations", func(m string) []*Record {
+			return curveRepresentatives(ok(func(rec *Record) bool { return rec.Model == m && len(rec.Curve) >= 3 }))
+		})...)
 
 	// (d) Staleness histograms of the PS modes, per model.
-	var staleSpecs []plotSpec
-	for _, m := range models {
-		sel := representatives(ok(func(rec *Record) bool {
-			_, has := summariseStaleness(rec.Staleness)
-			return rec.Model == m && isPS(rec.Mode) && has
-		}))
-		if len(sel) == 0 {
-			continue
-		}
-		staleSpecs = append(staleSpecs, plotSpec{kind: plotStaleness, model: m, runs: sel,
-			file: "staleness-" + fileSafe(m) + ".png", title: "Staleness of pushes, model " + m})
-	}
-	if len(staleSpecs) == 0 {
-		staleSpecs = append(staleSpecs, plotSpec{kind: plotStaleness, file: "staleness.png", title: "Staleness of pushes",
-			skip: "no parameter-server run recorded staleness"})
-	}
-	specs = append(specs, staleSpecs...)
+	specs = append(specs, perModel(models, plotStaleness, "staleness", "Staleness of pushes",
+		"no parameter-server run recorded staleness", func(m string) []*Record {
+			return representatives(ok(func(rec *Record) bool {
+				_, has := summariseStaleness(rec.Staleness)
+				return rec.Model == m && isPS(rec.Mode) && has
+			}))
+		})...)
 
 	// (e) Measured vs analytic communication time.
 	cs := plotSpec{kind: plotComm, file: "comm.png", title: "Communication time per step: measured vs analytic"}
@@ -154,6 +134,21 @@ func planPlots(r *Results) []plotSpec {
 		cs.skip = "no run has both a measured and an analytic communication time (no NIC modelled)"
 	}
 	specs = append(specs, cs)
+	return specs
+}
+
+// perModel plans one plot of kind per model that pick finds runs for,
+// named name-<model>.png; with none, one skipped plot that says why.
+func perModel(models []string, kind plotKind, name, title, why string, pick func(model string) []*Record) []plotSpec {
+	var specs []plotSpec
+	for _, m := range models {
+		if sel := pick(m); len(sel) > 0 {
+			specs = append(specs, plotSpec{kind: kind, model: m, runs: sel, file: name + "-" + fileSafe(m) + ".png", title: title + ", model " + m})
+		}
+	}
+	if len(specs) == 0 {
+		specs = append(specs, plotSpec{kind: kind, file: name + ".png", title: title, skip: why})
+	}
 	return specs
 }
 
