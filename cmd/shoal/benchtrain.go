@@ -320,7 +320,10 @@ func trainArgs(r benchRun, nf nicFlags, df dataFlags, evalEvery int64) []string 
 		evalEvery = 0
 		args = append(args, "--test=false")
 	}
-	args = append(args, "--seed", "1", "--data", df.dir, "--dataset", df.dataset, "--stats", "--eval-every", strconv.FormatInt(evalEvery, 10), "--json")
+	// A constant learning rate (shoal train decays it by default), as the
+	// peer uses: the same optimizer for every system.
+	args = append(args, "--lr-decay", "none", "--seed", "1", "--data", df.dir, "--dataset", df.dataset, "--stats",
+		"--eval-every", strconv.FormatInt(evalEvery, 10), "--json")
 	if nf.shaped() {
 		args = append(args, nf.args()...)
 	}
