@@ -88,6 +88,10 @@ type Client struct {
 	addrs []string
 	conns []*grpc.ClientConn
 	stubs []pb.ParameterServerClient
+	// pushStubs are the shards over connections of their own: a push and
+	// a pull in flight at once then do not share one TCP stream, where
+	// the flow-control updates of one queue behind the data of the other.
+	pushStubs []pb.ParameterServerClient
 	info  Info
 	// push holds, per shard, its owned chunks merged where adjacent.
 	push [][]shard.Range
@@ -123,6 +127,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		}
 		c.conns = append(c.conns, conn)
 		c.stubs = append(c.stubs, pb.NewParameterServerClient(conn))
+		pconn, err := grpc.NewClient(a, dialOpts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: server %s: %w", a, err)
+		}
+		c.conns = append(c.conns, pconn)
+		c.pushStubs = append(c.pushStubs, pb.NewParameterServerClient(pconn))
 	}
 	if err := c.handshake(ctx); err != nil {
 		c.Close()
@@ -397,7 +408,7 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 }
 
 func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushResponse, error) {
-	stream, err := c.stubs[s].Push(ctx)
+	stream, err := c.pushStubs[s].Push(ctx)
 	if err != nil {
 		return nil, err
 	}
