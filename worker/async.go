@@ -27,6 +27,13 @@ type AsyncConfig struct {
 	// FetchEvery: pull fresh weights every FetchEvery steps (n_fetch;
 	// default 1). In between, steps compute on the weights last pulled.
 	FetchEvery int
+	// Overlap pushes each step's gradient in the background while the
+	// next step's weights are pulled, so both directions of the worker's
+	// and the servers' links carry traffic at once (BytePS's argument for
+	// parameter servers). The pull may then miss this worker's own last
+	// push: up to one more update of staleness. Needs PushEvery and
+	// FetchEvery 1.
+	Overlap bool
 }
 
 // Async is Downpour SGD: pull every FetchEvery steps, push every PushEvery
@@ -45,6 +52,9 @@ type Async struct {
 	// Staleness counts pushes by the largest staleness any shard saw.
 	Staleness map[int64]int64
 	waited    time.Duration // by the last pull
+	// inflight reports the background push (Overlap); Params and Finish
+	// wait for it, so the gradient buffer is not reused while it is read.
+	inflight chan error
 }
 
 var _ Strategy = (*Async)(nil)
@@ -60,6 +70,9 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	if cfg.PushEvery < 1 || cfg.FetchEvery < 1 {
 		return nil, fmt.Errorf("async: push every %d, fetch every %d steps: want >= 1", cfg.PushEvery, cfg.FetchEvery)
 	}
+	if cfg.Overlap && (cfg.PushEvery != 1 || cfg.FetchEvery != 1) {
+		return nil, fmt.Errorf("async: overlapping push and pull needs push every 1 and fetch every 1 step, not %d and %d", cfg.PushEvery, cfg.FetchEvery)
+	}
 	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}, steps: make(client.Clocks, shards)}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
@@ -67,8 +80,27 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	return a, nil
 }
 
-// Params pulls the weights on every FetchEvery-th step.
+// Params pulls the weights on every FetchEvery-th step (with Overlap,
+// while the last step's push is still under way, and waits for both).
 func (a *Async) Params(ctx context.Context, step int64, params []float32) error {
+	err := a.pull(ctx, step, params)
+	if perr := a.waitPush(); perr != nil {
+		return perr
+	}
+	return err
+}
+
+// waitPush waits for the background push, if any, and returns its error.
+func (a *Async) waitPush() error {
+	if a.inflight == nil {
+		return nil
+	}
+	err := <-a.inflight
+	a.inflight = nil
+	return err
+}
+
+func (a *Async) pull(ctx context.Context, step int64, params []float32) error {
 	a.waited = 0
 	if a.clocks != nil && step%int64(a.cfg.FetchEvery) != 0 {
 		return nil
@@ -89,8 +121,14 @@ func (a *Async) lastWait() time.Duration { return a.waited }
 // Apply pushes the gradient, or adds it to the ones pending.
 func (a *Async) Apply(ctx context.Context, step int64, _, grads []float32) error {
 	a.last = step
+	if a.cfg.Overlap {
+		done, clocks := make(chan error, 1), a.clocks
+		a.inflight = done
+		go func() { done <- a.push(ctx, step, clocks, grads) }()
+		return nil
+	}
 	if a.acc == nil {
-		return a.push(ctx, step, grads)
+		return a.push(ctx, step, a.clocks, grads)
 	}
 	for i, g := range grads {
 		a.acc[i] += g
@@ -102,8 +140,11 @@ func (a *Async) Apply(ctx context.Context, step int64, _, grads []float32) error
 	return a.flush(ctx)
 }
 
-// Finish pushes what is still pending.
+// Finish waits for the background push and pushes what is still pending.
 func (a *Async) Finish(ctx context.Context) error {
+	if err := a.waitPush(); err != nil {
+		return err
+	}
 	if a.pending == 0 {
 		return nil
 	}
@@ -111,7 +152,7 @@ func (a *Async) Finish(ctx context.Context) error {
 }
 
 func (a *Async) flush(ctx context.Context) error {
-	if err := a.push(ctx, a.last, a.acc); err != nil {
+	if err := a.push(ctx, a.last, a.clocks, a.acc); err != nil {
 		return err
 	}
 	clear(a.acc)
@@ -119,8 +160,9 @@ func (a *Async) flush(ctx context.Context) error {
 	return nil
 }
 
-func (a *Async) push(ctx context.Context, step int64, grads []float32) error {
-	res, err := a.ps.Push(ctx, client.PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: a.clocks, Grads: grads})
+// push sends grads of step, computed on weights of clocks.
+func (a *Async) push(ctx context.Context, step int64, clocks client.Clocks, grads []float32) error {
+	res, err := a.ps.Push(ctx, client.PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: clocks, Grads: grads})
 	if err != nil {
 		return err
 	}

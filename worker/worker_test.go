@@ -260,3 +260,59 @@ func TestEvalErrorStopsRun(t *testing.T) {
 	_, err = w.Run(ctxT(t))
 	assert.ErrorContains(t, err, "evaluating after step 3: disk full")
 }
+
+// gatePS holds each push until release, and tells of each pull.
+type gatePS struct {
+	release chan error
+	pulled  chan struct{}
+}
+
+func (g *gatePS) PullFor(context.Context, client.PullArgs, []float32) (client.Clocks, error) {
+	g.pulled <- struct{}{}
+	return client.Clocks{0}, nil
+}
+
+func (g *gatePS) Push(ctx context.Context, _ client.PushArgs) (client.PushResult, error) {
+	select {
+	case err := <-g.release:
+		return client.PushResult{Staleness: []int64{0}}, err
+	case <-ctx.Done():
+		return client.PushResult{}, ctx.Err()
+	}
+}
+
+// TestAsyncOverlap: with Overlap, Apply returns while its push is still
+// under way, the next Params pulls during that push and returns only once
+// the push is done, and a failed push fails that Params.
+func TestAsyncOverlap(t *testing.T) {
+	g := &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
+	a, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true})
+	require.NoError(t, err)
+	params, grads := make([]float32, 3), []float32{1, 2, 3}
+	require.NoError(t, a.Params(ctxT(t), 0, params))
+	<-g.pulled
+	require.NoError(t, a.Apply(ctxT(t), 0, params, grads), "returns although the push is held")
+
+	for _, pushErr := range []error{nil, errors.New("server gone")} {
+		done := make(chan error, 1)
+		go func() { done <- a.Params(ctxT(t), 1, params) }()
+		<-g.pulled // the pull ran while the push was held
+		select {
+		case err := <-done:
+			t.Fatalf("Params returned (%v) before the push it overlaps finished", err)
+		default:
+		}
+		g.release <- pushErr
+		if pushErr == nil {
+			require.NoError(t, <-done)
+			require.NoError(t, a.Apply(ctxT(t), 1, params, grads))
+		} else {
+			require.ErrorContains(t, <-done, "server gone")
+		}
+	}
+	require.NoError(t, a.Finish(ctxT(t)), "nothing left in flight")
+	assert.Equal(t, int64(1), a.Staleness[0])
+
+	_, err = worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true, PushEvery: 2})
+	assert.ErrorContains(t, err, "overlapping push and pull needs push every 1")
+}

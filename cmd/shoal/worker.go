@@ -25,6 +25,7 @@ type trainFlags struct {
 	steps          int64
 	pushEvery      int
 	fetchEvery     int
+	overlap        bool
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
@@ -35,6 +36,7 @@ func (t *trainFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&t.steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
 	fs.IntVar(&t.pushEvery, "push-every", 1, "async: push gradients every N steps (Downpour's n_push)")
 	fs.IntVar(&t.fetchEvery, "fetch-every", 1, "async: pull weights every N steps (Downpour's n_fetch)")
+	fs.BoolVar(&t.overlap, "overlap-push-pull", false, "async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)")
 }
 
 func (t *trainFlags) validate() error {
@@ -46,6 +48,9 @@ func (t *trainFlags) validate() error {
 		}
 	default:
 		return fmt.Errorf("--mode %q: unknown (want async, sync, ssp or ring)", t.mode)
+	}
+	if t.overlap && (t.mode != "async" || t.pushEvery != 1 || t.fetchEvery != 1) {
+		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.mode, t.pushEvery, t.fetchEvery)
 	}
 	if t.backwardPasses < 1 {
 		return fmt.Errorf("--backward-passes-per-step %d: want >= 1", t.backwardPasses)
@@ -67,7 +72,8 @@ func (t *trainFlags) validate() error {
 
 func (t *trainFlags) args() []string {
 	return []string{"--mode", t.mode, "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
-		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery), "--backward-passes-per-step", fmt.Sprint(t.backwardPasses)}
+		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery), "--backward-passes-per-step", fmt.Sprint(t.backwardPasses),
+		"--overlap-push-pull=" + fmt.Sprint(t.overlap)}
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -194,7 +200,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		s := worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
 		strategy, dropped = s, func() int64 { return s.Dropped }
 	} else {
-		a, err := worker.NewAsync(ps, model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery})
+		a, err := worker.NewAsync(ps, model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery, Overlap: tf.overlap})
 		if err != nil {
 			return err
 		}
