@@ -15,21 +15,23 @@ func modeRank(mode string) int {
 	switch mode {
 	case "async":
 		return 0
-	case "sync":
+	case "async-overlap":
 		return 1
-	case "ssp":
+	case "sync":
 		return 2
-	case "ring":
+	case "ssp":
 		return 3
-	case "ddp":
+	case "ring":
 		return 4
+	case "ddp":
+		return 5
 	}
-	return 5
+	return 6
 }
 
 // isPS says whether mode runs against parameter servers.
 func isPS(mode string) bool {
-	return mode == "async" || mode == "sync" || mode == "ssp"
+	return mode == "async" || mode == "async-overlap" || mode == "sync" || mode == "ssp"
 }
 
 // PeerName is the human name of a peer system, e.g. "pytorch-ddp-gloo" →

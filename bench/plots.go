@@ -298,6 +298,8 @@ func modeColor(mode string) color.Color {
 	switch mode {
 	case "async":
 		return color.RGBA{213, 94, 0, 255} // vermillion
+	case "async-overlap":
+		return color.RGBA{0, 0, 0, 255} // black
 	case "sync":
 		return color.RGBA{0, 158, 115, 255} // bluish green
 	case "ssp":

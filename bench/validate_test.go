@@ -108,7 +108,7 @@ func TestValidateRejects(t *testing.T) {
 		{
 			name:   "bad mode",
 			mutate: func(doc map[string]any) { run(doc, 0)["mode"] = "allreduce" },
-			want:   Problem{Run: 0, ID: id(0), Field: "mode", Message: "value must be one of 'async', 'sync', 'ssp', 'ring', 'ddp'"},
+			want:   Problem{Run: 0, ID: id(0), Field: "mode", Message: "value must be one of 'async', 'async-overlap', 'sync', 'ssp', 'ring', 'ddp'"},
 		},
 		{
 			name:   "wrong schema version",

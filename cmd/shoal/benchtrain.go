@@ -69,8 +69,8 @@ type benchPlan struct {
 // defaultPlan is what `make bench` runs (about ten minutes on 2 cores at
 // 1 Gbit/s): convergence of the four modes on the MLP, throughput against
 // workers for the MLP and the CNN, and the communication-bound 25M model
-// at N = 2 and 4 with S = 1, 2, 4 servers. quick is a smaller one, under a
-// minute.
+// at N = 2 and 4 with S = 1, 2, 4 servers, also with async's push and
+// pull overlapped. quick is a smaller one, under a minute.
 func defaultPlan(quick bool) benchPlan {
 	var p benchPlan
 	modes := []string{"async", "sync", "ssp", "ring"}
@@ -91,6 +91,7 @@ func defaultPlan(quick bool) benchPlan {
 			add(benchRun{model: "big-6m", mode: mode, workers: 2, servers: 1, steps: 3})
 		}
 		add(benchRun{model: "big-6m", mode: "sync", workers: 2, servers: 2, steps: 3})
+		add(benchRun{model: "big-6m", mode: "async-overlap", workers: 2, servers: 2, steps: 3})
 		p.peers = []benchRun{{model: "mlp", mode: "ddp", workers: 2, steps: 100}}
 		return p
 	}
@@ -110,7 +111,7 @@ func defaultPlan(quick bool) benchPlan {
 	}
 	for _, w := range []int{2, 4} {
 		add(benchRun{model: "big", mode: "ring", workers: w, steps: 4})
-		for _, mode := range []string{"sync", "async", "ssp"} {
+		for _, mode := range []string{"sync", "async", "ssp", "async-overlap"} {
 			for _, s := range []int{1, 2, 4} {
 				if s <= w {
 					add(benchRun{model: "big", mode: mode, workers: w, servers: s, steps: 4})
@@ -152,7 +153,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		out      = fs.String("out", "bench-out", "folder for results.json, report.md and the plots")
 		quick    = fs.Bool("quick", false, "a small plan that finishes in under a minute")
 		models   = fs.String("models", "", "grid: models, comma-separated: mlp, cnn, big (25M parameters)")
-		modes    = fs.String("modes", "", "grid: modes, comma-separated: async, sync, ssp, ring")
+		modes    = fs.String("modes", "", "grid: modes, comma-separated: async, async-overlap (async with --overlap-push-pull), sync, ssp, ring")
 		workers  = fs.String("workers", "", "grid: worker counts, comma-separated")
 		servers  = fs.String("servers", "", "grid: server counts for the PS modes, comma-separated")
 		steps    = fs.Int64("steps", 200, "grid: steps per run (per worker)")
@@ -283,8 +284,8 @@ func parseGrid(models, modes, workers, servers string, steps int64, epochs int) 
 	}
 	mo := list(modes, "async,sync,ssp,ring")
 	for _, m := range mo {
-		if !slices.Contains([]string{"async", "sync", "ssp", "ring"}, m) {
-			return benchPlan{}, fmt.Errorf("--modes: unknown mode %q (want async, sync, ssp or ring)", m)
+		if !slices.Contains([]string{"async", "async-overlap", "sync", "ssp", "ring"}, m) {
+			return benchPlan{}, fmt.Errorf("--modes: unknown mode %q (want async, async-overlap, sync, ssp or ring)", m)
 		}
 	}
 	ws, err := ints("workers", workers, "1,2,4")
@@ -307,6 +308,9 @@ func parseGrid(models, modes, workers, servers string, steps int64, epochs int) 
 // trainArgs is the shoal train command line of r.
 func trainArgs(r benchRun, nf nicFlags, df dataFlags, evalEvery int64) []string {
 	args := []string{"train", "--mode", r.mode, "--workers", strconv.Itoa(r.workers)}
+	if r.mode == "async-overlap" {
+		args = []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", strconv.Itoa(r.workers)}
+	}
 	if r.mode != "ring" {
 		args = append(args, "--servers", strconv.Itoa(r.servers))
 	}
@@ -381,8 +385,8 @@ func runShoal(ctx context.Context, exe string, r benchRun, nf nicFlags, df dataF
 // commModel compares the measured communication time per step with the
 // analytic one for a NIC of gbps: ring 2(N−1)/N·M/B; PS with S servers
 // max(M/B, N·M/(S·B)) per direction, a pull and a push one after the
-// other. It returns nil when the model has no communication (one ring
-// rank).
+// other, or both at once with async-overlap. It returns nil when the
+// model has no communication (one ring rank).
 func commModel(rec *bench.Record, gbps float64) *bench.Comm {
 	b := gbps * 1e9 / 8
 	m := float64(rec.VectorBytes)
@@ -393,6 +397,9 @@ func commModel(rec *bench.Record, gbps float64) *bench.Comm {
 		measured = rec.StepTime.Reduce.Mean
 	} else {
 		analytic = 2 * max(m/b, n*m/(s*b))
+		if rec.Mode == "async-overlap" {
+			analytic /= 2 // the two directions at once
+		}
 		measured = rec.StepTime.Pull.Mean + rec.StepTime.Push.Mean
 	}
 	if analytic == 0 {

@@ -56,9 +56,14 @@ func TestBenchTrain(t *testing.T) {
 		assert.Positive(t, r.Comm.AnalyticSeconds, r.ID)
 		assert.Positive(t, r.Comm.MeasuredSeconds, r.ID)
 		// Every step moves at least one vector each way (PS: pull and
-		// push; ring of 2: 2(N−1)/N = 1 vector).
-		assert.GreaterOrEqual(t, r.BytesSentPerStep, float64(r.VectorBytes), r.ID)
-		assert.GreaterOrEqual(t, r.BytesReceivedPerStep, float64(r.VectorBytes), r.ID)
+		// push; ring of 2: 2(N−1)/N = 1 vector). The counters are read as
+		// a step ends, and the NIC counts a piece (256 KiB at most) once
+		// its write returns, which can be a moment after the server has
+		// it: one piece of slack over the 11 steps counted.
+		slack := float64(256<<10) / 11
+		assert.GreaterOrEqual(t, r.BytesSentPerStep, float64(r.VectorBytes)-slack, r.ID)
+		assert.GreaterOrEqual(t, r.BytesReceivedPerStep, float64(r.VectorBytes)-slack, r.ID)
+		assert.Less(t, r.BytesSentPerStep, 1.1*float64(r.VectorBytes), r.ID)
 		if r.Workers == 2 {
 			require.NotNil(t, r.ScalingEfficiency, r.ID)
 		}
@@ -124,11 +129,12 @@ func TestCommModel(t *testing.T) {
 		workers, servers int
 		want             float64
 	}{
-		{"ring", 2, 0, 0.8},  // 2·1/2·0.8
-		{"ring", 4, 0, 1.2},  // 2·3/4·0.8
-		{"sync", 4, 1, 6.4},  // 2·4·0.8
-		{"async", 4, 2, 3.2}, // 2·(4/2)·0.8
-		{"ssp", 2, 4, 1.6},   // 2·max(0.8, 0.4)
+		{"ring", 2, 0, 0.8},          // 2·1/2·0.8
+		{"ring", 4, 0, 1.2},          // 2·3/4·0.8
+		{"sync", 4, 1, 6.4},          // 2·4·0.8
+		{"async", 4, 2, 3.2},         // 2·(4/2)·0.8
+		{"ssp", 2, 4, 1.6},           // 2·max(0.8, 0.4)
+		{"async-overlap", 4, 4, 0.8}, // max(0.8, 0.8): both directions at once
 	} {
 		rec := bench.Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8}
 		rec.StepTime.Reduce.Mean, rec.StepTime.Pull.Mean, rec.StepTime.Push.Mean = 1, 0.5, 1.5
