@@ -92,7 +92,7 @@ type Client struct {
 	// a pull in flight at once then do not share one TCP stream, where
 	// the flow-control updates of one queue behind the data of the other.
 	pushStubs []pb.ParameterServerClient
-	info  Info
+	info      Info
 	// push holds, per shard, its owned chunks merged where adjacent.
 	push [][]shard.Range
 }
