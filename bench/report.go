@@ -201,7 +201,7 @@ func (rep *report) traffic() {
 
 func (rep *report) comm() {
 	rep.printf("## Communication time: measured vs analytic\n\n")
-	rep.printf("Measured is mean(pull + push) for the parameter-server modes and mean(reduce) for ring, per step. Analytic, with N workers, S servers, M bytes per vector and B the NIC's bytes/s per direction: ring 2(N−1)/N·M/B; PS 2·max(M/B, N·M/(S·B)). Ring reduces the last layers' gradients while backward is still running (--fusion-bytes), so its measured time is only the part left after backward: a model whose last layers hold most of the parameters while the first do most of the compute (the CNN) hides most of it, and measures below the analytic time. Asynchronous workers drift out of step, so some pull while others push and the server's two directions carry traffic at once: async and SSP can measure below the analytic time, which assumes every worker pulls, then pushes, together.\n\n")
+	rep.printf("Measured is mean(pull + push) for the parameter-server modes and mean(reduce) for ring, per step. Analytic, with N workers, S servers, M bytes per vector and B the NIC's bytes/s per direction: ring 2(N−1)/N·M/B; PS 2·max(M/B, N·M/(S·B)), a pull and then a push; async-overlap (the push in the background while the next pull runs) max(M/B, N·M/(S·B)), both directions at once. Ring reduces the last layers' gradients while backward is still running (--fusion-bytes), so its measured time is only the part left after backward: a model whose last layers hold most of the parameters while the first do most of the compute (the CNN) hides most of it, and measures below the analytic time. Asynchronous workers drift out of step, so some pull while others push and the server's two directions carry traffic at once: async and SSP can measure below the analytic time, which assumes every worker pulls, then pushes, together.\n\n")
 	var sel []*Record
 	for _, rec := range rep.ok() {
 		if rec.Comm != nil {
@@ -254,7 +254,7 @@ func (rep *report) crossover() {
 		return
 	}
 	rep.printf("## Parameter servers vs ring allreduce\n\n")
-	rep.printf("Each parameter-server run's communication time per step beside the ring run of the same model, workers and NIC. Below 1, the parameter servers communicate faster than the ring. In theory PS/ring = max(1, N/S) / ((N−1)/N): with one server the PS is N²/(N−1) times slower, and from S ≥ N servers on it stays N/(N−1) times slower, because Shoal's worker pulls and then pushes, one direction after the other (a ring uses both directions at once; BytePS's overlap of push and pull would make PS faster from S ≥ N).\n\n")
+	rep.printf("Each parameter-server run's communication time per step beside the ring run of the same model, workers and NIC. Below 1, the parameter servers communicate faster than the ring. In theory PS/ring = max(1, N/S) / ((N−1)/N) when a worker pulls and then pushes: with one server the PS is N²/(N−1) times slower, and from S ≥ N servers on it stays N/(N−1) times slower, because it uses one direction at a time where a ring uses both. With push and pull overlapped (async-overlap, BytePS's argument) it is half that: from S ≥ N servers the PS needs (N/2)/(N−1) of the ring's time, faster from N = 3 on.\n\n")
 	rep.table([]string{"model", "workers", "mode", "servers", "NIC (Gbit/s)", "PS comm (ms)", "ring comm (ms)", "PS / ring measured", "PS / ring analytic"}, func(row func(...string)) {
 		for _, rec := range sel {
 			ring := rings[key{rec.Model, rec.Workers, rec.NICGbps}]
