@@ -204,17 +204,11 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if nf.shaped() {
 		// The NIC model must deliver its rate before anything is measured
 		// through it.
-		bytes := int64(min(max(nf.gbps*1e9/8, 32<<20), 256<<20)) // about a second's worth
-		chk, err := netshape.SelfCheck(ctx, nf.config(), bytes)
+		chk, err := checkShaper(ctx, nf, stdout)
 		if err != nil {
-			return fmt.Errorf("checking the NIC model: %w", err)
+			return err
 		}
 		res.Shaper = &bench.ShaperCheck{ConfiguredGbps: chk.ConfiguredGbps, MeasuredGbps: chk.MeasuredGbps, Bytes: chk.Bytes, Ratio: chk.Ratio}
-		fmt.Fprintf(stdout, "NIC model: %g Gbit/s configured, one stream measured %.3f Gbit/s (%.3f×)\n", nf.gbps, chk.MeasuredGbps, chk.Ratio)
-		if chk.Ratio < 0.9 || chk.Ratio > 1.1 {
-			return fmt.Errorf("the NIC model is off: one stream measured %.3f Gbit/s through a %g Gbit/s NIC (%.2f×, want 0.9 to 1.1); the machine may be too loaded to shape at that rate",
-				chk.MeasuredGbps, nf.gbps, chk.Ratio)
-		}
 	}
 	peerScript := ""
 	if *peers != "" && len(plan.peers) > 0 {
@@ -255,6 +249,28 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	scalingEfficiency(res.Runs)
 	return writeBenchOutputs(*out, res, stdout)
+}
+
+// checkShaper measures one stream through the NIC model, up to three
+// times (a moment's load on a shared machine can starve one try), and
+// returns the first measurement within 10% of the configured rate, or an
+// error with every try.
+func checkShaper(ctx context.Context, nf nicFlags, stdout io.Writer) (netshape.Check, error) {
+	bytes := int64(min(max(nf.gbps*1e9/8, 32<<20), 256<<20)) // about a second's worth
+	var tries []string
+	for range 3 {
+		chk, err := netshape.SelfCheck(ctx, nf.config(), bytes)
+		if err != nil {
+			return chk, fmt.Errorf("checking the NIC model: %w", err)
+		}
+		fmt.Fprintf(stdout, "NIC model: %g Gbit/s configured, one stream measured %.3f Gbit/s (%.3f×)\n", nf.gbps, chk.MeasuredGbps, chk.Ratio)
+		if chk.Ratio >= 0.9 && chk.Ratio <= 1.1 {
+			return chk, nil
+		}
+		tries = append(tries, fmt.Sprintf("%.3f Gbit/s (%.2f×)", chk.MeasuredGbps, chk.Ratio))
+	}
+	return netshape.Check{}, fmt.Errorf("the NIC model is off: one stream through a %g Gbit/s NIC measured %s, want 0.9 to 1.1×; the machine may be too loaded to shape at that rate",
+		nf.gbps, strings.Join(tries, ", "))
 }
 
 // parseGrid reads the grid flags; empty lists take the defaults.
