@@ -58,7 +58,8 @@ type Config struct {
 	OnStep func(step int64, t StepTimes)
 	// Eval, when set, is called after every EvalEvery-th step (default
 	// 100) and after the last one, with the step count done and the
-	// weights of the last step. Its time is outside every step.
+	// weights of the last step. Its time is outside every step. An error
+	// wrapping ErrStop ends the run there, cleanly (Result.Stopped).
 	Eval      func(ctx context.Context, steps int64, params []float32) error
 	EvalEvery int64
 }
@@ -119,11 +120,17 @@ func (p Progress) Loss() float64 { return p.LossSum / float64(max(p.Samples, 1))
 // Accuracy is the training accuracy over the epoch so far.
 func (p Progress) Accuracy() float64 { return float64(p.Correct) / float64(max(p.Samples, 1)) }
 
+// ErrStop, wrapped in an error from Config.Eval, ends a run early and
+// cleanly: a target was reached.
+var ErrStop = errors.New("stop requested")
+
 // Result summarises a Run.
 type Result struct {
 	Steps   int64
 	Samples int64
 	Elapsed time.Duration
+	// Stopped says Eval ended the run early with ErrStop.
+	Stopped bool
 	// Last is the final progress report (the last epoch's statistics).
 	Last Progress
 }
@@ -218,7 +225,7 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	start := time.Now()
 	var res Result
 	epochs := w.Epochs()
-	for epoch := 0; epoch < epochs; epoch++ {
+	for epoch := 0; epoch < epochs && !res.Stopped; epoch++ {
 		if err := w.loader.Start(ctx, epoch); err != nil {
 			return res, err
 		}
@@ -237,15 +244,20 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 			}
 			res.Steps++
 			res.Samples += int64(n)
-			if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery == 0 {
-				if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil {
-					return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
-				}
-			}
 			p.Step++
 			p.Samples += n
 			p.LossSum += loss
 			p.Correct += correct
+			if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery == 0 {
+				err := w.cfg.Eval(ctx, res.Steps, w.params)
+				if errors.Is(err, ErrStop) {
+					res.Stopped = true
+					break
+				}
+				if err != nil {
+					return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
+				}
+			}
 			if w.cfg.Progress != nil && time.Since(lastReport) >= w.cfg.ProgressEvery {
 				lastReport = time.Now()
 				p.Elapsed = lastReport.Sub(epochStart)
@@ -262,8 +274,8 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	if err := w.strategy.Finish(ctx); err != nil {
 		return res, err
 	}
-	if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery != 0 {
-		if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil {
+	if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery != 0 && !res.Stopped {
+		if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil && !errors.Is(err, ErrStop) {
 			return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
 		}
 	}

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -315,4 +316,32 @@ func TestAsyncOverlap(t *testing.T) {
 
 	_, err = worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true, PushEvery: 2})
 	assert.ErrorContains(t, err, "overlapping push and pull needs push every 1")
+}
+
+// TestEvalStopsTheRun: an Eval error wrapping ErrStop ends the run after
+// that step, cleanly, with Finish called and no further evaluation.
+func TestEvalStopsTheRun(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	f := &fakePS{params: make([]float32, model.Layout().Size())}
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{PushEvery: 4})
+	require.NoError(t, err)
+	var evals []int64
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 16, Steps: 50, EvalEvery: 3,
+		Eval: func(_ context.Context, steps int64, _ []float32) error {
+			evals = append(evals, steps)
+			if steps == 6 {
+				return fmt.Errorf("target reached: %w", worker.ErrStop)
+			}
+			return nil
+		}}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	res, err := w.Run(ctxT(t))
+	require.NoError(t, err)
+	assert.True(t, res.Stopped)
+	assert.Equal(t, int64(6), res.Steps)
+	assert.Equal(t, []int64{3, 6}, evals)
+	assert.Equal(t, 6*16, res.Last.Samples)
+	assert.Equal(t, 2, f.pushes, "Finish pushed the 2 pending steps after the 4-step push")
 }

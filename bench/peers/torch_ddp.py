@@ -115,6 +115,8 @@ def parse_args(argv=None):
                    help="pixel scaling: (p/255-0.2860)/0.3530 as Shoal's default, or p/255")
     p.add_argument("--eval-every", type=int, default=0, help="rank 0 evaluates every that many steps (0: only at the end)")
     p.add_argument("--target-accuracy", type=float, default=0.0, help="test accuracy to time (0: none)")
+    p.add_argument("--stop-at-accuracy", type=float, default=0.0,
+                   help="with --eval-every: stop once rank 0 measures this test accuracy (0: never); rank 0 broadcasts the decision")
     p.add_argument("--threads", type=int, default=0, help="threads per rank (0: CPUs // workers, at least 1)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for process-group init and each collective")
     p.add_argument("--json", action="store_true", help="print one JSON record")
@@ -140,6 +142,10 @@ def parse_args(argv=None):
         bad.append("--threads >= 0")
     if not 0 <= args.target_accuracy <= 1:
         bad.append("--target-accuracy in [0, 1]")
+    if not 0 <= args.stop_at_accuracy <= 1:
+        bad.append("--stop-at-accuracy in [0, 1]")
+    if args.stop_at_accuracy > 0 and not args.eval_every:
+        bad.append("--eval-every > 0 with --stop-at-accuracy")
     if args.lr < 0 or not 0 <= args.momentum < 1:
         bad.append("--lr >= 0 and --momentum in [0, 1)")
     if args.timeout <= 0:
@@ -388,12 +394,22 @@ def rank_main(args):
             phases["optimizer"].append(t3 - t2)
         if step == total:
             io1 = tcp_bytes()
+        reached = False
         if rank == 0 and ((args.eval_every and step % args.eval_every == 0) or step == total):
             t_eval = time.perf_counter()
             acc, tl = evaluate()
             # The curve's clock leaves the evaluations out, as Shoal's does.
             curve.append({"seconds": t_eval - start - eval_spent, "step": step, "accuracy": acc, "loss": tl})
             eval_spent += time.perf_counter() - t_eval
+            reached = args.stop_at_accuracy > 0 and acc >= args.stop_at_accuracy
+        if args.stop_at_accuracy > 0 and step % args.eval_every == 0 and step < total:
+            # Every rank takes part, so all stop after the same step.
+            flag = torch.tensor([1.0 if reached else 0.0])
+            dist.broadcast(flag, 0)
+            if flag.item() > 0:
+                io1 = tcp_bytes()
+                total = step
+                break
     seconds = time.perf_counter() - start
     dist.barrier()
     dist.destroy_process_group()

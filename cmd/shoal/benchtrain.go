@@ -159,6 +159,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		steps    = fs.Int64("steps", 200, "grid: steps per run (per worker)")
 		epochs   = fs.Int("epochs", 0, "grid: epochs per run instead of --steps")
 		target   = fs.Float64("target-accuracy", 0.85, "test accuracy whose time and steps to reach are reported")
+		until    = fs.Bool("until-target", false, "end each run once worker 0 measures --target-accuracy (its steps or epochs become a cap)")
 		evalStep = fs.Int64("eval-every", 100, "worker 0 evaluates on the test set every N steps")
 		peers    = fs.String("peers", "bench/peers", "folder of the peer scripts (torch_ddp.py); empty: no peers")
 		python   = fs.String("python", "/usr/bin/python3", "the Python with torch, for the peers")
@@ -229,7 +230,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if r.loopback {
 			nic = nicFlags{}
 		}
-		rec := runShoal(ctx, exe, r, nic, df, *target, *evalStep, *runLimit, stderr)
+		rec := runShoal(ctx, exe, r, nic, df, *target, *until, *evalStep, *runLimit, stderr)
 		res.Runs = append(res.Runs, rec)
 		fmt.Fprintf(stdout, "[%d/%d] %s\n", i, total, describeRecord(&rec))
 		if ctx.Err() != nil {
@@ -239,7 +240,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if peerScript != "" {
 		for _, r := range plan.peers {
 			i++
-			rec := runPeer(ctx, *python, peerScript, r, df, *target, *evalStep, *runLimit, stderr)
+			rec := runPeer(ctx, *python, peerScript, r, df, *target, *until, *evalStep, *runLimit, stderr)
 			res.Runs = append(res.Runs, rec)
 			fmt.Fprintf(stdout, "[%d/%d] %s\n", i, total, describeRecord(&rec))
 			if ctx.Err() != nil {
@@ -351,8 +352,11 @@ func trainArgs(r benchRun, nf nicFlags, df dataFlags, evalEvery int64) []string 
 }
 
 // runShoal runs one shoal train and turns its summary into a record.
-func runShoal(ctx context.Context, exe string, r benchRun, nf nicFlags, df dataFlags, target float64, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
+func runShoal(ctx context.Context, exe string, r benchRun, nf nicFlags, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
 	args := trainArgs(r, nf, df, evalEvery)
+	if until && target > 0 && !benchModels[r.model].big {
+		args = append(args, "--stop-at-accuracy", fmtFloat(target))
+	}
 	rec := bench.Record{ID: recordID("", r, nf), Command: append([]string{"shoal"}, args...), Mode: r.mode, Model: benchModels[r.model].label,
 		Workers: r.workers, Servers: r.servers, Seed: 1, NICGbps: nf.gbps, RTTMillis: float64(nf.rtt) / float64(time.Millisecond), TestAccuracy: -1}
 	if target > 0 {
@@ -519,7 +523,7 @@ func peerUnavailable(ctx context.Context, python, script string) string {
 
 // runPeer runs the PyTorch DDP peer on the same model, data, batch,
 // optimizer and seed; it prints a bench.Record.
-func runPeer(ctx context.Context, python, script string, r benchRun, df dataFlags, target float64, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
+func runPeer(ctx context.Context, python, script string, r benchRun, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
 	args := []string{script, "--workers", strconv.Itoa(r.workers), "--model", "mlp", "--hidden", "256,128", "--batch", "64",
 		"--lr", "0.01", "--momentum", "0.9", "--seed", "1", "--data", df.dir, "--eval-every", strconv.FormatInt(evalEvery, 10),
 		"--target-accuracy", fmtFloat(target), "--json"}
@@ -527,6 +531,9 @@ func runPeer(ctx context.Context, python, script string, r benchRun, df dataFlag
 		args = append(args, "--epochs", strconv.Itoa(r.epochs))
 	} else {
 		args = append(args, "--steps", strconv.FormatInt(r.steps, 10))
+	}
+	if until && target > 0 {
+		args = append(args, "--stop-at-accuracy", fmtFloat(target))
 	}
 	rec := bench.Record{ID: recordID("pytorch-ddp-gloo", r, nicFlags{}), Peer: "pytorch-ddp-gloo", Command: append([]string{python}, args...),
 		Mode: "ddp", Model: benchModels[r.model].label, Workers: r.workers, Seed: 1, TestAccuracy: -1}

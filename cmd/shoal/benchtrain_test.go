@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,4 +173,32 @@ func TestToTargetAndScaling(t *testing.T) {
 	assert.Equal(t, 0.75, *runs[1].ScalingEfficiency)
 	assert.Nil(t, runs[2].ScalingEfficiency)
 	assert.Nil(t, runs[3].ScalingEfficiency)
+}
+
+// TestStopAtAccuracy: with --stop-at-accuracy, a run ends early and
+// cleanly once rank 0 measures the target, in every mode: ring ranks agree
+// among themselves, PS workers are told by the launcher.
+func TestStopAtAccuracy(t *testing.T) {
+	for _, mode := range []string{"async", "sync", "ring"} {
+		t.Run(mode, func(t *testing.T) {
+			cmd := exec.CommandContext(ctxT(t, 2*time.Minute), shoalBin, "train", "--dataset", "synthetic", "--mode", mode, "--workers", "2",
+				"--steps", "100000", "--eval-every", "2", "--stop-at-accuracy", "0.95", "--stats", "--json")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			var sum trainSummary
+			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
+			assert.True(t, sum.StoppedAtTarget)
+			assert.Contains(t, stdout.String(), "stopped early")
+			require.Greater(t, len(sum.Curve), 1, "the target is not reached at the first evaluation")
+			last := sum.Curve[len(sum.Curve)-1]
+			assert.GreaterOrEqual(t, last.Accuracy, 0.95)
+			for _, p := range sum.Curve[:len(sum.Curve)-1] {
+				assert.Less(t, p.Accuracy, 0.95, "it went on past the target")
+			}
+			assert.Less(t, sum.Steps, int64(1000), "it stopped early")
+			assert.Empty(t, sum.FailedWorkers)
+		})
+	}
 }

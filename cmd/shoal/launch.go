@@ -31,6 +31,7 @@ type child struct {
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	tail   *tailBuffer
+	stdin  io.WriteCloser // the child's control channel (see readControl)
 	exited chan struct{}
 	err    error // set before exited is closed
 }
@@ -72,6 +73,10 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 		cancel()
 		return nil, err
 	}
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		cancel()
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -104,6 +109,15 @@ func (c *child) failure() string {
 		msg += "\n  its last words: " + string(bytes.ReplaceAll(t, []byte("\n"), []byte("\n  ")))
 	}
 	return msg
+}
+
+// tell sends c a control line; a child that has exited is not told.
+func (c *child) tell(line string) {
+	select {
+	case <-c.exited:
+	default:
+		fmt.Fprintln(c.stdin, line) // an error means it is exiting: nothing to tell
+	}
 }
 
 // stop asks c to exit (SIGTERM, SIGKILL after 10s) without waiting.

@@ -132,29 +132,57 @@ func (l *stepLog) add(t worker.StepTimes) {
 type statFlags struct {
 	stats     bool
 	evalEvery int64
+	stopAt    float64
 }
 
 func (s *statFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.stats, "stats", false, "report per-step phase times and bytes moved (the benchmark harness's measurements)")
 	fs.Int64Var(&s.evalEvery, "eval-every", 0, "rank 0 evaluates on the test set every N steps and reports it (0: only at the end)")
+	fs.Float64Var(&s.stopAt, "stop-at-accuracy", 0, "with --eval-every: stop the run once rank 0 measures this test accuracy (0 to 1; 0: never)")
 }
 
 func (s *statFlags) args() []string {
-	return []string{"--stats=" + strconv.FormatBool(s.stats), "--eval-every", strconv.FormatInt(s.evalEvery, 10)}
+	return []string{"--stats=" + strconv.FormatBool(s.stats), "--eval-every", strconv.FormatInt(s.evalEvery, 10), "--stop-at-accuracy", fmtFloat(s.stopAt)}
 }
 
 func (s *statFlags) validate() error {
 	if s.evalEvery < 0 {
 		return fmt.Errorf("--eval-every %d: want >= 0", s.evalEvery)
 	}
+	if !(s.stopAt >= 0 && s.stopAt <= 1) {
+		return fmt.Errorf("--stop-at-accuracy %g: want 0 to 1", s.stopAt)
+	}
+	if s.stopAt > 0 && s.evalEvery == 0 {
+		return fmt.Errorf("--stop-at-accuracy %g needs --eval-every (how often to measure it)", s.stopAt)
+	}
 	return nil
 }
 
 // hooks sets cfg's OnStep and Eval as the flags say; log collects the
-// step times, and eval events go to out.
-func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.Model, test data.Dataset, out io.Writer) {
+// step times, and eval events go to out. With --stop-at-accuracy, rank 0's
+// Eval ends the run once the target is reached; agree, when set (ring),
+// shares that decision with every rank, whose Eval then takes part in
+// it, so all ranks stop after the same step.
+func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.Model, test data.Dataset, out io.Writer,
+	agree func(ctx context.Context, stop bool) (bool, error)) {
 	if s.stats {
 		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.add(t) }
+	}
+	decide := func(ctx context.Context, reached bool) error {
+		if agree != nil && s.stopAt > 0 {
+			var err error
+			if reached, err = agree(ctx, reached); err != nil {
+				return fmt.Errorf("agreeing whether to stop: %w", err)
+			}
+		}
+		if reached {
+			return fmt.Errorf("test accuracy reached %g: %w", s.stopAt, worker.ErrStop)
+		}
+		return nil
+	}
+	if s.evalEvery > 0 && rank != 0 && agree != nil && s.stopAt > 0 {
+		cfg.EvalEvery = s.evalEvery
+		cfg.Eval = func(ctx context.Context, _ int64, _ []float32) error { return decide(ctx, false) }
 	}
 	if s.evalEvery > 0 && rank == 0 {
 		// The curve's clock leaves out the evaluations themselves.
@@ -170,7 +198,7 @@ func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.M
 				return err
 			}
 			emit(out, event{Event: "eval", Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
-			return nil
+			return decide(ctx, s.stopAt > 0 && ev.Accuracy >= s.stopAt)
 		}
 	}
 }

@@ -42,6 +42,8 @@ type event struct {
 	Result *collRecord `json:"result,omitempty"`
 	// done, with --stats: the worker's step times and bytes
 	Times *stepLog `json:"times,omitempty"`
+	// done: the run ended early at --stop-at-accuracy
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 func emit(w io.Writer, e event) {

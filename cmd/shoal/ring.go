@@ -167,7 +167,16 @@ func runRing(ctx context.Context, r ringRun) error {
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
 		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
 	steps := stepLog{counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
-	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout)
+	flag := make([]float32, 1)
+	agree := func(ctx context.Context, stop bool) (bool, error) {
+		flag[0] = 0
+		if stop {
+			flag[0] = 1
+		}
+		err := dc.Allreduce(ctx, flag, collective.Max)
+		return flag[0] > 0, err
+	}
+	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, agree)
 	w, err := worker.New(wcfg, r.model, r.train, ring)
 	if err != nil {
 		return err
@@ -201,7 +210,7 @@ func runRing(ctx context.Context, r ringRun) error {
 	}
 	if r.events {
 		done := event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples}
+			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples, Stopped: res.Stopped}
 		if r.sf.stats {
 			done.Times = &steps
 		}

@@ -54,6 +54,8 @@ type trainSummary struct {
 	BytesReceivedPerStep float64         `json:"bytes_received_per_step,omitempty"`
 	// With --eval-every: rank 0's test accuracy during the run.
 	Curve []bench.CurvePoint `json:"curve,omitempty"`
+	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
+	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -231,6 +233,18 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			sum.Dropped += m.ev.Dropped
 			sum.WorkerSeconds = max(sum.WorkerSeconds, m.ev.Seconds)
+			if m.ev.Stopped && m.ev.Rank == 0 {
+				sum.StoppedAtTarget = true
+				if !ring {
+					// The others learn it from the launcher (ring ranks
+					// agreed among themselves).
+					for c := range isWorker {
+						if c.rank != 0 {
+							c.tell("stop")
+						}
+					}
+				}
+			}
 			if m.ev.Times != nil {
 				logs = append(logs, m.ev.Times)
 			}
@@ -313,6 +327,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if sum.Dropped > 0 {
 		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
+	}
+	if sum.StoppedAtTarget {
+		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", sf.stopAt, sum.Steps)
 	}
 	if sum.Saved != "" {
 		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -216,18 +217,31 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Seed: mf.seed, BackwardPasses: tf.backwardPasses, Progress: progress, Logger: log,
 	}
 	steps := stepLog{counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
-	sf.hooks(&wcfg, &steps, id.Rank, model, test, stdout)
+	sf.hooks(&wcfg, &steps, id.Rank, model, test, stdout, nil)
 	w, err := worker.New(wcfg, model, train, strategy)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	res, err := w.Run(ctx)
+	// Under a launcher, a "stop" line on stdin ends the run cleanly: the
+	// launcher sends it when rank 0 stopped at --stop-at-accuracy.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	if *events {
+		go readControl(os.Stdin, stopRun)
+	}
+	start := time.Now()
+	res, err := w.Run(runCtx)
+	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
+		// Stopped by the launcher: the run so far is the result.
+		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
+	}
 	if err != nil {
 		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
 	}
 	if *events {
-		ev := event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped()}
+		ev := event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped(),
+			Stopped: res.Stopped}
 		if sf.stats {
 			ev.Times = &steps
 		}
@@ -264,4 +278,15 @@ func checkLayout(model nn.Model, info client.Info) error {
 func progressEvent(p worker.Progress) event {
 	return event{Event: "progress", Rank: p.Rank, Epoch: p.Epoch, Epochs: p.Epochs, Step: p.Step, EpochSteps: p.EpochSteps,
 		Samples: p.Samples, LossSum: p.LossSum, Correct: p.Correct, Seconds: p.Elapsed.Seconds(), EpochDone: p.EpochDone}
+}
+
+// readControl reads a launcher's commands, one a line, until r ends; the
+// only one is "stop".
+func readControl(r io.Reader, stop func()) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "stop" {
+			stop()
+		}
+	}
 }
