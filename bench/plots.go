@@ -69,7 +69,7 @@ func planPlots(r *Results) []plotSpec {
 			}
 			s := plotSpec{kind: plotThroughput, model: m, nic: nic, runs: sel,
 				file:  "throughput-" + fileSafe(m) + nicSuffix(nics, nic) + ".png",
-				title: "Throughput vs workers, model " + m + nicTitle(nic)}
+				title: "Throughput vs workers, model " + m + nicTitle(nics, nic)}
 			if len(sel) == 0 {
 				s.skip = "no run of model " + m + " measured throughput"
 			}
@@ -928,8 +928,13 @@ func nicSuffix(nics []float64, nic float64) string {
 	return "-nic" + strconv.FormatFloat(nic, 'g', -1, 64)
 }
 
-func nicTitle(nic float64) string {
+// nicTitle names the network in a title: nothing when no run modelled a
+// NIC, "loopback" for the runs without one when others had one.
+func nicTitle(nics []float64, nic float64) string {
 	if nic == 0 {
+		if len(nics) > 1 {
+			return ", loopback (no NIC model)"
+		}
 		return ""
 	}
 	return fmt.Sprintf(", NIC %g Gbit/s", nic)
