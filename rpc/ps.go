@@ -182,6 +182,11 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return toStatus(err)
 	}
+	// Headers go out before any wait: the caller knows the shard has the
+	// pull (a test orders a push after this; held_micros counts from here).
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
 	wctx, cancel := waitContext(stream.Context())
 	start := time.Now()
 	err := s.core.WaitToRead(wctx, req.WorkerId, req.Step)

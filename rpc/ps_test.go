@@ -2,6 +2,8 @@ package rpc_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math"
 	"testing"
 	"time"
@@ -286,4 +288,32 @@ func TestPushEncodings(t *testing.T) {
 			assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
 		})
 	}
+}
+
+// TestPullSaysHowLongItWasHeld: a sync pull waiting for another worker's
+// push says, on its first piece, how long the shard held it: more than
+// nothing, and no longer than the caller waited.
+func TestPullSaysHowLongItWasHeld(t *testing.T) {
+	_, cl := syncCluster(t)
+	require.NoError(t, sendPush(ctxT(t), t, cl, 0, 0, 0))
+	start := time.Now()
+	stream, err := cl.Pull(ctxT(t), &pb.PullRequest{WorkerId: 0, Step: 1})
+	require.NoError(t, err)
+	_, err = stream.Header() // the shard has the pull and is about to wait
+	require.NoError(t, err)
+	require.NoError(t, sendPush(ctxT(t), t, cl, 1, 0, 0)) // releases it
+	var pieces []*pb.PullPiece
+	for {
+		p, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		pieces = append(pieces, p)
+	}
+	elapsed := time.Since(start)
+	require.NotEmpty(t, pieces)
+	held := time.Duration(pieces[0].HeldMicros) * time.Microsecond
+	assert.Positive(t, held)
+	assert.LessOrEqual(t, held, elapsed)
 }
