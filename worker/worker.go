@@ -145,6 +145,13 @@ type Worker struct {
 	grads    []float32
 	pass     []float32 // one batch's gradient, when BackwardPasses > 1
 	log      *slog.Logger
+	// What the strategy and model can do, found once in New: waits splits
+	// a pull's time; overlap and notifier, when both are set, send
+	// gradients during backward; reduces says Apply is an allreduce.
+	waits    waitReporter
+	overlap  overlapper
+	notifier nn.GradNotifier
+	reduces  bool
 }
 
 // New returns a worker training model on its shard of train. It allocates
@@ -192,6 +199,15 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 	}
 	if cfg.BackwardPasses > 1 {
 		wk.pass = make([]float32, n)
+	}
+	wk.waits, _ = s.(waitReporter)
+	_, wk.reduces = s.(*Ring)
+	// With one backward pass per step, a strategy that can send the later
+	// layers' gradients while backward goes on gets them as they are final.
+	if ov, ok := s.(overlapper); ok && ov.overlaps() && cfg.BackwardPasses == 1 {
+		if gn, ok := model.(nn.GradNotifier); ok {
+			wk.overlap, wk.notifier = ov, gn
+		}
 	}
 	return wk, nil
 }
@@ -294,15 +310,10 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
 	}
 	t.Pull = time.Since(t0)
-	if ws, ok := w.strategy.(waitReporter); ok {
-		t.Wait = min(ws.lastWait(), t.Pull)
+	if w.waits != nil {
+		t.Wait = min(w.waits.lastWait(), t.Pull)
 		t.Pull -= t.Wait
 	}
-	// With one backward pass per step, a strategy that can send the later
-	// layers' gradients while backward goes on gets them as they are final.
-	ov, _ := w.strategy.(overlapper)
-	gn, _ := w.model.(nn.GradNotifier)
-	overlap := w.cfg.BackwardPasses == 1 && ov != nil && ov.overlaps() && gn != nil
 	k := w.cfg.BackwardPasses
 	passes := 0
 	for ; passes < k; passes++ {
@@ -322,16 +333,16 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		tc := time.Now()
 		var loss float64
 		var c int
-		if overlap {
-			loss, c = gn.ForwardBackwardNotify(w.params, dst, b.X, b.Y, func(off int) { ov.gradReady(ctx, dst, off) })
+		if w.overlap != nil {
+			loss, c = w.notifier.ForwardBackwardNotify(w.params, dst, b.X, b.Y, func(off int) { w.overlap.gradReady(ctx, dst, off) })
 		} else {
 			loss, c = w.model.ForwardBackward(w.params, dst, b.X, b.Y)
 		}
 		n := b.Len()
 		w.loader.Release(b)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			if overlap {
-				ov.abort()
+			if w.overlap != nil {
+				w.overlap.abort()
 			}
 			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", step, loss)
 		}
@@ -358,7 +369,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 	if err := w.strategy.Apply(ctx, step, w.params, w.grads); err != nil {
 		return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
 	}
-	if _, ring := w.strategy.(*Ring); ring {
+	if w.reduces {
 		t.Reduce = time.Since(ta)
 	} else {
 		t.Push = time.Since(ta)
