@@ -312,6 +312,21 @@ func modeColor(mode string) color.Color {
 	return color.RGBA{90, 90, 90, 255}
 }
 
+// modeLine is a line with round markers of radius points through pts, in
+// mode's colour.
+func modeLine(pts plotter.XYs, mode string, radius float64) (*plotter.Line, *plotter.Scatter, error) {
+	line, sc, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := modeColor(mode)
+	line.Color, sc.Color = c, c
+	line.Width = vg.Points(1.8)
+	sc.Radius = vg.Points(radius)
+	sc.Shape = draw.CircleGlyph{}
+	return line, sc, nil
+}
+
 // Line dash patterns.
 func dashed() []vg.Length { return []vg.Length{vg.Points(6), vg.Points(3)} }
 func dotted() []vg.Length { return []vg.Length{vg.Points(2), vg.Points(2)} }
@@ -362,15 +377,10 @@ func throughputPlot(s plotSpec) (*figure, error) {
 			pts = append(pts, plotter.XY{X: math.Log2(float64(rec.Workers)), Y: rec.SamplesPerSec})
 		}
 		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
-		line, sc, err := plotter.NewLinePoints(pts)
+		line, sc, err := modeLine(pts, k.mode, 3.5)
 		if err != nil {
 			return nil, err
 		}
-		c := modeColor(k.mode)
-		line.Color, sc.Color = c, c
-		line.Width = vg.Points(1.8)
-		sc.Radius = vg.Points(3.5)
-		sc.Shape = draw.CircleGlyph{}
 		switch {
 		case k.peer != "":
 			line.Dashes = dashed()
@@ -555,15 +565,10 @@ func accuracyPlot(s plotSpec) (*figure, error) {
 			pts[i] = plotter.XY{X: p.Seconds, Y: 100 * p.Accuracy}
 			xmax = max(xmax, p.Seconds)
 		}
-		line, sc, err := plotter.NewLinePoints(pts)
+		line, sc, err := modeLine(pts, rec.Mode, 2.5)
 		if err != nil {
 			return nil, err
 		}
-		c := modeColor(rec.Mode)
-		line.Color, sc.Color = c, c
-		line.Width = vg.Points(1.8)
-		sc.Radius = vg.Points(2.5)
-		sc.Shape = draw.CircleGlyph{}
 		if rec.Peer != "" {
 			line.Dashes = dashed()
 			sc.Shape = draw.BoxGlyph{}
