@@ -179,7 +179,7 @@ func (rep *report) breakdown() {
 
 func (rep *report) traffic() {
 	rep.printf("## Traffic\n\n")
-	rep.printf("Bytes per worker per step (mean over the workers, payload and protocol overhead), in MiB; M is one full parameter vector on the wire.\n\n")
+	rep.printf("Bytes per worker per step (mean over the workers; parameter-server modes: TCP bytes, gRPC framing included; ring: the payload the collectives moved), in MiB; M is one full parameter vector on the wire.\n\n")
 	ok := rep.ok()
 	if len(ok) == 0 {
 		rep.printf("No run completed.\n\n")
