@@ -2,6 +2,8 @@ package ps
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +16,8 @@ import (
 	"github.com/shoalml/shoal/shard"
 )
 
-// ckptServer is shard 1 of 2 of a 20-float vector in chunks of 4 (it owns
-// three chunks), momentum SGD, checkpointing to dir every `every` updates.
+// ckptServer is shard 1 of 2 of a 20-float vector in chunks of at most 4
+// (six chunks; it owns three), momentum SGD, checkpointing to dir every `every` updates.
 func ckptServer(t *testing.T, dir string, every int64, name string) (*Server, error) {
 	t.Helper()
 	var l nn.Layout
@@ -109,6 +111,33 @@ func TestForeignCheckpointIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrCheckpoint)
 	assert.Contains(t, err.Error(), "written for another shard, plan, model or optimizer")
 	assert.Contains(t, err.Error(), "other[20]")
+}
+
+// A checkpoint written under another partition function (plan version 1
+// cut fixed-size chunks) is refused by name, not read as if its chunks were
+// this plan's.
+func TestCheckpointOfAnOldPlanIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ckptServer(t, dir, 1, "w")
+	require.NoError(t, err)
+	ckptPush(t, a, 0)
+	files, err := a.listCheckpoints()
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	l, vec, meta, err := nn.LoadSafetensors(files[0].path)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(meta["shoal_checkpoint"]), &m))
+	m["plan_version"] = 1
+	js, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, nn.SaveSafetensors(files[0].path, l, vec, map[string]string{"shoal_checkpoint": string(js)}))
+
+	_, err = ckptServer(t, dir, 1, "w")
+	require.ErrorIs(t, err, ErrCheckpoint)
+	assert.Contains(t, err.Error(), files[0].path)
+	assert.Contains(t, err.Error(), "plan v1")
+	assert.Contains(t, err.Error(), fmt.Sprintf("plan v%d", shard.Version))
 }
 
 func TestFinalCheckpointAndSyncConsistency(t *testing.T) {

@@ -4,9 +4,14 @@ import "fmt"
 
 // Version identifies the partition function below. Change it whenever the
 // function changes, so nodes running different code refuse each other.
-const Version uint32 = 1
+//
+// Version 2: chunks are cut evenly (their lengths differ by at most one
+// float) and their number is a multiple of the server count, so every shard
+// owns a share of the vector. Version 1 cut fixed-size chunks and left
+// shards without any when the vector had fewer chunks than servers.
+const Version uint32 = 2
 
-// DefaultChunkBytes is the default chunk size: about 1 MiB of float32.
+// DefaultChunkBytes is the default largest chunk: about 1 MiB of float32.
 const DefaultChunkBytes = 1 << 20
 
 // Range is the half-open range [Off, Off+Len) of the vector, in floats.
@@ -20,15 +25,18 @@ func (r Range) End() int { return r.Off + r.Len }
 func (r Range) String() string { return fmt.Sprintf("[%d,%d)", r.Off, r.End()) }
 
 // Plan is the partition of a vector of VectorLen floats over Servers shards
-// in chunks of ChunkFloats.
+// in chunks of at most ChunkFloats.
 type Plan struct {
-	VectorLen   int
-	Servers     int
+	VectorLen int
+	Servers   int
+	// ChunkFloats is the largest chunk; the chunks themselves are cut
+	// evenly (see NumChunks).
 	ChunkFloats int
 }
 
 // New returns the plan for a vector of n floats over servers shards with
-// chunks of about chunkBytes bytes (rounded down to whole floats, at least one).
+// chunks of at most chunkBytes bytes (rounded down to whole floats, at least
+// one). Every shard owns a share, so n must be at least servers.
 func New(n, servers, chunkBytes int) (Plan, error) {
 	switch {
 	case n <= 0:
@@ -37,6 +45,8 @@ func New(n, servers, chunkBytes int) (Plan, error) {
 		return Plan{}, fmt.Errorf("shard plan: %d servers, want >= 1", servers)
 	case chunkBytes < 4:
 		return Plan{}, fmt.Errorf("shard plan: chunk of %d bytes, want >= 4 (one float32)", chunkBytes)
+	case n < servers:
+		return Plan{}, fmt.Errorf("shard plan: a vector of %d floats cannot give each of %d servers a share; use at most %d servers", n, servers, n)
 	}
 	return Plan{VectorLen: n, Servers: servers, ChunkFloats: chunkBytes / 4}, nil
 }
@@ -47,17 +57,49 @@ func (p Plan) Validate() error {
 	return err
 }
 
-// NumChunks is the number of chunks the vector is cut into.
-func (p Plan) NumChunks() int { return (p.VectorLen + p.ChunkFloats - 1) / p.ChunkFloats }
+// NumChunks is the number of chunks the vector is cut into: the fewest
+// chunks of at most ChunkFloats, rounded up to a multiple of Servers so
+// that every shard owns the same number, and never more than one chunk per
+// float.
+func (p Plan) NumChunks() int {
+	k := max((p.VectorLen+p.ChunkFloats-1)/p.ChunkFloats, p.Servers)
+	k = (k + p.Servers - 1) / p.Servers * p.Servers
+	return min(k, p.VectorLen)
+}
+
+// split returns the short chunk length q and how many chunks, the first
+// ones, are one float longer.
+func (p Plan) split() (k, q, long int) {
+	k = p.NumChunks()
+	return k, p.VectorLen / k, p.VectorLen % k
+}
 
 // Chunk returns the range of chunk i.
 func (p Plan) Chunk(i int) Range {
-	off := i * p.ChunkFloats
-	return Range{Off: off, Len: min(p.ChunkFloats, p.VectorLen-off)}
+	_, q, long := p.split()
+	if i < long {
+		return Range{Off: i * (q + 1), Len: q + 1}
+	}
+	return Range{Off: long*(q+1) + (i-long)*q, Len: q}
 }
 
 // ChunkAt returns the index of the chunk holding float index off.
-func (p Plan) ChunkAt(off int) int { return off / p.ChunkFloats }
+func (p Plan) ChunkAt(off int) int {
+	_, q, long := p.split()
+	if head := long * (q + 1); off >= head {
+		return long + (off-head)/q
+	}
+	return off / (q + 1)
+}
+
+// IsBoundary reports whether off is where a chunk starts, or the end of
+// the vector.
+func (p Plan) IsBoundary(off int) bool {
+	if off == p.VectorLen {
+		return true
+	}
+	return off >= 0 && off < p.VectorLen && p.Chunk(p.ChunkAt(off)).Off == off
+}
 
 // Owner returns the shard that owns chunk i.
 func (p Plan) Owner(i int) int { return i % p.Servers }

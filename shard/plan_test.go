@@ -18,6 +18,10 @@ func TestPlanProperties(t *testing.T) {
 		{"more servers than chunks", 10, 8, 16},
 		{"tiny chunks", 97, 5, 4},
 		{"mlp default", 235146, 3, DefaultChunkBytes},
+		{"mlp default, 8 servers", 235146, 8, DefaultChunkBytes},
+		{"as many servers as floats", 7, 7, 1 << 20},
+		{"one-float chunks", 10, 3, 4},
+		{"big model, 4 servers", 25_400_000, 4, DefaultChunkBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := New(tc.n, tc.servers, tc.chunk)
@@ -27,10 +31,27 @@ func TestPlanProperties(t *testing.T) {
 				owner[i] = -1
 			}
 			minF, maxF := tc.n, 0
+			minC, maxC := tc.n, 0
+			for i := range p.NumChunks() {
+				r := p.Chunk(i)
+				minC, maxC = min(minC, r.Len), max(maxC, r.Len)
+				require.Equal(t, i, p.ChunkAt(r.Off), "chunk %d %v", i, r)
+				require.Equal(t, i, p.ChunkAt(r.End()-1), "chunk %d %v", i, r)
+				assert.True(t, p.IsBoundary(r.Off))
+				assert.True(t, p.IsBoundary(r.End()))
+				if r.Len > 1 {
+					assert.False(t, p.IsBoundary(r.Off+1))
+				}
+			}
+			assert.LessOrEqual(t, maxC, p.ChunkFloats, "a chunk is larger than the largest allowed")
+			assert.LessOrEqual(t, maxC-minC, 1, "chunks are not cut evenly")
 			for s := range tc.servers {
+				assert.NotEmpty(t, p.Ranges(s), "shard %d owns nothing", s)
 				for _, r := range p.Ranges(s) {
 					for i := r.Off; i < r.End(); i++ {
-						require.Equal(t, -1, owner[i], "index %d owned twice", i)
+						if owner[i] != -1 {
+							t.Fatalf("index %d owned by shards %d and %d", i, owner[i], s)
+						}
 						owner[i] = s
 					}
 					assert.Equal(t, s, p.Owner(p.ChunkAt(r.Off)))
@@ -38,9 +59,11 @@ func TestPlanProperties(t *testing.T) {
 				minF, maxF = min(minF, p.Floats(s)), max(maxF, p.Floats(s))
 			}
 			for i, o := range owner {
-				require.NotEqual(t, -1, o, "index %d owned by nobody", i)
+				if o == -1 {
+					t.Fatalf("index %d owned by nobody", i)
+				}
 			}
-			assert.LessOrEqual(t, maxF-minF, p.ChunkFloats, "floats per shard differ by more than one chunk")
+			assert.LessOrEqual(t, maxF-minF, maxC, "floats per shard differ by more than one chunk")
 			// The same inputs give the same plan on every node.
 			q, _ := New(tc.n, tc.servers, tc.chunk)
 			assert.Equal(t, p, q)
@@ -56,10 +79,12 @@ func TestPlanErrors(t *testing.T) {
 		{"empty vector", 0, 1, 64},
 		{"no servers", 10, 0, 64},
 		{"chunk under a float", 10, 1, 3},
+		{"more servers than floats", 5, 6, 64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.n, tc.servers, tc.chunk)
 			assert.Error(t, err)
+			assert.Error(t, Plan{VectorLen: tc.n, Servers: tc.servers, ChunkFloats: tc.chunk / 4}.Validate())
 		})
 	}
 }
