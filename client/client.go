@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/collective"
@@ -45,6 +46,7 @@ type Info struct {
 type Clocks []int64
 
 type options struct {
+	transport   pb.Transport
 	encoding    pb.Encoding
 	callTimeout time.Duration
 	maxAttempts int
@@ -72,6 +74,11 @@ func WithPushEncoding(e pb.Encoding) Option { return func(o *options) { o.encodi
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = attempts, backoff }
 }
+
+// WithTransport sizes the connections' flow-control windows and buffers
+// (default shoalpb.DefaultTransport; the zero Transport is gRPC's own
+// defaults).
+func WithTransport(t pb.Transport) Option { return func(o *options) { o.transport = t } }
 
 // WithDialOptions adds gRPC dial options (credentials, a custom dialer…).
 // Without credentials the connection is plaintext. Push reuses one buffer
@@ -104,7 +111,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
 	}
-	o := options{callTimeout: 60 * time.Second, maxAttempts: 16, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, maxAttempts: 16, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -118,7 +125,8 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		// default backoff grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(pb.MaxPieceBytes + 64<<10)),
-	}, o.dialOpts...)
+	}, o.transport.DialOptions()...)
+	dialOpts = append(dialOpts, o.dialOpts...)
 	for _, a := range addrs {
 		conn, err := grpc.NewClient(a, dialOpts...)
 		if err != nil {
@@ -318,34 +326,73 @@ func (c *Client) pullShard(ctx context.Context, s int, req *pb.PullRequest, dst 
 	if err != nil {
 		return 0, err
 	}
-	want := c.info.Plan.Floats(s)
+	clock, _, err := c.recvValues(stream, s, dst, held, false)
+	return clock, err
+}
+
+// Field numbers of the tensor payloads (see ps.proto).
+const (
+	pullValuesField = 2 // PullPiece.values
+	pushGradsField  = 2 // PushPiece.grads
+)
+
+// recvValues reads the pieces of a pull from shard s straight into dst,
+// checking that they are the shard's whole share. It returns the clock of
+// the values and, for a PushPull (pushed), the push's result that the
+// first piece carries. dst nil: no values are expected.
+func (c *Client) recvValues(stream grpc.ClientStream, s int, dst []float32, held *time.Duration, pushed bool) (int64, *pb.PushResponse, error) {
+	plan := c.info.Plan
+	want := 0
+	if dst != nil {
+		want = plan.Floats(s)
+	}
 	got := 0
 	var clock int64
-	for {
-		p, err := stream.Recv()
+	var res *pb.PushResponse
+	for i := 0; ; i++ {
+		p := &pb.PullPiece{}
+		bad := ""
+		in := &pb.TensorIn{Msg: p, Field: pullValuesField, Place: func(n int) pb.Sink {
+			off, k := int(p.Offset), n/4
+			switch {
+			case n == 0:
+				return pb.Sink{} // an empty piece (a push-pull's reply without values)
+			case dst == nil:
+				bad = fmt.Sprintf("server sent %d bytes of values; none were asked for", n)
+			case n%4 != 0 || p.Offset < 0 || off > len(dst)-k || k == 0 ||
+				plan.Owner(plan.ChunkAt(off)) != s || plan.Owner(plan.ChunkAt(off+k-1)) != s:
+				bad = fmt.Sprintf("server sent a piece at offset %d of %d bytes, outside its chunks of a vector of %d floats", p.Offset, n, len(dst))
+			default:
+				return pb.Sink{Floats: dst[off : off+k]}
+			}
+			return pb.Sink{}
+		}}
+		err := stream.RecvMsg(in)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		if got == 0 {
-			*held = time.Duration(p.HeldMicros) * time.Microsecond
+		if bad != "" {
+			return 0, nil, status.Error(codes.Internal, bad)
 		}
-		n := len(p.Values) / 4
-		if p.Offset < 0 || int(p.Offset) > len(dst)-n || c.info.Plan.Owner(c.info.Plan.ChunkAt(int(p.Offset))) != s {
-			return 0, status.Errorf(codes.Internal, "server sent a piece at offset %d of %d floats, outside its chunks of a vector of %d", p.Offset, n, len(dst))
+		if i == 0 {
+			if held != nil {
+				*held = time.Duration(p.HeldMicros) * time.Microsecond
+			}
+			res = p.Push
 		}
-		if err := pb.DecodeFloats(dst[p.Offset:int(p.Offset)+n], p.Values); err != nil {
-			return 0, status.Errorf(codes.Internal, "server sent a bad piece: %v", err)
-		}
-		got += n
+		got += in.Len / 4
 		clock = p.Clock
 	}
-	if got != want {
-		return 0, status.Errorf(codes.Internal, "server sent %d floats, it owns %d", got, want)
+	if pushed && res == nil {
+		return 0, nil, status.Error(codes.Internal, "server's reply to a push-pull carries no push result")
 	}
-	return clock, nil
+	if got != want {
+		return 0, nil, status.Errorf(codes.Internal, "server sent %d floats, it owns %d", got, want)
+	}
+	return clock, res, nil
 }
 
 // PushArgs is one gradient push.
@@ -375,36 +422,47 @@ type PushResult struct {
 
 // Push sends each shard its part of args.Grads.
 func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
-	if len(args.Grads) != c.info.Plan.VectorLen {
-		return PushResult{}, fmt.Errorf("client: push of %d floats, the vector has %d", len(args.Grads), c.info.Plan.VectorLen)
+	if err := c.checkPush(args); err != nil {
+		return PushResult{}, err
 	}
-	if args.Clocks != nil && len(args.Clocks) != len(c.stubs) {
-		return PushResult{}, fmt.Errorf("client: push with %d clocks, want one per shard (%d)", len(args.Clocks), len(c.stubs))
-	}
-	res := PushResult{Clocks: make(Clocks, len(c.stubs)), Staleness: make([]int64, len(c.stubs))}
-	dup := make([]bool, len(c.stubs))
-	dropped := make([]bool, len(c.stubs))
+	replies := make([]*pb.PushResponse, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		if len(c.push[s]) == 0 {
-			return nil // a shard that owns no chunk (more shards than chunks)
-		}
 		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
-			r, err := c.pushShard(ctx, s, args)
-			if err == nil {
-				res.Clocks[s], res.Staleness[s], dup[s], dropped[s] = r.Clock, r.Staleness, r.Duplicate, r.Dropped
-			}
+			var err error
+			replies[s], err = c.pushShard(ctx, s, args)
 			return err
 		})
 	})
-	for i := range dup {
-		if dup[i] {
+	return pushResult(replies), err
+}
+
+// checkPush checks a push's lengths against the plan.
+func (c *Client) checkPush(args PushArgs) error {
+	if len(args.Grads) != c.info.Plan.VectorLen {
+		return fmt.Errorf("client: push of %d floats, the vector has %d", len(args.Grads), c.info.Plan.VectorLen)
+	}
+	if args.Clocks != nil && len(args.Clocks) != len(c.stubs) {
+		return fmt.Errorf("client: push with %d clocks, want one per shard (%d)", len(args.Clocks), len(c.stubs))
+	}
+	return nil
+}
+
+// pushResult sums up the shards' replies to a push (nil: no reply).
+func pushResult(replies []*pb.PushResponse) PushResult {
+	res := PushResult{Clocks: make(Clocks, len(replies)), Staleness: make([]int64, len(replies))}
+	for s, r := range replies {
+		if r == nil {
+			continue
+		}
+		res.Clocks[s], res.Staleness[s] = r.Clock, r.Staleness
+		if r.Duplicate {
 			res.Duplicates++
 		}
-		if dropped[i] {
+		if r.Dropped {
 			res.Dropped++
 		}
 	}
-	return res, err
+	return res
 }
 
 func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushResponse, error) {
@@ -412,6 +470,14 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 	if err != nil {
 		return nil, err
 	}
+	if err := c.sendGrads(stream, s, c.header(s, args), args.Grads); err != nil {
+		return nil, err
+	}
+	return stream.CloseAndRecv()
+}
+
+// header opens shard s's part of a push.
+func (c *Client) header(s int, args PushArgs) *pb.PushHeader {
 	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding}
 	if args.Clocks != nil {
 		h.Clock = args.Clocks[s]
@@ -419,30 +485,130 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 	for _, r := range c.push[s] {
 		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 	}
-	encode, pieceFloats := pb.AppendFloats, pb.MaxPieceBytes/4
+	return h
+}
+
+// sendGrads sends shard s its part of the gradient grads in pieces, the
+// first with h. Each piece is encoded once, into a pooled buffer that the
+// transport frees once it has written it, so the caller may change grads
+// as soon as this returns.
+func (c *Client) sendGrads(stream grpc.ClientStream, s int, h *pb.PushHeader, grads []float32) error {
+	encode, size := func(dst []byte, src []float32) { _ = pb.PutFloats(dst, src) }, 4
 	switch c.opts.encoding {
 	case pb.Encoding_FLOAT16:
-		encode, pieceFloats = collective.EncodeFloat16, pb.MaxPieceBytes/2
+		encode, size = func(dst []byte, src []float32) { collective.EncodeFloat16(dst[:0], src) }, 2
 	case pb.Encoding_BFLOAT16:
-		encode, pieceFloats = collective.EncodeBFloat16, pb.MaxPieceBytes/2
+		encode, size = func(dst []byte, src []float32) { collective.EncodeBFloat16(dst[:0], src) }, 2
 	}
-	// One buffer for every piece: Send has encoded a message when it
-	// returns (see WithDialOptions for the one caveat).
-	buf := make([]byte, 0, pb.MaxPieceBytes)
+	pieceFloats := pb.MaxPieceBytes / size
+	pool := pb.Pool
 	msg := &pb.PushPiece{Header: h}
 	for _, r := range c.push[s] {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			end := min(off+pieceFloats, r.End())
-			msg.Grads = encode(buf[:0], args.Grads[off:end])
-			if err := stream.Send(msg); err != nil {
-				// The real error comes from CloseAndRecv.
+			buf := pool.Get(size * (end - off))
+			encode(*buf, grads[off:end])
+			if err := stream.SendMsg(&pb.TensorOut{Msg: msg, Field: pushGradsField, Payload: mem.NewBuffer(buf, pool)}); err != nil {
+				// The real error comes with the reply.
 				if errors.Is(err, io.EOF) {
-					_, err = stream.CloseAndRecv()
+					if rerr := stream.RecvMsg(new(pb.PullPiece)); rerr != nil && !errors.Is(rerr, io.EOF) {
+						return rerr
+					}
+					return status.Error(codes.Internal, "the server ended the push before it was sent, without an error")
 				}
-				return nil, err
+				return err
 			}
 			msg = &pb.PushPiece{}
 		}
 	}
-	return stream.CloseAndRecv()
+	return nil
+}
+
+// PushPullArgs is one step of a worker in one round trip per shard: a push
+// and, when Pull is set, the weights after it.
+type PushPullArgs struct {
+	PushArgs
+	// Pull reads the whole vector into Dst (len Plan.VectorLen) after the
+	// push, waiting on each shard as Steps say (see PullArgs).
+	Pull  bool
+	Steps Clocks
+	Dst   []float32
+	// Waited, when not nil, is set to the longest any shard held the pull.
+	Waited *time.Duration
+}
+
+// PushPullResult says what the shards did with the push, and the clocks
+// of the values pulled.
+type PushPullResult struct {
+	PushResult
+	// PullClocks holds, per shard, the clock of the values written into
+	// Dst (when Pull).
+	PullClocks Clocks
+}
+
+// PushPull sends each shard its part of args.Grads and, with args.Pull,
+// reads the shard's values after the push into args.Dst, one round trip
+// per shard. A call that fails with Unavailable is tried again; servers
+// apply each (WorkerID, Step) at most once, so a retry after a lost reply
+// only pulls.
+func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResult, error) {
+	if err := c.checkPush(args.PushArgs); err != nil {
+		return PushPullResult{}, err
+	}
+	n := c.info.Plan.VectorLen
+	switch {
+	case args.Pull && len(args.Dst) != n:
+		return PushPullResult{}, fmt.Errorf("client: pull into %d floats, the vector has %d", len(args.Dst), n)
+	case args.Pull && args.Steps != nil && len(args.Steps) != len(c.stubs):
+		return PushPullResult{}, fmt.Errorf("client: pull with %d steps, want one per shard (%d)", len(args.Steps), len(c.stubs))
+	}
+	var res PushPullResult
+	if args.Pull {
+		res.PullClocks = make(Clocks, len(c.stubs))
+	}
+	replies := make([]*pb.PushResponse, len(c.stubs))
+	held := make([]time.Duration, len(c.stubs))
+	err := c.fanOut(func(s int) error {
+		h := c.header(s, args.PushArgs)
+		h.Pull = args.Pull
+		if args.Pull && args.Steps != nil {
+			h.PullStep = args.Steps[s]
+		}
+		return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
+			stream, err := c.pushStubs[s].PushPull(ctx)
+			if err != nil {
+				return err
+			}
+			if err := c.sendGrads(stream, s, h, args.Grads); err != nil {
+				return err
+			}
+			if err := stream.CloseSend(); err != nil {
+				return err
+			}
+			var dst []float32
+			if args.Pull {
+				dst = args.Dst
+			}
+			clock, r, err := c.recvValues(stream, s, dst, &held[s], true)
+			if err != nil {
+				return err
+			}
+			replies[s] = r
+			if args.Pull {
+				res.PullClocks[s] = clock
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return PushPullResult{}, err
+	}
+	res.PushResult = pushResult(replies)
+	if args.Waited != nil {
+		*args.Waited = 0
+		for _, h := range held {
+			*args.Waited = max(*args.Waited, h)
+		}
+	}
+	return res, nil
 }

@@ -191,3 +191,34 @@ func TestFloat16OverflowIsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "index 2 is +Inf")
 	assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
 }
+
+// TestPushPullAcrossShards: one push-pull sends every shard its part and
+// brings back the whole vector after the push; a shard whose reply was
+// lost applied the push once, and the retry only pulls.
+func TestPushPullAcrossShards(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 10, 3, 4, 0.5)...)
+	cl := dial(t, c)
+	c.Shard(1).LoseReplies(1)
+	grads := []float32{2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
+	params := make([]float32, 10)
+	res, err := cl.PushPull(ctxT(t), client.PushPullArgs{
+		PushArgs: client.PushArgs{WorkerID: 7, Step: 3, Grads: grads},
+		Pull:     true, Dst: params,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6, 7, 8}, params)
+	assert.Equal(t, 1, res.Duplicates, "shard 1's retry is recognised as a duplicate")
+	assert.Equal(t, client.Clocks{1, 1, 1}, res.PullClocks)
+	for s := range 3 {
+		assert.Equal(t, int64(1), c.Shard(s).Core.Clock(), "shard %d applied the push once", s)
+	}
+
+	// Without pull, Dst is left alone.
+	res, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 7, Step: 4, Grads: grads}})
+	require.NoError(t, err)
+	assert.Nil(t, res.PullClocks)
+	assert.Equal(t, client.Clocks{2, 2, 2}, res.Clocks)
+
+	_, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{Grads: grads}, Pull: true, Dst: make([]float32, 9)})
+	assert.ErrorContains(t, err, "pull into 9 floats, the vector has 10")
+}

@@ -3,7 +3,9 @@
 // A Client talks to every shard of a partition plan: Pull fans out to all
 // shards at once and decodes each streamed piece straight into the caller's
 // buffer; Push splits the caller's gradient by the plan and streams each
-// shard its chunks. Every call has a deadline (WithCallTimeout, unless the
+// shard its chunks; PushPull does a worker's whole step in one round trip
+// per shard, the gradient up and the weights after it back (what the
+// worker strategies use). Every call has a deadline (WithCallTimeout, unless the
 // context has an earlier one) and calls that fail with Unavailable are
 // retried with exponential backoff; pushes are safe to retry because a
 // server applies (worker, step) at most once.
@@ -15,4 +17,9 @@
 //	defer c.Close()
 //	clocks, err := c.Pull(ctx, params)
 //	_, err = c.Push(ctx, client.PushArgs{WorkerID: 1, Step: 1, Clocks: clocks, Grads: grads})
+//	res, err := c.PushPull(ctx, client.PushPullArgs{
+//		PushArgs: client.PushArgs{WorkerID: 1, Step: 2, Clocks: clocks, Grads: grads},
+//		Pull:     true, Dst: params,
+//	})
+//	clocks = res.PullClocks
 package client

@@ -119,6 +119,16 @@ func stepSGD(p, grad []float32, lr, wd float32) {
 func stepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
 	grad = grad[:len(p)]
 	buf = buf[:len(p)]
+	if wd == 0 && !nesterov {
+		// The common case, without the per-element branches (a parameter
+		// server applies it to every push): the same operations.
+		for i := range p {
+			b := float32(mu*buf[i]) + grad[i]
+			buf[i] = b
+			p[i] -= float32(lr * b)
+		}
+		return
+	}
 	for i := range p {
 		g := grad[i]
 		if wd != 0 {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -439,8 +440,8 @@ func (s *Server) ValidateRanges(rs []shard.Range) (int, error) {
 		if i > 0 && r.Off < prevEnd {
 			return 0, fmt.Errorf("%w: push range %v overlaps or precedes the previous one ending at %d", ErrInvalidArgument, r, prevEnd)
 		}
-		if r.Off%p.ChunkFloats != 0 || (r.End()%p.ChunkFloats != 0 && r.End() != p.VectorLen) {
-			return 0, fmt.Errorf("%w: push range %v does not cover whole chunks of %d floats", ErrInvalidArgument, r, p.ChunkFloats)
+		if !p.IsBoundary(r.Off) || !p.IsBoundary(r.End()) {
+			return 0, fmt.Errorf("%w: push range %v does not cover whole chunks (chunk %d is %v)", ErrInvalidArgument, r, p.ChunkAt(r.Off), p.Chunk(p.ChunkAt(r.Off)))
 		}
 		prevEnd = r.End()
 		total += r.Len
@@ -454,7 +455,31 @@ func (s *Server) ValidateRanges(rs []shard.Range) (int, error) {
 // push for the step after the current one waits (bounded by ctx) for the
 // current one to be applied.
 func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
-	res, err := s.push(ctx, in)
+	return s.PushRead(ctx, in, nil)
+}
+
+// ChunkReader receives the values of one owned chunk, right after a push,
+// with the push's result. It runs under the shard's lock: it must copy
+// what it needs and return without waiting for anything.
+type ChunkReader func(res PushResult, r shard.Range, vals []float32)
+
+// PushRead is Push and, in async mode, a read of the values right after
+// the push in the same critical section: read gets each owned chunk, in
+// vector order, as soon as the optimizer has updated it, so a caller can
+// send the first chunks while the later ones are still being updated, and
+// together they are one consistent view. For a duplicate push read gets
+// the values as they are. In the other modes read is not called (a pull
+// there waits for other workers; see WaitToRead). read nil is Push.
+func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
+	if s.cfg.Mode != ModeAsync {
+		read = nil
+	}
+	res, err := s.push(ctx, in, read)
+	if err == nil && read != nil {
+		s.mu.Lock()
+		s.stats.Pulls++
+		s.mu.Unlock()
+	}
 	if err != nil && errors.Is(err, ErrInvalidArgument) {
 		s.mu.Lock()
 		s.stats.Rejected++
@@ -466,7 +491,7 @@ func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
 	return res, err
 }
 
-func (s *Server) push(ctx context.Context, in Push) (PushResult, error) {
+func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
 	total, err := s.ValidateRanges(in.Ranges)
 	if err != nil {
 		return PushResult{}, err
@@ -488,7 +513,13 @@ func (s *Server) push(ctx context.Context, in Push) (PushResult, error) {
 	defer s.mu.Unlock()
 	if last, ok := s.lastStep[in.WorkerID]; ok && in.Step <= last {
 		s.stats.Duplicates++
-		return PushResult{Clock: s.clock, Duplicate: true}, nil
+		res := PushResult{Clock: s.clock, Duplicate: true}
+		if read != nil {
+			for _, ch := range s.chunks {
+				read(res, ch.r, ch.values)
+			}
+		}
+		return res, nil
 	}
 	switch {
 	case s.bar != nil:
@@ -503,35 +534,45 @@ func (s *Server) push(ctx context.Context, in Push) (PushResult, error) {
 		for i, g := range in.Grads {
 			s.scratch[i] = g * inv
 		}
-		res := s.applyLocked(in, s.scratch)
+		res := s.applyLocked(in, s.scratch, nil)
 		s.progress[in.WorkerID] = max(s.progress[in.WorkerID], in.Step+1)
 		s.notifyLocked()
 		return res, nil
 	default:
-		return s.applyLocked(in, in.Grads), nil
+		return s.applyLocked(in, in.Grads, read), nil
 	}
 }
 
-// applyLocked applies one update (async, ssp) and counts it.
-func (s *Server) applyLocked(in Push, grads []float32) PushResult {
+// applyLocked applies one update (async, ssp) and counts it; read, when
+// not nil, gets each chunk right after its update.
+func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader) PushResult {
 	staleness := max(s.clock-in.Clock, 0)
-	s.stepLocked(grads)
+	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
+	var after func(ch *chunk)
+	if read != nil {
+		after = func(ch *chunk) { read(res, ch.r, ch.values) }
+	}
+	s.stepLocked(grads, after)
 	s.lastStep[in.WorkerID] = in.Step
 	s.clock++
 	s.stats.Pushes++
 	s.stats.Staleness[min(staleness, StalenessBuckets-1)]++
 	s.captureLocked()
-	return PushResult{Clock: s.clock, Staleness: staleness}
+	return res
 }
 
 // stepLocked runs the optimizer of every chunk over grads (the shard's
-// floats, chunk after chunk).
-func (s *Server) stepLocked(grads []float32) {
+// floats, chunk after chunk), calling after (when not nil) on each chunk
+// once it is updated.
+func (s *Server) stepLocked(grads []float32, after func(*chunk)) {
 	for i := range s.chunks {
 		ch := &s.chunks[i]
 		if err := ch.opt.Step(ch.values, grads[:ch.r.Len]); err != nil {
 			// Lengths were checked on the way in; this is a bug.
 			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
+		}
+		if after != nil {
+			after(ch)
 		}
 		grads = grads[ch.r.Len:]
 	}
@@ -576,7 +617,7 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 
 // applyStepLocked applies the mean of the barrier's step.
 func (s *Server) applyStepLocked() {
-	s.stepLocked(s.bar.mean())
+	s.stepLocked(s.bar.mean(), nil)
 	s.bar.reset()
 	clear(s.barPrev)
 	s.clock++
@@ -585,19 +626,61 @@ func (s *Server) applyStepLocked() {
 }
 
 func checkFinite(g []float32, rs []shard.Range) error {
-	for i, v := range g {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			// Name the vector index, not the offset in the message.
-			idx := i
-			for _, r := range rs {
-				if idx < r.Len {
-					idx += r.Off
-					break
-				}
-				idx -= r.Len
+	i := firstNonFinite(g)
+	if i < 0 {
+		return nil
+	}
+	// Name the vector index, not the offset in the message.
+	idx := i
+	for _, r := range rs {
+		if idx < r.Len {
+			idx += r.Off
+			break
+		}
+		idx -= r.Len
+	}
+	return fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, idx, g[i])
+}
+
+// firstNonFinite returns the index of the first NaN or ±Inf in g, or -1.
+// NaN and ±Inf are the float32s whose exponent bits are all set. It tests
+// two floats at a time in a 64-bit word, branch-free over blocks (adding
+// 1 to an all-ones exponent carries into the cleared sign bit), and looks
+// for the exact index only in a block that has one: every push is checked
+// whole before anything is applied, so this runs over every gradient.
+func firstNonFinite(g []float32) int {
+	const (
+		exp   = 0x7f8000007f800000
+		carry = 0x0080000000800000
+		sign  = 0x8000000080000000
+		block = 1024 // floats
+	)
+	for lo := 0; lo < len(g); lo += block {
+		b := g[lo:min(lo+block, len(g))]
+		var hit uint64
+		// Two floats per 8-byte load; a float before an 8-byte boundary
+		// and one left over at the end are tested alone.
+		if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+			hit |= (uint64(math.Float32bits(b[0]))&exp + carry) & sign
+			b = b[1:]
+		}
+		if len(b) >= 2 {
+			words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+			for _, w := range words {
+				hit |= (w&exp + carry) & sign
 			}
-			return fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, idx, v)
+		}
+		if len(b)%2 == 1 {
+			hit |= (uint64(math.Float32bits(b[len(b)-1]))&exp + carry) & sign
+		}
+		if hit == 0 {
+			continue
+		}
+		for j, v := range g[lo:min(lo+block, len(g))] {
+			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
+				return lo + j
+			}
 		}
 	}
-	return nil
+	return -1
 }

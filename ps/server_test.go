@@ -200,3 +200,100 @@ func TestConcurrentPushAndPull(t *testing.T) {
 		assert.InDelta(t, float32(i)-0.5*workers*steps, v, 1e-3, "index %d", i)
 	}
 }
+
+// heapFloats keeps a test's vector on the heap, where checkptr (-race)
+// sees its allocation's bounds.
+var heapFloats []float32
+
+// TestFirstNonFinite: the word-at-a-time scan finds the first NaN or
+// ±Inf wherever it is (either half of a word, the odd last float, any
+// block), and nothing in finite values, the largest and smallest included.
+func TestFirstNonFinite(t *testing.T) {
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7fc00001), math.Float32frombits(0xff800001)}
+	finite := []float32{0, -0, 1, -1, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, math.Float32frombits(0x7f7fffff), math.Float32frombits(0x00800000)}
+	for _, n := range []int{0, 1, 2, 3, 1023, 1024, 1025, 4099} {
+		g := make([]float32, n)
+		for i := range g {
+			g[i] = finite[i%len(finite)]
+		}
+		assert.Equal(t, -1, firstNonFinite(g), "n=%d all finite", n)
+		for _, at := range []int{0, 1, n / 2, n - 2, n - 1} {
+			if at < 0 || at >= n {
+				continue
+			}
+			for _, b := range bad {
+				saved := g[at]
+				g[at] = b
+				assert.Equal(t, at, firstNonFinite(g), "n=%d, %v at %d", n, b, at)
+				if at+1 < n { // a later one does not hide the first
+					g[n-1] = b
+					assert.Equal(t, at, firstNonFinite(g), "n=%d, %v at %d and at the end", n, b, at)
+					g[n-1] = finite[(n-1)%len(finite)]
+				}
+				g[at] = saved
+			}
+		}
+		if n == 2 { // one float at the end of its allocation, off an 8-byte boundary
+			heapFloats = make([]float32, 12) // 48 bytes: a size class of its own
+			assert.Equal(t, -1, firstNonFinite(heapFloats[11:]))
+		}
+		if n > 1 { // a vector that does not start on an 8-byte boundary
+			h := g[1:]
+			assert.Equal(t, -1, firstNonFinite(h), "n=%d from index 1", n)
+			h[len(h)-1] = bad[0]
+			assert.Equal(t, len(h)-1, firstNonFinite(h), "n=%d from index 1, NaN last", n)
+			h[0] = bad[1]
+			assert.Equal(t, 0, firstNonFinite(h), "n=%d from index 1, Inf first", n)
+		}
+	}
+}
+
+// TestPushRead: an async push hands the reader every owned chunk in
+// vector order, right after its update and with the push's result; the
+// chunks together are the values after the push. A duplicate reads the
+// values as they are, and another mode reads nothing.
+func TestPushRead(t *testing.T) {
+	s := newTestServer(t, 20, 2, 1, 4) // six chunks of 4, 4, 3, 3, 3, 3; shard 1 owns three
+	type got struct {
+		res  PushResult
+		r    shard.Range
+		vals []float32
+	}
+	var reads []got
+	read := func(res PushResult, r shard.Range, vals []float32) {
+		reads = append(reads, got{res, r, append([]float32(nil), vals...)})
+	}
+	push := Push{WorkerID: 3, Step: 0, Ranges: s.Ranges(), Grads: ones(s.Floats())}
+	res, err := s.PushRead(context.Background(), push, read)
+	require.NoError(t, err)
+	require.Len(t, reads, len(s.Ranges()))
+	var all []float32
+	for i, rd := range reads {
+		assert.Equal(t, s.Ranges()[i], rd.r)
+		assert.Equal(t, res, rd.res)
+		all = append(all, rd.vals...)
+	}
+	assert.Equal(t, int64(1), res.Clock)
+	assert.Equal(t, readAll(t, s), all, "the reads are the values after the push")
+	assert.Equal(t, float32(4-0.5), all[0], "chunk [4,8) starts at 4, one SGD step of lr 0.5")
+
+	reads = nil
+	res, err = s.PushRead(context.Background(), push, read)
+	require.NoError(t, err)
+	assert.True(t, res.Duplicate)
+	require.Len(t, reads, len(s.Ranges()))
+	assert.Equal(t, all, append(append(append([]float32(nil), reads[0].vals...), reads[1].vals...), reads[2].vals...))
+
+	var l nn.Layout
+	l.Add("w", 8)
+	plan, err := shard.New(8, 1, 16)
+	require.NoError(t, err)
+	ocfg := optim.DefaultConfig()
+	syncSrv, err := New(Config{Mode: ModeSync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 1}, make([]float32, 8))
+	require.NoError(t, err)
+	reads = nil
+	_, err = syncSrv.PushRead(context.Background(), Push{WorkerID: 0, Ranges: syncSrv.Ranges(), Grads: ones(8)}, read)
+	require.NoError(t, err)
+	assert.Empty(t, reads, "sync mode reads after its barrier, not in the push")
+	assert.Equal(t, int64(1), syncSrv.Clock())
+}

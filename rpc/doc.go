@@ -3,11 +3,19 @@
 // constructor that registers the standard health service and server
 // reflection (so grpcurl and grpc_health_probe work).
 //
+// Tensors never take a protobuf copy: a pull's pieces are sent from the
+// shard's snapshot (shoalpb.TensorOut) and a push's pieces are decoded from
+// gRPC's buffers straight into the gradient (shoalpb.TensorIn); the wire is
+// the plain protobuf of ps.proto. PushPull is a push and a pull in one
+// call: the push is read whole, checked and applied (or refused, changing
+// nothing), then the values after it are streamed back, the push's result
+// on the first piece.
+//
 // Only this package maps errors to codes: ps.ErrInvalidArgument →
 // InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, a canceled or
 // expired context → Canceled / DeadlineExceeded.
 //
-//	g := rpc.NewGRPCServer(logger)
-//	rpc.RegisterPS(g, core)
+//	g, health := rpc.NewGRPCServer()
+//	rpc.RegisterPS(g, health, core, logger)
 //	go g.Serve(lis)
 package rpc

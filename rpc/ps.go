@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -27,12 +28,19 @@ import (
 // of MaxPieceBytes plus room for the header.
 const MaxMessageBytes = pb.MaxPieceBytes + 64<<10
 
-// NewGRPCServer returns a gRPC server with Shoal's message limits, the
-// health service (reporting SERVING for "" and every registered service)
-// and server reflection. It returns the health server so callers can mark
-// the server NOT_SERVING while draining.
+// NewGRPCServer returns a gRPC server with Shoal's message limits and
+// transport settings (shoalpb.DefaultTransport; opts may override them),
+// the health service (reporting SERVING for "" and every registered
+// service) and server reflection. It returns the health server so callers
+// can mark the server NOT_SERVING while draining.
 func NewGRPCServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}, opts...)
+	return NewGRPCServerWith(pb.DefaultTransport, opts...)
+}
+
+// NewGRPCServerWith is NewGRPCServer with transport settings t.
+func NewGRPCServerWith(t pb.Transport, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}, t.ServerOptions()...)
+	opts = append(base, opts...)
 	g := grpc.NewServer(opts...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(g, h)
@@ -45,13 +53,12 @@ type psService struct {
 	pb.UnimplementedParameterServerServer
 	core *ps.Server
 	log  *slog.Logger
-	// floats and bytes recycle the per-call buffers of pulls (a snapshot
-	// of the shard, the encoded piece) and pushes (the decoded gradient),
-	// which would otherwise be about two shard-sizes of garbage per step.
-	// gRPC has encoded a message when Send returns, so a piece's bytes
-	// are reused for the next piece.
+	// floats recycles the gradient vector a push is decoded into (the
+	// pulls' snapshots and pieces come from gRPC's buffer pool and return
+	// there once written).
 	floats sync.Pool // *[]float32
-	bytes  sync.Pool // *[]byte
+	// pieces is how many pieces the shard's values take.
+	pieces int
 }
 
 func (s *psService) getFloats(n int) *[]float32 {
@@ -64,15 +71,6 @@ func (s *psService) getFloats(n int) *[]float32 {
 	return p
 }
 
-func (s *psService) getBytes() *[]byte {
-	p, _ := s.bytes.Get().(*[]byte)
-	if p == nil {
-		b := make([]byte, 0, pb.MaxPieceBytes)
-		return &b
-	}
-	return p
-}
-
 var _ pb.ParameterServerServer = (*psService)(nil)
 
 // RegisterPS registers the ParameterServer service for core on g and marks
@@ -81,7 +79,11 @@ func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pb.RegisterParameterServerServer(g, &psService{core: core, log: log.With("component", "rpc")})
+	svc := &psService{core: core, log: log.With("component", "rpc")}
+	for _, r := range core.Ranges() {
+		svc.pieces += (r.Len + pb.MaxPieceBytes/4 - 1) / (pb.MaxPieceBytes / 4)
+	}
+	pb.RegisterParameterServerServer(g, svc)
 	if h != nil {
 		h.SetServingStatus(pb.ParameterServer_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
@@ -131,6 +133,7 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		Workers:       int32(cfg.Workers),
 		BackupWorkers: int32(cfg.BackupWorkers),
 		Staleness:     cfg.Staleness,
+		Floats:        int64(s.core.Floats()),
 	}
 	st := s.core.Stats()
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls}
@@ -187,138 +190,330 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 	if err := stream.SendHeader(nil); err != nil {
 		return err
 	}
+	return s.pull(stream, req.WorkerId, req.Step, req.Ranges, nil)
+}
+
+// pull waits until worker may read the values for step, then streams the
+// ranges (every owned range when none are named) in pieces of at most
+// MaxPieceBytes. The first piece carries how long the wait took and, for
+// a PushPull, pushed.
+func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
 	wctx, cancel := waitContext(stream.Context())
 	start := time.Now()
-	err := s.core.WaitToRead(wctx, req.WorkerId, req.Step)
+	err := s.core.WaitToRead(wctx, worker, step)
 	cancel()
 	if err != nil {
 		return toStatus(err)
 	}
-	held := time.Since(start).Microseconds() // told on the first piece
+	first := &pb.PullPiece{HeldMicros: time.Since(start).Microseconds(), Push: pushed}
+	send := func(off int, clock int64, payload mem.Buffer) error {
+		p := &pb.PullPiece{Offset: int64(off), Clock: clock}
+		if first != nil {
+			p.HeldMicros, p.Push, first = first.HeldMicros, first.Push, nil
+		}
+		return stream.SendMsg(&pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload})
+	}
 	const pieceFloats = pb.MaxPieceBytes / 4
-	if len(req.Ranges) == 0 {
-		// The whole shard, as one consistent snapshot.
-		snap := s.getFloats(s.core.Floats())
-		defer s.floats.Put(snap)
-		enc := s.getBytes()
-		defer s.bytes.Put(enc)
-		vals := *snap
-		clock, err := s.core.Snapshot(vals)
+	if len(ranges) == 0 {
+		// The whole shard, as one consistent snapshot, sent from the
+		// snapshot's own memory: the transport frees each piece once it
+		// is written, and the snapshot returns to the pool after the last.
+		var clock int64
+		snap, err := pb.NewFloatBuffer(s.core.Floats(), func(dst []float32) (err error) {
+			clock, err = s.core.Snapshot(dst)
+			return err
+		})
 		if err != nil {
 			return toStatus(err)
 		}
+		defer snap.Free()
+		at := 0
 		for _, r := range s.core.Ranges() {
-			part := vals[:r.Len]
-			vals = vals[r.Len:]
 			for off := 0; off < r.Len; off += pieceFloats {
-				end := min(off+pieceFloats, r.Len)
-				*enc = pb.AppendFloats((*enc)[:0], part[off:end])
-				if err := stream.Send(&pb.PullPiece{Offset: int64(r.Off + off), Values: *enc, Clock: clock, HeldMicros: held}); err != nil {
+				k := min(pieceFloats, r.Len-off)
+				if err := send(r.Off+off, clock, snap.Slice(4*at, 4*(at+k))); err != nil {
 					return err
 				}
-				held = 0
+				at += k
 			}
 		}
 		return nil
 	}
-	buf := make([]float32, 0, pieceFloats)
-	enc := s.getBytes()
-	defer s.bytes.Put(enc)
-	for _, wr := range req.Ranges {
+	for _, wr := range ranges {
 		r, err := toRange(wr)
 		if err != nil {
 			return toStatus(err)
 		}
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			piece := shard.Range{Off: off, Len: min(pieceFloats, r.End()-off)}
-			buf = buf[:piece.Len]
-			clock, err := s.core.Read(piece, buf)
+			var clock int64
+			buf, err := pb.NewFloatBuffer(piece.Len, func(dst []float32) (err error) {
+				clock, err = s.core.Read(piece, dst)
+				return err
+			})
 			if err != nil {
 				return toStatus(err)
 			}
-			*enc = pb.AppendFloats((*enc)[:0], buf)
-			if err := stream.Send(&pb.PullPiece{Offset: int64(off), Values: *enc, Clock: clock, HeldMicros: held}); err != nil {
+			if err := send(off, clock, buf); err != nil {
 				return err
 			}
-			held = 0
 		}
 	}
 	return nil
 }
 
+// Field numbers of the tensor payloads (see ps.proto).
+const (
+	pullValuesField = 2 // PullPiece.values
+	pushGradsField  = 2 // PushPiece.grads
+)
+
 func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.PushResponse]) error {
-	first, err := stream.Recv()
-	if errors.Is(err, io.EOF) {
-		return invalid("push stream ended before its header: want a first message with a header")
-	}
+	res, _, err := s.push(stream)
 	if err != nil {
 		return err
 	}
+	return stream.SendAndClose(res)
+}
+
+// PushPull is a push, then (when the header asks) a pull of every owned
+// range for the header's pull step, in one call.
+func (s *psService) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.PullPiece]) error {
+	pr := &pushReader{s: s}
+	defer pr.release()
+	if err := pr.recv(stream); err != nil {
+		return err
+	}
+	h := pr.h
+	if h.Pull && s.core.Config().Mode == ps.ModeAsync {
+		return s.pushRead(stream, pr)
+	}
+	res, err := s.apply(stream, pr)
+	if err != nil {
+		return err
+	}
+	if !h.Pull {
+		return stream.SendMsg(&pb.TensorOut{Msg: &pb.PullPiece{Push: res}, Field: pullValuesField})
+	}
+	// As for a Pull: headers go out before the wait, so the caller knows
+	// the push is applied and the shard has the pull.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	return s.pull(stream, h.WorkerId, h.PullStep, nil, res)
+}
+
+// pushRead applies an async push and sends the values right after it,
+// each piece as soon as its chunk is updated: a goroutine sends while the
+// shard updates the next chunk (the shard's lock is never held across a
+// send, so a client that reads slowly cannot stall the shard).
+func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
+	pieces := make(chan *pb.TensorOut, s.pieces)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for out := range pieces {
+			if err == nil {
+				err = stream.SendMsg(out)
+			} else {
+				out.Payload.Free()
+			}
+		}
+		sent <- err
+	}()
+	const pieceFloats = pb.MaxPieceBytes / 4
+	first := true
+	wctx, cancel := waitContext(stream.Context())
+	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
+		for off := 0; off < r.Len; off += pieceFloats {
+			part := vals[off:min(off+pieceFloats, r.Len)]
+			buf, _ := pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
+			p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: res.Clock}
+			if first {
+				p.Push, first = toPushResponse(res), false
+			}
+			pieces <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: buf}
+		}
+	})
+	cancel()
+	close(pieces)
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	return toStatus(err)
+}
+
+func toPushResponse(res ps.PushResult) *pb.PushResponse {
+	return &pb.PushResponse{Clock: res.Clock, Duplicate: res.Duplicate, Dropped: res.Dropped, Staleness: res.Staleness}
+}
+
+// push reads a push stream to its end and applies it. Nothing changes
+// unless every piece arrived and checked out.
+func (s *psService) push(stream grpc.ServerStream) (*pb.PushResponse, *pb.PushHeader, error) {
+	pr := &pushReader{s: s}
+	defer pr.release()
+	if err := pr.recv(stream); err != nil {
+		return nil, nil, err
+	}
+	res, err := s.apply(stream, pr)
+	return res, pr.h, err
+}
+
+// apply applies a push that was read whole.
+func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushResponse, error) {
+	wctx, cancel := waitContext(stream.Context())
+	res, err := s.core.Push(wctx, pr.pushed())
+	cancel()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return toPushResponse(res), nil
+}
+
+// pushed is the push that was read.
+func (pr *pushReader) pushed() ps.Push {
+	pr.in.Grads = (*pr.grads)[:pr.total]
+	return pr.in
+}
+
+// recv reads a push stream to its end, checking and decoding every piece.
+func (pr *pushReader) recv(stream grpc.ServerStream) error {
+	for i := 0; ; i++ {
+		msg := &pb.PushPiece{}
+		in := &pb.TensorIn{Msg: msg, Field: pushGradsField, Place: func(n int) pb.Sink { return pr.place(msg, n) }}
+		err := stream.RecvMsg(in)
+		if errors.Is(err, io.EOF) {
+			if i == 0 {
+				return invalid("push stream ended before its header: want a first message with a header")
+			}
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if pr.h == nil && pr.err == nil { // a first piece without payload
+			pr.err = pr.start(msg)
+		}
+		if pr.err == nil && msg.Header != nil && msg.Header != pr.h && i > 0 {
+			pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
+		}
+		if pr.err != nil {
+			return pr.err
+		}
+		if err := pr.finish(in); err != nil {
+			return err
+		}
+	}
+	if pr.n != pr.total {
+		return invalid("push: pieces carry %d floats, the header's ranges hold %d", pr.n, pr.total)
+	}
+	return nil
+}
+
+// pushReader decodes the pieces of one push straight into a pooled
+// gradient vector.
+type pushReader struct {
+	s      *psService
+	h      *pb.PushHeader
+	in     ps.Push
+	total  int // floats the header's ranges hold
+	n      int // floats received
+	size   int // bytes per value on the wire
+	decode func([]float32, []byte) error
+	grads  *[]float32
+	wire   []byte // a piece in float16 or bfloat16
+	err    error  // the first problem, a gRPC status
+}
+
+// start checks the first piece's header and makes room for the gradient.
+func (pr *pushReader) start(first *pb.PushPiece) error {
 	h := first.GetHeader()
 	if h == nil {
 		return invalid("push: first message has no header")
 	}
-	if err := s.core.CheckPlan(h.PlanVersion); err != nil {
+	if err := pr.s.core.CheckPlan(h.PlanVersion); err != nil {
 		return toStatus(err)
 	}
 	in := ps.Push{WorkerID: h.WorkerId, Step: h.Step, Clock: h.Clock, Ranges: make([]shard.Range, len(h.Ranges))}
 	for i, r := range h.Ranges {
+		var err error
 		if in.Ranges[i], err = toRange(r); err != nil {
 			return toStatus(err)
 		}
 	}
 	// Validate the header before allocating, so a lying header cannot make
 	// the server allocate more than the vector it holds.
-	total, err := s.core.ValidateRanges(in.Ranges)
+	total, err := pr.s.core.ValidateRanges(in.Ranges)
 	if err != nil {
 		return toStatus(err)
 	}
-	decode, size := pb.DecodeFloats, 4
+	pr.decode, pr.size = nil, 4
 	switch h.Encoding {
 	case pb.Encoding_FLOAT32:
 	case pb.Encoding_FLOAT16:
-		decode, size = collective.DecodeFloat16, 2
+		pr.decode, pr.size = collective.DecodeFloat16, 2
 	case pb.Encoding_BFLOAT16:
-		decode, size = collective.DecodeBFloat16, 2
+		pr.decode, pr.size = collective.DecodeBFloat16, 2
 	default:
 		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
 	}
-	grads := s.getFloats(total)
-	defer s.floats.Put(grads)
-	in.Grads = *grads
-	n := 0
-	msg := first
-	for {
-		if msg.Header != nil && msg != first {
-			return invalid("push: a second header after %d floats; want one header per push", n)
+	pr.h, pr.in, pr.total = h, in, total
+	pr.grads = pr.s.getFloats(total)
+	return nil
+}
+
+// place says where a piece's n payload bytes go: straight into the
+// gradient for float32, into a scratch buffer for the 16-bit encodings.
+func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
+	if pr.err != nil {
+		return pb.Sink{}
+	}
+	if pr.h == nil {
+		if pr.err = pr.start(msg); pr.err != nil {
+			return pb.Sink{}
 		}
-		if len(msg.Grads)%size != 0 {
-			return invalid("push: piece of %d bytes is not a whole number of %s values", len(msg.Grads), h.Encoding)
-		}
-		k := len(msg.Grads) / size
-		if n+k > total {
-			return invalid("push: pieces carry more than the %d floats the header's ranges hold", total)
-		}
-		if err := decode(in.Grads[n:n+k], msg.Grads); err != nil {
+	} else if msg.Header != nil {
+		pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
+		return pb.Sink{}
+	}
+	if n%pr.size != 0 {
+		pr.err = invalid("push: piece of %d bytes is not a whole number of %s values", n, pr.h.Encoding)
+		return pb.Sink{}
+	}
+	k := n / pr.size
+	if pr.n+k > pr.total {
+		pr.err = invalid("push: pieces carry more than the %d floats the header's ranges hold", pr.total)
+		return pb.Sink{}
+	}
+	if pr.decode == nil {
+		return pb.Sink{Floats: (*pr.grads)[pr.n : pr.n+k]}
+	}
+	if cap(pr.wire) < n {
+		pr.wire = make([]byte, n)
+	}
+	return pb.Sink{Bytes: pr.wire[:n]}
+}
+
+// finish accounts for a piece once it has been received.
+func (pr *pushReader) finish(in *pb.TensorIn) error {
+	if in.Len == 0 {
+		return nil
+	}
+	if !in.Placed {
+		return status.Errorf(codes.Internal, "push: a piece of %d bytes was not stored", in.Len)
+	}
+	k := in.Len / pr.size
+	if pr.decode != nil {
+		if err := pr.decode((*pr.grads)[pr.n:pr.n+k], pr.wire[:in.Len]); err != nil {
 			return invalid("push: %v", err)
 		}
-		n += k
-		msg, err = stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
 	}
-	if n != total {
-		return invalid("push: pieces carry %d floats, the header's ranges hold %d", n, total)
+	pr.n += k
+	return nil
+}
+
+func (pr *pushReader) release() {
+	if pr.grads != nil {
+		pr.s.floats.Put(pr.grads)
 	}
-	wctx, cancel := waitContext(stream.Context())
-	res, err := s.core.Push(wctx, in)
-	cancel()
-	if err != nil {
-		return toStatus(err)
-	}
-	return stream.SendAndClose(&pb.PushResponse{Clock: res.Clock, Duplicate: res.Duplicate, Dropped: res.Dropped, Staleness: res.Staleness})
 }

@@ -46,17 +46,27 @@ func pullAll(t *testing.T, ps pb.ParameterServerClient) []float32 {
 	t.Helper()
 	stream, err := ps.Pull(ctxT(t), &pb.PullRequest{})
 	require.NoError(t, err)
-	var out []float32
+	_, vals := recvPieces(t, stream.Recv)
+	return vals
+}
+
+// recvPieces reads a stream of pull pieces to its end and returns them
+// and their values, concatenated.
+func recvPieces(t *testing.T, recv func() (*pb.PullPiece, error)) ([]*pb.PullPiece, []float32) {
+	t.Helper()
+	var pieces []*pb.PullPiece
+	var vals []float32
 	for {
-		p, err := stream.Recv()
-		if err != nil {
-			break
+		p, err := recv()
+		if errors.Is(err, io.EOF) {
+			return pieces, vals
 		}
-		vals := make([]float32, len(p.Values)/4)
-		require.NoError(t, pb.DecodeFloats(vals, p.Values))
-		out = append(out, vals...)
+		require.NoError(t, err)
+		pieces = append(pieces, p)
+		v := make([]float32, len(p.Values)/4)
+		require.NoError(t, pb.DecodeFloats(v, p.Values))
+		vals = append(vals, v...)
 	}
-	return out
 }
 
 func floats(v ...float32) []byte { return pb.AppendFloats(nil, v) }
@@ -92,26 +102,230 @@ func TestPushBadInput(t *testing.T) {
 		{"inf in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, inf, 1, 1)}}, codes.InvalidArgument, "index 5 is +Inf"},
 		{"second header", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Header: header(0, [2]int64{0, 8})}}, codes.InvalidArgument, "second header"},
 		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version"},
+		{"oversize piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: make([]byte, 2<<20)}}, codes.ResourceExhausted, "larger than max"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
-			ps := pb.NewParameterServerClient(dial(t, c, 0))
-			before := pullAll(t, ps)
-			stream, err := ps.Push(ctxT(t))
-			require.NoError(t, err)
-			for _, p := range tc.pieces {
-				if stream.Send(p) != nil {
-					break // the server already answered; CloseAndRecv has it
-				}
+		for _, rpc := range pushRPCs {
+			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
+				c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+				ps := pb.NewParameterServerClient(dial(t, c, 0))
+				before := pullAll(t, ps)
+				_, err := rpc.push(t, ps, tc.pieces)
+				require.Error(t, err)
+				assert.Equal(t, tc.code, status.Code(err), "%v", err)
+				assert.Contains(t, status.Convert(err).Message(), tc.want)
+				assert.Equal(t, before, pullAll(t, ps), "a rejected push changed the values")
+				assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
+			})
+		}
+	}
+}
+
+// pushRPCs are the two ways to push: Push, and PushPull (here with a
+// pull after the push). Each sends the pieces, closes its side and returns
+// the push's result or the call's error.
+var pushRPCs = []struct {
+	name string
+	push func(t *testing.T, ps pb.ParameterServerClient, pieces []*pb.PushPiece) (*pb.PushResponse, error)
+}{
+	{"Push", func(t *testing.T, ps pb.ParameterServerClient, pieces []*pb.PushPiece) (*pb.PushResponse, error) {
+		stream, err := ps.Push(ctxT(t))
+		require.NoError(t, err)
+		for _, p := range pieces {
+			if stream.Send(p) != nil {
+				break // the server already answered; CloseAndRecv has it
 			}
-			_, err = stream.CloseAndRecv()
-			require.Error(t, err)
-			assert.Equal(t, tc.code, status.Code(err), "%v", err)
-			assert.Contains(t, status.Convert(err).Message(), tc.want)
-			assert.Equal(t, before, pullAll(t, ps), "a rejected push changed the values")
-			assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
+		}
+		return stream.CloseAndRecv()
+	}},
+	{"PushPull", func(t *testing.T, ps pb.ParameterServerClient, pieces []*pb.PushPiece) (*pb.PushResponse, error) {
+		stream, err := ps.PushPull(ctxT(t))
+		require.NoError(t, err)
+		for i, p := range pieces {
+			if i == 0 && p.Header != nil {
+				p.Header.Pull = true
+			}
+			if stream.Send(p) != nil {
+				break // the server already answered; Recv has it
+			}
+		}
+		require.NoError(t, stream.CloseSend())
+		first, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		recvPieces(t, stream.Recv) // the values after the push
+		return first.Push, nil
+	}},
+}
+
+// syncCores is one sync shard of an 8-float vector (chunks of 4) for the
+// given number of workers, plain SGD at lr 0.5, values 0..7.
+func syncCores(t *testing.T, workers int) []*ps.Server {
+	var l nn.Layout
+	l.Add("w", 8)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers = ps.ModeSync, workers
+	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
+	return testcluster.CoresWith(t, cfg, l, []float32{0, 1, 2, 3, 4, 5, 6, 7}, 1, 4)
+}
+
+// TestPushOfAWrongStep: a sync shard refuses a push for a step it already
+// applied (Aborted) and one from beyond the next step (InvalidArgument),
+// through either RPC, and its values stay as they were.
+func TestPushOfAWrongStep(t *testing.T) {
+	for _, rpc := range pushRPCs {
+		t.Run(rpc.name, func(t *testing.T) {
+			c := testcluster.Start(t, syncCores(t, 1)...)
+			ps := pb.NewParameterServerClient(dial(t, c, 0))
+			ok := header(0, [2]int64{0, 8})
+			ok.WorkerId = 0
+			_, err := rpc.push(t, ps, []*pb.PushPiece{{Header: ok, Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}})
+			require.NoError(t, err)
+			after := pullAll(t, ps)
+			require.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6}, after)
+			for _, tc := range []struct {
+				name  string
+				step  int64 // the worker's step counter
+				clock int64 // the step the push is for
+				code  codes.Code
+				want  string
+			}{
+				{"stale", 1, 0, codes.Aborted, "already applied it"},
+				{"future", 1, 5, codes.InvalidArgument, "at most one step ahead"},
+				{"negative", 1, -3, codes.Aborted, "already applied it"},
+			} {
+				h := header(tc.step, [2]int64{0, 8})
+				h.WorkerId, h.Clock = 0, tc.clock
+				_, err := rpc.push(t, ps, []*pb.PushPiece{{Header: h, Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}})
+				assert.Equal(t, tc.code, status.Code(err), "%s: %v", tc.name, err)
+				assert.Contains(t, status.Convert(err).Message(), tc.want, tc.name)
+				assert.Equal(t, after, pullAll(t, ps), "%s: a rejected push changed the values", tc.name)
+				assert.Equal(t, int64(1), c.Shard(0).Core.Clock(), tc.name)
+			}
 		})
 	}
+}
+
+// TestHalfSentPush: a push whose client sends its header and half its
+// gradient, then goes away, changes nothing, through either RPC; a whole
+// push after it is applied once.
+func TestHalfSentPush(t *testing.T) {
+	for _, name := range []string{"Push", "PushPull"} {
+		t.Run(name, func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+			ps := pb.NewParameterServerClient(dial(t, c, 0))
+			ctx, cancel := context.WithCancel(ctxT(t))
+			var send func(*pb.PushPiece) error
+			if name == "Push" {
+				stream, err := ps.Push(ctx)
+				require.NoError(t, err)
+				send = stream.Send
+			} else {
+				stream, err := ps.PushPull(ctx)
+				require.NoError(t, err)
+				send = stream.Send
+			}
+			h := header(0, [2]int64{0, 8})
+			h.Pull = true
+			require.NoError(t, send(&pb.PushPiece{Header: h, Grads: floats(2, 2, 2, 2)}))
+			cancel()
+			_, err := pushRPCs[1].push(t, ps, []*pb.PushPiece{{Header: header(1, [2]int64{0, 8}), Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}})
+			require.NoError(t, err)
+			assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6}, pullAll(t, ps), "only the whole push was applied")
+			assert.Equal(t, int64(1), c.Shard(0).Core.Clock())
+		})
+	}
+}
+
+// TestPushPull: the reply's first piece carries the push's result, the
+// values after the push follow; without pull the push's result is all.
+func TestPushPull(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	ps := pb.NewParameterServerClient(dial(t, c, 0))
+	for _, pull := range []bool{true, false} {
+		stream, err := ps.PushPull(ctxT(t))
+		require.NoError(t, err)
+		h := header(map[bool]int64{true: 0, false: 1}[pull], [2]int64{0, 8})
+		h.Pull = pull
+		require.NoError(t, stream.Send(&pb.PushPiece{Header: h, Grads: floats(2, 2, 2, 2)}))
+		require.NoError(t, stream.Send(&pb.PushPiece{Grads: floats(2, 2, 2, 2)}))
+		require.NoError(t, stream.CloseSend())
+		pieces, got := recvPieces(t, stream.Recv)
+		require.NotEmpty(t, pieces)
+		require.NotNil(t, pieces[0].Push, "pull %v: the first piece carries the push's result", pull)
+		if pull {
+			assert.Equal(t, int64(1), pieces[0].Push.Clock)
+			assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6}, got)
+			assert.Equal(t, int64(1), pieces[0].Clock)
+		} else {
+			assert.Equal(t, int64(2), pieces[0].Push.Clock)
+			assert.Len(t, pieces, 1)
+			assert.Empty(t, got)
+		}
+	}
+}
+
+// TestPushPullWaitsForTheSlowest: in SSP mode (bound 1) a worker's
+// push-pull for a step more than the bound ahead of the slowest worker
+// answers once the slowest has pushed, with the values after that push.
+func TestPushPullWaitsForTheSlowest(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 8)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers, cfg.Staleness = ps.ModeSSP, 2, 1
+	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
+	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 1, 4)...)
+	ps := pb.NewParameterServerClient(dial(t, c, 0))
+	push := func(worker, step int64) *pb.PushPiece {
+		h := header(step, [2]int64{0, 8})
+		h.WorkerId, h.Pull, h.PullStep = worker, true, step+1
+		return &pb.PushPiece{Header: h, Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}
+	}
+	_, err := pushRPCs[1].push(t, ps, []*pb.PushPiece{push(0, 0)}) // step 1 is within the bound
+	require.NoError(t, err)
+
+	stream, err := ps.PushPull(ctxT(t))
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(push(0, 1))) // step 2 is 2 ahead of worker 1
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Header() // the push is in and the pull waits
+	require.NoError(t, err)
+	_, err = pushRPCs[1].push(t, ps, []*pb.PushPiece{push(1, 0)})
+	require.NoError(t, err)
+	first, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), first.Clock, "the values after worker 1's push too")
+	vals := make([]float32, len(first.Values)/4)
+	require.NoError(t, pb.DecodeFloats(vals, first.Values))
+	// Three pushes of 2, each scaled by 1/2 workers, lr 0.5: -1.5.
+	assert.Equal(t, float32(-1.5), vals[0])
+}
+
+// TestPushPullWaitsAtTheBarrier: in sync mode a worker's push-pull answers
+// only once every worker pushed the step, with the values after it.
+func TestPushPullWaitsAtTheBarrier(t *testing.T) {
+	c := testcluster.Start(t, syncCores(t, 2)...)
+	ps := pb.NewParameterServerClient(dial(t, c, 0))
+	stream, err := ps.PushPull(ctxT(t))
+	require.NoError(t, err)
+	h := header(0, [2]int64{0, 8})
+	h.WorkerId, h.Pull, h.PullStep = 0, true, 1
+	require.NoError(t, stream.Send(&pb.PushPiece{Header: h, Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}))
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Header() // worker 0's push is in and its pull waits
+	require.NoError(t, err)
+	h1 := header(0, [2]int64{0, 8})
+	h1.WorkerId = 1
+	_, err = pushRPCs[0].push(t, ps, []*pb.PushPiece{{Header: h1, Grads: floats(4, 4, 4, 4, 4, 4, 4, 4)}})
+	require.NoError(t, err)
+	first, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, first.Push)
+	assert.Equal(t, int64(1), first.Clock, "the values after the step")
+	vals := make([]float32, len(first.Values)/4)
+	require.NoError(t, pb.DecodeFloats(vals, first.Values))
+	// Mean gradient 3, lr 0.5: every value moved by -1.5.
+	assert.Equal(t, []float32{-1.5, -0.5, 0.5, 1.5}, vals[:4])
 }
 
 func TestPushThenPull(t *testing.T) {
@@ -180,8 +394,13 @@ func TestInfo(t *testing.T) {
 	assert.Equal(t, int64(10), info.Plan.VectorLength)
 	require.Len(t, info.Layout, 1)
 	assert.Equal(t, "w", info.Layout[0].Name)
-	require.Len(t, info.Ranges, 1)
-	assert.Equal(t, int64(4), info.Ranges[0].Offset)
+	// 10 floats in chunks of at most 4 over 2 shards: four chunks of 3, 3,
+	// 2 and 2 floats; shard 1 owns the second and the fourth.
+	require.Len(t, info.Ranges, 2)
+	assert.Equal(t, int64(3), info.Ranges[0].Offset)
+	assert.Equal(t, int64(3), info.Ranges[0].Length)
+	assert.Equal(t, int64(8), info.Ranges[1].Offset)
+	assert.Equal(t, int64(2), info.Ranges[1].Length)
 }
 
 func TestHealthAndReflection(t *testing.T) {
@@ -302,15 +521,7 @@ func TestPullSaysHowLongItWasHeld(t *testing.T) {
 	_, err = stream.Header() // the shard has the pull and is about to wait
 	require.NoError(t, err)
 	require.NoError(t, sendPush(ctxT(t), t, cl, 1, 0, 0)) // releases it
-	var pieces []*pb.PullPiece
-	for {
-		p, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		pieces = append(pieces, p)
-	}
+	pieces, _ := recvPieces(t, stream.Recv)
 	elapsed := time.Since(start)
 	require.NotEmpty(t, pieces)
 	held := time.Duration(pieces[0].HeldMicros) * time.Microsecond

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shoalml/shoal/client"
@@ -13,6 +14,7 @@ import (
 type ParameterServers interface {
 	PullFor(ctx context.Context, args client.PullArgs, dst []float32) (client.Clocks, error)
 	Push(ctx context.Context, args client.PushArgs) (client.PushResult, error)
+	PushPull(ctx context.Context, args client.PushPullArgs) (client.PushPullResult, error)
 }
 
 var _ ParameterServers = (*client.Client)(nil)
@@ -55,6 +57,12 @@ type Async struct {
 	// inflight reports the background push (Overlap); Params and Finish
 	// wait for it, so the gradient buffer is not reused while it is read.
 	inflight chan error
+	// prefetched: the last Apply's push-pull already wrote the weights of
+	// the next step into params.
+	prefetched bool
+	// lastStep is the step after which no weights are wanted (-1: not
+	// known).
+	lastStep int64
 }
 
 var _ Strategy = (*Async)(nil)
@@ -73,16 +81,25 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	if cfg.Overlap && (cfg.PushEvery != 1 || cfg.FetchEvery != 1) {
 		return nil, fmt.Errorf("async: overlapping push and pull needs push every 1 and fetch every 1 step, not %d and %d", cfg.PushEvery, cfg.FetchEvery)
 	}
-	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}, steps: make(client.Clocks, shards)}
+	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}, steps: make(client.Clocks, shards), lastStep: -1}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
 	}
 	return a, nil
 }
 
+// SetLastStep says which step is the worker's last: its push fetches no
+// weights after it.
+func (a *Async) SetLastStep(step int64) { a.lastStep = step }
+
 // Params pulls the weights on every FetchEvery-th step (with Overlap,
-// while the last step's push is still under way, and waits for both).
+// while the last step's push is still under way, and waits for both),
+// unless the last step's push-pull already brought them.
 func (a *Async) Params(ctx context.Context, step int64, params []float32) error {
+	if a.prefetched {
+		a.prefetched, a.waited = false, 0
+		return nil
+	}
 	err := a.pull(ctx, step, params)
 	if perr := a.waitPush(); perr != nil {
 		return perr
@@ -118,26 +135,57 @@ func (a *Async) pull(ctx context.Context, step int64, params []float32) error {
 
 func (a *Async) lastWait() time.Duration { return a.waited }
 
-// Apply pushes the gradient, or adds it to the ones pending.
-func (a *Async) Apply(ctx context.Context, step int64, _, grads []float32) error {
-	a.last = step
+// Apply pushes the gradient, or adds it to the ones pending. When the
+// next step fetches weights, the push fetches them in the same round trip
+// (a push-pull) into params.
+func (a *Async) Apply(ctx context.Context, step int64, params, grads []float32) error {
+	a.last, a.waited = step, 0
 	if a.cfg.Overlap {
 		done, clocks := make(chan error, 1), a.clocks
 		a.inflight = done
 		go func() { done <- a.push(ctx, step, clocks, grads) }()
 		return nil
 	}
-	if a.acc == nil {
-		return a.push(ctx, step, a.clocks, grads)
+	if a.acc != nil {
+		for i, g := range grads {
+			a.acc[i] += g
+		}
+		a.pending++
+		if a.pending < a.cfg.PushEvery {
+			return nil
+		}
+		grads = a.acc
 	}
-	for i, g := range grads {
-		a.acc[i] += g
+	if next := step + 1; step != a.lastStep && next%int64(a.cfg.FetchEvery) == 0 {
+		if err := a.pushPull(ctx, step, grads, params); err != nil {
+			return err
+		}
+	} else if err := a.push(ctx, step, a.clocks, grads); err != nil {
+		return err
 	}
-	a.pending++
-	if a.pending < a.cfg.PushEvery {
-		return nil
+	if a.acc != nil {
+		clear(a.acc)
+		a.pending = 0
 	}
-	return a.flush(ctx)
+	return nil
+}
+
+// pushPull pushes grads of step and reads the weights for step+1 into
+// params in one round trip.
+func (a *Async) pushPull(ctx context.Context, step int64, grads, params []float32) error {
+	for i := range a.steps {
+		a.steps[i] = step + 1
+	}
+	res, err := a.ps.PushPull(ctx, client.PushPullArgs{
+		PushArgs: client.PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: a.clocks, Grads: grads},
+		Pull:     true, Steps: a.steps, Dst: params, Waited: &a.waited,
+	})
+	if err != nil {
+		return err
+	}
+	a.countStaleness(res.Staleness)
+	a.clocks, a.prefetched = res.PullClocks, true
+	return nil
 }
 
 // Finish waits for the background push and pushes what is still pending.
@@ -166,12 +214,17 @@ func (a *Async) push(ctx context.Context, step int64, clocks client.Clocks, grad
 	if err != nil {
 		return err
 	}
+	a.countStaleness(res.Staleness)
+	return nil
+}
+
+// countStaleness counts a push by the largest staleness any shard saw.
+func (a *Async) countStaleness(per []int64) {
 	var worst int64
-	for _, s := range res.Staleness {
+	for _, s := range per {
 		worst = max(worst, s)
 	}
 	a.Staleness[worst]++
-	return nil
 }
 
 // Sync is synchronous SGD through parameter servers: each step's gradient
@@ -187,37 +240,84 @@ type Sync struct {
 	// gradient.
 	Dropped int64
 	waited  time.Duration // by the last pull
+	// prefetched: the last Apply's push-pull wrote the next step's
+	// weights into params.
+	prefetched bool
+	lastStep   int64 // the step after which no weights are wanted (-1: not known)
+	// complete: the last pull came from past the run's last step (see
+	// worker.ErrRunComplete).
+	complete bool
 }
 
 var _ Strategy = (*Sync)(nil)
 
 // NewSync returns the synchronous strategy of worker over shards shards.
 func NewSync(ps ParameterServers, worker int64, shards int) *Sync {
-	return &Sync{ps: ps, worker: worker, next: make(client.Clocks, shards)}
+	return &Sync{ps: ps, worker: worker, next: make(client.Clocks, shards), lastStep: -1}
 }
 
-// Params pulls the weights of the step after the one last pushed.
+// SetLastStep says which step is the worker's last: its push fetches no
+// weights after it. The Worker calls it before its first step.
+func (s *Sync) SetLastStep(step int64) { s.lastStep = step }
+
+// Params pulls the weights of the step after the one last pushed, unless
+// the push-pull of the last step brought them.
 func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
+	if s.complete {
+		return fmt.Errorf("worker %d: %w (the shards are at step %d; the run has %d)", s.worker, ErrRunComplete, slices.Min(s.clocks), s.lastStep+1)
+	}
+	if s.prefetched {
+		s.prefetched, s.waited = false, 0
+		return nil
+	}
+	s.waited = 0
 	clocks, err := s.ps.PullFor(ctx, client.PullArgs{WorkerID: s.worker, Steps: s.next, Waited: &s.waited}, params)
 	if err != nil {
 		return err
 	}
 	s.clocks = clocks
+	// A worker that starts (or pulls) after the others finished finds the
+	// shards past the run's last step: a push now would open a step no one
+	// else will join, and its pull would wait out --max-wait.
+	if s.pastLastStep() {
+		return fmt.Errorf("worker %d: %w (the shards are at step %d; the run has %d)", s.worker, ErrRunComplete, slices.Min(s.clocks), s.lastStep+1)
+	}
 	return nil
 }
 
+// pastLastStep says the shards, as last read, applied every step of a run
+// of lastStep+1 steps.
+func (s *Sync) pastLastStep() bool { return s.lastStep >= 0 && slices.Min(s.clocks) > s.lastStep }
+
 func (s *Sync) lastWait() time.Duration { return s.waited }
 
-// Apply pushes the gradient for the step the weights came from.
-func (s *Sync) Apply(ctx context.Context, step int64, _, grads []float32) error {
-	res, err := s.ps.Push(ctx, client.PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads})
+// Apply pushes the gradient for the step the weights came from and, in
+// the same round trip, reads the weights of the next step into params once
+// each shard has applied this one.
+func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) error {
+	s.waited = 0
+	for i, c := range s.clocks {
+		s.next[i] = c + 1
+	}
+	push := client.PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads}
+	if step == s.lastStep {
+		res, err := s.ps.Push(ctx, push)
+		if err != nil {
+			return err
+		}
+		s.Dropped += int64(res.Dropped)
+		return nil
+	}
+	res, err := s.ps.PushPull(ctx, client.PushPullArgs{PushArgs: push, Pull: true, Steps: s.next, Dst: params, Waited: &s.waited})
 	if err != nil {
 		return err
 	}
 	s.Dropped += int64(res.Dropped)
-	for i, c := range s.clocks {
-		s.next[i] = c + 1
-	}
+	s.clocks, s.prefetched = res.PullClocks, true
+	// Every step of a run of lastStep+1 steps is applied once the shards
+	// are past it; a worker whose late pushes were dropped (backup
+	// workers) gets there before its own step count runs out.
+	s.complete = s.pastLastStep()
 	return nil
 }
 

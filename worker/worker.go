@@ -68,7 +68,9 @@ type Config struct {
 // is waiting for batches, Compute forward and backward; Wait is how long
 // the pull was held before any weight arrived (a sync barrier, the SSP
 // bound), Pull the rest of it; Push is the gradient push of the parameter
-// server modes, Reduce the allreduce and local update of ring mode.
+// server modes, with the next step's weights when they come in the same
+// round trip (a push-pull: Pull is then near zero), Reduce the allreduce
+// and local update of ring mode.
 type StepTimes struct {
 	Step, Data, Compute, Wait, Pull, Push, Reduce time.Duration
 }
@@ -124,6 +126,14 @@ func (p Progress) Accuracy() float64 { return float64(p.Correct) / float64(max(p
 // cleanly: a target was reached.
 var ErrStop = errors.New("stop requested")
 
+// ErrRunComplete, from a strategy, says the servers have applied every
+// step of the run: there is nothing left for this worker to compute. A
+// sync worker with backup workers gets it when its late pushes were
+// dropped and it skipped steps: the others' pushes finished the run
+// before its own step count ran out, and a step past the end would wait
+// for pushes no one sends.
+var ErrRunComplete = errors.New("the servers applied every step of the run")
+
 // Result summarises a Run.
 type Result struct {
 	Steps   int64
@@ -131,6 +141,9 @@ type Result struct {
 	Elapsed time.Duration
 	// Stopped says Eval ended the run early with ErrStop.
 	Stopped bool
+	// Complete says the run ended before this worker's own step count,
+	// because the servers had applied every step (ErrRunComplete).
+	Complete bool
 	// Last is the final progress report (the last epoch's statistics).
 	Last Progress
 }
@@ -241,7 +254,14 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	start := time.Now()
 	var res Result
 	epochs := w.Epochs()
-	for epoch := 0; epoch < epochs && !res.Stopped; epoch++ {
+	if ls, ok := w.strategy.(lastStepper); ok {
+		total := int64(epochs) * int64(w.StepsPerEpoch())
+		if w.cfg.Steps > 0 {
+			total = min(total, w.cfg.Steps)
+		}
+		ls.SetLastStep(total - 1)
+	}
+	for epoch := 0; epoch < epochs && !res.Stopped && !res.Complete; epoch++ {
 		if err := w.loader.Start(ctx, epoch); err != nil {
 			return res, err
 		}
@@ -253,6 +273,10 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 		for p.Step < p.EpochSteps {
 			n, loss, correct, err := w.step(ctx, res.Steps)
 			if errors.Is(err, io.EOF) {
+				break
+			}
+			if errors.Is(err, ErrRunComplete) {
+				res.Complete = true
 				break
 			}
 			if err != nil {
@@ -373,6 +397,11 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		t.Reduce = time.Since(ta)
 	} else {
 		t.Push = time.Since(ta)
+		if w.waits != nil { // a push-pull held at the barrier or bound
+			held := min(w.waits.lastWait(), t.Push)
+			t.Wait += held
+			t.Push -= held
+		}
 	}
 	if w.cfg.OnStep != nil {
 		t.Step = time.Since(t0)
@@ -381,10 +410,18 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 	return samples, lossSum, correct, nil
 }
 
-// waitReporter is a strategy that knows how long its last Params call
-// was held before any weight arrived.
+// waitReporter is a strategy that knows how long its last Params or
+// Apply call was held before any weight arrived.
 type waitReporter interface {
 	lastWait() time.Duration
+}
+
+// lastStepper is a strategy that fetches the next step's weights with the
+// last step's push, and so wants to know which step is the last: nothing
+// is fetched after it (a sync or SSP pull for a step no one computes would
+// wait for nothing).
+type lastStepper interface {
+	SetLastStep(step int64)
 }
 
 // overlapper is a strategy that can start sending a step's gradients

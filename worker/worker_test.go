@@ -56,6 +56,15 @@ func (f *fakePS) Push(_ context.Context, a client.PushArgs) (client.PushResult, 
 	return client.PushResult{Clocks: client.Clocks{f.clock}, Staleness: []int64{st}}, nil
 }
 
+func (f *fakePS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+	res, err := f.Push(ctx, a.PushArgs)
+	if err != nil || !a.Pull {
+		return client.PushPullResult{PushResult: res}, err
+	}
+	clocks, err := f.PullFor(ctx, client.PullArgs{}, a.Dst)
+	return client.PushPullResult{PushResult: res, PullClocks: clocks}, err
+}
+
 func TestAsyncCadence(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
@@ -72,6 +81,7 @@ func TestAsyncCadence(t *testing.T) {
 			f := &fakePS{params: make([]float32, 3)}
 			a, err := worker.NewAsync(f, 3, 1, worker.AsyncConfig{WorkerID: 1, PushEvery: tc.pushEvery, FetchEvery: tc.fetchEvery})
 			require.NoError(t, err)
+			a.SetLastStep(tc.steps - 1)
 			params := make([]float32, 3)
 			for step := range tc.steps {
 				require.NoError(t, a.Params(ctxT(t), step, params))
@@ -215,6 +225,13 @@ func (w *waitingPS) PullFor(ctx context.Context, a client.PullArgs, dst []float3
 	return w.fakePS.PullFor(ctx, a, dst)
 }
 
+func (w *waitingPS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+	if a.Waited != nil {
+		*a.Waited = time.Hour
+	}
+	return w.fakePS.PushPull(ctx, a)
+}
+
 // TestStepTimesAndEval: every step reports where its time went, a held
 // pull counts as waiting (never more than the pull took), and Eval runs
 // every EvalEvery steps and after the last.
@@ -230,8 +247,15 @@ func TestStepTimesAndEval(t *testing.T) {
 		OnStep: func(step int64, st worker.StepTimes) {
 			steps = append(steps, step)
 			assert.Positive(t, st.Compute, "step %d", step)
-			assert.Positive(t, st.Wait, "step %d", step)
-			assert.Zero(t, st.Pull, "step %d: the whole pull was held", step)
+			if step == 0 {
+				// Later steps' weights came with the push-pull of the
+				// step before: their Params does no I/O.
+				assert.Zero(t, st.Pull, "step %d: the whole pull was held", step)
+			}
+			if step < 9 { // the last step only pushes: nothing to hold
+				assert.Positive(t, st.Wait, "step %d", step)
+				assert.Zero(t, st.Push, "step %d: the whole push-pull was held", step)
+			}
 			assert.Zero(t, st.Reduce, "step %d", step)
 			assert.GreaterOrEqual(t, st.Step, st.Data+st.Compute+st.Wait+st.Pull+st.Push, "step %d", step)
 		},
@@ -246,6 +270,10 @@ func TestStepTimesAndEval(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, steps)
 	assert.Equal(t, []int64{4, 8, 10}, evals)
+	// One pull for step 0, then each step's push brought the next step's
+	// weights, but for the last one: 10 fetches, 10 pushes.
+	assert.Len(t, f.pulls, 10)
+	assert.Equal(t, 10, f.pushes)
 }
 
 func TestEvalErrorStopsRun(t *testing.T) {
@@ -280,6 +308,10 @@ func (g *gatePS) Push(ctx context.Context, _ client.PushArgs) (client.PushResult
 	case <-ctx.Done():
 		return client.PushResult{}, ctx.Err()
 	}
+}
+
+func (g *gatePS) PushPull(context.Context, client.PushPullArgs) (client.PushPullResult, error) {
+	return client.PushPullResult{}, errors.New("gatePS: an overlapping worker pushes and pulls apart")
 }
 
 // TestAsyncOverlap: with Overlap, Apply returns while its push is still
@@ -344,4 +376,57 @@ func TestEvalStopsTheRun(t *testing.T) {
 	assert.Equal(t, []int64{3, 6}, evals)
 	assert.Equal(t, 6*16, res.Last.Samples)
 	assert.Equal(t, 2, f.pushes, "Finish pushed the 2 pending steps after the 4-step push")
+}
+
+// skippingPS is a sync fakePS whose clock jumps ahead by skip at the
+// given push, as a shard's does while a backup worker's late pushes are
+// dropped: the others' pushes move it on.
+type skippingPS struct {
+	fakePS
+	at, skip int
+}
+
+func (s *skippingPS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+	if s.pushes == s.at {
+		s.clock += int64(s.skip)
+	}
+	return s.fakePS.PushPull(ctx, a)
+}
+
+// TestSyncEndsWhenTheServersAreDone: a sync worker whose shard is past
+// the run's last step (it skipped steps whose pushes were dropped) ends
+// its run cleanly there instead of computing a step no one else pushes,
+// which would wait for the others forever.
+func TestSyncEndsWhenTheServersAreDone(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	for _, tc := range []struct {
+		name      string
+		skip      int
+		wantSteps int64
+		complete  bool
+	}{
+		{"no step skipped", 0, 10, false},
+		{"three steps skipped", 3, 7, true},
+		// A straggler that starts after the others finished: its first
+		// pull finds the shard at the end of the run. A push then would
+		// open step 10, which no one else joins.
+		{"started after the others finished", 10, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &skippingPS{fakePS: fakePS{params: make([]float32, model.Layout().Size())}, at: 4, skip: tc.skip}
+			if tc.skip == 10 {
+				f.clock, f.skip = 10, 0
+			}
+			s := worker.NewSync(f, 0, 1)
+			w, err := worker.New(worker.Config{WorldSize: 1, Batch: 16, Steps: 10}, model, train, s)
+			require.NoError(t, err)
+			defer w.Close()
+			res, err := w.Run(ctxT(t))
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantSteps, res.Steps)
+			assert.Equal(t, tc.complete, res.Complete)
+			assert.Equal(t, int64(10), f.clock, "the shard ends at the run's last step")
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 )
@@ -41,14 +42,43 @@ type Shard struct {
 // when the test ends.
 func Start(t testing.TB, cores ...*ps.Server) *Cluster {
 	t.Helper()
+	return start(t, false, pb.DefaultTransport, cores)
+}
+
+// StartTCP serves each core on its own TCP listener on 127.0.0.1 (for
+// benchmarks of the real transport); DialOption then adds nothing.
+func StartTCP(t testing.TB, cores ...*ps.Server) *Cluster {
+	t.Helper()
+	return start(t, true, pb.DefaultTransport, cores)
+}
+
+// StartTCPWith is StartTCP with the servers' transport settings tr.
+func StartTCPWith(t testing.TB, tr pb.Transport, cores ...*ps.Server) *Cluster {
+	t.Helper()
+	return start(t, true, tr, cores)
+}
+
+func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster {
+	t.Helper()
 	c := &Cluster{}
 	for i, core := range cores {
-		s := &Shard{Core: core, Addr: fmt.Sprintf("passthrough:///shard-%d", i), lis: bufconn.Listen(4 << 20), stallStart: make(chan struct{}, 16)}
-		g, h := rpc.NewGRPCServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
+		s := &Shard{Core: core, stallStart: make(chan struct{}, 16)}
+		var lis net.Listener
+		if tcp {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lis, s.Addr = l, l.Addr().String()
+		} else {
+			s.lis = bufconn.Listen(4 << 20)
+			lis, s.Addr = s.lis, fmt.Sprintf("passthrough:///shard-%d", i)
+		}
+		g, h := rpc.NewGRPCServerWith(tr, grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
 		rpc.RegisterPS(g, h, core, nil)
 		s.g = g
 		served := make(chan struct{})
-		go func() { defer close(served); _ = g.Serve(s.lis) }()
+		go func() { defer close(served); _ = g.Serve(lis) }()
 		t.Cleanup(func() { g.Stop(); <-served })
 		c.shards = append(c.shards, s)
 	}
@@ -70,6 +100,9 @@ func (c *Cluster) Shard(i int) *Shard { return c.shards[i] }
 
 // DialOption routes the shards' addresses to their bufconn listeners.
 func (c *Cluster) DialOption() grpc.DialOption {
+	if len(c.shards) > 0 && c.shards[0].lis == nil {
+		return grpc.EmptyDialOption{}
+	}
 	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		for _, s := range c.shards {
 			if strings.HasSuffix(s.Addr, "/"+addr) || s.Addr == addr {

@@ -13,11 +13,11 @@ const MaxPieceBytes = 1 << 20
 // AppendFloats appends src to dst as little-endian float32 bytes.
 func AppendFloats(dst []byte, src []float32) []byte {
 	n := len(dst)
-	dst = append(dst, make([]byte, 4*len(src))...)
-	b := dst[n:]
-	for i, f := range src {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	if cap(dst)-n < 4*len(src) {
+		dst = append(dst, make([]byte, 4*len(src))...)
 	}
+	dst = dst[:n+4*len(src)]
+	_ = PutFloats(dst[n:], src)
 	return dst
 }
 
@@ -29,6 +29,10 @@ func DecodeFloats(dst []float32, src []byte) error {
 	}
 	if len(dst) != len(src)/4 {
 		return fmt.Errorf("tensor bytes: %d floats, want %d", len(src)/4, len(dst))
+	}
+	if littleEndian {
+		copy(floatBytes(dst), src)
+		return nil
 	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))

@@ -197,10 +197,12 @@ func (x *TensorInfo) GetOffset() int64 {
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version changes whenever the partition function changes.
-	Version       uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	VectorLength  int64  `protobuf:"varint,2,opt,name=vector_length,json=vectorLength,proto3" json:"vector_length,omitempty"`
-	Servers       int32  `protobuf:"varint,3,opt,name=servers,proto3" json:"servers,omitempty"`
-	ChunkFloats   int64  `protobuf:"varint,4,opt,name=chunk_floats,json=chunkFloats,proto3" json:"chunk_floats,omitempty"`
+	Version      uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	VectorLength int64  `protobuf:"varint,2,opt,name=vector_length,json=vectorLength,proto3" json:"vector_length,omitempty"`
+	Servers      int32  `protobuf:"varint,3,opt,name=servers,proto3" json:"servers,omitempty"`
+	// chunk_floats is the largest chunk; version 2 cuts the vector evenly
+	// into the fewest such chunks, rounded up to a multiple of servers.
+	ChunkFloats   int64 `protobuf:"varint,4,opt,name=chunk_floats,json=chunkFloats,proto3" json:"chunk_floats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,7 +322,10 @@ type InfoResponse struct {
 	// staleness is the SSP bound s.
 	Staleness int64 `protobuf:"varint,10,opt,name=staleness,proto3" json:"staleness,omitempty"`
 	// stats counts what the shard did since it started.
-	Stats         *Stats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
+	Stats *Stats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
+	// floats is this shard's share of the vector: the total length of
+	// ranges.
+	Floats        int64 `protobuf:"varint,12,opt,name=floats,proto3" json:"floats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -430,6 +435,13 @@ func (x *InfoResponse) GetStats() *Stats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetFloats() int64 {
+	if x != nil {
+		return x.Floats
+	}
+	return 0
 }
 
 // Stats are a shard's counters.
@@ -604,7 +616,9 @@ type PullPiece struct {
 	Clock int64 `protobuf:"varint,3,opt,name=clock,proto3" json:"clock,omitempty"`
 	// held_micros, on the first piece: how long the shard held the pull
 	// before reading (sync barrier, SSP bound), in microseconds.
-	HeldMicros    int64 `protobuf:"varint,4,opt,name=held_micros,json=heldMicros,proto3" json:"held_micros,omitempty"`
+	HeldMicros int64 `protobuf:"varint,4,opt,name=held_micros,json=heldMicros,proto3" json:"held_micros,omitempty"`
+	// push, on the first piece of a PushPull: what the push did.
+	Push          *PushResponse `protobuf:"bytes,5,opt,name=push,proto3" json:"push,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +681,13 @@ func (x *PullPiece) GetHeldMicros() int64 {
 	return 0
 }
 
+func (x *PullPiece) GetPush() *PushResponse {
+	if x != nil {
+		return x.Push
+	}
+	return nil
+}
+
 // PushHeader opens a push.
 type PushHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -681,7 +702,13 @@ type PushHeader struct {
 	// ranges the push covers, in order, without overlap.
 	Ranges []*Range `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// encoding of the grads bytes of every piece; the server adds in float32.
-	Encoding      Encoding `protobuf:"varint,6,opt,name=encoding,proto3,enum=shoal.v1.Encoding" json:"encoding,omitempty"`
+	Encoding Encoding `protobuf:"varint,6,opt,name=encoding,proto3,enum=shoal.v1.Encoding" json:"encoding,omitempty"`
+	// PushPull only: after the push, stream back the values of every range
+	// the shard owns, waiting first as a Pull for pull_step does (sync: until
+	// the shard has applied every step before it; ssp: while it is more than
+	// the bound ahead of the slowest worker).
+	Pull          bool  `protobuf:"varint,7,opt,name=pull,proto3" json:"pull,omitempty"`
+	PullStep      int64 `protobuf:"varint,8,opt,name=pull_step,json=pullStep,proto3" json:"pull_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +783,20 @@ func (x *PushHeader) GetEncoding() Encoding {
 		return x.Encoding
 	}
 	return Encoding_FLOAT32
+}
+
+func (x *PushHeader) GetPull() bool {
+	if x != nil {
+		return x.Pull
+	}
+	return false
+}
+
+func (x *PushHeader) GetPullStep() int64 {
+	if x != nil {
+		return x.PullStep
+	}
+	return 0
 }
 
 // PushPiece is one message of a push stream: the first carries the header
@@ -907,7 +948,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\xed\x02\n" +
+	"\vInfoRequest\"\x85\x03\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -920,7 +961,8 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x0ebackup_workers\x18\t \x01(\x05R\rbackupWorkers\x12\x1c\n" +
 	"\tstaleness\x18\n" +
 	" \x01(\x03R\tstaleness\x12%\n" +
-	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\"\xbc\x01\n" +
+	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\x12\x16\n" +
+	"\x06floats\x18\f \x01(\x03R\x06floats\"\xbc\x01\n" +
 	"\x05Stats\x12\x16\n" +
 	"\x06pushes\x18\x01 \x01(\x03R\x06pushes\x12\x1e\n" +
 	"\n" +
@@ -934,13 +976,14 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
 	"\fplan_version\x18\x03 \x01(\rR\vplanVersion\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\x03R\x04step\"r\n" +
+	"\x04step\x18\x04 \x01(\x03R\x04step\"\x9e\x01\n" +
 	"\tPullPiece\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\x14\n" +
 	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12\x1f\n" +
 	"\vheld_micros\x18\x04 \x01(\x03R\n" +
-	"heldMicros\"\xcf\x01\n" +
+	"heldMicros\x12*\n" +
+	"\x04push\x18\x05 \x01(\v2\x16.shoal.v1.PushResponseR\x04push\"\x80\x02\n" +
 	"\n" +
 	"PushHeader\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12\x12\n" +
@@ -948,7 +991,9 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12!\n" +
 	"\fplan_version\x18\x04 \x01(\rR\vplanVersion\x12'\n" +
 	"\x06ranges\x18\x05 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12.\n" +
-	"\bencoding\x18\x06 \x01(\x0e2\x12.shoal.v1.EncodingR\bencoding\"O\n" +
+	"\bencoding\x18\x06 \x01(\x0e2\x12.shoal.v1.EncodingR\bencoding\x12\x12\n" +
+	"\x04pull\x18\a \x01(\bR\x04pull\x12\x1b\n" +
+	"\tpull_step\x18\b \x01(\x03R\bpullStep\"O\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
 	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +
@@ -960,11 +1005,12 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\bEncoding\x12\v\n" +
 	"\aFLOAT32\x10\x00\x12\v\n" +
 	"\aFLOAT16\x10\x01\x12\f\n" +
-	"\bBFLOAT16\x10\x022\xb5\x01\n" +
+	"\bBFLOAT16\x10\x022\xef\x01\n" +
 	"\x0fParameterServer\x125\n" +
 	"\x04Info\x12\x15.shoal.v1.InfoRequest\x1a\x16.shoal.v1.InfoResponse\x124\n" +
 	"\x04Pull\x12\x15.shoal.v1.PullRequest\x1a\x13.shoal.v1.PullPiece0\x01\x125\n" +
-	"\x04Push\x12\x13.shoal.v1.PushPiece\x1a\x16.shoal.v1.PushResponse(\x01B(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
+	"\x04Push\x12\x13.shoal.v1.PushPiece\x1a\x16.shoal.v1.PushResponse(\x01\x128\n" +
+	"\bPushPull\x12\x13.shoal.v1.PushPiece\x1a\x13.shoal.v1.PullPiece(\x010\x01B(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
 
 var (
 	file_proto_shoalpb_ps_proto_rawDescOnce sync.Once
@@ -1000,20 +1046,23 @@ var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	1,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
 	6,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
 	1,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	1,  // 5: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	0,  // 6: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
-	9,  // 7: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	4,  // 8: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	7,  // 9: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	10, // 10: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	5,  // 11: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	8,  // 12: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	11, // 13: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	11, // 5: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
+	1,  // 6: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	0,  // 7: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
+	9,  // 8: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	4,  // 9: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	7,  // 10: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	10, // 11: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	10, // 12: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
+	5,  // 13: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	8,  // 14: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	11, // 15: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	8,  // 16: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }

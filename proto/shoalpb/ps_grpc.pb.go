@@ -24,9 +24,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ParameterServer_Info_FullMethodName = "/shoal.v1.ParameterServer/Info"
-	ParameterServer_Pull_FullMethodName = "/shoal.v1.ParameterServer/Pull"
-	ParameterServer_Push_FullMethodName = "/shoal.v1.ParameterServer/Push"
+	ParameterServer_Info_FullMethodName     = "/shoal.v1.ParameterServer/Info"
+	ParameterServer_Pull_FullMethodName     = "/shoal.v1.ParameterServer/Pull"
+	ParameterServer_Push_FullMethodName     = "/shoal.v1.ParameterServer/Push"
+	ParameterServer_PushPull_FullMethodName = "/shoal.v1.ParameterServer/PushPull"
 )
 
 // ParameterServerClient is the client API for ParameterServer service.
@@ -46,6 +47,12 @@ type ParameterServerClient interface {
 	// A push is applied whole or not at all: every piece is checked (range,
 	// length, finite values) before any value changes.
 	Push(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PushPiece, PushResponse], error)
+	// PushPull is a worker's step in one round trip: a push (its pieces up,
+	// as for Push, then the client closes its side) and, when the header
+	// asks (pull), the shard's values after it, streamed back as for a Pull
+	// of every owned range for pull_step. The first reply piece carries the
+	// push's result in push; without pull it is the only piece.
+	PushPull(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PushPiece, PullPiece], error)
 }
 
 type parameterServerClient struct {
@@ -98,6 +105,19 @@ func (c *parameterServerClient) Push(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParameterServer_PushClient = grpc.ClientStreamingClient[PushPiece, PushResponse]
 
+func (c *parameterServerClient) PushPull(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PushPiece, PullPiece], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParameterServer_ServiceDesc.Streams[2], ParameterServer_PushPull_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PushPiece, PullPiece]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParameterServer_PushPullClient = grpc.BidiStreamingClient[PushPiece, PullPiece]
+
 // ParameterServerServer is the server API for ParameterServer service.
 // All implementations must embed UnimplementedParameterServerServer
 // for forward compatibility.
@@ -115,6 +135,12 @@ type ParameterServerServer interface {
 	// A push is applied whole or not at all: every piece is checked (range,
 	// length, finite values) before any value changes.
 	Push(grpc.ClientStreamingServer[PushPiece, PushResponse]) error
+	// PushPull is a worker's step in one round trip: a push (its pieces up,
+	// as for Push, then the client closes its side) and, when the header
+	// asks (pull), the shard's values after it, streamed back as for a Pull
+	// of every owned range for pull_step. The first reply piece carries the
+	// push's result in push; without pull it is the only piece.
+	PushPull(grpc.BidiStreamingServer[PushPiece, PullPiece]) error
 	mustEmbedUnimplementedParameterServerServer()
 }
 
@@ -133,6 +159,9 @@ func (UnimplementedParameterServerServer) Pull(*PullRequest, grpc.ServerStreamin
 }
 func (UnimplementedParameterServerServer) Push(grpc.ClientStreamingServer[PushPiece, PushResponse]) error {
 	return status.Error(codes.Unimplemented, "method Push not implemented")
+}
+func (UnimplementedParameterServerServer) PushPull(grpc.BidiStreamingServer[PushPiece, PullPiece]) error {
+	return status.Error(codes.Unimplemented, "method PushPull not implemented")
 }
 func (UnimplementedParameterServerServer) mustEmbedUnimplementedParameterServerServer() {}
 func (UnimplementedParameterServerServer) testEmbeddedByValue()                         {}
@@ -191,6 +220,13 @@ func _ParameterServer_Push_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParameterServer_PushServer = grpc.ClientStreamingServer[PushPiece, PushResponse]
 
+func _ParameterServer_PushPull_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParameterServerServer).PushPull(&grpc.GenericServerStream[PushPiece, PullPiece]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParameterServer_PushPullServer = grpc.BidiStreamingServer[PushPiece, PullPiece]
+
 // ParameterServer_ServiceDesc is the grpc.ServiceDesc for ParameterServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +248,12 @@ var ParameterServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Push",
 			Handler:       _ParameterServer_Push_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PushPull",
+			Handler:       _ParameterServer_PushPull_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},
