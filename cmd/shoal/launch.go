@@ -5,23 +5,39 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 )
 
 // launcher runs child processes of this binary and turns their stdout
-// JSON events and their exits into messages on one channel.
+// JSON events and their exits into messages. Messages wait in a mailbox,
+// in the order they arrived, until they are taken: next takes the oldest,
+// waitFor the one it waits for, leaving the others where they are. So no
+// message is lost to whoever reads after a wait, and a child never blocks
+// on its stdout because nobody is reading at the moment.
+//
+// Every death of a child (an exit with an error that nobody asked for) is
+// reported once: by whoever takes its exit from next, by waitFor's error,
+// or else by shutdown on stderr.
+//
+// start, waitFor, next and shutdown are called by one goroutine, the
+// launcher's owner; the goroutines that read the children only post.
 type launcher struct {
 	exe    string
 	stderr *lockedWriter
-	msgs   chan message
 	wg     sync.WaitGroup
 	kids   []*child
+
+	mu      sync.Mutex
+	box     []message     // arrived and not yet taken, oldest first
+	arrived chan struct{} // closed, and replaced, when a message is posted
 }
 
 // child is one process.
@@ -34,6 +50,9 @@ type child struct {
 	stdin  io.WriteCloser // the child's control channel (see readControl)
 	exited chan struct{}
 	err    error // set before exited is closed
+	asked  bool  // its exit was asked for (stop, or the context ended); set with err
+	// reported: its exit was handed to the launcher's owner; owned by it.
+	reported bool
 }
 
 // message is an event from a child, or its exit (exit set).
@@ -48,7 +67,7 @@ func newLauncher(stderr io.Writer) (*launcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to start children: %w", err)
 	}
-	return &launcher{exe: exe, stderr: &lockedWriter{w: stderr}, msgs: make(chan message, 64)}, nil
+	return &launcher{exe: exe, stderr: &lockedWriter{w: stderr}, arrived: make(chan struct{})}, nil
 }
 
 // start runs `shoal args...` as a child named name.
@@ -91,13 +110,14 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 				fmt.Fprintf(l.stderr, "[%s] %s\n", name, sc.Bytes())
 				continue
 			}
-			l.msgs <- message{from: c, ev: ev}
+			l.post(message{from: c, ev: ev})
 		}
 		io.Copy(io.Discard, out)
 		c.err = cmd.Wait()
+		c.asked = cctx.Err() != nil
 		cancel()
 		close(c.exited)
-		l.msgs <- message{from: c, exit: true}
+		l.post(message{from: c, exit: true})
 	})
 	return c, nil
 }
@@ -105,6 +125,9 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 // failure describes how a child ended, with the end of its stderr.
 func (c *child) failure() string {
 	msg := fmt.Sprintf("%s exited: %v", c.name, c.err)
+	if c.err == nil {
+		msg = c.name + " exited with status 0"
+	}
 	if t := bytes.TrimSpace(c.tail.Bytes()); len(t) > 0 {
 		msg += "\n  its last words: " + string(bytes.ReplaceAll(t, []byte("\n"), []byte("\n  ")))
 	}
@@ -123,46 +146,113 @@ func (c *child) tell(line string) {
 // stop asks c to exit (SIGTERM, SIGKILL after 10s) without waiting.
 func (c *child) stop() { c.cancel() }
 
-// shutdown stops every child and waits for all of them, draining messages
-// so no goroutine is left blocked.
+// died reports whether c ended on its own with an error.
+func (c *child) died() bool { return c.err != nil && !c.asked }
+
+// shutdown stops every child and waits for all of them and for the
+// goroutines that read them. The deaths among the exits nobody took are
+// reported on stderr; the messages stay in the mailbox.
 func (l *launcher) shutdown() {
 	for _, c := range l.kids {
 		c.stop()
 	}
-	done := make(chan struct{})
-	go func() { l.wg.Wait(); close(done) }()
-	for {
-		select {
-		case <-l.msgs:
-		case <-done:
-			return
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.box {
+		if m.exit && m.from.died() && !m.from.reported {
+			m.from.reported = true
+			fmt.Fprintln(l.stderr, m.from.failure())
 		}
 	}
 }
 
-// waitFor reads messages until one from c satisfies ok, c exits, ctx ends
-// or the timeout passes. Messages from other children are handed to other.
+// post puts m at the end of the mailbox; it never blocks.
+func (l *launcher) post(m message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.box = append(l.box, m)
+	close(l.arrived)
+	l.arrived = make(chan struct{})
+}
+
+// next takes the oldest message in the mailbox, waiting for one until ctx
+// ends.
+func (l *launcher) next(ctx context.Context) (message, error) {
+	for {
+		l.mu.Lock()
+		if len(l.box) > 0 {
+			m := l.box[0]
+			l.box[0] = message{}
+			l.box = l.box[1:]
+			l.mu.Unlock()
+			if m.exit {
+				m.from.reported = true // the caller's to report
+			}
+			return m, nil
+		}
+		arrived := l.arrived
+		l.mu.Unlock()
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			return message{}, ctx.Err()
+		}
+	}
+}
+
+// waitFor waits until c sends an event that satisfies ok and takes it from
+// the mailbox. It is meant for start-up, when every child started so far
+// must be running: the exit of any child, c or another, that arrived before
+// that event ends the wait with the child's failure, naming it. It also
+// ends when ctx ends or the timeout passes. Every other message, the exit
+// included, stays in the mailbox in order for next.
 func (l *launcher) waitFor(ctx context.Context, c *child, timeout time.Duration, ok func(event) bool) (event, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
+		if err := ctx.Err(); err != nil {
+			return event{}, err // the children are being stopped: their exits say nothing more
+		}
+		l.mu.Lock()
+		ev, dead, found := l.scan(c, ok)
+		arrived := l.arrived
+		l.mu.Unlock()
+		if dead != nil {
+			dead.reported = true
+		}
+		switch {
+		case found:
+			return ev, nil
+		case dead == c:
+			return event{}, errors.New(c.failure())
+		case dead != nil:
+			return event{}, fmt.Errorf("while %s was starting, %s", c.name, dead.failure())
+		}
 		select {
-		case m := <-l.msgs:
-			if m.from != c {
-				continue
-			}
-			if m.exit {
-				return event{}, fmt.Errorf("%s", c.failure())
-			}
-			if ok(m.ev) {
-				return m.ev, nil
-			}
+		case <-arrived:
 		case <-t.C:
 			return event{}, fmt.Errorf("%s did not start within %v", c.name, timeout)
 		case <-ctx.Done():
 			return event{}, ctx.Err()
 		}
 	}
+}
+
+// scan looks through the mailbox, oldest first, for c's event that
+// satisfies ok, and takes it; it stops at the first exit of any child and
+// returns that child instead. l.mu is held.
+func (l *launcher) scan(c *child, ok func(event) bool) (ev event, dead *child, found bool) {
+	for i, m := range l.box {
+		switch {
+		case m.exit:
+			return event{}, m.from, false
+		case m.from == c && ok(m.ev):
+			l.box = slices.Delete(l.box, i, i+1)
+			return m.ev, nil, true
+		}
+	}
+	return event{}, nil, false
 }
 
 // lockedWriter serialises writes from several goroutines.

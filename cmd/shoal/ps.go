@@ -129,7 +129,8 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *events {
 		emit(stdout, event{Event: "listening", Addr: addr, Shard: *shardIdx})
 	} else {
-		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s\n", *shardIdx, *servers, describeModel(model), addr)
+		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
+			*shardIdx, *servers, describeModel(model), addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
 
 	serveErr := make(chan error, 1)
