@@ -25,6 +25,7 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/shard"
 )
 
 // shoalBin is the binary the process tests run, built once by TestMain.
@@ -323,13 +324,15 @@ func trainSave(t *testing.T, args ...string) []float32 {
 
 // TestSyncEquivalenceThroughTheCommandLine: N sync workers of batch 16
 // over S servers save the weights one worker of batch N·16 on one server
-// saves, for N in {1, 2, 4} and S in {1, 3}.
+// saves, for N in {1, 2, 4} and S in {1, 2, 3, 5}, with the default
+// --chunk-bytes: the 25,450-float model is less than one default chunk,
+// and every shard still owns a share and takes part in every step.
 func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
-	common := []string{"--mode", "sync", "--dataset", "synthetic", "--hidden", "32", "--chunk-bytes", "8192",
+	common := []string{"--mode", "sync", "--dataset", "synthetic", "--hidden", "32",
 		"--steps", "50", "--optimizer", "sgd", "--lr", "0.1"}
 	for _, n := range []int{1, 2, 4} {
 		one := trainSave(t, append(common, "--workers", "1", "--servers", "1", "--batch", fmt.Sprint(16*n))...)
-		for _, s := range []int{1, 3} {
+		for _, s := range []int{1, 2, 3, 5} {
 			t.Run(fmt.Sprintf("N=%d S=%d", n, s), func(t *testing.T) {
 				got := trainSave(t, append(common, "--workers", fmt.Sprint(n), "--servers", fmt.Sprint(s), "--batch", "16")...)
 				require.Len(t, got, len(one))
@@ -341,6 +344,37 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 				}
 				t.Logf("relative error %.2e", math.Sqrt(num/den))
 				assert.LessOrEqual(t, math.Sqrt(num/den), 1e-5)
+			})
+		}
+	}
+}
+
+// TestEveryShardCountTrains: sync and SSP runs of the default model over
+// 3 and 8 servers train to the end (with plan v1 the default MLP was one
+// chunk, and shards without one held the barrier shut), and the servers
+// applied every step: the saved weights moved on every shard.
+func TestEveryShardCountTrains(t *testing.T) {
+	mf := modelFlags{arch: "mlp", hidden: "256,128", seed: 1} // the defaults
+	model, err := mf.build()
+	require.NoError(t, err)
+	before := make([]float32, model.Layout().Size())
+	model.Init(before, mf.seed)
+	for _, mode := range []string{"sync", "ssp"} {
+		for _, s := range []int{3, 8} {
+			t.Run(fmt.Sprintf("%s S=%d", mode, s), func(t *testing.T) {
+				after := trainSave(t, "--mode", mode, "--workers", "4", "--servers", fmt.Sprint(s), "--dataset", "synthetic", "--steps", "5")
+				require.Len(t, after, len(before))
+				plan, err := shard.New(len(before), s, shard.DefaultChunkBytes)
+				require.NoError(t, err)
+				for sh := range s {
+					moved := false
+					for _, r := range plan.Ranges(sh) {
+						for i := r.Off; i < r.End() && !moved; i++ {
+							moved = after[i] != before[i]
+						}
+					}
+					assert.True(t, moved, "shard %d's values never changed", sh)
+				}
 			})
 		}
 	}

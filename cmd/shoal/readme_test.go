@@ -1,0 +1,645 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/nn"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+)
+
+// readmeRun says how TestREADME runs one command line of README.md, and
+// what it checks beyond a clean exit. Every line needs one, so whoever adds
+// an example decides how it is tested.
+//
+// In subst, add and env, {dir} is the line's own empty folder (also its
+// working folder, so relative paths such as --out bench-out land there),
+// {servers} the addresses of the servers started for it, {master} a free
+// loopback port for a ring's rendezvous and {bin} the shoal that a make
+// line builds.
+type readmeRun struct {
+	// skip says why the line does not run here.
+	skip string
+	// dry: a skipped make line is still dry-run (make -n), so a target
+	// that is gone fails.
+	dry bool
+	// needs names a program the line runs that may not be installed;
+	// without it the line is skipped, saying why, or fallback runs.
+	needs, needsWhy string
+	// fallback makes the line's calls with grpc-go against the server at
+	// addr when its program (grpcurl) is missing.
+	fallback func(t *testing.T, ctx context.Context, addr string)
+	// servers: start this many async `shoal ps` shards on loopback first.
+	servers int
+	// subst replaces whole words of the line: README placeholders such as
+	// host1:7070 become loopback addresses, system paths the line's folder.
+	subst map[string]string
+	// add is appended to the shoal command line; a later flag overrides an
+	// earlier one, so it shortens a run (--steps 5) without hiding the
+	// line's own flags. For make lines it is appended to the recipe's
+	// lines that run {bin}.
+	add []string
+	// env is added to the command's environment (the bench scripts'
+	// settings: ROUNDS, STEPS, DOC, ...).
+	env []string
+	// recipe: a make line runs its recipe as make -n prints it, line by
+	// line as make would, with add appended to the lines that run {bin}.
+	recipe bool
+	// serve: the line starts a server; it must print its address, answer
+	// the gRPC health check, and exit cleanly on SIGTERM.
+	serve bool
+	// limit is the line's deadline (default 2 minutes).
+	limit time.Duration
+	// setup puts what the line reads into its folder.
+	setup func(t *testing.T, dir string)
+	// check asserts on what the line printed and wrote.
+	check func(t *testing.T, dir, stdout string)
+}
+
+// readmeRuns holds, for every command line of README.md, how TestREADME
+// runs it. The key is the line as the README has it, without its comment.
+var readmeRuns = map[string]readmeRun{
+	// Two commands. make run's recipe (build, dataset, train) as make -n
+	// prints it, the training five steps rather than three epochs.
+	"make run": {recipe: true, add: []string{"--steps", "5"}, check: trainTested},
+	"make test": {skip: "it runs every test of the module, this one included; CI runs it as its own step " +
+		"(not even dry-run: make -n still runs verify-generate's recipe, which calls $(MAKE), and that diffs proto/ in the checkout)"},
+
+	// shoal train. Five steps each, on Fashion-MNIST; sync, ssp and ring
+	// lines keep their worker, server and backup counts.
+	"shoal train":                                  {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --model mlp --epochs 10":          {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --model cnn --epochs 5 --lr 0.02": {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --hidden 512,512 --workers 4 --servers 2 --batch 32 --lr 0.02": {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --steps 500 --save model.safetensors --json": {add: []string{"--steps", "5"}, check: func(t *testing.T, dir, stdout string) {
+		sum := lastJSON(t, stdout)
+		assert.Equal(t, float64(5), sum["steps"])
+		assert.Equal(t, "model.safetensors", sum["saved"])
+		l, vec, _, err := nn.LoadSafetensors(filepath.Join(dir, "model.safetensors"))
+		require.NoError(t, err)
+		assert.Len(t, vec, l.Size())
+	}},
+	"shoal train --dataset synthetic":                        {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --mode sync --workers 4 --servers 3":        {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --mode sync --workers 4 --backup-workers 1": {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --mode ssp --staleness 2 --workers 4":       {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --checkpoint-dir ckpt": {add: []string{"--steps", "5"}, check: func(t *testing.T, dir, stdout string) {
+		trainTested(t, dir, stdout)
+		assertNotEmptyDir(t, filepath.Join(dir, "ckpt"))
+	}},
+	"shoal train --mode ring --workers 4":                                       {add: []string{"--steps", "5"}, check: trainTested},
+	"shoal train --mode ring --workers 3 --reduce-op adasum --compression bf16": {add: []string{"--steps", "5"}, check: trainTested},
+
+	// shoal ps: servers on a free loopback port, not :7070 on every
+	// interface.
+	"shoal ps --listen :7070":                                   {serve: true, subst: map[string]string{":7070": "127.0.0.1:0"}},
+	"shoal ps --listen :7071 --shard 1 --servers 2 --model cnn": {serve: true, subst: map[string]string{":7071": "127.0.0.1:0"}},
+	// No --listen: it would serve on :7070, every interface. (Without an
+	// update it writes no checkpoint; shoal train --checkpoint-dir does.)
+	"shoal ps --mode sync --workers 4 --checkpoint-dir /var/lib/shoal": {serve: true,
+		subst: map[string]string{"/var/lib/shoal": "{dir}/shoal"}, add: []string{"--listen", "127.0.0.1:0"}},
+	"grpcurl -plaintext localhost:7070 list": {servers: 1, subst: map[string]string{"localhost:7070": "{servers}"},
+		needs: "grpcurl", fallback: func(t *testing.T, ctx context.Context, addr string) {
+			names := listServices(t, ctx, addr)
+			assert.Contains(t, names, "shoal.v1.ParameterServer")
+			assert.Contains(t, names, "grpc.health.v1.Health")
+		},
+		check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, "shoal.v1.ParameterServer")
+			assert.Contains(t, stdout, "grpc.health.v1.Health")
+		}},
+	"grpcurl -plaintext localhost:7070 grpc.health.v1.Health/Check": {servers: 1, subst: map[string]string{"localhost:7070": "{servers}"},
+		needs: "grpcurl", fallback: func(t *testing.T, ctx context.Context, addr string) {
+			h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+			assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+		},
+		check: func(t *testing.T, _, stdout string) { assert.Contains(t, stdout, "SERVING") }},
+	"grpcurl -plaintext localhost:7070 shoal.v1.ParameterServer/Info": {servers: 1, subst: map[string]string{"localhost:7070": "{servers}"},
+		needs: "grpcurl", fallback: func(t *testing.T, ctx context.Context, addr string) {
+			info, err := pb.NewParameterServerClient(dialT(t, addr)).Info(ctx, &pb.InfoRequest{})
+			require.NoError(t, err)
+			assert.Equal(t, "async", info.Mode)
+			assert.NotEmpty(t, info.Layout)
+		},
+		check: func(t *testing.T, _, stdout string) { assert.Contains(t, stdout, `"mode": "async"`) }},
+
+	// shoal worker: the servers and the rendezvous it names are started on
+	// loopback.
+	"shoal worker --servers host1:7070,host2:7070 --rank 0 --world-size 4": {servers: 2,
+		subst: map[string]string{"host1:7070,host2:7070": "{servers}"}, add: []string{"--steps", "5"},
+		check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, "worker 0 of 4: 5 steps")
+			assert.Contains(t, stdout, "test: loss")
+		}},
+	"mpirun -np 4 shoal worker --servers ps1:7070": {servers: 1, needs: "mpirun", needsWhy: "Open MPI is Debian's openmpi-bin",
+		subst: map[string]string{"ps1:7070": "{servers}"}, add: []string{"--steps", "5"},
+		check: func(t *testing.T, _, stdout string) {
+			for r := range 4 {
+				assert.Contains(t, stdout, fmt.Sprintf("worker %d of 4: 5 steps", r))
+			}
+		}},
+	"srun -n 8 shoal worker --servers ps1:7070": {skip: "Slurm's srun needs a Slurm cluster (slurmctld and an allocation); there is none here"},
+	"mpirun -np 4 shoal worker --mode ring --master node1:29500": {needs: "mpirun", needsWhy: "Open MPI is Debian's openmpi-bin",
+		subst: map[string]string{"node1:29500": "{master}"}, add: []string{"--steps", "5"},
+		check: func(t *testing.T, _, stdout string) {
+			for r := range 4 {
+				assert.Contains(t, stdout, fmt.Sprintf("rank %d of 4: 5 steps", r))
+			}
+		}},
+
+	// shoal bench allreduce: the optional [flags] are given; small sizes.
+	"shoal bench allreduce --np 4 --sizes 1MiB,4MiB,16MiB,64MiB --iters 20 [--json] [--op allgather]": {
+		add: []string{"--sizes", "64KiB,1MiB", "--iters", "2", "--warmup", "1"},
+		check: func(t *testing.T, _, stdout string) {
+			var n int
+			for l := range strings.Lines(stdout) {
+				var r collRecord
+				require.NoError(t, json.Unmarshal([]byte(l), &r), l)
+				assert.Equal(t, "allgather", r.Op)
+				assert.True(t, r.Correct, l)
+				n++
+			}
+			assert.Equal(t, 2, n, "one record per size")
+		}},
+	"make bench-allreduce": {dry: true, skip: "it writes docs/BENCHMARKS.md in the checkout: scripts/bench-allreduce.sh has no DOC setting"},
+
+	// shoal bench train. --quick is the plan as it is, on synthetic data:
+	// the data is not what it shows, and loading Fashion-MNIST in each of
+	// its 15 runs' processes would double its time.
+	"shoal bench train --quick --out bench-out": {add: []string{"--dataset", "synthetic"}, limit: 4 * time.Minute,
+		check: func(t *testing.T, dir, _ string) { benchOutputTested(t, filepath.Join(dir, "bench-out"), 15) }},
+	"make bench": {dry: true, skip: "the built-in plan takes about ten minutes; `shoal bench train --quick` above runs the same harness"},
+	// The grid keeps its modes, worker and server counts (8 runs) but not
+	// the 25M-parameter model, on synthetic data, 2 steps, and without the
+	// NIC model: its self-check at 10 Gbit/s is refused on a loaded
+	// machine, and --quick checks the NIC model already.
+	"shoal bench train --models mlp,big --modes sync,ring --workers 2,4 --servers 1,2,4 --steps 10 --nic-gbps 10": {
+		add:   []string{"--models", "mlp", "--steps", "2", "--dataset", "synthetic", "--nic-gbps", "0"},
+		check: func(t *testing.T, dir, _ string) { benchOutputTested(t, filepath.Join(dir, "bench-out"), 8) }},
+	"shoal bench diff before/results.json after/results.json": {
+		setup: func(t *testing.T, dir string) {
+			copyFile(t, "../../bench/testdata/results.json", filepath.Join(dir, "before", "results.json"))
+			copyFile(t, "../../bench/testdata/results.json", filepath.Join(dir, "after", "results.json"))
+		},
+		check: func(t *testing.T, _, stdout string) { assert.NotEmpty(t, stdout) }},
+	"shoal bench report bench-out/results.json": {
+		setup: func(t *testing.T, dir string) {
+			copyFile(t, "../../bench/testdata/results.json", filepath.Join(dir, "bench-out", "results.json"))
+		},
+		check: func(t *testing.T, dir, _ string) { assert.FileExists(t, filepath.Join(dir, "bench-out", "report.md")) }},
+	// One round of 2 steps per setting, into a copy of the document.
+	"make bench-fusion": {env: []string{"SHOAL={bin}", "ROUNDS=1", "STEPS=2", "DOC={dir}/BENCHMARKS.md"}, needs: "python3",
+		needsWhy: "the script renders its table with python3",
+		setup:    copyBenchmarksDoc, check: benchmarksDocHas("Command: `scripts/bench-fusion.sh` (ROUNDS=1 STEPS=2)")},
+
+	// shoal bench compute.
+	"shoal bench compute --model mlp --hidden 512,512 --batch 64 --threads 1 [--json]": {add: []string{"--steps", "5", "--warmup", "1"},
+		check: func(t *testing.T, _, stdout string) {
+			r := lastJSON(t, stdout)
+			assert.Equal(t, float64(64), r["batch"])
+			assert.Positive(t, r["samples_per_sec"])
+		}},
+	"make bench-compute": {needs: "torch", needsWhy: "the script compares with PyTorch: Debian's python3-torch",
+		env:   []string{"SHOAL={bin}", "ROUNDS=1", "STEPS=5", "WARMUP=1", "DOC={dir}/BENCHMARKS.md"},
+		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-compute (BATCH=64 THREADS=1 STEPS=5 WARMUP=1 ROUNDS=1)`")},
+	"make bench-ps": {needs: "torch", needsWhy: "the script compares with PyTorch RPC: Debian's python3-torch",
+		env:   []string{"SHOAL={bin}", "BENCH_PS_ROUNDS=1", "BENCH_PS_STEPS=5", "BENCH_PS_TCP_ITERS=2", "DOC={dir}/BENCHMARKS.md"},
+		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-ps (BENCH_PS_ROUNDS=1 ")},
+
+	// shoal bench tcp: the optional [flags] are given; fewer round trips.
+	"shoal bench tcp --bytes 2678824 [--iters 50] [--warmup 5] [--json]": {add: []string{"--iters", "3", "--warmup", "1"},
+		check: func(t *testing.T, _, stdout string) {
+			r := lastJSON(t, stdout)
+			assert.Equal(t, float64(2678824), r["bytes"])
+			assert.Positive(t, r["median_seconds"])
+		}},
+
+	// The headings that are whole commands.
+	"shoal info":    {check: func(t *testing.T, _, stdout string) { assert.Contains(t, stdout, "gemm:") }},
+	"shoal version": {check: func(t *testing.T, _, stdout string) { assert.Regexp(t, `^shoal \S+ revision \S+`, stdout) }},
+}
+
+// TestREADME runs every command line of README.md as readmeRuns says, one
+// after the other (the machine may have two cores), each within its own
+// deadline.
+func TestREADME(t *testing.T) {
+	lines := readmeLines(t, "../../README.md")
+	require.NotEmpty(t, lines)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		seen[l.text] = true
+		if _, ok := readmeRuns[l.text]; !ok {
+			t.Errorf("README.md:%d: %q has no entry in readmeRuns: say there how the test runs it", l.line, l.text)
+		}
+	}
+	for k := range readmeRuns {
+		if !seen[k] {
+			t.Errorf("readmeRuns has %q, which README.md no longer has", k)
+		}
+	}
+	for _, l := range lines {
+		rr, ok := readmeRuns[l.text]
+		if !ok {
+			continue
+		}
+		t.Run(l.text, func(t *testing.T) { runReadmeLine(t, l, rr) })
+	}
+}
+
+// readmeLine is one command line of the README.
+type readmeLine struct {
+	text string // the command, without its comment, spaces made single
+	line int    // its line number in the file
+}
+
+// wholeCommand is a heading that is a command and nothing else.
+var wholeCommand = regexp.MustCompile(`^#+ +(shoal(?: [a-z][a-z0-9-]*)*) *$`)
+
+// readmeLines returns the lines of the README's shell code blocks and its
+// headings that are whole commands, in order; a command given twice is
+// returned once.
+func readmeLines(t *testing.T, path string) []readmeLine {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []readmeLine
+	seen := map[string]bool{}
+	add := func(text string, n int) {
+		text = strings.Join(strings.Fields(text), " ")
+		if text != "" && !seen[text] {
+			seen[text] = true
+			out = append(out, readmeLine{text: text, line: n})
+		}
+	}
+	sc := bufio.NewScanner(f)
+	inBlock, shell := false, false
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		if fence, ok := strings.CutPrefix(strings.TrimSpace(l), "```"); ok {
+			if !inBlock {
+				shell = slices.Contains([]string{"", "sh", "bash", "shell", "console"}, strings.TrimSpace(fence))
+			}
+			inBlock = !inBlock
+			continue
+		}
+		switch {
+		case inBlock && shell:
+			if i := strings.Index(l, " #"); i >= 0 {
+				l = l[:i]
+			}
+			if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+				add(l, n)
+			}
+		case !inBlock:
+			if m := wholeCommand.FindStringSubmatch(l); m != nil {
+				add(m[1], n)
+			}
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.False(t, inBlock, "%s: a code block is not closed", path)
+	return out
+}
+
+// runReadmeLine runs one README line as rr says.
+func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	words := strings.Fields(l.text)
+	if strings.ContainsAny(l.text, `"'$;|&<>()`) {
+		t.Fatalf("README.md:%d: %q needs a shell; the test splits lines on spaces only", l.line, l.text)
+	}
+	vars := map[string]string{"{dir}": dir, "{bin}": filepath.Join(dir, "shoal")}
+	if rr.skip != "" {
+		if rr.dry {
+			require.Equal(t, "make", words[0], "only make lines are dry-run")
+			ctx := ctxT(t, time.Minute)
+			cmd := exec.CommandContext(ctx, "make", append([]string{"-n"}, append(words[1:], "BIN="+vars["{bin}"])...)...)
+			cmd.Dir, cmd.Env = root, makeEnv()
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "make -n: %s", out)
+		}
+		t.Skipf("README.md:%d: not run: %s", l.line, rr.skip)
+	}
+	missing := rr.needs != "" && !installed(rr.needs)
+	if missing && rr.fallback == nil {
+		t.Skipf("README.md:%d: not run: %s is not installed (%s)", l.line, rr.needs, rr.needsWhy)
+	}
+	limit := rr.limit
+	if limit == 0 {
+		limit = 2 * time.Minute
+	}
+	ctx := ctxT(t, limit)
+	if rr.setup != nil {
+		rr.setup(t, dir)
+	}
+	if rr.servers > 0 {
+		var addrs []string
+		for i := range rr.servers {
+			ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--shard", fmt.Sprint(i), "--servers", fmt.Sprint(rr.servers))
+			addrs = append(addrs, ps.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr)
+		}
+		vars["{servers}"] = strings.Join(addrs, ",")
+	}
+	vars["{master}"] = freeLoopbackAddr(t)
+	expand := func(s string) string {
+		for k, v := range vars {
+			s = strings.ReplaceAll(s, k, v)
+		}
+		return s
+	}
+	for from, to := range rr.subst {
+		i := slices.Index(words, from)
+		require.GreaterOrEqual(t, i, 0, "readmeRuns[%q].subst: the line has no word %q", l.text, from)
+		words[i] = expand(to)
+	}
+	for i, w := range words { // [--optional flags] are given
+		words[i] = strings.TrimSuffix(strings.TrimPrefix(w, "["), "]")
+	}
+	var add, env []string
+	for _, a := range rr.add {
+		add = append(add, expand(a))
+	}
+	for _, e := range rr.env {
+		env = append(env, expand(e))
+	}
+	if missing {
+		t.Logf("%s is not installed: the same calls through grpc-go", rr.needs)
+		rr.fallback(t, ctx, vars["{servers}"])
+		return
+	}
+
+	var cmd *exec.Cmd
+	switch words[0] {
+	case "shoal":
+		cmd = exec.CommandContext(ctx, shoalBin, append(words[1:], add...)...)
+	case "mpirun":
+		i := slices.Index(words, "shoal")
+		require.Positive(t, i, "an mpirun line runs shoal")
+		// Four ranks on a machine with fewer cores; mpirun refuses root
+		// without being told.
+		opts := []string{"--oversubscribe"}
+		if os.Geteuid() == 0 {
+			opts = append(opts, "--allow-run-as-root")
+		}
+		args := append(append(opts, words[1:i]...), shoalBin)
+		cmd = exec.CommandContext(ctx, "mpirun", append(append(args, words[i+1:]...), add...)...)
+	case "grpcurl":
+		cmd = exec.CommandContext(ctx, "grpcurl", words[1:]...)
+	case "make":
+		mk := append(words[1:], "BIN="+vars["{bin}"])
+		if rr.recipe {
+			runRecipe(t, ctx, root, dir, vars["{bin}"], mk, add, env, rr.check)
+			return
+		}
+		cmd = exec.CommandContext(ctx, "make", mk...)
+		cmd.Dir, cmd.Env = root, append(makeEnv(), env...)
+	default:
+		t.Fatalf("README.md:%d: %q runs %s, which the test does not know how to run", l.line, l.text, words[0])
+	}
+	if cmd.Dir == "" {
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	}
+	// On the deadline: SIGTERM first, so a launcher stops its children.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	var stdout string
+	if rr.serve {
+		stdout = serveAndStop(t, ctx, cmd)
+	} else {
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		stdout = string(out)
+		require.NoError(t, err, "%s\nstdout:\n%s\nstderr:\n%s", cmd, out, stderr.String())
+	}
+	if rr.check != nil {
+		rr.check(t, dir, stdout)
+	}
+}
+
+// runRecipe runs what `make target` would, as make -n prints it, each line
+// in its own shell as make does, with add appended to the lines that run
+// bin.
+func runRecipe(t *testing.T, ctx context.Context, root, dir, bin string, mk, add, env []string, check func(t *testing.T, dir, stdout string)) {
+	cmd := exec.CommandContext(ctx, "make", append([]string{"-n"}, mk...)...)
+	cmd.Dir, cmd.Env = root, makeEnv()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "make -n: %s", out)
+	text := strings.ReplaceAll(string(out), "\\\n", "")
+	var stdout strings.Builder
+	ran := false
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, bin+" ") {
+			line += " " + strings.Join(add, " ")
+			ran = true
+		}
+		sh := exec.CommandContext(ctx, "sh", "-c", line)
+		sh.Dir, sh.Env = root, append(makeEnv(), env...)
+		sh.Cancel = func() error { return sh.Process.Signal(syscall.SIGTERM) }
+		sh.WaitDelay = 10 * time.Second
+		var stderr syncBuffer
+		sh.Stderr = &stderr
+		out, err := sh.Output()
+		require.NoError(t, err, "%s\nstdout:\n%s\nstderr:\n%s", line, out, stderr.String())
+		stdout.Write(out)
+	}
+	require.True(t, ran, "make -n %s runs no %s:\n%s", strings.Join(mk, " "), bin, text)
+	if check != nil {
+		check(t, dir, stdout.String())
+	}
+}
+
+// serveAndStop starts a server, waits for its line "... serving ... on
+// ADDR, ...", checks that ADDR answers the gRPC health check, stops it with
+// SIGTERM and requires a clean exit. It returns what the server printed.
+func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	exited := false
+	defer func() {
+		if !exited {
+			_ = cmd.Process.Kill()
+			for range lines {
+			}
+			_ = cmd.Wait()
+		}
+	}()
+	var printed strings.Builder
+	ready := regexp.MustCompile(`serving .* on ([^\s,]+:\d+)`)
+	var addr string
+	for addr == "" {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "%s exited before it was serving; stderr:\n%s", cmd, &stderr)
+			printed.WriteString(l + "\n")
+			if m := ready.FindStringSubmatch(l); m != nil {
+				addr = m[1]
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s printed no address before the deadline; stderr:\n%s", cmd, &stderr)
+		}
+	}
+	h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	for l := range lines {
+		printed.WriteString(l + "\n")
+	}
+	exited = true
+	require.NoError(t, cmd.Wait(), "%s on SIGTERM; stderr:\n%s", cmd, &stderr)
+	return printed.String()
+}
+
+// trainTested checks that shoal train reported its test metrics.
+func trainTested(t *testing.T, _, stdout string) {
+	assert.Contains(t, stdout, "test: loss")
+}
+
+// benchOutputTested checks a shoal bench train folder: results that
+// validate, runs of them without an error, and the report.
+func benchOutputTested(t *testing.T, out string, runs int) {
+	res, err := bench.Load(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	assert.Len(t, res.Runs, runs)
+	for _, r := range res.Runs {
+		assert.Empty(t, r.Error, r.ID)
+	}
+	assert.FileExists(t, filepath.Join(out, "report.md"))
+}
+
+// lastJSON decodes the last line of out as a JSON object.
+func lastJSON(t *testing.T, out string) map[string]any {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &m), "last line of:\n%s", out)
+	return m
+}
+
+func assertNotEmptyDir(t *testing.T, dir string) {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.NotEmpty(t, entries, "%s is empty", dir)
+}
+
+// copyBenchmarksDoc puts a copy of docs/BENCHMARKS.md into dir, for a
+// bench script to write its table into (DOC), not into the checkout.
+func copyBenchmarksDoc(t *testing.T, dir string) {
+	copyFile(t, "../../docs/BENCHMARKS.md", filepath.Join(dir, "BENCHMARKS.md"))
+}
+
+// benchmarksDocHas checks that a bench script wrote its table into the
+// copy: the table's line naming its command.
+func benchmarksDocHas(want string) func(t *testing.T, dir, stdout string) {
+	return func(t *testing.T, dir, _ string) {
+		doc, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+		require.NoError(t, err)
+		assert.Contains(t, string(doc), want)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Dir(to), 0o755))
+	require.NoError(t, os.WriteFile(to, b, 0o644))
+}
+
+// installed reports whether what a line needs is here: a program on the
+// PATH, or "torch", PyTorch in the Python the bench scripts use.
+func installed(what string) bool {
+	if what == "torch" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return exec.CommandContext(ctx, "/usr/bin/python3", "-c", "import torch").Run() == nil
+	}
+	_, err := exec.LookPath(what)
+	return err == nil
+}
+
+// makeEnv is the environment of a make the test starts: not that of a make
+// that may have started the test (its jobserver is not ours).
+func makeEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "MAKEFLAGS" || k == "MFLAGS" || k == "MAKELEVEL"
+	})
+}
+
+// freeLoopbackAddr returns a loopback address whose port was free a moment
+// ago, for a process that must be told its port in advance.
+func freeLoopbackAddr(t *testing.T) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+func dialT(t *testing.T, addr string) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// listServices asks the server's reflection service for its services, as
+// grpcurl list does.
+func listServices(t *testing.T, ctx context.Context, addr string) []string {
+	stream, err := reflectionpb.NewServerReflectionClient(dialT(t, addr)).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, stream.CloseSend())
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		require.NoError(t, err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	return names
+}
