@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute test-nocgo
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps test-nocgo
 
 all: build
 
@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadIDX -fuzztime 30s ./data/
 	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
 	$(GO) test -run '^$$' -fuzz FuzzPush -fuzztime 30s ./ps/
+	$(GO) test -run '^$$' -fuzz FuzzTensorUnmarshal -fuzztime 30s ./proto/shoalpb/
 	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/net/
 	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/net/
 	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/net/
@@ -87,6 +88,14 @@ bench-allreduce: build
 # batch 64, alternating; writes the table into docs/BENCHMARKS.md.
 bench-compute: build
 	scripts/bench-compute.sh
+
+# Shoal's parameter server (async and sync) against a PyTorch RPC parameter
+# server (python3-torch) and a raw TCP round trip of the same 2.7 MB vector,
+# 2 workers, 2 epochs, 3 rounds alternating; writes the table into
+# docs/BENCHMARKS.md. BENCH_PS_ROUNDS, BENCH_PS_EPOCHS, BENCH_PS_STEPS
+# shorten it (scripts/bench-ps.sh lists the knobs).
+bench-ps: build
+	scripts/bench-ps.sh
 
 clean:
 	rm -rf bin

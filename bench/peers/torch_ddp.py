@@ -80,7 +80,7 @@ import sys
 import tempfile
 import time
 
-from peerlib import blas_name
+from peerlib import blas_name, check_training_args
 
 PEER = "pytorch-ddp-gloo"
 PROG = "torch_ddp.py"
@@ -123,49 +123,16 @@ def parse_args(argv=None):
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--result", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.steps is not None and args.epochs is not None:
-        p.error("give --steps or --epochs, not both")
-    if args.steps is None and args.epochs is None:
-        args.epochs = 1
     bad = []
-    if args.workers < 1:
-        bad.append("--workers >= 1")
-    if args.batch < 1:
-        bad.append("--batch >= 1")
-    if args.steps is not None and args.steps < 1:
-        bad.append("--steps >= 1")
-    if args.epochs is not None and args.epochs < 1:
-        bad.append("--epochs >= 1")
     if args.eval_every < 0:
         bad.append("--eval-every >= 0")
-    if args.threads < 0:
-        bad.append("--threads >= 0")
     if not 0 <= args.target_accuracy <= 1:
         bad.append("--target-accuracy in [0, 1]")
     if not 0 <= args.stop_at_accuracy <= 1:
         bad.append("--stop-at-accuracy in [0, 1]")
     if args.stop_at_accuracy > 0 and not args.eval_every:
         bad.append("--eval-every > 0 with --stop-at-accuracy")
-    if args.lr < 0 or not 0 <= args.momentum < 1:
-        bad.append("--lr >= 0 and --momentum in [0, 1)")
-    if args.timeout <= 0:
-        bad.append("--timeout > 0")
-    if args.seed < 0:
-        bad.append("--seed >= 0")
-    try:
-        args.hidden_widths = [int(h) for h in args.hidden.split(",")]
-        if any(h < 1 for h in args.hidden_widths):
-            raise ValueError
-    except ValueError:
-        bad.append("--hidden like 256,128")
-    if bad:
-        p.error("want " + ", ".join(bad))
-    if args.threads == 0:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-        args.threads = max(1, cpus // args.workers)
+    check_training_args(p, args, bad, "256,128")
     return args
 
 
@@ -454,7 +421,9 @@ def quantiles(xs):
     return {"mean": sum(s) / len(s), "p50": q(0.5), "p95": q(0.95)}
 
 
-def launch(args, argv):
+def preflight(args, fail):
+    """Checks that PyTorch and the dataset are there (fail says what is
+    not) and returns a free port on 127.0.0.1 for the processes to meet."""
     import importlib.util
     if importlib.util.find_spec("torch") is None:
         fail("PyTorch is not installed for %s: install Debian's python3-torch and run this with /usr/bin/python3"
@@ -470,6 +439,11 @@ def launch(args, argv):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    return port
+
+
+def launch(args, argv):
+    port = preflight(args, fail)
     tmpdir = tempfile.TemporaryDirectory(prefix="torch_ddp.")
     script = os.path.abspath(__file__)
     kids, results = [], []

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalml/shoal/collective"
 	collnet "github.com/shoalml/shoal/collective/net"
+	"github.com/shoalml/shoal/internal/rawtcp"
 )
 
 const benchUsage = `Usage: shoal bench <benchmark> [flags]
@@ -19,6 +20,7 @@ const benchUsage = `Usage: shoal bench <benchmark> [flags]
 Benchmarks:
   allreduce   collective bandwidth between processes on this machine (--op picks the collective)
   compute     one worker's forward+backward+update samples/s, no communication
+  tcp         one loopback TCP connection's round trip of N bytes each way: the floor under a pull+push
   train       the modes side by side: throughput, step-time breakdown, traffic, accuracy over time, plots
   diff        compares two results.json files of bench train, run by run
   report      renders report.md and the plots again from a results.json
@@ -34,6 +36,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchCollective(ctx, args[1:], stdout, stderr)
 	case "compute":
 		return runBenchCompute(ctx, args[1:], stdout, stderr)
+	case "tcp":
+		return runBenchTCP(ctx, args[1:], stdout, stderr)
 	case "train":
 		return runBenchTrain(ctx, args[1:], stdout, stderr)
 	case "diff":
@@ -46,6 +50,52 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stderr, "shoal bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
 	return errUsage
+}
+
+// tcpRecord is the line of `shoal bench tcp --json`; times in seconds.
+type tcpRecord struct {
+	Bytes    int     `json:"bytes"`
+	Iters    int     `json:"iters"`
+	Warmup   int     `json:"warmup"`
+	Median   float64 `json:"median_seconds"`
+	P10      float64 `json:"p10_seconds"`
+	P90      float64 `json:"p90_seconds"`
+	Mean     float64 `json:"mean_seconds"`
+	GBps     float64 `json:"gbps"`
+	Sent     int64   `json:"sent"`
+	Received int64   `json:"received"`
+}
+
+func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench tcp", "Times round trips over one TCP connection on loopback, in this process: the client\nwrites --bytes, the server reads them all and writes them back, the client reads them\nall. Prints the median, p10 and p90 round trip after --warmup untimed ones, and\nGB/s = 2 x bytes / median (both directions). With --bytes 2678824 (669,706 float32)\nit is the floor under a parameter server's pull+push of a 512,512 MLP.", stderr)
+	def := rawtcp.DefaultConfig()
+	var (
+		bytes   = fs.Int("bytes", def.Bytes, "bytes each way per round trip")
+		iters   = fs.Int("iters", def.Iters, "timed round trips")
+		warmup  = fs.Int("warmup", def.Warmup, "untimed round trips first")
+		jsonOut = fs.Bool("json", false, "print one JSON object")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg := def
+	cfg.Bytes, cfg.Iters, cfg.Warmup = *bytes, *iters, *warmup
+	r, err := rawtcp.Measure(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *jsonOut {
+		b, err := json.Marshal(tcpRecord{Bytes: r.Bytes, Iters: r.Iters, Warmup: r.Warmup, Median: r.Median.Seconds(), P10: r.P10.Seconds(),
+			P90: r.P90.Seconds(), Mean: r.Mean.Seconds(), GBps: r.GBps, Sent: r.Sent, Received: r.Received})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "tcp round trip, %d bytes each way, one loopback connection: median %v (p10 %v, p90 %v), %.2f GB/s; %d round trips after %d warm-up\n",
+		r.Bytes, r.Median.Round(time.Microsecond), r.P10.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.GBps, r.Iters, r.Warmup)
+	return err
 }
 
 // collRecord is one line of `shoal bench allreduce --json`.
@@ -163,7 +213,10 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	var failures []string
 	for running := *np; running > 0; {
-		m := <-l.msgs
+		m, err := l.next(ctx)
+		if err != nil {
+			return err
+		}
 		switch {
 		case m.exit:
 			running--

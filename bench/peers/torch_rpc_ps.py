@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""The parameter-server peer of `make bench-ps`: PyTorch RPC, async (Downpour) SGD on Fashion-MNIST.
+
+Built the way PyTorch's RPC examples build a parameter server
+(examples/distributed/rpc/batch and the "Implementing a Parameter Server
+Using Distributed RPC" tutorial): one server process "ps" and --workers
+processes "worker1".."workerW" in one torch.distributed.rpc group (world
+size W+1, TensorPipe backend, everything on 127.0.0.1). The server owns the
+model and a torch.optim.SGD, wraps itself in an RRef and starts every
+worker's training loop with rpc_async. Each worker step is
+
+    forward + backward on the worker's batch, then ONE
+    rpc_sync(ps, ParameterServer.update_and_fetch, (ps_rref, grads))
+
+and the server, under a lock, sets the gradients, takes one optimizer step
+(each push applied at once: asynchronous, Downpour SGD, no barrier) and
+returns copies of the fresh weights, which the worker trains its next step
+on. Before its first step a worker fetches the weights with one
+get_weights RPC (timed in its loop, as Shoal's first pull is).
+
+Matched to `shoal train --mode async --servers 1 --lr-decay none`:
+  * model: mlp 784-H...-10 with ReLU (--hidden 512,512 gives 669,706
+    parameters), softmax cross-entropy averaged over the batch; init
+    U(+-sqrt(6/fan_in)) before a ReLU, U(+-1/sqrt(fan_in)) for the last
+    layer, biases zero (Shoal's distribution, not its numbers);
+  * optimizer: heavy-ball SGD with momentum on the server (PyTorch's SGD
+    is Shoal's "momentum"), constant --lr, no warm-up, no decay;
+  * data: DistributedSampler(num_replicas=W, rank=i, shuffle=True,
+    seed=--seed, drop_last=False) reseeded with seed + epoch, the semantics
+    Shoal's data.Sampler copies (a different RNG, so a different order);
+    the last short batch of an epoch is kept; pixels become float32 through
+    a 256-entry table, by default Shoal's normalisation
+    (p/255 - 0.2860)/0.3530 (--norm unit: p/255);
+  * threads: each worker process runs --threads intra-op threads (default
+    max(1, CPUs // workers), the share `shoal train` gives each worker's
+    GEMMs); the server's optimizer runs on one;
+  * evaluation: after the last worker finishes, the server evaluates its
+    final weights on the whole test set (batches of 1000), as `shoal train`
+    evaluates the weights it pulls from its servers.
+
+Transport: --transport tcp (the default) restricts TensorPipe to its "uv"
+transport (TCP over loopback) and its "basic" channel, so the tensors travel
+over the TCP connection as Shoal's gRPC does; --transport auto lets
+TensorPipe choose (on one host: shared memory and cross-memory attach,
+which move no bytes through TCP).
+
+Timing, per worker and step (statistics skip each worker's first step):
+  data     taking the batch (sampler indices, gather, pixel table)
+  compute  zero_grad, forward, backward
+  rpc      the update_and_fetch round trip: sending the gradients, waiting
+           for the lock, the server's optimizer step, receiving the weights
+  copy     copying the received weights into the worker's model
+  step     all four
+The server also reports, per update, "lock" (waiting for the lock) and
+"apply" (optimizer step and the copy of the weights it returns), so
+rpc - lock - apply is what the transport and the RPC framework cost.
+train_seconds is the longest worker loop (from its first fetch to its last
+step, the way `shoal train --stats` reports worker_seconds), and
+samples_per_sec is all workers' samples over it.
+
+Prints one JSON object (one line) with --json, else a summary. Exits
+nonzero, naming the cause, when torch or the data is missing or a process
+fails; then it stops the others. Needs Debian's python3-torch (PyTorch
+1.13, CPU); run it with /usr/bin/python3.
+"""
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from peerlib import blas_name, check_training_args
+from torch_ddp import EVAL_BATCH, TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, build, die_with_parent, load_set, \
+    pixel_table, preflight, quantiles
+
+PEER = "pytorch-rpc-ps"
+PROG = "torch_rpc_ps.py"
+SERVER = "ps"
+
+
+def fail(msg):
+    sys.exit("%s: %s" % (PROG, msg))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2, help="worker processes (the server is one more)")
+    p.add_argument("--hidden", default="512,512", help="MLP hidden widths, comma-separated")
+    p.add_argument("--batch", type=int, default=64, help="batch per worker")
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (constant)")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--epochs", type=int, default=None, help="epochs (when --steps is not given; default 1)")
+    p.add_argument("--steps", type=int, default=None, help="steps per worker")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", default=DEFAULT_DATA, help="folder of the four Fashion-MNIST idx files")
+    p.add_argument("--norm", choices=["standard", "unit"], default="standard",
+                   help="pixel scaling: (p/255-0.2860)/0.3530 as Shoal's default, or p/255")
+    p.add_argument("--threads", type=int, default=0, help="threads per worker (0: CPUs // workers, at least 1)")
+    p.add_argument("--transport", choices=["tcp", "auto"], default="tcp",
+                   help="tcp: TensorPipe's uv transport and basic channel only; auto: TensorPipe's choice")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for init and each update RPC")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--result", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    bad = []
+    check_training_args(p, args, bad, "512,512")
+    args.model = "mlp"  # what torch_ddp.build reads
+    return args
+
+
+# ---- the server -----------------------------------------------------------
+
+class ParameterServer:
+    """The model's weights and the optimizer; one update at a time."""
+
+    def __init__(self, torch, args):
+        torch.manual_seed(args.seed)
+        self.model = build(torch, args)
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.SGD(self.params, lr=args.lr, momentum=args.momentum)
+        self.lock = threading.Lock()
+        self.updates = 0
+        self.lock_seconds = []   # per update: waiting for the lock
+        self.apply_seconds = []  # per update: optimizer step and the weights' copy
+
+    def snapshot(self):
+        return [p.detach().clone() for p in self.params]
+
+    @staticmethod
+    def get_weights(ps_rref):
+        self = ps_rref.local_value()
+        with self.lock:
+            return self.snapshot()
+
+    @staticmethod
+    def update_and_fetch(ps_rref, grads):
+        """Applies one worker's gradients at once (Downpour) and returns the
+        weights after it. Called concurrently from the RPC threads."""
+        self = ps_rref.local_value()
+        t0 = time.perf_counter()
+        with self.lock:
+            t1 = time.perf_counter()
+            for p, g in zip(self.params, grads):
+                p.grad = g
+            self.opt.step()
+            out = self.snapshot()
+            self.updates += 1
+            self.lock_seconds.append(t1 - t0)
+            self.apply_seconds.append(time.perf_counter() - t1)
+        return out
+
+
+def server_main(args, torch, rpc):
+    torch.set_num_threads(1)
+    ps = ParameterServer(torch, args)
+    rpc.init_rpc(SERVER, rank=0, world_size=args.workers + 1, rpc_backend_options=backend_options(args, rpc))
+    ps_rref = rpc.RRef(ps)
+    conf = {k: getattr(args, k) for k in ("workers", "hidden", "hidden_widths", "model", "batch", "epochs", "steps",
+                                          "seed", "data", "norm", "threads", "timeout")}
+    wall0 = time.perf_counter()
+    # timeout 0: a training loop has no deadline; each update RPC has one.
+    futs = [rpc.rpc_async("worker%d" % i, worker_loop, args=(ps_rref, i - 1, conf), timeout=0)
+            for i in range(1, args.workers + 1)]
+    per_worker = [f.wait() for f in futs]
+    wall = time.perf_counter() - wall0
+
+    test_x, test_y = load_set(torch, args.data, *TEST_FILES)
+    lut = pixel_table(torch, args.norm)
+    correct, loss_sum = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, test_x.shape[0], EVAL_BATCH):
+            x = lut[test_x[i:i + EVAL_BATCH].long()].view(-1, SIDE * SIDE)
+            y = test_y[i:i + EVAL_BATCH]
+            out = ps.model(x)
+            loss_sum += torch.nn.functional.cross_entropy(out, y, reduction="sum").item()
+            correct += int((out.argmax(1) == y).sum())
+    rpc.shutdown()
+    return {
+        "per_worker": per_worker,
+        "updates": ps.updates,
+        "lock": ps.lock_seconds,
+        "apply": ps.apply_seconds,
+        "loop_wall_seconds": wall,
+        "test_accuracy": correct / test_x.shape[0],
+        "test_loss": loss_sum / test_x.shape[0],
+        "parameters": sum(p.numel() for p in ps.params),
+        "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
+    }
+
+
+def backend_options(args, rpc):
+    kw = {}
+    if args.transport == "tcp":
+        kw = {"_transports": ["uv"], "_channels": ["basic"]}
+    return rpc.TensorPipeRpcBackendOptions(init_method="tcp://127.0.0.1:%d" % args.port,
+                                           rpc_timeout=args.timeout, **kw)
+
+
+# ---- a worker -------------------------------------------------------------
+
+def worker_loop(ps_rref, index, conf):
+    """One worker's training loop, started by the server over RPC; returns
+    its step times and counts."""
+    import torch
+    import torch.distributed.rpc as rpc
+    from torch.utils.data.distributed import DistributedSampler
+
+    args = argparse.Namespace(**conf)
+    train_x, train_y = load_set(torch, args.data, *TRAIN_FILES)
+    lut = pixel_table(torch, args.norm)
+    n = train_x.shape[0]
+    sampler = DistributedSampler(range(n), num_replicas=args.workers, rank=index, shuffle=True,
+                                 seed=args.seed, drop_last=False)
+    per_epoch = math.ceil(len(sampler) / args.batch)
+    total = args.steps if args.steps is not None else args.epochs * per_epoch
+    model = build(torch, args)  # its weights are replaced by the server's before the first step
+    params = list(model.parameters())
+    loss_fn = torch.nn.CrossEntropyLoss()
+    owner = ps_rref.owner()
+
+    def load(weights):
+        with torch.no_grad():
+            for p, w in zip(params, weights):
+                p.copy_(w)
+
+    phases = {"step": [], "data": [], "compute": [], "rpc": [], "copy": []}
+    samples = 0
+    order, pos, epoch = None, 0, -1
+    start = time.perf_counter()
+    load(rpc.rpc_sync(owner, ParameterServer.get_weights, args=(ps_rref,)))
+    for step in range(total):
+        t0 = time.perf_counter()
+        if order is None or pos >= len(order):
+            epoch += 1
+            sampler.set_epoch(epoch)
+            order, pos = torch.tensor(list(iter(sampler)), dtype=torch.long), 0
+        idx = order[pos:pos + args.batch]
+        pos += args.batch
+        x = lut[train_x[idx].long()]
+        y = train_y[idx]
+        t1 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if not math.isfinite(loss.item()):
+            raise RuntimeError("step %d: training loss is %s; the model diverged" % (step, loss.item()))
+        t2 = time.perf_counter()
+        weights = rpc.rpc_sync(owner, ParameterServer.update_and_fetch, args=(ps_rref, [p.grad for p in params]))
+        t3 = time.perf_counter()
+        load(weights)
+        t4 = time.perf_counter()
+        samples += len(idx)
+        if step > 0:
+            for k, v in (("step", t4 - t0), ("data", t1 - t0), ("compute", t2 - t1), ("rpc", t3 - t2), ("copy", t4 - t3)):
+                phases[k].append(v)
+    return {"worker": index, "steps": total, "samples": samples, "seconds": time.perf_counter() - start,
+            "phases": phases, "threads": torch.get_num_threads()}
+
+
+def worker_main(args, torch, rpc):
+    torch.set_num_threads(args.threads)
+    rpc.init_rpc("worker%d" % args.rank, rank=args.rank, world_size=args.workers + 1,
+                 rpc_backend_options=backend_options(args, rpc))
+    rpc.shutdown()  # serves the server's worker_loop call, then waits for everyone
+
+
+def process_main(args):
+    # The libraries read the thread counts when they load: set them first.
+    threads = 1 if args.rank == 0 else args.threads
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import torch
+    import torch.distributed.rpc as rpc
+    if not rpc.is_available():
+        raise RuntimeError("this PyTorch (%s) has no torch.distributed.rpc" % torch.__version__)
+    if args.rank > 0:
+        worker_main(args, torch, rpc)
+        return
+    result = server_main(args, torch, rpc)
+    tmp = args.result + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, args.result)
+
+
+# ---- the launcher ---------------------------------------------------------
+
+def launch(args, argv):
+    port = preflight(args, fail)
+    tmpdir = tempfile.TemporaryDirectory(prefix="torch_rpc_ps.")
+    result = os.path.join(tmpdir.name, "server.json")
+    script = os.path.abspath(__file__)
+    # TensorPipe listens on this interface's address: loopback only.
+    env = dict(os.environ, TP_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo")
+    names = ["server"] + ["worker %d" % i for i in range(1, args.workers + 1)]
+    kids = []
+    # Our stdout carries only the record: the processes' stdout goes to stderr.
+    sys.stdout.flush()
+    wall0 = time.perf_counter()
+    try:
+        for r in range(args.workers + 1):
+            kids.append(subprocess.Popen(
+                [sys.executable, script] + argv + ["--rank", str(r), "--port", str(port), "--result", result],
+                env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), preexec_fn=die_with_parent))
+        running = set(range(len(kids)))
+        while running:
+            for r in sorted(running):
+                rc = kids[r].poll()
+                if rc is None:
+                    continue
+                running.discard(r)
+                if rc != 0:
+                    why = "exited with status %d" % rc if rc > 0 else "was killed by signal %d" % -rc
+                    fail("%s %s (its error is above); stopped the others" % (names[r], why))
+            time.sleep(0.05)
+    finally:
+        for k in kids:
+            if k.poll() is None:
+                k.kill()
+        for k in kids:
+            k.wait()
+    wall = time.perf_counter() - wall0
+    try:
+        with open(result) as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        fail("the server exited without its result: %s" % e)
+    tmpdir.cleanup()
+    res["wall_seconds"] = wall
+    return res
+
+
+def record(args, res, command):
+    per = res["per_worker"]
+    ph = {k: [v for w in per for v in w["phases"][k]] for k in per[0]["phases"]}
+    step_time = {k: quantiles(v) for k, v in ph.items()}
+    server_time = {"lock": quantiles(res["lock"]), "apply": quantiles(res["apply"])}
+    train_seconds = max(w["seconds"] for w in per)
+    samples = sum(w["samples"] for w in per)
+    return {
+        "peer": PEER,
+        "command": command,
+        "mode": "async",
+        "model": "mlp " + "-".join(str(w) for w in [SIDE * SIDE] + args.hidden_widths + [10]),
+        "parameters": res["parameters"],
+        "vector_bytes": 4 * res["parameters"],
+        "workers": args.workers,
+        "servers": 1,
+        "batch": args.batch,
+        "seed": args.seed,
+        "optimizer": "momentum" if args.momentum > 0 else "sgd",
+        "lr": args.lr,
+        "momentum": args.momentum,
+        "epochs": args.epochs,
+        "steps": max(w["steps"] for w in per),
+        "updates": res["updates"],
+        "samples": samples,
+        "train_seconds": train_seconds,
+        "samples_per_sec": samples / train_seconds if train_seconds > 0 else 0.0,
+        "wall_seconds": res["wall_seconds"],
+        "test_accuracy": res["test_accuracy"],
+        "test_loss": res["test_loss"],
+        "step_time": step_time,
+        "server_time": server_time,
+        "rpc_seconds": step_time["rpc"]["mean"],
+        "norm": args.norm,
+        "transport": "tensorpipe/uv+basic (tcp)" if args.transport == "tcp" else "tensorpipe/auto",
+        "backend": res["backend"],
+        "threads": per[0]["threads"],
+        "notes": [
+            "one update_and_fetch RPC per step: the gradients out, the weights back; the server applies each at once "
+            "under a lock (async, Downpour)",
+            "rpc = that round trip (lock wait and the server's optimizer step included, server_time has both); "
+            "statistics skip each worker's first step",
+            "train_seconds: the longest worker loop; samples_per_sec: all workers' samples over it",
+        ],
+    }
+
+
+def summary(rec):
+    st = rec["step_time"]
+    ms = lambda q: "%.2f/%.2f ms" % (1e3 * q["mean"], 1e3 * q["p95"])  # noqa: E731
+    return "\n".join([
+        "%s: %s, %d params, %d workers x batch %d, 1 server, %s lr %g momentum %g, %d thread(s) per worker, %s, %s" % (
+            rec["peer"], rec["model"], rec["parameters"], rec["workers"], rec["batch"], rec["optimizer"], rec["lr"],
+            rec["momentum"], rec["threads"], rec["transport"], rec["backend"]),
+        "trained %d steps per worker, %d updates, %d samples in %.2f s: %.0f samples/s (wall %.2f s)" % (
+            rec["steps"], rec["updates"], rec["samples"], rec["train_seconds"], rec["samples_per_sec"],
+            rec["wall_seconds"]),
+        "step (mean/p95) %s: data %s, compute %s, rpc %s, copy %s" % (
+            ms(st["step"]), ms(st["data"]), ms(st["compute"]), ms(st["rpc"]), ms(st["copy"])),
+        "server per update (mean/p95): lock %s, apply %s" % (
+            ms(rec["server_time"]["lock"]), ms(rec["server_time"]["apply"])),
+        "test accuracy %.2f%%, loss %.4f" % (100 * rec["test_accuracy"], rec["test_loss"]),
+    ])
+
+
+def main():
+    argv = sys.argv[1:]
+    args = parse_args(argv)
+    if args.rank >= 0:
+        try:
+            process_main(args)
+        except Exception as e:  # noqa: BLE001 - one line for the launcher, the traceback above it
+            import traceback
+            traceback.print_exc()
+            sys.exit("%s: %s: %s: %s" % (PROG, "server" if args.rank == 0 else "worker %d" % args.rank,
+                                         type(e).__name__, e))
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("%s: terminated; stopped the processes" % PROG))
+    res = launch(args, argv)
+    rec = record(args, res, [sys.executable] + sys.argv)
+    if args.json:
+        print(json.dumps(rec))
+    else:
+        print(summary(rec))
+
+
+if __name__ == "__main__":
+    main()
