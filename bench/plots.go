@@ -423,7 +423,7 @@ func phases() []phase {
 		{"data", func(r *Record) float64 { return r.StepTime.Data.Mean }, color.RGBA{240, 228, 66, 255}},
 		{"wait", func(r *Record) float64 { return r.StepTime.Wait.Mean }, color.RGBA{213, 94, 0, 255}},
 		{"pull", func(r *Record) float64 { return r.StepTime.Pull.Mean }, color.RGBA{0, 158, 115, 255}},
-		{"push", func(r *Record) float64 { return r.StepTime.Push.Mean }, color.RGBA{0, 90, 60, 255}},
+		{"push (+ pull)", func(r *Record) float64 { return r.StepTime.Push.Mean }, color.RGBA{0, 90, 60, 255}},
 		{"reduce", func(r *Record) float64 { return r.StepTime.Reduce.Mean }, color.RGBA{230, 159, 0, 255}},
 		{"other (step − phases)", func(r *Record) float64 {
 			st := r.StepTime

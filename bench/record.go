@@ -132,7 +132,8 @@ type Record struct {
 // StepTime is the per-step time of each phase, in seconds. Compute is
 // forward and backward; Data is waiting for the input pipeline; Wait is
 // blocking before any byte moves (a sync barrier, the SSP bound); Pull and
-// Push are the PS transfers; Reduce the ring allreduce.
+// Push are the PS transfers (Push includes the next step's weights when a
+// push-pull brings them); Reduce the ring allreduce.
 type StepTime struct {
 	Step    Quantiles `json:"step"`
 	Compute Quantiles `json:"compute"`

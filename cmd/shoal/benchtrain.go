@@ -71,6 +71,26 @@ type benchPlan struct {
 // workers for the MLP and the CNN, and the communication-bound 25M model
 // at N = 2 and 4 with S = 1, 2, 4 servers, also with async's push and
 // pull overlapped. quick is a smaller one, under a minute.
+// dropLoopbackTwins drops the loopback runs that repeat a run of the
+// plan: without a NIC model (--nic-gbps 0) every run is on loopback, and a
+// loopback twin would be the same run under the same id.
+func dropLoopbackTwins(runs []benchRun) []benchRun {
+	var out []benchRun
+	for _, r := range runs {
+		twin := false
+		for _, o := range runs {
+			if r.loopback && !o.loopback {
+				o.loopback = true
+				twin = twin || o == r
+			}
+		}
+		if !twin {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func defaultPlan(quick bool) benchPlan {
 	var p benchPlan
 	modes := []string{"async", "sync", "ssp", "ring"}
@@ -188,6 +208,9 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if plan, err = parseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
 			return err
 		}
+	}
+	if !nf.shaped() {
+		plan.runs = dropLoopbackTwins(plan.runs)
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -56,14 +56,22 @@ func TestBenchTrain(t *testing.T) {
 		require.NotNil(t, r.Comm, r.ID)
 		assert.Positive(t, r.Comm.AnalyticSeconds, r.ID)
 		assert.Positive(t, r.Comm.MeasuredSeconds, r.ID)
-		// Every step moves at least one vector each way (PS: pull and
-		// push; ring of 2: 2(N−1)/N = 1 vector). The counters are read as
-		// a step ends, and the NIC counts a piece (256 KiB at most) once
-		// its write returns, which can be a moment after the server has
-		// it: one piece of slack over the 11 steps counted.
+		// Every step moves at least one vector each way (PS: a push, and
+		// the next step's weights with it; ring of 2: 2(N−1)/N = 1
+		// vector). The counters are read as a step ends, over the 11
+		// steps after the first, and the NIC counts a piece (256 KiB at
+		// most) once its write returns, which can be a moment after the
+		// server has it: one piece of slack. A PS worker's last step
+		// fetches nothing (no step follows it), and the weights of the
+		// first counted step came with the uncounted first one: 10
+		// vectors in for the 11 steps.
 		slack := float64(256<<10) / 11
+		in := float64(r.VectorBytes)
+		if r.Mode != "ring" {
+			in = in * 10 / 11
+		}
 		assert.GreaterOrEqual(t, r.BytesSentPerStep, float64(r.VectorBytes)-slack, r.ID)
-		assert.GreaterOrEqual(t, r.BytesReceivedPerStep, float64(r.VectorBytes)-slack, r.ID)
+		assert.GreaterOrEqual(t, r.BytesReceivedPerStep, in-slack, r.ID)
 		assert.Less(t, r.BytesSentPerStep, 1.1*float64(r.VectorBytes), r.ID)
 		if r.Workers == 2 {
 			require.NotNil(t, r.ScalingEfficiency, r.ID)
@@ -191,7 +199,13 @@ func TestStopAtAccuracy(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
 			assert.True(t, sum.StoppedAtTarget)
 			assert.Contains(t, stdout.String(), "stopped early")
-			require.Greater(t, len(sum.Curve), 1, "the target is not reached at the first evaluation")
+			require.NotEmpty(t, sum.Curve)
+			if mode != "async" {
+				// In async mode the other worker runs on while rank 0
+				// evaluates, so the shards may be past the target by
+				// rank 0's first evaluation; in lockstep modes they are not.
+				require.Greater(t, len(sum.Curve), 1, "the target is not reached at the first evaluation")
+			}
 			last := sum.Curve[len(sum.Curve)-1]
 			assert.GreaterOrEqual(t, last.Accuracy, 0.95)
 			for _, p := range sum.Curve[:len(sum.Curve)-1] {
@@ -200,5 +214,27 @@ func TestStopAtAccuracy(t *testing.T) {
 			assert.Less(t, sum.Steps, int64(1000), "it stopped early")
 			assert.Empty(t, sum.FailedWorkers)
 		})
+	}
+}
+
+// TestNoLoopbackTwinsWithoutANIC: without a NIC model every run is on
+// loopback, so the plans' loopback runs that repeat another run are
+// dropped (they would be the same run under the same id, which the
+// schema refuses); the others stay.
+func TestNoLoopbackTwinsWithoutANIC(t *testing.T) {
+	for _, quick := range []bool{true, false} {
+		plan := defaultPlan(quick)
+		kept := dropLoopbackTwins(plan.runs)
+		seen := map[benchRun]bool{}
+		for _, r := range kept {
+			r.loopback = false
+			assert.False(t, seen[r], "quick %v: %+v twice", quick, r)
+			seen[r] = true
+		}
+		for _, r := range plan.runs {
+			r.loopback = false
+			assert.True(t, seen[r], "quick %v: %+v dropped altogether", quick, r)
+		}
+		assert.Less(t, len(kept), len(plan.runs), "quick %v: the plan has a loopback twin", quick)
 	}
 }
