@@ -6,6 +6,10 @@
 // model, and writes results.json, report.md and plots. Peers measured in
 // the same run (PyTorch with gloo) live in bench/peers/.
 //
+// The harness's logic lives here, the binary only runs it: the run matrix
+// (Plan: DefaultPlan, ParseGrid, Models), the analytic communication model
+// (CommModel), scaling efficiency and time to target.
+//
 // results.json follows the JSON Schema in results.schema.json (embedded as
 // Schema, documented field by field in docs/bench-schema.md). Validate
 // checks a document against it; Load reads, validates and decodes one.

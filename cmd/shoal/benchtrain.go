@@ -24,149 +24,6 @@ import (
 	"github.com/shoalml/shoal/nn"
 )
 
-// benchModel is a model of the harness: its label in records and the
-// shoal train flags that build it.
-type benchModel struct {
-	label string
-	args  []string
-	// big: no test-set evaluations (10,000 samples through 25M
-	// parameters take longer than the run); the model is there for its
-	// traffic.
-	big bool
-}
-
-// The harness's models: the two of Fashion-MNIST, and an MLP of 25.4M
-// parameters (784-16384-768-10, a 101.8 MB vector) where communication
-// dominates; --quick uses one of 6.4M (784-4096-768-10).
-var benchModels = map[string]benchModel{
-	"mlp":     {"mlp", []string{"--model", "mlp", "--hidden", "256,128"}, false},
-	"cnn":     {"cnn", []string{"--model", "cnn"}, false},
-	"big":     {"mlp-25m", []string{"--model", "mlp", "--hidden", "16384,768", "--batch", "16"}, true},
-	"big-6m":  {"mlp-6m", []string{"--model", "mlp", "--hidden", "4096,768", "--batch", "16"}, true},
-	"mlp-25m": {"mlp-25m", []string{"--model", "mlp", "--hidden", "16384,768", "--batch", "16"}, true},
-	"mlp-6m":  {"mlp-6m", []string{"--model", "mlp", "--hidden", "4096,768", "--batch", "16"}, true},
-}
-
-// benchRun is one run of the matrix.
-type benchRun struct {
-	model   string // key of benchModels
-	mode    string
-	workers int
-	servers int // 0 for ring
-	steps   int64
-	epochs  int
-	// loopback runs without the NIC model, as the peers do (gloo's
-	// connections are not shaped).
-	loopback bool
-}
-
-// benchPlan is the matrix a harness run goes through.
-type benchPlan struct {
-	runs  []benchRun
-	peers []benchRun // PyTorch DDP runs (mode "ddp")
-}
-
-// defaultPlan is what `make bench` runs (about ten minutes on 2 cores at
-// 1 Gbit/s): convergence of the four modes on the MLP, throughput against
-// workers for the MLP and the CNN, and the communication-bound 25M model
-// at N = 2 and 4 with S = 1, 2, 4 servers, also with async's push and
-// pull overlapped. quick is a smaller one, under a minute.
-// dropLoopbackTwins drops the loopback runs that repeat a run of the
-// plan: without a NIC model (--nic-gbps 0) every run is on loopback, and a
-// loopback twin would be the same run under the same id.
-func dropLoopbackTwins(runs []benchRun) []benchRun {
-	var out []benchRun
-	for _, r := range runs {
-		twin := false
-		for _, o := range runs {
-			if r.loopback && !o.loopback {
-				o.loopback = true
-				twin = twin || o == r
-			}
-		}
-		if !twin {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func defaultPlan(quick bool) benchPlan {
-	var p benchPlan
-	modes := []string{"async", "sync", "ssp", "ring"}
-	add := func(r benchRun) {
-		if r.mode == "ring" {
-			r.servers = 0
-		}
-		p.runs = append(p.runs, r)
-	}
-	if quick {
-		for _, mode := range modes {
-			for _, w := range []int{1, 2} {
-				add(benchRun{model: "mlp", mode: mode, workers: w, servers: 1, steps: 100})
-			}
-		}
-		add(benchRun{model: "mlp", mode: "ring", workers: 2, steps: 100, loopback: true})
-		for _, mode := range modes {
-			add(benchRun{model: "big-6m", mode: mode, workers: 2, servers: 1, steps: 3})
-		}
-		add(benchRun{model: "big-6m", mode: "sync", workers: 2, servers: 2, steps: 3})
-		add(benchRun{model: "big-6m", mode: "async-overlap", workers: 2, servers: 2, steps: 3})
-		p.peers = []benchRun{{model: "mlp", mode: "ddp", workers: 2, steps: 100}}
-		return p
-	}
-	for _, mode := range modes {
-		add(benchRun{model: "mlp", mode: mode, workers: 2, servers: 1, epochs: 2})
-		for _, w := range []int{1, 4} {
-			add(benchRun{model: "mlp", mode: mode, workers: w, servers: 1, steps: 300})
-		}
-	}
-	// The peer's conditions: loopback, no NIC model.
-	add(benchRun{model: "mlp", mode: "ring", workers: 2, epochs: 2, loopback: true})
-	add(benchRun{model: "mlp", mode: "async", workers: 2, servers: 1, epochs: 2, loopback: true})
-	for _, mode := range modes {
-		for _, w := range []int{1, 2} {
-			add(benchRun{model: "cnn", mode: mode, workers: w, servers: 1, steps: 100})
-		}
-	}
-	for _, w := range []int{2, 4} {
-		add(benchRun{model: "big", mode: "ring", workers: w, steps: 4})
-		for _, mode := range []string{"sync", "async", "ssp", "async-overlap"} {
-			for _, s := range []int{1, 2, 4} {
-				if s <= w {
-					add(benchRun{model: "big", mode: mode, workers: w, servers: s, steps: 4})
-				}
-			}
-		}
-	}
-	p.peers = []benchRun{
-		{model: "mlp", mode: "ddp", workers: 2, epochs: 2},
-		{model: "mlp", mode: "ddp", workers: 1, steps: 300},
-		{model: "mlp", mode: "ddp", workers: 4, steps: 300},
-	}
-	return p
-}
-
-// gridPlan is every combination of the flags' lists; ring ignores the
-// server counts.
-func gridPlan(models, modes []string, workers, servers []int, steps int64, epochs int) benchPlan {
-	var p benchPlan
-	for _, m := range models {
-		for _, mode := range modes {
-			for _, w := range workers {
-				if mode == "ring" {
-					p.runs = append(p.runs, benchRun{model: m, mode: mode, workers: w, steps: steps, epochs: epochs})
-					continue
-				}
-				for _, s := range servers {
-					p.runs = append(p.runs, benchRun{model: m, mode: mode, workers: w, servers: s, steps: steps, epochs: epochs})
-				}
-			}
-		}
-	}
-	return p
-}
-
 func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench train", "Runs shoal train over a matrix of modes × workers × servers × models with the same\ndata order, seed and optimizer, measures throughput, the step-time breakdown,\ntraffic, staleness and test accuracy over time, compares communication with the\nanalytic model, and writes results.json, report.md and PNG plots to --out.\nWithout --models/--modes/--workers/--servers it runs the built-in plan (make bench).", stderr)
 	var (
@@ -202,15 +59,15 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *evalStep < 1 {
 		return fmt.Errorf("--eval-every %d: want >= 1", *evalStep)
 	}
-	plan := defaultPlan(*quick)
+	plan := bench.DefaultPlan(*quick)
 	if *models != "" || *modes != "" || *workers != "" || *servers != "" {
 		var err error
-		if plan, err = parseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
+		if plan, err = bench.ParseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
 			return err
 		}
 	}
 	if !nf.shaped() {
-		plan.runs = dropLoopbackTwins(plan.runs)
+		plan.Runs = bench.DropLoopbackTwins(plan.Runs)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -235,22 +92,22 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		res.Shaper = &bench.ShaperCheck{ConfiguredGbps: chk.ConfiguredGbps, MeasuredGbps: chk.MeasuredGbps, Bytes: chk.Bytes, Ratio: chk.Ratio}
 	}
 	peerScript := ""
-	if *peers != "" && len(plan.peers) > 0 {
+	if *peers != "" && len(plan.Peers) > 0 {
 		peerScript = filepath.Join(*peers, "torch_ddp.py")
 		if why := peerUnavailable(ctx, *python, peerScript); why != "" {
 			fmt.Fprintf(stdout, "peers skipped: %s\n", why)
 			peerScript = ""
 		}
 	}
-	total := len(plan.runs)
+	total := len(plan.Runs)
 	if peerScript != "" {
-		total += len(plan.peers)
+		total += len(plan.Peers)
 	}
 	i := 0
-	for _, r := range plan.runs {
+	for _, r := range plan.Runs {
 		i++
 		nic := nf
-		if r.loopback {
+		if r.Loopback {
 			nic = nicFlags{}
 		}
 		rec := runShoal(ctx, exe, r, nic, df, *target, *until, *evalStep, *runLimit, stderr)
@@ -261,7 +118,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	if peerScript != "" {
-		for _, r := range plan.peers {
+		for _, r := range plan.Peers {
 			i++
 			rec := runPeer(ctx, *python, peerScript, r, df, *target, *until, *evalStep, *runLimit, stderr)
 			res.Runs = append(res.Runs, rec)
@@ -271,7 +128,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 		}
 	}
-	scalingEfficiency(res.Runs)
+	bench.ScalingEfficiency(res.Runs)
 	return writeBenchOutputs(*out, res, stdout)
 }
 
@@ -297,70 +154,22 @@ func checkShaper(ctx context.Context, nf nicFlags, stdout io.Writer) (netshape.C
 		nf.gbps, strings.Join(tries, ", "))
 }
 
-// parseGrid reads the grid flags; empty lists take the defaults.
-func parseGrid(models, modes, workers, servers string, steps int64, epochs int) (benchPlan, error) {
-	list := func(s, def string) []string {
-		if s == "" {
-			s = def
-		}
-		return strings.Split(s, ",")
-	}
-	ints := func(flag, s, def string) ([]int, error) {
-		var out []int
-		for _, f := range list(s, def) {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				return nil, fmt.Errorf("--%s %q: want positive integers separated by commas", flag, s)
-			}
-			out = append(out, n)
-		}
-		return out, nil
-	}
-	ms := list(models, "mlp")
-	for _, m := range ms {
-		if _, ok := benchModels[m]; !ok {
-			return benchPlan{}, fmt.Errorf("--models: unknown model %q (want mlp, cnn or big)", m)
-		}
-	}
-	mo := list(modes, "async,sync,ssp,ring")
-	for _, m := range mo {
-		if !slices.Contains([]string{"async", "async-overlap", "sync", "ssp", "ring"}, m) {
-			return benchPlan{}, fmt.Errorf("--modes: unknown mode %q (want async, async-overlap, sync, ssp or ring)", m)
-		}
-	}
-	ws, err := ints("workers", workers, "1,2,4")
-	if err != nil {
-		return benchPlan{}, err
-	}
-	ss, err := ints("servers", servers, "1")
-	if err != nil {
-		return benchPlan{}, err
-	}
-	if steps < 1 && epochs < 1 {
-		return benchPlan{}, fmt.Errorf("--steps %d, --epochs %d: want one of them >= 1", steps, epochs)
-	}
-	if epochs > 0 {
-		steps = 0
-	}
-	return gridPlan(ms, mo, ws, ss, steps, epochs), nil
-}
-
 // trainArgs is the shoal train command line of r.
-func trainArgs(r benchRun, nf nicFlags, df dataFlags, evalEvery int64) []string {
-	args := []string{"train", "--mode", r.mode, "--workers", strconv.Itoa(r.workers)}
-	if r.mode == "async-overlap" {
-		args = []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", strconv.Itoa(r.workers)}
+func trainArgs(r bench.Run, nf nicFlags, df dataFlags, evalEvery int64) []string {
+	args := []string{"train", "--mode", r.Mode, "--workers", strconv.Itoa(r.Workers)}
+	if r.Mode == "async-overlap" {
+		args = []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", strconv.Itoa(r.Workers)}
 	}
-	if r.mode != "ring" {
-		args = append(args, "--servers", strconv.Itoa(r.servers))
+	if r.Mode != "ring" {
+		args = append(args, "--servers", strconv.Itoa(r.Servers))
 	}
-	args = append(args, benchModels[r.model].args...)
-	if r.epochs > 0 {
-		args = append(args, "--epochs", strconv.Itoa(r.epochs))
+	args = append(args, bench.Models[r.Model].Args...)
+	if r.Epochs > 0 {
+		args = append(args, "--epochs", strconv.Itoa(r.Epochs))
 	} else {
-		args = append(args, "--steps", strconv.FormatInt(r.steps, 10))
+		args = append(args, "--steps", strconv.FormatInt(r.Steps, 10))
 	}
-	if benchModels[r.model].big {
+	if bench.Models[r.Model].Big {
 		evalEvery = 0
 		args = append(args, "--test=false")
 	}
@@ -375,13 +184,13 @@ func trainArgs(r benchRun, nf nicFlags, df dataFlags, evalEvery int64) []string 
 }
 
 // runShoal runs one shoal train and turns its summary into a record.
-func runShoal(ctx context.Context, exe string, r benchRun, nf nicFlags, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
+func runShoal(ctx context.Context, exe string, r bench.Run, nf nicFlags, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
 	args := trainArgs(r, nf, df, evalEvery)
-	if until && target > 0 && !benchModels[r.model].big {
+	if until && target > 0 && !bench.Models[r.Model].Big {
 		args = append(args, "--stop-at-accuracy", fmtFloat(target))
 	}
-	rec := bench.Record{ID: recordID("", r, nf), Command: append([]string{"shoal"}, args...), Mode: r.mode, Model: benchModels[r.model].label,
-		Workers: r.workers, Servers: r.servers, Seed: 1, NICGbps: nf.gbps, RTTMillis: float64(nf.rtt) / float64(time.Millisecond), TestAccuracy: -1}
+	rec := bench.Record{ID: r.ID("", nf.gbps), Command: append([]string{"shoal"}, args...), Mode: r.Mode, Model: bench.Models[r.Model].Label,
+		Workers: r.Workers, Servers: r.Servers, Seed: 1, NICGbps: nf.gbps, RTTMillis: float64(nf.rtt) / float64(time.Millisecond), TestAccuracy: -1}
 	if target > 0 {
 		rec.TargetAccuracy = target
 	}
@@ -415,86 +224,14 @@ func runShoal(ctx context.Context, exe string, r benchRun, nf nicFlags, df dataF
 	}
 	rec.Curve = sum.Curve
 	rec.TestAccuracy = sum.TestAccuracy
-	if benchModels[r.model].big {
+	if bench.Models[r.Model].Big {
 		rec.TargetAccuracy = 0
 	}
-	toTarget(&rec)
+	bench.ToTarget(&rec)
 	if nf.gbps > 0 {
-		rec.Comm = commModel(&rec, nf.gbps)
+		rec.Comm = bench.CommModel(&rec, nf.gbps)
 	}
 	return rec
-}
-
-// commModel compares the measured communication time per step with the
-// analytic one for a NIC of gbps: ring 2(N−1)/N·M/B; PS with S servers
-// max(M/B, N·M/(S·B)) per direction, a pull and a push one after the
-// other, or both at once with async-overlap. It returns nil when the
-// model has no communication (one ring rank).
-func commModel(rec *bench.Record, gbps float64) *bench.Comm {
-	b := gbps * 1e9 / 8
-	m := float64(rec.VectorBytes)
-	n, s := float64(rec.Workers), float64(rec.Servers)
-	var analytic, measured float64
-	if rec.Mode == "ring" {
-		analytic = 2 * (n - 1) / n * m / b
-		measured = rec.StepTime.Reduce.Mean
-	} else {
-		analytic = 2 * max(m/b, n*m/(s*b))
-		if rec.Mode == "async-overlap" {
-			analytic /= 2 // the two directions at once
-		}
-		measured = rec.StepTime.Pull.Mean + rec.StepTime.Push.Mean
-	}
-	if analytic == 0 {
-		return nil // one ring rank: nothing to send
-	}
-	return &bench.Comm{MeasuredSeconds: measured, AnalyticSeconds: analytic, Ratio: measured / analytic}
-}
-
-// toTarget fills the time and steps to the target accuracy from the
-// curve.
-func toTarget(rec *bench.Record) {
-	if rec.TargetAccuracy <= 0 {
-		return
-	}
-	for _, p := range rec.Curve {
-		if p.Accuracy >= rec.TargetAccuracy {
-			sec, step := p.Seconds, p.Step
-			rec.SecondsToTarget, rec.StepsToTarget = &sec, &step
-			return
-		}
-	}
-}
-
-// scalingEfficiency sets each record's samples/s against N times the
-// 1-worker run of the same system, model, servers and network.
-func scalingEfficiency(runs []bench.Record) {
-	for i := range runs {
-		r := &runs[i]
-		if r.Error != "" || r.SamplesPerSec == 0 {
-			continue
-		}
-		for _, base := range runs {
-			if base.Workers == 1 && base.Error == "" && base.SamplesPerSec > 0 && base.Peer == r.Peer && base.Mode == r.Mode &&
-				base.Model == r.Model && base.Servers == r.Servers && base.NICGbps == r.NICGbps {
-				e := r.SamplesPerSec / (float64(r.Workers) * base.SamplesPerSec)
-				r.ScalingEfficiency = &e
-				break
-			}
-		}
-	}
-}
-
-// recordID names a run across results files.
-func recordID(peer string, r benchRun, nf nicFlags) string {
-	id := fmt.Sprintf("%s/%s/w%d/s%d", benchModels[r.model].label, r.mode, r.workers, r.servers)
-	if peer != "" {
-		id = peer + "/" + id
-	}
-	if nf.gbps > 0 {
-		id += "/nic" + fmtFloat(nf.gbps)
-	}
-	return id
 }
 
 // runJSON runs a command and returns the last line of its stdout that is
@@ -546,20 +283,20 @@ func peerUnavailable(ctx context.Context, python, script string) string {
 
 // runPeer runs the PyTorch DDP peer on the same model, data, batch,
 // optimizer and seed; it prints a bench.Record.
-func runPeer(ctx context.Context, python, script string, r benchRun, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
-	args := []string{script, "--workers", strconv.Itoa(r.workers), "--model", "mlp", "--hidden", "256,128", "--batch", "64",
+func runPeer(ctx context.Context, python, script string, r bench.Run, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
+	args := []string{script, "--workers", strconv.Itoa(r.Workers), "--model", "mlp", "--hidden", "256,128", "--batch", "64",
 		"--lr", "0.01", "--momentum", "0.9", "--seed", "1", "--data", df.dir, "--eval-every", strconv.FormatInt(evalEvery, 10),
 		"--target-accuracy", fmtFloat(target), "--json"}
-	if r.epochs > 0 {
-		args = append(args, "--epochs", strconv.Itoa(r.epochs))
+	if r.Epochs > 0 {
+		args = append(args, "--epochs", strconv.Itoa(r.Epochs))
 	} else {
-		args = append(args, "--steps", strconv.FormatInt(r.steps, 10))
+		args = append(args, "--steps", strconv.FormatInt(r.Steps, 10))
 	}
 	if until && target > 0 {
 		args = append(args, "--stop-at-accuracy", fmtFloat(target))
 	}
-	rec := bench.Record{ID: recordID("pytorch-ddp-gloo", r, nicFlags{}), Peer: "pytorch-ddp-gloo", Command: append([]string{python}, args...),
-		Mode: "ddp", Model: benchModels[r.model].label, Workers: r.workers, Seed: 1, TestAccuracy: -1}
+	rec := bench.Record{ID: r.ID("pytorch-ddp-gloo", 0), Peer: "pytorch-ddp-gloo", Command: append([]string{python}, args...),
+		Mode: "ddp", Model: bench.Models[r.Model].Label, Workers: r.Workers, Seed: 1, TestAccuracy: -1}
 	line, err := runJSON(ctx, limit, python, args, nil, stderr)
 	if err != nil {
 		rec.Error = err.Error()

@@ -130,59 +130,6 @@ func TestBenchTrainErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "/nonexistent/a.json")
 }
 
-// TestCommModel checks the analytic communication times against hand
-// computation: M = 1e8 bytes at 1 Gbit/s (B = 1.25e8 bytes/s), M/B = 0.8 s.
-func TestCommModel(t *testing.T) {
-	for _, tc := range []struct {
-		mode             string
-		workers, servers int
-		want             float64
-	}{
-		{"ring", 2, 0, 0.8},          // 2·1/2·0.8
-		{"ring", 4, 0, 1.2},          // 2·3/4·0.8
-		{"sync", 4, 1, 6.4},          // 2·4·0.8
-		{"async", 4, 2, 3.2},         // 2·(4/2)·0.8
-		{"ssp", 2, 4, 1.6},           // 2·max(0.8, 0.4)
-		{"async-overlap", 4, 4, 0.8}, // max(0.8, 0.8): both directions at once
-	} {
-		rec := bench.Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8}
-		rec.StepTime.Reduce.Mean, rec.StepTime.Pull.Mean, rec.StepTime.Push.Mean = 1, 0.5, 1.5
-		c := commModel(&rec, 1)
-		assert.InDelta(t, tc.want, c.AnalyticSeconds, 1e-9, "%+v", tc)
-		measured := 2.0 // pull + push
-		if tc.mode == "ring" {
-			measured = 1
-		}
-		assert.InDelta(t, measured, c.MeasuredSeconds, 1e-12)
-		assert.InDelta(t, measured/tc.want, c.Ratio, 1e-9)
-	}
-}
-
-func TestToTargetAndScaling(t *testing.T) {
-	rec := bench.Record{TargetAccuracy: 0.8, Curve: []bench.CurvePoint{{Seconds: 1, Step: 100, Accuracy: 0.7}, {Seconds: 2, Step: 200, Accuracy: 0.81}, {Seconds: 3, Step: 300, Accuracy: 0.85}}}
-	toTarget(&rec)
-	require.NotNil(t, rec.SecondsToTarget)
-	assert.Equal(t, 2.0, *rec.SecondsToTarget)
-	assert.Equal(t, int64(200), *rec.StepsToTarget)
-	never := bench.Record{TargetAccuracy: 0.9, Curve: rec.Curve}
-	toTarget(&never)
-	assert.Nil(t, never.SecondsToTarget)
-
-	runs := []bench.Record{
-		{Mode: "sync", Model: "mlp", Workers: 1, Servers: 1, SamplesPerSec: 100},
-		{Mode: "sync", Model: "mlp", Workers: 4, Servers: 1, SamplesPerSec: 300},
-		{Mode: "sync", Model: "mlp", Workers: 4, Servers: 2, SamplesPerSec: 300}, // no 1-worker run with 2 servers
-		{Mode: "ring", Model: "mlp", Workers: 2, SamplesPerSec: 300},             // no 1-worker ring run
-	}
-	scalingEfficiency(runs)
-	require.NotNil(t, runs[0].ScalingEfficiency)
-	assert.Equal(t, 1.0, *runs[0].ScalingEfficiency)
-	require.NotNil(t, runs[1].ScalingEfficiency)
-	assert.Equal(t, 0.75, *runs[1].ScalingEfficiency)
-	assert.Nil(t, runs[2].ScalingEfficiency)
-	assert.Nil(t, runs[3].ScalingEfficiency)
-}
-
 // TestStopAtAccuracy: with --stop-at-accuracy, a run ends early and
 // cleanly once rank 0 measures the target, in every mode: ring ranks agree
 // among themselves, PS workers are told by the launcher.
@@ -214,27 +161,5 @@ func TestStopAtAccuracy(t *testing.T) {
 			assert.Less(t, sum.Steps, int64(1000), "it stopped early")
 			assert.Empty(t, sum.FailedWorkers)
 		})
-	}
-}
-
-// TestNoLoopbackTwinsWithoutANIC: without a NIC model every run is on
-// loopback, so the plans' loopback runs that repeat another run are
-// dropped (they would be the same run under the same id, which the
-// schema refuses); the others stay.
-func TestNoLoopbackTwinsWithoutANIC(t *testing.T) {
-	for _, quick := range []bool{true, false} {
-		plan := defaultPlan(quick)
-		kept := dropLoopbackTwins(plan.runs)
-		seen := map[benchRun]bool{}
-		for _, r := range kept {
-			r.loopback = false
-			assert.False(t, seen[r], "quick %v: %+v twice", quick, r)
-			seen[r] = true
-		}
-		for _, r := range plan.runs {
-			r.loopback = false
-			assert.True(t, seen[r], "quick %v: %+v dropped altogether", quick, r)
-		}
-		assert.Less(t, len(kept), len(plan.runs), "quick %v: the plan has a loopback twin", quick)
 	}
 }
