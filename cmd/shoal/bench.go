@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"strconv"
 	"strings"
@@ -98,18 +99,6 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return err
 }
 
-// collRecord is one line of `shoal bench allreduce --json`.
-type collRecord struct {
-	Op        string  `json:"op"`
-	NP        int     `json:"np"`
-	Bytes     int64   `json:"bytes"`
-	Seconds   float64 `json:"seconds"`
-	AlgBW     float64 `json:"algbw_gbps"`
-	BusBW     float64 `json:"busbw_gbps"`
-	Correct   bool    `json:"correct"`
-	Transport string  `json:"transport"`
-}
-
 // busFactor is nccl-tests' factor from algorithm to bus bandwidth.
 func busFactor(op string, n int) float64 {
 	switch op {
@@ -189,19 +178,19 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	defer l.shutdown()
+	defer l.Shutdown()
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(*np), "--sizes", *sizes, "--iters", strconv.Itoa(*iters),
 		"--warmup", strconv.Itoa(*warmup), "--op", *op, "--shared-memory=" + strconv.FormatBool(*shm), "--compression", *comp, "--timeout", timeout.String()}
 	addr := "127.0.0.1:0"
-	kids := map[*child]bool{}
+	kids := map[*launch.Child]bool{}
 	for r := range *np {
-		c, err := l.start(ctx, fmt.Sprintf("rank %d", r), r, append(common, "--rank", strconv.Itoa(r), "--master", addr)...)
+		c, err := l.Start(ctx, fmt.Sprintf("rank %d", r), r, nil, append(common, "--rank", strconv.Itoa(r), "--master", addr)...)
 		if err != nil {
 			return err
 		}
 		kids[c] = true
 		if r == 0 {
-			ev, err := l.waitFor(ctx, c, time.Minute, func(e event) bool { return e.Event == "listening" })
+			ev, err := l.WaitFor(ctx, c, time.Minute, func(e launch.Event) bool { return e.Event == "listening" })
 			if err != nil {
 				return err
 			}
@@ -213,18 +202,18 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	var failures []string
 	for running := *np; running > 0; {
-		m, err := l.next(ctx)
+		m, err := l.Next(ctx)
 		if err != nil {
 			return err
 		}
 		switch {
-		case m.exit:
+		case m.Exit:
 			running--
-			if m.from.err != nil {
-				failures = append(failures, m.from.failure())
+			if m.From.Err() != nil {
+				failures = append(failures, m.From.Failure())
 			}
-		case m.ev.Event == "result" && m.ev.Result != nil:
-			r := *m.ev.Result
+		case m.Event.Event == "result" && m.Event.Result != nil:
+			r := *m.Event.Result
 			if *jsonOut {
 				b, _ := json.Marshal(r)
 				fmt.Fprintf(stdout, "%s\n", b)
@@ -254,7 +243,7 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 			return err
 		}
 		cfg.MasterListener = lis
-		emit(stdout, event{Event: "listening", Addr: lis.Addr().String()})
+		launch.Emit(stdout, launch.Event{Event: "listening", Addr: lis.Addr().String()})
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	tr, err := collnet.Connect(cctx, cfg)
@@ -309,7 +298,7 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		if rank == 0 {
 			t := float64(secs[0])
 			alg := float64(bytes) / t / 1e9
-			emit(stdout, event{Event: "result", Result: &collRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
+			launch.Emit(stdout, launch.Event{Event: "result", Result: &launch.CollRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
 				BusBW: alg * busFactor(op, np), Correct: ok[0] == 1, Transport: transport}})
 		}
 	}

@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,36 +193,17 @@ func runShoal(ctx context.Context, exe string, r bench.Run, nf nicFlags, df data
 	if target > 0 {
 		rec.TargetAccuracy = target
 	}
-	line, err := runJSON(ctx, limit, exe, args, nil, stderr)
+	line, err := launch.RunJSON(ctx, limit, exe, args, nil, stderr)
 	if err != nil {
 		rec.Error = err.Error()
 		return rec
 	}
-	var sum trainSummary
+	var sum launch.Result
 	if err := json.Unmarshal(line, &sum); err != nil {
 		rec.Error = fmt.Sprintf("reading shoal train's summary: %v", err)
 		return rec
 	}
-	rec.Parameters, rec.VectorBytes = sum.Parameters, 4*int64(sum.Parameters)
-	rec.Batch, rec.Optimizer, rec.LR = sum.Batch, sum.Optimizer, sum.LR
-	rec.Steps, rec.Samples = sum.Steps, sum.Samples
-	rec.TrainSeconds = sum.WorkerSeconds
-	if rec.TrainSeconds > 0 {
-		rec.SamplesPerSec = float64(sum.Samples) / rec.TrainSeconds
-	}
-	if sum.StepTime != nil {
-		rec.StepTime = *sum.StepTime
-	}
-	rec.IdleFraction = sum.IdleFraction
-	rec.BytesSentPerStep, rec.BytesReceivedPerStep = sum.BytesSentPerStep, sum.BytesReceivedPerStep
-	if len(sum.Staleness) > 0 {
-		rec.Staleness = map[string]int64{}
-		for k, v := range sum.Staleness {
-			rec.Staleness[strconv.FormatInt(k, 10)] = v
-		}
-	}
-	rec.Curve = sum.Curve
-	rec.TestAccuracy = sum.TestAccuracy
+	sum.Fill(&rec)
 	if bench.Models[r.Model].Big {
 		rec.TargetAccuracy = 0
 	}
@@ -232,40 +212,6 @@ func runShoal(ctx context.Context, exe string, r bench.Run, nf nicFlags, df data
 		rec.Comm = bench.CommModel(&rec, nf.gbps)
 	}
 	return rec
-}
-
-// runJSON runs a command and returns the last line of its stdout that is
-// a JSON object; on failure, the error carries the end of its stderr.
-func runJSON(ctx context.Context, limit time.Duration, exe string, args, env []string, stderr io.Writer) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	tail := &tailBuffer{max: 2048}
-	cmd.Stdout = &out
-	cmd.Stderr = tail
-	cmd.WaitDelay = 10 * time.Second
-	err := cmd.Run()
-	if ctx.Err() == context.DeadlineExceeded {
-		return nil, fmt.Errorf("%s did not finish within --run-timeout %v", filepath.Base(exe), limit)
-	}
-	if err != nil {
-		msg := string(bytes.TrimSpace(tail.Bytes()))
-		return nil, fmt.Errorf("%s %s: %v: %s", filepath.Base(exe), strings.Join(args[:min(len(args), 1)], " "), err, msg)
-	}
-	var last []byte
-	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		if l := bytes.TrimSpace(sc.Bytes()); len(l) > 0 && l[0] == '{' {
-			last = slices.Clone(l)
-		}
-	}
-	if last == nil {
-		return nil, fmt.Errorf("%s printed no JSON summary", filepath.Base(exe))
-	}
-	return last, nil
 }
 
 // peerUnavailable says why the PyTorch peer cannot run, or "".
@@ -297,7 +243,7 @@ func runPeer(ctx context.Context, python, script string, r bench.Run, df dataFla
 	}
 	rec := bench.Record{ID: r.ID("pytorch-ddp-gloo", 0), Peer: "pytorch-ddp-gloo", Command: append([]string{python}, args...),
 		Mode: "ddp", Model: bench.Models[r.Model].Label, Workers: r.Workers, Seed: 1, TestAccuracy: -1}
-	line, err := runJSON(ctx, limit, python, args, nil, stderr)
+	line, err := launch.RunJSON(ctx, limit, python, args, nil, stderr)
 	if err != nil {
 		rec.Error = err.Error()
 		return rec

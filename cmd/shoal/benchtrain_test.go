@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/shoalml/shoal/launch"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,7 +143,7 @@ func TestStopAtAccuracy(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
 			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-			var sum trainSummary
+			var sum launch.Result
 			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
 			assert.True(t, sum.StoppedAtTarget)
 			assert.Contains(t, stdout.String(), "stopped early")

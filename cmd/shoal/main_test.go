@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"math"
 	"os"
@@ -126,7 +127,7 @@ func TestTrainEndToEnd(t *testing.T) {
 // background.
 type proc struct {
 	cmd    *exec.Cmd
-	events chan event
+	events chan launch.Event
 	done   chan error
 	stderr *syncBuffer
 }
@@ -152,7 +153,7 @@ func (s *syncBuffer) String() string {
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(shoalBin, args...)
-	p := &proc{cmd: cmd, events: make(chan event, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	p := &proc{cmd: cmd, events: make(chan launch.Event, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -160,7 +161,7 @@ func startProc(t *testing.T, args ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var ev event
+			var ev launch.Event
 			if json.Unmarshal(sc.Bytes(), &ev) == nil {
 				select {
 				case p.events <- ev:
@@ -181,7 +182,7 @@ func startProc(t *testing.T, args ...string) *proc {
 }
 
 // next waits for the next event satisfying ok.
-func (p *proc) next(t *testing.T, ctx context.Context, what string, ok func(event) bool) event {
+func (p *proc) next(t *testing.T, ctx context.Context, what string, ok func(launch.Event) bool) launch.Event {
 	t.Helper()
 	for {
 		select {
@@ -204,7 +205,7 @@ func (p *proc) next(t *testing.T, ctx context.Context, what string, ok func(even
 func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "64")
-	addr := ps.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr
+	addr := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr
 
 	workerArgs := func(rank int) []string {
 		return []string{"worker", "--servers", addr, "--rank", fmt.Sprint(rank), "--world-size", "2", "--events", "--hidden", "64",
@@ -212,7 +213,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	}
 	w0 := startProc(t, workerArgs(0)...)
 	w1 := startProc(t, workerArgs(1)...)
-	isProgress := func(e event) bool { return e.Event == "progress" }
+	isProgress := func(e launch.Event) bool { return e.Event == "progress" }
 	w1.next(t, ctx, "progress of worker 1", isProgress)
 	w0.next(t, ctx, "progress of worker 0", isProgress)
 
@@ -223,7 +224,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 
 	// Worker 0 keeps training: it reports progress beyond where it was.
 	mark := w0.next(t, ctx, "progress of worker 0", isProgress)
-	w0.next(t, ctx, "later progress of worker 0", func(e event) bool {
+	w0.next(t, ctx, "later progress of worker 0", func(e launch.Event) bool {
 		return isProgress(e) && (e.Epoch > mark.Epoch || e.Step > mark.Step)
 	})
 
@@ -390,9 +391,9 @@ func TestServerRestartsFromItsCheckpoint(t *testing.T) {
 		return []string{"ps", "--listen", listen, "--events", "--hidden", "32", "--checkpoint-dir", dir, "--checkpoint-every", "20", "--log-level", "info"}
 	}
 	ps1 := startProc(t, psArgs("127.0.0.1:0")...)
-	addr := ps1.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr
+	addr := ps1.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr
 	w := startProc(t, "worker", "--servers", addr, "--events", "--hidden", "32", "--dataset", "synthetic", "--batch", "16", "--steps", "1500")
-	w.next(t, ctx, "progress", func(e event) bool { return e.Event == "progress" && e.Step >= 60 })
+	w.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" && e.Step >= 60 })
 
 	require.NoError(t, ps1.cmd.Process.Kill())
 	require.Error(t, <-ps1.done)
@@ -402,8 +403,8 @@ func TestServerRestartsFromItsCheckpoint(t *testing.T) {
 	require.NotEmpty(t, entries, "no checkpoint written before the kill")
 
 	ps2 := startProc(t, psArgs(addr)...)
-	ps2.next(t, ctx, "listening event of the restarted server", func(e event) bool { return e.Event == "listening" })
-	done := w.next(t, ctx, "the worker's done event", func(e event) bool { return e.Event == "done" })
+	ps2.next(t, ctx, "listening event of the restarted server", func(e launch.Event) bool { return e.Event == "listening" })
+	done := w.next(t, ctx, "the worker's done event", func(e launch.Event) bool { return e.Event == "done" })
 	assert.Equal(t, int64(1500), done.Steps)
 	select {
 	case err := <-w.done:
@@ -426,10 +427,10 @@ func TestKillingARingRank(t *testing.T) {
 			"--dataset", "synthetic", "--hidden", "32", "--batch", "16", "--steps", "100000000", "--events", "--call-timeout", "30s"}
 	}
 	r0 := startProc(t, args(0, "127.0.0.1:0")...)
-	master := r0.next(t, ctx, "rendezvous address", func(e event) bool { return e.Event == "listening" }).Addr
+	master := r0.next(t, ctx, "rendezvous address", func(e launch.Event) bool { return e.Event == "listening" }).Addr
 	ranks := []*proc{r0, startProc(t, args(1, master)...), startProc(t, args(2, master)...), startProc(t, args(3, master)...)}
 	for _, p := range ranks {
-		p.next(t, ctx, "progress", func(e event) bool { return e.Event == "progress" })
+		p.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" })
 	}
 	require.NoError(t, ranks[2].cmd.Process.Kill())
 	ranks[2].done <- <-ranks[2].done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"strconv"
@@ -91,43 +92,6 @@ func (c *countingTransport) Recv(ctx context.Context, peer int, buf []byte) erro
 	return err
 }
 
-// stepLog collects a worker's step times, in seconds, for its done event.
-type stepLog struct {
-	Step    []float64 `json:"step"`
-	Data    []float64 `json:"data"`
-	Compute []float64 `json:"compute"`
-	Wait    []float64 `json:"wait"`
-	Pull    []float64 `json:"pull"`
-	Push    []float64 `json:"push"`
-	Reduce  []float64 `json:"reduce"`
-	// Sent and Received count the bytes this worker's connections carried
-	// by the end of its last step; FirstSent and FirstReceived by the end
-	// of its first (so setup traffic, e.g. the initial broadcast, stays
-	// out of the per-step figures).
-	Sent          int64 `json:"sent"`
-	Received      int64 `json:"received"`
-	FirstSent     int64 `json:"first_sent"`
-	FirstReceived int64 `json:"first_received"`
-	// counters reads the byte counters.
-	counters func() (sent, received int64)
-}
-
-func (l *stepLog) add(t worker.StepTimes) {
-	if l.counters != nil {
-		l.Sent, l.Received = l.counters()
-		if len(l.Step) == 0 {
-			l.FirstSent, l.FirstReceived = l.Sent, l.Received
-		}
-	}
-	l.Step = append(l.Step, t.Step.Seconds())
-	l.Data = append(l.Data, t.Data.Seconds())
-	l.Compute = append(l.Compute, t.Compute.Seconds())
-	l.Wait = append(l.Wait, t.Wait.Seconds())
-	l.Pull = append(l.Pull, t.Pull.Seconds())
-	l.Push = append(l.Push, t.Push.Seconds())
-	l.Reduce = append(l.Reduce, t.Reduce.Seconds())
-}
-
 // statFlags are a worker's statistics for the benchmark harness.
 type statFlags struct {
 	stats     bool
@@ -163,10 +127,10 @@ func (s *statFlags) validate() error {
 // Eval ends the run once the target is reached; agree, when set (ring),
 // shares that decision with every rank, whose Eval then takes part in
 // it, so all ranks stop after the same step.
-func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.Model, test data.Dataset, out io.Writer,
+func (s *statFlags) hooks(cfg *worker.Config, log *launch.StepLog, rank int, model nn.Model, test data.Dataset, out io.Writer,
 	agree func(ctx context.Context, stop bool) (bool, error)) {
 	if s.stats {
-		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.add(t) }
+		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.Add(t) }
 	}
 	decide := func(ctx context.Context, reached bool) error {
 		if agree != nil && s.stopAt > 0 {
@@ -197,7 +161,7 @@ func (s *statFlags) hooks(cfg *worker.Config, log *stepLog, rank int, model nn.M
 			if err != nil {
 				return err
 			}
-			emit(out, event{Event: "eval", Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
+			launch.Emit(out, launch.Event{Event: "eval", Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
 			return decide(ctx, s.stopAt > 0 && ev.Accuracy >= s.stopAt)
 		}
 	}

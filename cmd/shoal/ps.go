@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"time"
@@ -12,44 +12,6 @@ import (
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/shard"
 )
-
-// event is one JSON line a child process writes on stdout for its
-// launcher (with --events).
-type event struct {
-	Event string `json:"event"`
-	// listening
-	Addr  string `json:"addr,omitempty"`
-	Shard int    `json:"shard,omitempty"`
-	// progress, done
-	Rank       int             `json:"rank,omitempty"`
-	Epoch      int             `json:"epoch,omitempty"`
-	Epochs     int             `json:"epochs,omitempty"`
-	Step       int             `json:"step,omitempty"`
-	EpochSteps int             `json:"epoch_steps,omitempty"`
-	Samples    int             `json:"samples,omitempty"`
-	LossSum    float64         `json:"loss_sum,omitempty"`
-	Correct    int             `json:"correct,omitempty"`
-	Seconds    float64         `json:"seconds,omitempty"`
-	EpochDone  bool            `json:"epoch_done,omitempty"`
-	Steps      int64           `json:"steps,omitempty"`
-	Staleness  map[int64]int64 `json:"staleness,omitempty"`
-	Dropped    int64           `json:"dropped,omitempty"`
-	// done, ring: the test metrics of the whole test set
-	TestLoss     float64 `json:"test_loss,omitempty"`
-	TestAccuracy float64 `json:"test_accuracy,omitempty"`
-	TestSamples  int     `json:"test_samples,omitempty"`
-	// result: one measurement of shoal bench
-	Result *collRecord `json:"result,omitempty"`
-	// done, with --stats: the worker's step times and bytes
-	Times *stepLog `json:"times,omitempty"`
-	// done: the run ended early at --stop-at-accuracy
-	Stopped bool `json:"stopped,omitempty"`
-}
-
-func emit(w io.Writer, e event) {
-	b, _ := json.Marshal(e)
-	fmt.Fprintf(w, "%s\n", b)
-}
 
 func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
@@ -127,7 +89,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("serving", "component", "ps", "addr", addr, "clock", core.Clock(), "shard", *shardIdx, "servers", *servers, "mode", *mode,
 		"model", describeModel(model), "floats", plan.Floats(*shardIdx))
 	if *events {
-		emit(stdout, event{Event: "listening", Addr: addr, Shard: *shardIdx})
+		launch.Emit(stdout, launch.Event{Event: "listening", Addr: addr, Shard: *shardIdx})
 	} else {
 		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
 			*shardIdx, *servers, describeModel(model), addr, core.Floats(), plan.VectorLen, len(core.Ranges()))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"os"
@@ -176,7 +177,7 @@ var readmeRuns = map[string]readmeRun{
 		check: func(t *testing.T, _, stdout string) {
 			var n int
 			for l := range strings.Lines(stdout) {
-				var r collRecord
+				var r launch.CollRecord
 				require.NoError(t, json.Unmarshal([]byte(l), &r), l)
 				assert.Equal(t, "allgather", r.Op)
 				assert.True(t, r.Correct, l)
@@ -361,7 +362,7 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 		var addrs []string
 		for i := range rr.servers {
 			ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--shard", fmt.Sprint(i), "--servers", fmt.Sprint(rr.servers))
-			addrs = append(addrs, ps.next(t, ctx, "listening event", func(e event) bool { return e.Event == "listening" }).Addr)
+			addrs = append(addrs, ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr)
 		}
 		vars["{servers}"] = strings.Join(addrs, ",")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"os"
 	"strconv"
@@ -132,7 +133,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		}
 		ccfg.MasterListener = lis
 		if r.events {
-			emit(r.stdout, event{Event: "listening", Addr: lis.Addr().String()})
+			launch.Emit(r.stdout, launch.Event{Event: "listening", Addr: lis.Addr().String()})
 		}
 	}
 	tr, err := collnet.Connect(cctx, ccfg)
@@ -162,11 +163,11 @@ func runRing(ctx context.Context, r ringRun) error {
 	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
 	progress := board.update
 	if r.events {
-		progress = func(p worker.Progress) { emit(r.stdout, progressEvent(p)) }
+		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
 		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
-	steps := stepLog{counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
+	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
 	flag := make([]float32, 1)
 	agree := func(ctx context.Context, stop bool) (bool, error) {
 		flag[0] = 0
@@ -209,12 +210,12 @@ func runRing(ctx context.Context, r ringRun) error {
 		}
 	}
 	if r.events {
-		done := event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
+		done := launch.Event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
 			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples, Stopped: res.Stopped}
 		if r.sf.stats {
 			done.Times = &steps
 		}
-		emit(r.stdout, done)
+		launch.Emit(r.stdout, done)
 		return nil
 	}
 	fmt.Fprintf(r.stdout, "rank %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", r.id.Rank, r.id.WorldSize, res.Steps, res.Samples,

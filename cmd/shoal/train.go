@@ -6,126 +6,52 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/worker"
 )
 
-// trainSummary is the --json line of shoal train.
-type trainSummary struct {
-	Mode          string          `json:"mode"`
-	Model         string          `json:"model"`
-	Parameters    int             `json:"parameters"`
-	Dataset       string          `json:"dataset"`
-	Workers       int             `json:"workers"`
-	Servers       int             `json:"servers"`
-	Epochs        int             `json:"epochs"`
-	Steps         int64           `json:"steps"`
-	Batch         int             `json:"batch"`
-	Optimizer     string          `json:"optimizer"`
-	LR            float64         `json:"lr"`
-	TestAccuracy  float64         `json:"test_accuracy"`
-	TestLoss      float64         `json:"test_loss"`
-	TrainAccuracy float64         `json:"train_accuracy"`
-	TrainLoss     float64         `json:"train_loss"`
-	Samples       int64           `json:"samples"`
-	SamplesPerSec float64         `json:"samples_per_sec"`
-	TrainSeconds  float64         `json:"train_seconds"`
-	WallSeconds   float64         `json:"wall_seconds"`
-	Staleness     map[int64]int64 `json:"staleness"`
-	Dropped       int64           `json:"dropped_pushes"`
-	FailedWorkers []int           `json:"failed_workers"`
-	Saved         string          `json:"saved,omitempty"`
-	// With --stats: the workers' own run time (the longest), where their
-	// steps' time went, and their traffic per step.
-	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
-	StepTime             *bench.StepTime `json:"step_time,omitempty"`
-	IdleFraction         float64         `json:"idle_fraction,omitempty"`
-	BytesSentPerStep     float64         `json:"bytes_sent_per_step,omitempty"`
-	BytesReceivedPerStep float64         `json:"bytes_received_per_step,omitempty"`
-	// With --eval-every: rank 0's test accuracy during the run.
-	Curve []bench.CurvePoint `json:"curve,omitempty"`
-	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
-	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
+// trainRun is one `shoal train`: its flags, what they build, and the
+// children it starts.
+type trainRun struct {
+	mf         modelFlags
+	of         optFlags
+	df         dataFlags
+	tf         trainFlags
+	lf         logFlags
+	rf         ringFlags
+	nf         nicFlags
+	sf         statFlags
+	workers    int
+	servers    int
+	chunkBytes int
+	save       string
+	jsonOut    bool
+	startup    time.Duration
+	backup     int
+	staleness  int64
+	ckptDir    string
+	ckptEvery  int64
+	testEval   bool
+
+	ring  bool
+	model nn.Model
+	test  data.Dataset
+	ocfg  optim.Config
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
-	var (
-		mf         modelFlags
-		of         optFlags
-		df         dataFlags
-		tf         trainFlags
-		lf         logFlags
-		rf         ringFlags
-		workers    = fs.Int("workers", 2, "number of worker processes")
-		servers    = fs.Int("servers", 1, "number of parameter-server processes")
-		chunkBytes = fs.Int("chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
-		save       = fs.String("save", "", "write the final parameters to this .safetensors file")
-		jsonOut    = fs.Bool("json", false, "end with one JSON line summarising the run")
-		startup    = fs.Duration("startup-timeout", 60*time.Second, "how long a server may take to start")
-		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
-		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-		ckptDir    = fs.String("checkpoint-dir", "", "servers checkpoint here and resume from it")
-		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
-		testEval   = fs.Bool("test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
-		nf         nicFlags
-		sf         statFlags
-	)
-	nf.register(fs)
-	sf.register(fs)
-	mf.register(fs)
-	of.register(fs, "cosine")
-	df.register(fs)
-	tf.register(fs)
-	lf.register(fs, "warn")
-	rf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := tf.validate(); err != nil {
-		return err
-	}
-	if err := nf.validate(); err != nil {
-		return err
-	}
-	if err := sf.validate(); err != nil {
-		return err
-	}
-	ring := tf.mode == "ring"
-	if ring {
-		*servers = 0 // no parameter server in ring mode
-	} else if *servers < 1 {
-		return fmt.Errorf("--servers %d: want >= 1", *servers)
-	}
-	if *workers < 1 {
-		return fmt.Errorf("--workers %d: want >= 1", *workers)
-	}
-	model, err := mf.build()
-	if err != nil {
-		return err
-	}
-	// The launcher evaluates the final weights, so it loads the data too;
-	// a missing dataset fails here, before any process starts.
-	train, test, err := df.load(mf.seed)
-	if err != nil {
-		return err
-	}
-	if of.decay != "none" && of.decaySteps == 0 {
-		// Decay over the whole run: the servers apply one update per push.
-		of.decaySteps = max(totalUpdates(train.Len(), *workers, *staleness, &tf)-of.warmup, 1)
-	}
-	ocfg, err := of.config()
+	t, err := parseTrain(args, stderr)
 	if err != nil {
 		return err
 	}
@@ -134,148 +60,42 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer l.shutdown()
-
-	common := append(append(append(mf.args(), lf.args()...), nf.args()...), "--events")
-	addrs := make([]string, *servers)
-	psKids := make([]*child, *servers)
-	for i := range *servers {
-		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(*servers),
-			"--mode", tf.mode, "--chunk-bytes", strconv.Itoa(*chunkBytes), "--workers", strconv.Itoa(*workers),
-			"--backup-workers", strconv.Itoa(*backup), "--staleness", strconv.FormatInt(*staleness, 10),
-			"--checkpoint-dir", *ckptDir, "--checkpoint-every", strconv.FormatInt(*ckptEvery, 10)}, append(common, of.args()...)...)
-		c, err := l.start(ctx, fmt.Sprintf("ps %d", i), i, args...)
-		if err != nil {
-			return err
-		}
-		ev, err := l.waitFor(ctx, c, *startup, func(e event) bool { return e.Event == "listening" })
-		if err != nil {
-			return err
-		}
-		addrs[i], psKids[i] = ev.Addr, c
+	defer l.Shutdown()
+	addrs, psKids, err := t.startServers(ctx, l)
+	if err != nil {
+		return err
 	}
-
-	lr := fmt.Sprintf("lr %g", ocfg.LR)
-	if ring && rf.scaleLR {
-		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", ocfg.LR, *workers)
+	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
+	if t.ring && t.rf.scaleLR {
+		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s %s, %s\n",
-		describeModel(model), tf.mode, *workers, *servers, tf.batch, ocfg.Algorithm, lr, test.Name())
+		describeModel(t.model), t.tf.mode, t.workers, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
 	trainStart := time.Now()
-	isWorker := map[*child]bool{}
-	master := "127.0.0.1:0"
-	for r := range *workers {
-		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(*workers),
-			"--eval=" + strconv.FormatBool(ring && *testEval)}, // ring ranks evaluate together; PS: the launcher does
-			append(append(append(common, df.args()...), tf.args()...), sf.args()...)...)
-		if !ring {
-			args = append(args, "--compression", rf.compression)
-		}
-		if ring {
-			args = append(append(append(args, of.args()...), rf.args()...), "--master", master)
-			if r == 0 && *save != "" {
-				args = append(args, "--save", *save)
-			}
-		}
-		// Each worker gets its share of the cores, and OpenBLAS no more
-		// threads than that (it would start one per core in every process).
-		threads := max(1, runtime.NumCPU()/(*workers))
-		args = append(args, "--threads", strconv.Itoa(threads))
-		env := []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}
-		if !ring && os.Getenv("GOMAXPROCS") == "" {
-			// A PS worker's Go runtime gets the same share: with one P
-			// per core of the machine in every process, the transport's
-			// goroutines hand each 16 KiB frame to another thread and
-			// the context switches cost more than the parallelism
-			// gains (async 2×1 on 2 cores: 11,169 against 10,238
-			// samples/s, medians of 3 alternating runs).
-			env = append(env, "GOMAXPROCS="+strconv.Itoa(threads))
-		}
-		c, err := l.startEnv(ctx, fmt.Sprintf("worker %d", r), r, env, args...)
-		if err != nil {
-			return err
-		}
-		isWorker[c] = true
-		if ring && r == 0 {
-			// Rank 0 serves the rendezvous; the others join it there.
-			ev, err := l.waitFor(ctx, c, *startup, func(e event) bool { return e.Event == "listening" })
-			if err != nil {
-				return err
-			}
-			master = ev.Addr
-		}
+	isWorker, err := t.startWorkers(ctx, l, addrs)
+	if err != nil {
+		return err
 	}
-	var ringTest *event
-
-	board := newBoard(stdout, *workers, isTerminal(stdout))
-	sum := trainSummary{Mode: tf.mode, Model: describeModel(model), Parameters: model.Layout().Size(), Dataset: test.Name(), Workers: *workers, Servers: *servers,
-		Batch: tf.batch, Optimizer: ocfg.Algorithm, LR: ocfg.LR, Staleness: map[int64]int64{}, FailedWorkers: []int{}}
-	var failures []string
-	var logs []*stepLog
-	for running := *workers; running > 0; {
-		m, err := l.next(ctx)
-		if err != nil {
-			return fmt.Errorf("interrupted: %w", err)
-		}
-		switch {
-		case m.exit && isWorker[m.from]:
-			running--
-			if m.from.err != nil {
-				failures = append(failures, m.from.failure())
-				sum.FailedWorkers = append(sum.FailedWorkers, m.from.rank)
-				board.markDead(m.from.rank)
-			}
-		case m.exit:
-			// A server died: nothing can finish without it.
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return errors.New(m.from.failure())
-		case m.ev.Event == "progress":
-			board.update(fromEvent(m.ev))
-		case m.ev.Event == "eval":
-			sum.Curve = append(sum.Curve, bench.CurvePoint{Seconds: m.ev.Seconds, Step: m.ev.Steps, Accuracy: m.ev.TestAccuracy, Loss: m.ev.TestLoss})
-		case m.ev.Event == "done":
-			if ring && m.ev.Rank == 0 {
-				ev := m.ev
-				ringTest = &ev
-			}
-			sum.Steps = max(sum.Steps, m.ev.Steps)
-			sum.Samples += int64(m.ev.Samples)
-			for k, v := range m.ev.Staleness {
-				sum.Staleness[k] += v
-			}
-			sum.Dropped += m.ev.Dropped
-			sum.WorkerSeconds = max(sum.WorkerSeconds, m.ev.Seconds)
-			if m.ev.Stopped && m.ev.Rank == 0 {
-				sum.StoppedAtTarget = true
-				if !ring {
-					// The others learn it from the launcher (ring ranks
-					// agreed among themselves).
-					for c := range isWorker {
-						if c.rank != 0 {
-							c.tell("stop")
-						}
-					}
-				}
-			}
-			if m.ev.Times != nil {
-				logs = append(logs, m.ev.Times)
-			}
-		}
+	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
+		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: map[int64]int64{}, FailedWorkers: []int{}}}
+	board := newBoard(stdout, t.workers, isTerminal(stdout))
+	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board)
+	if err != nil {
+		return err
 	}
-	if sf.stats {
-		summariseSteps(&sum, logs)
+	if t.sf.stats {
+		tally.SummariseSteps()
 	}
 	board.clearBar()
+	sum := &tally.Result
 	sum.TrainSeconds = time.Since(trainStart).Seconds()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
-	if len(sum.FailedWorkers) == *workers {
+	if len(sum.FailedWorkers) == t.workers {
 		return fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
 	}
-	if ring && len(failures) > 0 {
+	if t.ring && len(failures) > 0 {
 		// A ring cannot finish without every rank.
 		return fmt.Errorf("the ring failed:\n%s", strings.Join(failures, "\n"))
 	}
@@ -289,50 +109,257 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
 
-	ev := worker.Evaluation{Accuracy: -1}
-	switch {
-	case !*testEval:
-		sum.Saved = *save
-		if !ring && *save != "" {
-			params, err := pullFinal(ctx, addrs, model)
-			if err != nil {
-				return err
-			}
-			meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode}
-			if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
-				return fmt.Errorf("--save %s: %w", *save, err)
-			}
-		}
-	case ring:
-		if ringTest == nil {
-			return errors.New("rank 0 finished without reporting the test metrics")
-		}
-		ev = worker.Evaluation{Loss: ringTest.TestLoss, Accuracy: ringTest.TestAccuracy, Samples: ringTest.TestSamples}
-		sum.Saved = *save
-	default:
-		params, err := pullFinal(ctx, addrs, model)
-		if err != nil {
-			return err
-		}
-		if ev, err = worker.Evaluate(ctx, model, params, test, 1000); err != nil {
-			return err
-		}
-		if *save != "" {
-			meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": tf.mode, "test_accuracy": fmtFloat(ev.Accuracy)}
-			if err := nn.SaveSafetensors(*save, model.Layout(), params, meta); err != nil {
-				return fmt.Errorf("--save %s: %w", *save, err)
-			}
-			sum.Saved = *save
-		}
+	ev, err := t.finish(ctx, addrs, ringTest, sum)
+	if err != nil {
+		return err
 	}
 	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
 	for _, c := range psKids {
-		c.stop()
+		c.Stop()
 	}
-	l.shutdown()
+	l.Shutdown()
 	sum.WallSeconds = time.Since(wall).Seconds()
+	if err := t.report(stdout, sum, ev); err != nil {
+		return err
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), t.workers)
+	}
+	return nil
+}
 
-	if *testEval {
+// parseTrain reads and checks shoal train's flags, builds the model and
+// loads the data (the launcher evaluates the final weights, so a missing
+// dataset fails here, before any process starts).
+func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
+	fs := newFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
+	t := &trainRun{}
+	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
+	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
+	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
+	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
+	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
+	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
+	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
+	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
+	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
+	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
+	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
+	t.nf.register(fs)
+	t.sf.register(fs)
+	t.mf.register(fs)
+	t.of.register(fs, "cosine")
+	t.df.register(fs)
+	t.tf.register(fs)
+	t.lf.register(fs, "warn")
+	t.rf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate} {
+		if err := v(); err != nil {
+			return nil, err
+		}
+	}
+	t.ring = t.tf.mode == "ring"
+	if t.ring {
+		t.servers = 0 // no parameter server in ring mode
+	} else if t.servers < 1 {
+		return nil, fmt.Errorf("--servers %d: want >= 1", t.servers)
+	}
+	if t.workers < 1 {
+		return nil, fmt.Errorf("--workers %d: want >= 1", t.workers)
+	}
+	var err error
+	if t.model, err = t.mf.build(); err != nil {
+		return nil, err
+	}
+	train, test, err := t.df.load(t.mf.seed)
+	if err != nil {
+		return nil, err
+	}
+	t.test = test
+	if t.of.decay != "none" && t.of.decaySteps == 0 {
+		// Decay over the whole run: the servers apply one update per push.
+		t.of.decaySteps = max(totalUpdates(train.Len(), t.workers, t.staleness, &t.tf)-t.of.warmup, 1)
+	}
+	if t.ocfg, err = t.of.config(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// common are the flags every child gets.
+func (t *trainRun) common() []string {
+	return append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), "--events")
+}
+
+// startServers starts the parameter-server shards one after the other,
+// each on a free loopback port, and returns their addresses.
+func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) ([]string, []*launch.Child, error) {
+	addrs := make([]string, t.servers)
+	kids := make([]*launch.Child, t.servers)
+	for i := range t.servers {
+		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(t.servers),
+			"--mode", t.tf.mode, "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
+			"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
+			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10)}, append(t.common(), t.of.args()...)...)
+		c, err := l.Start(ctx, fmt.Sprintf("ps %d", i), i, nil, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		ev, err := l.WaitFor(ctx, c, t.startup, isListening)
+		if err != nil {
+			return nil, nil, err
+		}
+		addrs[i], kids[i] = ev.Addr, c
+	}
+	return addrs, kids, nil
+}
+
+func isListening(e launch.Event) bool { return e.Event == launch.Listening }
+
+// startWorkers starts the workers; in ring mode rank 0 first, whose
+// rendezvous address the others join.
+func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs []string) (map[*launch.Child]bool, error) {
+	isWorker := map[*launch.Child]bool{}
+	master := "127.0.0.1:0"
+	for r := range t.workers {
+		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
+			"--eval=" + strconv.FormatBool(t.ring && t.testEval)}, // ring ranks evaluate together; PS: the launcher does
+			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)
+		if !t.ring {
+			args = append(args, "--compression", t.rf.compression)
+		}
+		if t.ring {
+			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
+			if r == 0 && t.save != "" {
+				args = append(args, "--save", t.save)
+			}
+		}
+		// Each worker gets its share of the cores, and OpenBLAS no more
+		// threads than that (it would start one per core in every process).
+		threads := max(1, runtime.NumCPU()/t.workers)
+		args = append(args, "--threads", strconv.Itoa(threads))
+		env := []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}
+		if !t.ring && os.Getenv("GOMAXPROCS") == "" {
+			// A PS worker's Go runtime gets the same share: with one P
+			// per core of the machine in every process, the transport's
+			// goroutines hand each 16 KiB frame to another thread and
+			// the context switches cost more than the parallelism
+			// gains (async 2×1 on 2 cores: 11,169 against 10,238
+			// samples/s, medians of 3 alternating runs).
+			env = append(env, "GOMAXPROCS="+strconv.Itoa(threads))
+		}
+		c, err := l.Start(ctx, fmt.Sprintf("worker %d", r), r, env, args...)
+		if err != nil {
+			return nil, err
+		}
+		isWorker[c] = true
+		if t.ring && r == 0 {
+			// Rank 0 serves the rendezvous; the others join it there.
+			ev, err := l.WaitFor(ctx, c, t.startup, isListening)
+			if err != nil {
+				return nil, err
+			}
+			master = ev.Addr
+		}
+	}
+	return isWorker, nil
+}
+
+// watch follows the run until every worker has exited: progress to the
+// board, evaluations and done events to the tally, a worker's failure
+// noted, a server's death the end of the run. When rank 0 stops at its
+// target accuracy, the other PS workers are told to stop (ring ranks agree
+// among themselves). It returns ring rank 0's done event (its test
+// metrics) and the workers' failures.
+func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board) (*launch.Event, []string, error) {
+	var ringTest *launch.Event
+	var failures []string
+	for running := t.workers; running > 0; {
+		m, err := l.Next(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("interrupted: %w", err)
+		}
+		switch {
+		case m.Exit && isWorker[m.From]:
+			running--
+			if m.From.Err() != nil {
+				failures = append(failures, m.From.Failure())
+				tally.Result.FailedWorkers = append(tally.Result.FailedWorkers, m.From.Rank())
+				board.markDead(m.From.Rank())
+			}
+		case m.Exit:
+			// A server died: nothing can finish without it.
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			return nil, nil, errors.New(m.From.Failure())
+		case m.Event.Event == launch.Progress:
+			board.update(launch.ProgressOf(m.Event))
+		default:
+			tally.Add(m.Event)
+			if m.Event.Event != launch.Done {
+				break
+			}
+			if t.ring && m.Event.Rank == 0 {
+				ev := m.Event
+				ringTest = &ev
+			}
+			if m.Event.Stopped && m.Event.Rank == 0 && !t.ring {
+				for c := range isWorker {
+					if c.Rank() != 0 {
+						c.Tell("stop")
+					}
+				}
+			}
+		}
+	}
+	return ringTest, failures, nil
+}
+
+// finish evaluates the final weights on the test set (ring: rank 0 did)
+// and saves them with --save.
+func (t *trainRun) finish(ctx context.Context, addrs []string, ringTest *launch.Event, sum *launch.Result) (worker.Evaluation, error) {
+	ev := worker.Evaluation{Accuracy: -1}
+	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.tf.mode}
+	switch {
+	case t.ring:
+		sum.Saved = t.save // rank 0 saved them
+		if !t.testEval {
+			return ev, nil
+		}
+		if ringTest == nil {
+			return ev, errors.New("rank 0 finished without reporting the test metrics")
+		}
+		return worker.Evaluation{Loss: ringTest.TestLoss, Accuracy: ringTest.TestAccuracy, Samples: ringTest.TestSamples}, nil
+	case !t.testEval && t.save == "":
+		return ev, nil
+	}
+	params, err := pullFinal(ctx, addrs, t.model)
+	if err != nil {
+		return ev, err
+	}
+	if t.testEval {
+		if ev, err = worker.Evaluate(ctx, t.model, params, t.test, 1000); err != nil {
+			return ev, err
+		}
+		meta["test_accuracy"] = fmtFloat(ev.Accuracy)
+	}
+	if t.save != "" {
+		if err := nn.SaveSafetensors(t.save, t.model.Layout(), params, meta); err != nil {
+			return ev, fmt.Errorf("--save %s: %w", t.save, err)
+		}
+		sum.Saved = t.save
+	}
+	return ev, nil
+}
+
+// report prints the run's end: test metrics, throughput, staleness,
+// dropped pushes, and the JSON line with --json.
+func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evaluation) error {
+	if t.testEval {
 		fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
 	}
 	fmt.Fprintf(stdout, "throughput: %.0f samples/s (%d samples in %.1fs); wall %.1fs\n", sum.SamplesPerSec, sum.Samples, sum.TrainSeconds, sum.WallSeconds)
@@ -343,22 +370,20 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
 	}
 	if sum.StoppedAtTarget {
-		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", sf.stopAt, sum.Steps)
+		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", t.sf.stopAt, sum.Steps)
 	}
 	if sum.Saved != "" {
 		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)
 	}
-	if *jsonOut {
-		b, err := json.Marshal(sum)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\n", b)
+	if !t.jsonOut {
+		return nil
 	}
-	if len(failures) > 0 {
-		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), *workers)
+	b, err := json.Marshal(sum)
+	if err != nil {
+		return err
 	}
-	return nil
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
 }
 
 // totalUpdates is how many optimizer steps each server takes in a run:
@@ -390,11 +415,6 @@ func pullFinal(ctx context.Context, addrs []string, model nn.Model) ([]float32, 
 		return nil, fmt.Errorf("reading the final weights: %w", err)
 	}
 	return params, nil
-}
-
-func fromEvent(e event) worker.Progress {
-	return worker.Progress{Rank: e.Rank, Epoch: e.Epoch, Epochs: e.Epochs, Step: e.Step, EpochSteps: e.EpochSteps, Samples: e.Samples,
-		LossSum: e.LossSum, Correct: e.Correct, Elapsed: time.Duration(e.Seconds * float64(time.Second)), EpochDone: e.EpochDone}
 }
 
 // histogram renders a staleness histogram as " 0:12 1:40 2:3".
@@ -429,60 +449,11 @@ func stalenessStats(h map[int64]int64) (mean float64, worst int64) {
 	return mean, worst
 }
 
-// summariseSteps merges the workers' step logs into sum: phase quantiles
-// over every worker's steps but its first (warm-up), the idle fraction,
-// and the mean traffic per worker per step after the first.
-func summariseSteps(sum *trainSummary, logs []*stepLog) {
-	var all stepLog
-	var sent, received float64
-	var counted int
-	for _, l := range logs {
-		if len(l.Step) == 0 {
-			continue
-		}
-		from := 1
-		if len(l.Step) == 1 {
-			from = 0
-		}
-		all.Step = append(all.Step, l.Step[from:]...)
-		all.Data = append(all.Data, l.Data[from:]...)
-		all.Compute = append(all.Compute, l.Compute[from:]...)
-		all.Wait = append(all.Wait, l.Wait[from:]...)
-		all.Pull = append(all.Pull, l.Pull[from:]...)
-		all.Push = append(all.Push, l.Push[from:]...)
-		all.Reduce = append(all.Reduce, l.Reduce[from:]...)
-		if n := len(l.Step) - 1; n > 0 {
-			sent += float64(l.Sent-l.FirstSent) / float64(n)
-			received += float64(l.Received-l.FirstReceived) / float64(n)
-		} else {
-			sent += float64(l.Sent)
-			received += float64(l.Received)
-		}
-		counted++
+// newLauncher returns a launcher of this binary.
+func newLauncher(stderr io.Writer) (*launch.Launcher, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this binary to start children: %w", err)
 	}
-	if counted == 0 {
-		return
-	}
-	st := bench.StepTime{Step: quantiles(all.Step), Data: quantiles(all.Data), Compute: quantiles(all.Compute), Wait: quantiles(all.Wait),
-		Pull: quantiles(all.Pull), Push: quantiles(all.Push), Reduce: quantiles(all.Reduce)}
-	sum.StepTime = &st
-	if st.Step.Mean > 0 {
-		sum.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
-	}
-	sum.BytesSentPerStep, sum.BytesReceivedPerStep = sent/float64(counted), received/float64(counted)
-}
-
-// quantiles summarises durations in seconds (nearest-rank percentiles).
-func quantiles(v []float64) bench.Quantiles {
-	if len(v) == 0 {
-		return bench.Quantiles{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	var total float64
-	for _, x := range s {
-		total += x
-	}
-	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
-	return bench.Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
+	return launch.New(exe, stderr), nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/shoalml/shoal/launch"
 	"io"
 	"os"
 	"runtime"
@@ -210,13 +211,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	board := newBoard(stdout, 1, isTerminal(stdout))
 	progress := board.update
 	if *events {
-		progress = func(p worker.Progress) { emit(stdout, progressEvent(p)) }
+		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{
 		Rank: id.Rank, WorldSize: id.WorldSize, Batch: tf.batch, Epochs: tf.epochs, Steps: tf.steps,
 		Seed: mf.seed, BackwardPasses: tf.backwardPasses, Progress: progress, Logger: log,
 	}
-	steps := stepLog{counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
+	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	sf.hooks(&wcfg, &steps, id.Rank, model, test, stdout, nil)
 	w, err := worker.New(wcfg, model, train, strategy)
 	if err != nil {
@@ -240,12 +241,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
 	}
 	if *events {
-		ev := event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped(),
+		ev := launch.Event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped(),
 			Stopped: res.Stopped}
 		if sf.stats {
 			ev.Times = &steps
 		}
-		emit(stdout, ev)
+		launch.Emit(stdout, ev)
 		return nil
 	}
 	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
@@ -273,11 +274,6 @@ func checkLayout(model nn.Model, info client.Info) error {
 		return fmt.Errorf("the servers hold a model with layout %v, this worker's %s has %v: start both with the same --model and --hidden", l, describeModel(model), model.Layout())
 	}
 	return nil
-}
-
-func progressEvent(p worker.Progress) event {
-	return event{Event: "progress", Rank: p.Rank, Epoch: p.Epoch, Epochs: p.Epochs, Step: p.Step, EpochSteps: p.EpochSteps,
-		Samples: p.Samples, LossSum: p.LossSum, Correct: p.Correct, Seconds: p.Elapsed.Seconds(), EpochDone: p.EpochDone}
 }
 
 // readControl reads a launcher's commands, one a line, until r ends; the

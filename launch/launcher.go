@@ -1,4 +1,4 @@
-package main
+package launch
 
 import (
 	"bufio"
@@ -16,38 +16,38 @@ import (
 	"time"
 )
 
-// launcher runs child processes of this binary and turns their stdout
+// Launcher runs child processes of a binary and turns their stdout
 // JSON events and their exits into messages. Messages wait in a mailbox,
-// in the order they arrived, until they are taken: next takes the oldest,
-// waitFor the one it waits for, leaving the others where they are. So no
+// in the order they arrived, until they are taken: Next takes the oldest,
+// WaitFor the one it waits for, leaving the others where they are. So no
 // message is lost to whoever reads after a wait, and a child never blocks
 // on its stdout because nobody is reading at the moment.
 //
 // Every death of a child (an exit with an error that nobody asked for) is
-// reported once: by whoever takes its exit from next, by waitFor's error,
-// or else by shutdown on stderr.
+// reported once: by whoever takes its exit from Next, by WaitFor's error,
+// or else by Shutdown on stderr.
 //
-// start, waitFor, next and shutdown are called by one goroutine, the
+// Start, WaitFor, Next and Shutdown are called by one goroutine, the
 // launcher's owner; the goroutines that read the children only post.
-type launcher struct {
+type Launcher struct {
 	exe    string
 	stderr *lockedWriter
 	wg     sync.WaitGroup
-	kids   []*child
+	kids   []*Child
 
 	mu      sync.Mutex
-	box     []message     // arrived and not yet taken, oldest first
+	box     []Message     // arrived and not yet taken, oldest first
 	arrived chan struct{} // closed, and replaced, when a message is posted
 }
 
-// child is one process.
-type child struct {
+// Child is one process started by a Launcher.
+type Child struct {
 	name   string
 	rank   int
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	tail   *tailBuffer
-	stdin  io.WriteCloser // the child's control channel (see readControl)
+	stdin  io.WriteCloser // the child's control channel (see Tell)
 	exited chan struct{}
 	err    error // set before exited is closed
 	asked  bool  // its exit was asked for (stop, or the context ended); set with err
@@ -55,28 +55,40 @@ type child struct {
 	reported bool
 }
 
-// message is an event from a child, or its exit (exit set).
-type message struct {
-	from *child
-	ev   event
-	exit bool
+// Name is the name the child was started with.
+func (c *Child) Name() string { return c.name }
+
+// Rank is the rank the child was started with.
+func (c *Child) Rank() int { return c.rank }
+
+// Err is how the child exited (nil: status 0). Read it only once its exit
+// was taken from the mailbox, or Exited is closed.
+func (c *Child) Err() error { return c.err }
+
+// Exited is closed once the child has exited and Err is set.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// Message is an event from a child, or its exit (Exit set).
+type Message struct {
+	From  *Child
+	Event Event
+	Exit  bool
 }
 
-func newLauncher(stderr io.Writer) (*launcher, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this binary to start children: %w", err)
-	}
-	return &launcher{exe: exe, stderr: &lockedWriter{w: stderr}, arrived: make(chan struct{})}, nil
+// New returns a launcher of exe (usually this binary, os.Executable)
+// whose children's stderr goes to stderr, each line prefixed with the
+// child's name.
+func New(exe string, stderr io.Writer) *Launcher {
+	return &Launcher{exe: exe, stderr: &lockedWriter{w: stderr}, arrived: make(chan struct{})}
 }
 
-// start runs `shoal args...` as a child named name.
-func (l *launcher) start(ctx context.Context, name string, rank int, args ...string) (*child, error) {
-	return l.startEnv(ctx, name, rank, nil, args...)
-}
-
-// startEnv is start with extra environment variables.
-func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []string, args ...string) (*child, error) {
+// Start runs the launcher's binary with args as a child named name, with
+// env added to this process's environment. The child's stdout is read as
+// JSON events (a line that is not one goes to stderr with the child's
+// name), its stderr goes to the launcher's with the name as prefix, and
+// its stdin is its control channel (Tell). The child is stopped when ctx
+// ends.
+func (l *Launcher) Start(ctx context.Context, name string, rank int, env []string, args ...string) (*Child, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(cctx, l.exe, args...)
 	if env != nil {
@@ -85,7 +97,7 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 	cmd.SysProcAttr = childAttr()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
-	c := &child{name: name, rank: rank, cmd: cmd, cancel: cancel, tail: &tailBuffer{max: 4096}, exited: make(chan struct{})}
+	c := &Child{name: name, rank: rank, cmd: cmd, cancel: cancel, tail: &tailBuffer{max: 4096}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(&prefixWriter{w: l.stderr, prefix: "[" + name + "] "}, c.tail)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -105,25 +117,25 @@ func (l *launcher) startEnv(ctx context.Context, name string, rank int, env []st
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 64<<10), 64<<20) // --stats done events carry every step's times
 		for sc.Scan() {
-			var ev event
+			var ev Event
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Event == "" {
 				fmt.Fprintf(l.stderr, "[%s] %s\n", name, sc.Bytes())
 				continue
 			}
-			l.post(message{from: c, ev: ev})
+			l.post(Message{From: c, Event: ev})
 		}
 		io.Copy(io.Discard, out)
 		c.err = cmd.Wait()
 		c.asked = cctx.Err() != nil
 		cancel()
 		close(c.exited)
-		l.post(message{from: c, exit: true})
+		l.post(Message{From: c, Exit: true})
 	})
 	return c, nil
 }
 
-// failure describes how a child ended, with the end of its stderr.
-func (c *child) failure() string {
+// Failure describes how a child ended, with the end of its stderr.
+func (c *Child) Failure() string {
 	msg := fmt.Sprintf("%s exited: %v", c.name, c.err)
 	if c.err == nil {
 		msg = c.name + " exited with status 0"
@@ -134,8 +146,8 @@ func (c *child) failure() string {
 	return msg
 }
 
-// tell sends c a control line; a child that has exited is not told.
-func (c *child) tell(line string) {
+// Tell sends c a control line; a child that has exited is not told.
+func (c *Child) Tell(line string) {
 	select {
 	case <-c.exited:
 	default:
@@ -143,32 +155,32 @@ func (c *child) tell(line string) {
 	}
 }
 
-// stop asks c to exit (SIGTERM, SIGKILL after 10s) without waiting.
-func (c *child) stop() { c.cancel() }
+// Stop asks c to exit (SIGTERM, SIGKILL after 10s) without waiting.
+func (c *Child) Stop() { c.cancel() }
 
-// died reports whether c ended on its own with an error.
-func (c *child) died() bool { return c.err != nil && !c.asked }
+// Died reports whether c ended on its own with an error.
+func (c *Child) Died() bool { return c.err != nil && !c.asked }
 
-// shutdown stops every child and waits for all of them and for the
+// Shutdown stops every child and waits for all of them and for the
 // goroutines that read them. The deaths among the exits nobody took are
 // reported on stderr; the messages stay in the mailbox.
-func (l *launcher) shutdown() {
+func (l *Launcher) Shutdown() {
 	for _, c := range l.kids {
-		c.stop()
+		c.Stop()
 	}
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, m := range l.box {
-		if m.exit && m.from.died() && !m.from.reported {
-			m.from.reported = true
-			fmt.Fprintln(l.stderr, m.from.failure())
+		if m.Exit && m.From.Died() && !m.From.reported {
+			m.From.reported = true
+			fmt.Fprintln(l.stderr, m.From.Failure())
 		}
 	}
 }
 
 // post puts m at the end of the mailbox; it never blocks.
-func (l *launcher) post(m message) {
+func (l *Launcher) post(m Message) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.box = append(l.box, m)
@@ -176,18 +188,18 @@ func (l *launcher) post(m message) {
 	l.arrived = make(chan struct{})
 }
 
-// next takes the oldest message in the mailbox, waiting for one until ctx
+// Next takes the oldest message in the mailbox, waiting for one until ctx
 // ends.
-func (l *launcher) next(ctx context.Context) (message, error) {
+func (l *Launcher) Next(ctx context.Context) (Message, error) {
 	for {
 		l.mu.Lock()
 		if len(l.box) > 0 {
 			m := l.box[0]
-			l.box[0] = message{}
+			l.box[0] = Message{}
 			l.box = l.box[1:]
 			l.mu.Unlock()
-			if m.exit {
-				m.from.reported = true // the caller's to report
+			if m.Exit {
+				m.From.reported = true // the caller's to report
 			}
 			return m, nil
 		}
@@ -196,23 +208,23 @@ func (l *launcher) next(ctx context.Context) (message, error) {
 		select {
 		case <-arrived:
 		case <-ctx.Done():
-			return message{}, ctx.Err()
+			return Message{}, ctx.Err()
 		}
 	}
 }
 
-// waitFor waits until c sends an event that satisfies ok and takes it from
+// WaitFor waits until c sends an event that satisfies ok and takes it from
 // the mailbox. It is meant for start-up, when every child started so far
 // must be running: the exit of any child, c or another, that arrived before
 // that event ends the wait with the child's failure, naming it. It also
 // ends when ctx ends or the timeout passes. Every other message, the exit
-// included, stays in the mailbox in order for next.
-func (l *launcher) waitFor(ctx context.Context, c *child, timeout time.Duration, ok func(event) bool) (event, error) {
+// included, stays in the mailbox in order for Next.
+func (l *Launcher) WaitFor(ctx context.Context, c *Child, timeout time.Duration, ok func(Event) bool) (Event, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		if err := ctx.Err(); err != nil {
-			return event{}, err // the children are being stopped: their exits say nothing more
+			return Event{}, err // the children are being stopped: their exits say nothing more
 		}
 		l.mu.Lock()
 		ev, dead, found := l.scan(c, ok)
@@ -225,16 +237,16 @@ func (l *launcher) waitFor(ctx context.Context, c *child, timeout time.Duration,
 		case found:
 			return ev, nil
 		case dead == c:
-			return event{}, errors.New(c.failure())
+			return Event{}, errors.New(c.Failure())
 		case dead != nil:
-			return event{}, fmt.Errorf("while %s was starting, %s", c.name, dead.failure())
+			return Event{}, fmt.Errorf("while %s was starting, %s", c.name, dead.Failure())
 		}
 		select {
 		case <-arrived:
 		case <-t.C:
-			return event{}, fmt.Errorf("%s did not start within %v", c.name, timeout)
+			return Event{}, fmt.Errorf("%s did not start within %v", c.name, timeout)
 		case <-ctx.Done():
-			return event{}, ctx.Err()
+			return Event{}, ctx.Err()
 		}
 	}
 }
@@ -242,17 +254,17 @@ func (l *launcher) waitFor(ctx context.Context, c *child, timeout time.Duration,
 // scan looks through the mailbox, oldest first, for c's event that
 // satisfies ok, and takes it; it stops at the first exit of any child and
 // returns that child instead. l.mu is held.
-func (l *launcher) scan(c *child, ok func(event) bool) (ev event, dead *child, found bool) {
+func (l *Launcher) scan(c *Child, ok func(Event) bool) (ev Event, dead *Child, found bool) {
 	for i, m := range l.box {
 		switch {
-		case m.exit:
-			return event{}, m.from, false
-		case m.from == c && ok(m.ev):
+		case m.Exit:
+			return Event{}, m.From, false
+		case m.From == c && ok(m.Event):
 			l.box = slices.Delete(l.box, i, i+1)
-			return m.ev, nil, true
+			return m.Event, nil, true
 		}
 	}
-	return event{}, nil, false
+	return Event{}, nil, false
 }
 
 // lockedWriter serialises writes from several goroutines.

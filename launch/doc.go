@@ -1,0 +1,21 @@
+// Package launch starts, watches and stops the child processes of a
+// training run (`shoal train`, `shoal bench train`, `shoal bench
+// allreduce`): parameter-server shards, workers and ranks, each a process
+// of the shoal binary.
+//
+// Children speak one protocol: JSON Events, one a line, on their stdout
+// (Emit writes one), and control lines ("stop") on their stdin (Tell). A
+// Launcher turns their events and their exits into Messages that wait in a
+// mailbox, in order, until its owner takes them (Next, or WaitFor during
+// start-up); no message is lost, and every death of a child nobody asked
+// to stop is reported once, by name, with the end of its stderr.
+//
+// A Tally folds a run's worker events into its Result, the one type that
+// `shoal train --json` prints and the benchmark harness turns into a
+// bench.Record (Result.Fill). RunJSON runs one command to its end and
+// returns its last JSON line (the harness's runs and peers).
+//
+// Concurrency: a Launcher's methods are called by one goroutine, its
+// owner; the goroutines that read the children only post to the mailbox,
+// and Shutdown waits for them. Tally is a plain value with no goroutines.
+package launch

@@ -1,0 +1,171 @@
+package launch
+
+import (
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/shoalml/shoal/bench"
+)
+
+// Result is one training run as `shoal train --json` prints it and the
+// benchmark harness reads it.
+type Result struct {
+	Mode          string          `json:"mode"`
+	Model         string          `json:"model"`
+	Parameters    int             `json:"parameters"`
+	Dataset       string          `json:"dataset"`
+	Workers       int             `json:"workers"`
+	Servers       int             `json:"servers"`
+	Epochs        int             `json:"epochs"`
+	Steps         int64           `json:"steps"`
+	Batch         int             `json:"batch"`
+	Optimizer     string          `json:"optimizer"`
+	LR            float64         `json:"lr"`
+	TestAccuracy  float64         `json:"test_accuracy"`
+	TestLoss      float64         `json:"test_loss"`
+	TrainAccuracy float64         `json:"train_accuracy"`
+	TrainLoss     float64         `json:"train_loss"`
+	Samples       int64           `json:"samples"`
+	SamplesPerSec float64         `json:"samples_per_sec"`
+	TrainSeconds  float64         `json:"train_seconds"`
+	WallSeconds   float64         `json:"wall_seconds"`
+	Staleness     map[int64]int64 `json:"staleness"`
+	Dropped       int64           `json:"dropped_pushes"`
+	FailedWorkers []int           `json:"failed_workers"`
+	Saved         string          `json:"saved,omitempty"`
+	// With --stats: the workers' own run time (the longest), where their
+	// steps' time went, and their traffic per step.
+	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
+	StepTime             *bench.StepTime `json:"step_time,omitempty"`
+	IdleFraction         float64         `json:"idle_fraction,omitempty"`
+	BytesSentPerStep     float64         `json:"bytes_sent_per_step,omitempty"`
+	BytesReceivedPerStep float64         `json:"bytes_received_per_step,omitempty"`
+	// With --eval-every: rank 0's test accuracy during the run.
+	Curve []bench.CurvePoint `json:"curve,omitempty"`
+	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
+	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
+}
+
+// Tally gathers the workers' events of a run into its Result: the curve
+// from eval events; steps, samples, staleness, dropped pushes, worker time
+// and step logs from done events. It is a plain state machine: its owner
+// feeds it the events it takes from the Launcher.
+type Tally struct {
+	Result Result
+	logs   []*StepLog
+}
+
+// Add takes one event; kinds other than eval and done are not the tally's.
+func (t *Tally) Add(e Event) {
+	r := &t.Result
+	switch e.Event {
+	case Eval:
+		r.Curve = append(r.Curve, bench.CurvePoint{Seconds: e.Seconds, Step: e.Steps, Accuracy: e.TestAccuracy, Loss: e.TestLoss})
+	case Done:
+		r.Steps = max(r.Steps, e.Steps)
+		r.Samples += int64(e.Samples)
+		if len(e.Staleness) > 0 && r.Staleness == nil {
+			r.Staleness = map[int64]int64{}
+		}
+		for k, v := range e.Staleness {
+			r.Staleness[k] += v
+		}
+		r.Dropped += e.Dropped
+		r.WorkerSeconds = max(r.WorkerSeconds, e.Seconds)
+		if e.Stopped && e.Rank == 0 {
+			r.StoppedAtTarget = true
+		}
+		if e.Times != nil {
+			t.logs = append(t.logs, e.Times)
+		}
+	}
+}
+
+// SummariseSteps merges the workers' step logs into the result: phase
+// quantiles over every worker's steps but its first (warm-up), the idle
+// fraction, and the mean traffic per worker per step after the first.
+// Without step logs (no --stats) it leaves them out.
+func (t *Tally) SummariseSteps() {
+	var all StepLog
+	var sent, received float64
+	var counted int
+	for _, l := range t.logs {
+		if len(l.Step) == 0 {
+			continue
+		}
+		from := 1
+		if len(l.Step) == 1 {
+			from = 0
+		}
+		all.Step = append(all.Step, l.Step[from:]...)
+		all.Data = append(all.Data, l.Data[from:]...)
+		all.Compute = append(all.Compute, l.Compute[from:]...)
+		all.Wait = append(all.Wait, l.Wait[from:]...)
+		all.Pull = append(all.Pull, l.Pull[from:]...)
+		all.Push = append(all.Push, l.Push[from:]...)
+		all.Reduce = append(all.Reduce, l.Reduce[from:]...)
+		if n := len(l.Step) - 1; n > 0 {
+			sent += float64(l.Sent-l.FirstSent) / float64(n)
+			received += float64(l.Received-l.FirstReceived) / float64(n)
+		} else {
+			sent += float64(l.Sent)
+			received += float64(l.Received)
+		}
+		counted++
+	}
+	if counted == 0 {
+		return
+	}
+	r := &t.Result
+	st := bench.StepTime{Step: quantiles(all.Step), Data: quantiles(all.Data), Compute: quantiles(all.Compute), Wait: quantiles(all.Wait),
+		Pull: quantiles(all.Pull), Push: quantiles(all.Push), Reduce: quantiles(all.Reduce)}
+	r.StepTime = &st
+	if st.Step.Mean > 0 {
+		r.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
+	}
+	r.BytesSentPerStep, r.BytesReceivedPerStep = sent/float64(counted), received/float64(counted)
+}
+
+// quantiles summarises durations in seconds (nearest-rank percentiles).
+func quantiles(v []float64) bench.Quantiles {
+	if len(v) == 0 {
+		return bench.Quantiles{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	var total float64
+	for _, x := range s {
+		total += x
+	}
+	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
+	return bench.Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
+}
+
+// Fill sets what rec measures from r: the run's model size, optimizer,
+// steps, samples, throughput over the workers' own time, step times,
+// traffic, staleness, curve and final accuracy. What names the run (ID,
+// command, mode, workers, network) is the harness's to set.
+func (r *Result) Fill(rec *bench.Record) {
+	rec.Parameters, rec.VectorBytes = r.Parameters, 4*int64(r.Parameters)
+	rec.Batch, rec.Optimizer, rec.LR = r.Batch, r.Optimizer, r.LR
+	rec.Steps, rec.Samples = r.Steps, r.Samples
+	rec.TrainSeconds = r.WorkerSeconds
+	if rec.TrainSeconds > 0 {
+		rec.SamplesPerSec = float64(r.Samples) / rec.TrainSeconds
+	}
+	if r.StepTime != nil {
+		rec.StepTime = *r.StepTime
+	}
+	rec.IdleFraction = r.IdleFraction
+	rec.BytesSentPerStep, rec.BytesReceivedPerStep = r.BytesSentPerStep, r.BytesReceivedPerStep
+	rec.Staleness = nil
+	if len(r.Staleness) > 0 {
+		rec.Staleness = map[string]int64{}
+		for k, v := range r.Staleness {
+			rec.Staleness[strconv.FormatInt(k, 10)] = v
+		}
+	}
+	rec.Curve = r.Curve
+	rec.TestAccuracy = r.TestAccuracy
+}
