@@ -123,46 +123,26 @@ func (s *statFlags) validate() error {
 }
 
 // hooks sets cfg's OnStep and Eval as the flags say; log collects the
-// step times, and eval events go to out. With --stop-at-accuracy, rank 0's
-// Eval ends the run once the target is reached; agree, when set (ring),
-// shares that decision with every rank, whose Eval then takes part in
-// it, so all ranks stop after the same step.
-func (s *statFlags) hooks(cfg *worker.Config, log *launch.StepLog, rank int, model nn.Model, test data.Dataset, out io.Writer,
-	agree func(ctx context.Context, stop bool) (bool, error)) {
+// step times, and rank 0's evaluations go to out as eval events. With
+// --stop-at-accuracy the run ends once rank 0 measures the target; comm,
+// when set (ring), is what the ranks agree through (worker.EarlyStop).
+func (s *statFlags) hooks(cfg *worker.Config, log *launch.StepLog, rank int, model nn.Model, test data.Dataset, out io.Writer, comm worker.Allreducer) {
 	if s.stats {
 		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.Add(t) }
 	}
-	decide := func(ctx context.Context, reached bool) error {
-		if agree != nil && s.stopAt > 0 {
-			var err error
-			if reached, err = agree(ctx, reached); err != nil {
-				return fmt.Errorf("agreeing whether to stop: %w", err)
-			}
+	// The curve's clock leaves out the evaluations themselves.
+	start := time.Now()
+	var spent time.Duration
+	measure := func(ctx context.Context, steps int64, params []float32) (float64, error) {
+		t0 := time.Now()
+		at := t0.Sub(start) - spent
+		ev, err := worker.Evaluate(ctx, model, params, test, 1000)
+		spent += time.Since(t0)
+		if err != nil {
+			return 0, err
 		}
-		if reached {
-			return fmt.Errorf("test accuracy reached %g: %w", s.stopAt, worker.ErrStop)
-		}
-		return nil
+		launch.Emit(out, launch.Event{Event: launch.Eval, Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
+		return ev.Accuracy, nil
 	}
-	if s.evalEvery > 0 && rank != 0 && agree != nil && s.stopAt > 0 {
-		cfg.EvalEvery = s.evalEvery
-		cfg.Eval = func(ctx context.Context, _ int64, _ []float32) error { return decide(ctx, false) }
-	}
-	if s.evalEvery > 0 && rank == 0 {
-		// The curve's clock leaves out the evaluations themselves.
-		start := time.Now()
-		var spent time.Duration
-		cfg.EvalEvery = s.evalEvery
-		cfg.Eval = func(ctx context.Context, steps int64, params []float32) error {
-			t0 := time.Now()
-			at := t0.Sub(start) - spent
-			ev, err := worker.Evaluate(ctx, model, params, test, 1000)
-			spent += time.Since(t0)
-			if err != nil {
-				return err
-			}
-			launch.Emit(out, launch.Event{Event: "eval", Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
-			return decide(ctx, s.stopAt > 0 && ev.Accuracy >= s.stopAt)
-		}
-	}
+	worker.EarlyStop{Target: s.stopAt, Every: s.evalEvery, Measure: measure, Comm: comm}.Apply(cfg, rank)
 }

@@ -168,16 +168,7 @@ func runRing(ctx context.Context, r ringRun) error {
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
 		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
-	flag := make([]float32, 1)
-	agree := func(ctx context.Context, stop bool) (bool, error) {
-		flag[0] = 0
-		if stop {
-			flag[0] = 1
-		}
-		err := dc.Allreduce(ctx, flag, collective.Max)
-		return flag[0] > 0, err
-	}
-	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, agree)
+	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, dc)
 	w, err := worker.New(wcfg, r.model, r.train, ring)
 	if err != nil {
 		return err
