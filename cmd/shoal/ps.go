@@ -95,26 +95,11 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*shardIdx, *servers, describeModel(model), addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- g.Serve(lis) }()
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serving on %s: %w", addr, err)
-	case <-ctx.Done():
+	// Until ctx ends; then drain: report NOT_SERVING, let calls in flight
+	// finish, then stop.
+	if err := rpc.Serve(ctx, g, health, lis, *drain); err != nil {
+		return err
 	}
-	// Drain: report NOT_SERVING, let calls in flight finish, then stop.
-	health.Shutdown()
-	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
-	t := time.NewTimer(*drain)
-	defer t.Stop()
-	select {
-	case <-stopped:
-	case <-t.C:
-		g.Stop()
-		<-stopped
-	}
-	<-serveErr
 	if err := core.Checkpoint(); err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
