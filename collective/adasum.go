@@ -21,7 +21,8 @@ import (
 // len(buf).
 func (c *Communicator) AllreduceAdasum(ctx context.Context, buf []float32) error {
 	const name = "allreduce_adasum"
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	return c.end(c.adasum(ctx, name, buf))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Op is the reduction of Allreduce and ReduceScatter.
@@ -92,6 +93,11 @@ type Config struct {
 	// Compression is the wire format of Allreduce, ReduceScatter and
 	// Allgather. Every rank must use the same.
 	Compression Compression
+	// CallTimeout, when > 0, is the deadline of every collective call on
+	// top of its ctx's, so a peer that went silent ends the call (with
+	// context.DeadlineExceeded, and the Communicator broken) instead of
+	// hanging it.
+	CallTimeout time.Duration
 }
 
 // DefaultConfig returns 1 MiB segments and no compression.
@@ -102,6 +108,9 @@ func DefaultConfig() Config {
 func (c Config) validate() error {
 	if c.SegmentBytes < 4 {
 		return fmt.Errorf("collective: Config.SegmentBytes is %d, want at least 4 (DefaultConfig uses %d)", c.SegmentBytes, DefaultConfig().SegmentBytes)
+	}
+	if c.CallTimeout < 0 {
+		return fmt.Errorf("collective: Config.CallTimeout is %v, want 0 (none) or more", c.CallTimeout)
 	}
 	if c.Compression < None || c.Compression > BFloat16 {
 		return fmt.Errorf("collective: Config.Compression is %v, want None, Float16 or BFloat16", c.Compression)
@@ -128,6 +137,7 @@ type Communicator struct {
 	native     bool // uncompressed float32 goes to the wire without copying
 	busy       atomic.Bool
 	broken     error
+	cancel     context.CancelFunc // of the call's CallTimeout; set by begin, called by end
 
 	// Ring engine state, shared between the caller's goroutine (which
 	// receives) and the sender goroutine of one call.
@@ -204,25 +214,33 @@ func blockRange(n, size, i int) (off, length int) {
 }
 
 // begin starts a collective: it refuses concurrent calls, calls on a
-// broken Communicator, and an already-ended ctx. end must follow when
-// begin returns nil.
-func (c *Communicator) begin(ctx context.Context, name string) error {
+// broken Communicator, and an already-ended ctx, and returns the call's
+// context (with Config.CallTimeout). end must follow when begin returns
+// nil.
+func (c *Communicator) begin(ctx context.Context, name string) (context.Context, error) {
 	if !c.busy.CompareAndSwap(false, true) {
-		return fmt.Errorf("%s: another collective is running on this Communicator; calls must be sequential", name)
+		return nil, fmt.Errorf("%s: another collective is running on this Communicator; calls must be sequential", name)
 	}
 	if c.broken != nil {
 		c.busy.Store(false)
-		return fmt.Errorf("%s: %w: %w", name, ErrBroken, c.broken)
+		return nil, fmt.Errorf("%s: %w: %w", name, ErrBroken, c.broken)
 	}
 	if err := ctx.Err(); err != nil {
 		c.busy.Store(false)
-		return fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return nil
+	if c.cfg.CallTimeout > 0 {
+		ctx, c.cancel = context.WithTimeout(ctx, c.cfg.CallTimeout)
+	}
+	return ctx, nil
 }
 
 // end finishes a collective begun with begin; a failure breaks c.
 func (c *Communicator) end(err error) error {
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
 	if err != nil {
 		c.broken = err
 	}
@@ -252,7 +270,8 @@ func (c *Communicator) Allreduce(ctx context.Context, buf []float32, op Op) erro
 	if err := c.validOp(name, op); err != nil {
 		return err
 	}
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	if c.size == 1 {
@@ -297,7 +316,8 @@ func (c *Communicator) ReduceScatter(ctx context.Context, in, out []float32, op 
 	if _, l := blockRange(n, N, r); len(out) != l {
 		return fmt.Errorf("%s: out has %d floats, want %d (block %d of Blocks(%d, %d))", name, len(out), l, r, n, N)
 	}
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	if N == 1 {
@@ -356,7 +376,8 @@ func (c *Communicator) Allgather(ctx context.Context, in, out []float32, counts 
 	if len(out) != offs[N] {
 		return fmt.Errorf("%s: out has %d floats, want %d (the sum of counts)", name, len(out), offs[N])
 	}
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	own := out[offs[r]:offs[r+1]]
@@ -390,7 +411,8 @@ func (c *Communicator) Broadcast(ctx context.Context, buf []float32, root int) e
 	if root < 0 || root >= c.size {
 		return fmt.Errorf("%s: root is %d, want 0..%d", name, root, c.size-1)
 	}
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	return c.end(c.broadcast(ctx, name, buf, root))
@@ -431,7 +453,8 @@ func (c *Communicator) Alltoall(ctx context.Context, in []float32, sendCounts []
 	if sendCounts[r] != recvCounts[r] {
 		return fmt.Errorf("%s: sendCounts[%d] is %d but recvCounts[%d] is %d; this rank's part for itself must fit", name, r, sendCounts[r], r, recvCounts[r])
 	}
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	c.offs = growInts(c.offs, 2*(N+1))
@@ -441,7 +464,7 @@ func (c *Communicator) Alltoall(ctx context.Context, in []float32, sendCounts []
 		rOff[i+1] = rOff[i] + recvCounts[i]
 	}
 	copy(out[rOff[r]:rOff[r+1]], in[sOff[r]:sOff[r+1]])
-	err := c.exchange(ctx, name,
+	err = c.exchange(ctx, name,
 		func(ctx context.Context, peer int) error {
 			return c.sendFloats(ctx, peer, in[sOff[peer]:sOff[peer+1]])
 		},
@@ -474,11 +497,12 @@ func checkCounts(name, what string, counts []int, size int, buf string, n int) e
 // rank, and a dead peer is seen directly by every live rank.
 func (c *Communicator) Barrier(ctx context.Context) error {
 	const name = "barrier"
-	if err := c.begin(ctx, name); err != nil {
+	ctx, err := c.begin(ctx, name)
+	if err != nil {
 		return err
 	}
 	c.sendTok[0] = 1
-	err := c.exchange(ctx, name,
+	err = c.exchange(ctx, name,
 		func(ctx context.Context, peer int) error { return c.t.Send(ctx, peer, c.sendTok[:]) },
 		func(ctx context.Context, peer int) error {
 			if err := c.t.Recv(ctx, peer, c.recvTok[:]); err != nil {

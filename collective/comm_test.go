@@ -98,6 +98,7 @@ func TestNewValidates(t *testing.T) {
 		{name: "nil transport", cfg: DefaultConfig(), wantErr: "collective: nil Transport"},
 		{name: "zero segment", t: tr, cfg: Config{}, wantErr: "collective: Config.SegmentBytes is 0, want at least 4 (DefaultConfig uses 1048576)"},
 		{name: "bad compression", t: tr, cfg: Config{SegmentBytes: 8, Compression: 7}, wantErr: "collective: Config.Compression is Compression(7), want None, Float16 or BFloat16"},
+		{name: "negative call timeout", t: tr, cfg: Config{SegmentBytes: 8, CallTimeout: -1}, wantErr: "collective: Config.CallTimeout is -1ns, want 0 (none) or more"},
 		{name: "bad rank", t: badRank{}, cfg: DefaultConfig(), wantErr: "collective: transport says rank 3 of size 2, want 0 <= rank < size"},
 	}
 	for _, tc := range tests {
@@ -309,6 +310,28 @@ func TestBrokenAfterFailure(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, c.Barrier(ctx), context.Canceled)
 	assert.NoError(t, c.broken)
+}
+
+// TestCallTimeout: with Config.CallTimeout a call whose peer never joins
+// ends at the deadline instead of hanging, and breaks the Communicator;
+// a call that finishes in time is not affected.
+func TestCallTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CallTimeout = 20 * time.Millisecond
+	cs := newComms(t, 2, cfg)
+	err := cs[0].Allreduce(t.Context(), make([]float32, 10), Sum) // rank 1 never calls
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, cs[0].Barrier(t.Context()), ErrBroken)
+
+	cfg.CallTimeout = time.Minute
+	cs = newComms(t, 2, cfg)
+	errs := make(chan error, 2)
+	for _, c := range cs {
+		go func() { errs <- c.Allreduce(t.Context(), []float32{1, 2, 3}, Sum) }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	assert.Nil(t, cs[0].cancel, "the call's timer is released")
 }
 
 // signalTransport closes entered when a Recv starts.

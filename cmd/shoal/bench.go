@@ -252,7 +252,7 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		return err
 	}
 	defer tr.Close()
-	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
+	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: timeout})
 	if err != nil {
 		return err
 	}
@@ -265,34 +265,34 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		fill, run, check := benchOp(comm, op, n)
 		fill()
 		for range warmup {
-			if err := callWithin(ctx, timeout, run); err != nil {
+			if err := run(ctx); err != nil {
 				return err
 			}
 		}
-		if err := callWithin(ctx, timeout, comm.Barrier); err != nil {
+		if err := comm.Barrier(ctx); err != nil {
 			return err
 		}
 		start := time.Now()
 		for range iters {
-			if err := callWithin(ctx, timeout, run); err != nil {
+			if err := run(ctx); err != nil {
 				return err
 			}
 		}
 		secs := []float32{float32(time.Since(start).Seconds() / float64(iters))}
 		// The slowest rank's time is the collective's time.
-		if err := callWithin(ctx, timeout, func(ctx context.Context) error { return comm.Allreduce(ctx, secs, collective.Max) }); err != nil {
+		if err := comm.Allreduce(ctx, secs, collective.Max); err != nil {
 			return err
 		}
 		// One more call on fresh inputs, checked.
 		fill()
-		if err := callWithin(ctx, timeout, run); err != nil {
+		if err := run(ctx); err != nil {
 			return err
 		}
 		ok := []float32{0}
 		if check() {
 			ok[0] = 1
 		}
-		if err := callWithin(ctx, timeout, func(ctx context.Context) error { return comm.Allreduce(ctx, ok, collective.Min) }); err != nil {
+		if err := comm.Allreduce(ctx, ok, collective.Min); err != nil {
 			return err
 		}
 		if rank == 0 {
@@ -303,12 +303,6 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		}
 	}
 	return nil
-}
-
-func callWithin(ctx context.Context, d time.Duration, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return f(ctx)
 }
 
 // benchOp returns, for op on n floats per rank: a fill of the inputs, one

@@ -142,12 +142,12 @@ func runRing(ctx context.Context, r ringRun) error {
 	}
 	defer tr.Close()
 	counted := &countingTransport{Transport: tr}
-	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp})
+	// Every collective call gets its own deadline, so a silent peer ends
+	// the call instead of hanging it.
+	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout})
 	if err != nil {
 		return err
 	}
-	// Every collective call gets its own deadline.
-	dc := deadlineComm{Communicator: comm, timeout: r.timeout}
 
 	n := r.model.Layout().Size()
 	var initial []float32
@@ -155,7 +155,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		initial = make([]float32, n)
 		r.model.Init(initial, r.seed)
 	}
-	ring, err := worker.NewRing(dc, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
+	ring, err := worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
 		FusionBytes: r.rf.fusionBytes})
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func runRing(ctx context.Context, r ringRun) error {
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
 		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
-	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, dc)
+	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, comm)
 	w, err := worker.New(wcfg, r.model, r.train, ring)
 	if err != nil {
 		return err
@@ -190,7 +190,7 @@ func runRing(ctx context.Context, r ringRun) error {
 	}
 	ev := worker.Evaluation{Accuracy: -1}
 	if r.eval {
-		if ev, err = worker.EvaluateShard(ctx, dc, r.model, params, r.test, 1000); err != nil {
+		if ev, err = worker.EvaluateShard(ctx, comm, r.model, params, r.test, 1000); err != nil {
 			return fail(err)
 		}
 	}
@@ -215,35 +215,4 @@ func runRing(ctx context.Context, r ringRun) error {
 		fmt.Fprintf(r.stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, r.test.Name())
 	}
 	return nil
-}
-
-// deadlineComm gives every collective call its own deadline, so a silent
-// peer ends the call instead of hanging it.
-type deadlineComm struct {
-	*collective.Communicator
-	timeout time.Duration
-}
-
-func (d deadlineComm) Allreduce(ctx context.Context, buf []float32, op collective.Op) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Communicator.Allreduce(ctx, buf, op)
-}
-
-func (d deadlineComm) AllreduceAdasum(ctx context.Context, buf []float32) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Communicator.AllreduceAdasum(ctx, buf)
-}
-
-func (d deadlineComm) Broadcast(ctx context.Context, buf []float32, root int) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Communicator.Broadcast(ctx, buf, root)
-}
-
-func (d deadlineComm) Allgather(ctx context.Context, in, out []float32, counts []int) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Communicator.Allgather(ctx, in, out, counts)
 }
