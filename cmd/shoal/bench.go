@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"github.com/shoalml/shoal/launch"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/bench/collbench"
 	"github.com/shoalml/shoal/collective"
 	collnet "github.com/shoalml/shoal/collective/net"
 	"github.com/shoalml/shoal/internal/rawtcp"
@@ -99,17 +101,6 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return err
 }
 
-// busFactor is nccl-tests' factor from algorithm to bus bandwidth.
-func busFactor(op string, n int) float64 {
-	switch op {
-	case "allreduce":
-		return 2 * float64(n-1) / float64(n)
-	case "reducescatter", "allgather", "alltoall":
-		return float64(n-1) / float64(n)
-	}
-	return 1 // broadcast
-}
-
 // parseSizes reads "1MiB,4MiB,512KiB,100".
 func parseSizes(s string) ([]int64, error) {
 	var out []int64
@@ -156,9 +147,7 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	switch *op {
-	case "allreduce", "reducescatter", "allgather", "broadcast", "alltoall":
-	default:
+	if !slices.Contains(collbench.Ops, *op) {
 		return fmt.Errorf("--op %q: want allreduce, reducescatter, allgather, broadcast or alltoall", *op)
 	}
 	if *np < 1 || *iters < 1 || *warmup < 0 {
@@ -261,156 +250,15 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		transport = "shm"
 	}
 	for _, bytes := range sizes {
-		n := int(bytes / 4)
-		fill, run, check := benchOp(comm, op, n)
-		fill()
-		for range warmup {
-			if err := run(ctx); err != nil {
-				return err
-			}
-		}
-		if err := comm.Barrier(ctx); err != nil {
-			return err
-		}
-		start := time.Now()
-		for range iters {
-			if err := run(ctx); err != nil {
-				return err
-			}
-		}
-		secs := []float32{float32(time.Since(start).Seconds() / float64(iters))}
-		// The slowest rank's time is the collective's time.
-		if err := comm.Allreduce(ctx, secs, collective.Max); err != nil {
-			return err
-		}
-		// One more call on fresh inputs, checked.
-		fill()
-		if err := run(ctx); err != nil {
-			return err
-		}
-		ok := []float32{0}
-		if check() {
-			ok[0] = 1
-		}
-		if err := comm.Allreduce(ctx, ok, collective.Min); err != nil {
+		t, correct, err := collbench.Measure(ctx, comm, op, bytes, iters, warmup)
+		if err != nil {
 			return err
 		}
 		if rank == 0 {
-			t := float64(secs[0])
 			alg := float64(bytes) / t / 1e9
 			launch.Emit(stdout, launch.Event{Event: "result", Result: &launch.CollRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
-				BusBW: alg * busFactor(op, np), Correct: ok[0] == 1, Transport: transport}})
+				BusBW: alg * collbench.BusFactor(op, np), Correct: correct, Transport: transport}})
 		}
 	}
 	return nil
-}
-
-// benchOp returns, for op on n floats per rank: a fill of the inputs, one
-// call, and a check of the result of one call after a fill. The timed
-// calls do not refill (reductions then grow, harmlessly), as nccl-tests
-// and the PyTorch peer do not.
-func benchOp(c *collective.Communicator, op string, n int) (fill func(), run func(context.Context) error, check func() bool) {
-	rank, size := c.Rank(), c.Size()
-	// Small integers: sums are exact in float32, so the check is exact.
-	val := func(r, i int) float32 { return float32((r+1)*(i%7) + r) }
-	buf := make([]float32, n)
-	fill = func() {
-		for i := range buf {
-			buf[i] = val(rank, i)
-		}
-	}
-	switch op {
-	case "allreduce":
-		return fill, func(ctx context.Context) error { return c.Allreduce(ctx, buf, collective.Sum) },
-			func() bool {
-				for i, v := range buf {
-					var want float32
-					for r := range size {
-						want += val(r, i)
-					}
-					if v != want {
-						return false
-					}
-				}
-				return true
-			}
-	case "reducescatter":
-		blocks := collective.Blocks(n, size)
-		off := 0
-		for r := range rank {
-			off += blocks[r]
-		}
-		out := make([]float32, blocks[rank])
-		return fill, func(ctx context.Context) error { return c.ReduceScatter(ctx, buf, out, collective.Sum) },
-			func() bool {
-				for j, v := range out {
-					var want float32
-					for r := range size {
-						want += val(r, off+j)
-					}
-					if v != want {
-						return false
-					}
-				}
-				return true
-			}
-	case "allgather":
-		per := n / size
-		in := make([]float32, per)
-		out := make([]float32, per*size)
-		counts := make([]int, size)
-		for i := range counts {
-			counts[i] = per
-		}
-		return func() {
-				for i := range in {
-					in[i] = val(rank, i)
-				}
-			}, func(ctx context.Context) error { return c.Allgather(ctx, in, out, counts) },
-			func() bool {
-				for r := range size {
-					for i := range per {
-						if out[r*per+i] != val(r, i) {
-							return false
-						}
-					}
-				}
-				return true
-			}
-	case "broadcast":
-		return fill, func(ctx context.Context) error { return c.Broadcast(ctx, buf, 0) },
-			func() bool {
-				for i, v := range buf {
-					if v != val(0, i) {
-						return false
-					}
-				}
-				return true
-			}
-	default: // alltoall: each rank sends n/size floats to every rank
-		per := n / size
-		counts := make([]int, size)
-		for i := range counts {
-			counts[i] = per
-		}
-		in := make([]float32, per*size)
-		out := make([]float32, per*size)
-		return func() {
-				for d := range size {
-					for i := range per {
-						in[d*per+i] = val(rank, d*per+i)
-					}
-				}
-			}, func(ctx context.Context) error { return c.Alltoall(ctx, in, counts, out, counts) },
-			func() bool {
-				for s := range size {
-					for i := range per {
-						if out[s*per+i] != val(s, rank*per+i) {
-							return false
-						}
-					}
-				}
-				return true
-			}
-	}
 }
