@@ -23,112 +23,122 @@ import (
 	"github.com/shoalml/shoal/nn"
 )
 
+// benchTrain is one `shoal bench train`: its flags and plan.
+type benchTrain struct {
+	out       string
+	target    float64
+	until     bool
+	evalEvery int64
+	peers     string
+	python    string
+	runLimit  time.Duration
+	nf        nicFlags
+	df        dataFlags
+	plan      bench.Plan
+}
+
 func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench train", "Runs shoal train over a matrix of modes × workers × servers × models with the same\ndata order, seed and optimizer, measures throughput, the step-time breakdown,\ntraffic, staleness and test accuracy over time, compares communication with the\nanalytic model, and writes results.json, report.md and PNG plots to --out.\nWithout --models/--modes/--workers/--servers it runs the built-in plan (make bench).", stderr)
-	var (
-		out      = fs.String("out", "bench-out", "folder for results.json, report.md and the plots")
-		quick    = fs.Bool("quick", false, "a small plan that finishes in under a minute")
-		models   = fs.String("models", "", "grid: models, comma-separated: mlp, cnn, big (25M parameters)")
-		modes    = fs.String("modes", "", "grid: modes, comma-separated: async, async-overlap (async with --overlap-push-pull), sync, ssp, ring")
-		workers  = fs.String("workers", "", "grid: worker counts, comma-separated")
-		servers  = fs.String("servers", "", "grid: server counts for the PS modes, comma-separated")
-		steps    = fs.Int64("steps", 200, "grid: steps per run (per worker)")
-		epochs   = fs.Int("epochs", 0, "grid: epochs per run instead of --steps")
-		target   = fs.Float64("target-accuracy", 0.85, "test accuracy whose time and steps to reach are reported")
-		until    = fs.Bool("until-target", false, "end each run once worker 0 measures --target-accuracy (its steps or epochs become a cap)")
-		evalStep = fs.Int64("eval-every", 100, "worker 0 evaluates on the test set every N steps")
-		peers    = fs.String("peers", "bench/peers", "folder of the peer scripts (torch_ddp.py); empty: no peers")
-		python   = fs.String("python", "/usr/bin/python3", "the Python with torch, for the peers")
-		runLimit = fs.Duration("run-timeout", 10*time.Minute, "the longest one run may take")
-		nf       nicFlags
-		df       dataFlags
-	)
-	nf.register(fs)
-	df.register(fs)
-	fs.Lookup("nic-gbps").DefValue, nf.gbps = "1", 1
-	if err := parseFlags(fs, args); err != nil {
+	b, err := parseBenchTrain(args, stderr)
+	if err != nil {
 		return err
-	}
-	if err := nf.validate(); err != nil {
-		return err
-	}
-	if *target < 0 || *target > 1 {
-		return fmt.Errorf("--target-accuracy %g: want 0 to 1", *target)
-	}
-	if *evalStep < 1 {
-		return fmt.Errorf("--eval-every %d: want >= 1", *evalStep)
-	}
-	plan := bench.DefaultPlan(*quick)
-	if *models != "" || *modes != "" || *workers != "" || *servers != "" {
-		var err error
-		if plan, err = bench.ParseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
-			return err
-		}
-	}
-	if !nf.shaped() {
-		plan.Runs = bench.DropLoopbackTwins(plan.Runs)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this binary to run shoal train: %w", err)
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("--out %s: %w", *out, err)
-	}
-	if _, _, err := df.load(1); err != nil {
-		return err
-	}
-
 	res := &bench.Results{Schema: bench.SchemaVersion, Started: time.Now().UTC().Truncate(time.Second),
 		Command: append([]string{"shoal", "bench", "train"}, args...), Revision: revision(), Machine: describeMachine()}
-	if nf.shaped() {
+	if b.nf.shaped() {
 		// The NIC model must deliver its rate before anything is measured
 		// through it.
-		chk, err := checkShaper(ctx, nf, stdout)
+		chk, err := checkShaper(ctx, b.nf, stdout)
 		if err != nil {
 			return err
 		}
 		res.Shaper = &bench.ShaperCheck{ConfiguredGbps: chk.ConfiguredGbps, MeasuredGbps: chk.MeasuredGbps, Bytes: chk.Bytes, Ratio: chk.Ratio}
 	}
 	peerScript := ""
-	if *peers != "" && len(plan.Peers) > 0 {
-		peerScript = filepath.Join(*peers, "torch_ddp.py")
-		if why := peerUnavailable(ctx, *python, peerScript); why != "" {
+	if b.peers != "" && len(b.plan.Peers) > 0 {
+		peerScript = filepath.Join(b.peers, "torch_ddp.py")
+		if why := peerUnavailable(ctx, b.python, peerScript); why != "" {
 			fmt.Fprintf(stdout, "peers skipped: %s\n", why)
 			peerScript = ""
 		}
 	}
-	total := len(plan.Runs)
-	if peerScript != "" {
-		total += len(plan.Peers)
+	var runs []func() bench.Record
+	for _, r := range b.plan.Runs {
+		runs = append(runs, func() bench.Record { return b.runShoal(ctx, exe, r, stderr) })
 	}
-	i := 0
-	for _, r := range plan.Runs {
-		i++
-		nic := nf
-		if r.Loopback {
-			nic = nicFlags{}
+	if peerScript != "" {
+		for _, r := range b.plan.Peers {
+			runs = append(runs, func() bench.Record { return b.runPeer(ctx, peerScript, r, stderr) })
 		}
-		rec := runShoal(ctx, exe, r, nic, df, *target, *until, *evalStep, *runLimit, stderr)
+	}
+	for i, run := range runs {
+		rec := run()
 		res.Runs = append(res.Runs, rec)
-		fmt.Fprintf(stdout, "[%d/%d] %s\n", i, total, describeRecord(&rec))
+		fmt.Fprintf(stdout, "[%d/%d] %s\n", i+1, len(runs), describeRecord(&rec))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if peerScript != "" {
-		for _, r := range plan.Peers {
-			i++
-			rec := runPeer(ctx, *python, peerScript, r, df, *target, *until, *evalStep, *runLimit, stderr)
-			res.Runs = append(res.Runs, rec)
-			fmt.Fprintf(stdout, "[%d/%d] %s\n", i, total, describeRecord(&rec))
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+	bench.ScalingEfficiency(res.Runs)
+	return writeBenchOutputs(b.out, res, stdout)
+}
+
+// parseBenchTrain reads and checks shoal bench train's flags, makes the
+// plan, creates --out and checks the dataset loads.
+func parseBenchTrain(args []string, stderr io.Writer) (*benchTrain, error) {
+	fs := newFlagSet("bench train", "Runs shoal train over a matrix of modes × workers × servers × models with the same\ndata order, seed and optimizer, measures throughput, the step-time breakdown,\ntraffic, staleness and test accuracy over time, compares communication with the\nanalytic model, and writes results.json, report.md and PNG plots to --out.\nWithout --models/--modes/--workers/--servers it runs the built-in plan (make bench).", stderr)
+	b := &benchTrain{}
+	var (
+		quick   = fs.Bool("quick", false, "a small plan that finishes in under a minute")
+		models  = fs.String("models", "", "grid: models, comma-separated: mlp, cnn, big (25M parameters)")
+		modes   = fs.String("modes", "", "grid: modes, comma-separated: async, async-overlap (async with --overlap-push-pull), sync, ssp, ring")
+		workers = fs.String("workers", "", "grid: worker counts, comma-separated")
+		servers = fs.String("servers", "", "grid: server counts for the PS modes, comma-separated")
+		steps   = fs.Int64("steps", 200, "grid: steps per run (per worker)")
+		epochs  = fs.Int("epochs", 0, "grid: epochs per run instead of --steps")
+	)
+	fs.StringVar(&b.out, "out", "bench-out", "folder for results.json, report.md and the plots")
+	fs.Float64Var(&b.target, "target-accuracy", 0.85, "test accuracy whose time and steps to reach are reported")
+	fs.BoolVar(&b.until, "until-target", false, "end each run once worker 0 measures --target-accuracy (its steps or epochs become a cap)")
+	fs.Int64Var(&b.evalEvery, "eval-every", 100, "worker 0 evaluates on the test set every N steps")
+	fs.StringVar(&b.peers, "peers", "bench/peers", "folder of the peer scripts (torch_ddp.py); empty: no peers")
+	fs.StringVar(&b.python, "python", "/usr/bin/python3", "the Python with torch, for the peers")
+	fs.DurationVar(&b.runLimit, "run-timeout", 10*time.Minute, "the longest one run may take")
+	b.nf.register(fs)
+	b.df.register(fs)
+	fs.Lookup("nic-gbps").DefValue, b.nf.gbps = "1", 1
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := b.nf.validate(); err != nil {
+		return nil, err
+	}
+	if b.target < 0 || b.target > 1 {
+		return nil, fmt.Errorf("--target-accuracy %g: want 0 to 1", b.target)
+	}
+	if b.evalEvery < 1 {
+		return nil, fmt.Errorf("--eval-every %d: want >= 1", b.evalEvery)
+	}
+	b.plan = bench.DefaultPlan(*quick)
+	if *models != "" || *modes != "" || *workers != "" || *servers != "" {
+		var err error
+		if b.plan, err = bench.ParseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
+			return nil, err
 		}
 	}
-	bench.ScalingEfficiency(res.Runs)
-	return writeBenchOutputs(*out, res, stdout)
+	if !b.nf.shaped() {
+		b.plan.Runs = bench.DropLoopbackTwins(b.plan.Runs)
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return nil, fmt.Errorf("--out %s: %w", b.out, err)
+	}
+	if _, _, err := b.df.load(1); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // checkShaper measures one stream through the NIC model, up to three
@@ -183,9 +193,13 @@ func trainArgs(r bench.Run, nf nicFlags, df dataFlags, evalEvery int64) []string
 }
 
 // runShoal runs one shoal train and turns its summary into a record.
-func runShoal(ctx context.Context, exe string, r bench.Run, nf nicFlags, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
-	args := trainArgs(r, nf, df, evalEvery)
-	if until && target > 0 && !bench.Models[r.Model].Big {
+func (b *benchTrain) runShoal(ctx context.Context, exe string, r bench.Run, stderr io.Writer) bench.Record {
+	nf, target := b.nf, b.target
+	if r.Loopback {
+		nf = nicFlags{}
+	}
+	args := trainArgs(r, nf, b.df, b.evalEvery)
+	if b.until && target > 0 && !bench.Models[r.Model].Big {
 		args = append(args, "--stop-at-accuracy", fmtFloat(target))
 	}
 	rec := bench.Record{ID: r.ID("", nf.gbps), Command: append([]string{"shoal"}, args...), Mode: r.Mode, Model: bench.Models[r.Model].Label,
@@ -193,7 +207,7 @@ func runShoal(ctx context.Context, exe string, r bench.Run, nf nicFlags, df data
 	if target > 0 {
 		rec.TargetAccuracy = target
 	}
-	line, err := launch.RunJSON(ctx, limit, exe, args, nil, stderr)
+	line, err := launch.RunJSON(ctx, b.runLimit, exe, args, nil, stderr)
 	if err != nil {
 		rec.Error = err.Error()
 		return rec
@@ -229,7 +243,8 @@ func peerUnavailable(ctx context.Context, python, script string) string {
 
 // runPeer runs the PyTorch DDP peer on the same model, data, batch,
 // optimizer and seed; it prints a bench.Record.
-func runPeer(ctx context.Context, python, script string, r bench.Run, df dataFlags, target float64, until bool, evalEvery int64, limit time.Duration, stderr io.Writer) bench.Record {
+func (b *benchTrain) runPeer(ctx context.Context, script string, r bench.Run, stderr io.Writer) bench.Record {
+	python, df, target, until, evalEvery, limit := b.python, b.df, b.target, b.until, b.evalEvery, b.runLimit
 	args := []string{script, "--workers", strconv.Itoa(r.Workers), "--model", "mlp", "--hidden", "256,128", "--batch", "64",
 		"--lr", "0.01", "--momentum", "0.9", "--seed", "1", "--data", df.dir, "--eval-every", strconv.FormatInt(evalEvery, 10),
 		"--target-accuracy", fmtFloat(target), "--json"}
