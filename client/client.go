@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/consistency"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/shard"
 )
@@ -32,7 +33,7 @@ type Tensor struct {
 type Info struct {
 	Tensors   []Tensor
 	Plan      shard.Plan
-	Mode      string
+	Mode      consistency.Mode
 	Optimizer string
 	// Workers, BackupWorkers and Staleness are the mode's parameters.
 	Workers, BackupWorkers int
@@ -189,7 +190,11 @@ func (c *Client) handshake(ctx context.Context) error {
 		}
 		c.info.Clocks = append(c.info.Clocks, in.Clock)
 	}
-	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, first.Mode, first.Optimizer
+	mode, err := consistency.Parse(first.Mode)
+	if err != nil {
+		return fmt.Errorf("client: server %s: %w", c.addrs[0], err)
+	}
+	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, mode, first.Optimizer
 	c.info.Workers, c.info.BackupWorkers, c.info.Staleness = int(first.Workers), int(first.BackupWorkers), first.Staleness
 	for _, t := range first.Layout {
 		tt := Tensor{Name: t.Name, Offset: int(t.Offset)}

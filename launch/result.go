@@ -6,34 +6,35 @@ import (
 	"strconv"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
 )
 
 // Result is one training run as `shoal train --json` prints it and the
 // benchmark harness reads it.
 type Result struct {
-	Mode          string          `json:"mode"`
-	Model         string          `json:"model"`
-	Parameters    int             `json:"parameters"`
-	Dataset       string          `json:"dataset"`
-	Workers       int             `json:"workers"`
-	Servers       int             `json:"servers"`
-	Epochs        int             `json:"epochs"`
-	Steps         int64           `json:"steps"`
-	Batch         int             `json:"batch"`
-	Optimizer     string          `json:"optimizer"`
-	LR            float64         `json:"lr"`
-	TestAccuracy  float64         `json:"test_accuracy"`
-	TestLoss      float64         `json:"test_loss"`
-	TrainAccuracy float64         `json:"train_accuracy"`
-	TrainLoss     float64         `json:"train_loss"`
-	Samples       int64           `json:"samples"`
-	SamplesPerSec float64         `json:"samples_per_sec"`
-	TrainSeconds  float64         `json:"train_seconds"`
-	WallSeconds   float64         `json:"wall_seconds"`
-	Staleness     map[int64]int64 `json:"staleness"`
-	Dropped       int64           `json:"dropped_pushes"`
-	FailedWorkers []int           `json:"failed_workers"`
-	Saved         string          `json:"saved,omitempty"`
+	Mode          consistency.Mode `json:"mode"`
+	Model         string           `json:"model"`
+	Parameters    int              `json:"parameters"`
+	Dataset       string           `json:"dataset"`
+	Workers       int              `json:"workers"`
+	Servers       int              `json:"servers"`
+	Epochs        int              `json:"epochs"`
+	Steps         int64            `json:"steps"`
+	Batch         int              `json:"batch"`
+	Optimizer     string           `json:"optimizer"`
+	LR            float64          `json:"lr"`
+	TestAccuracy  float64          `json:"test_accuracy"`
+	TestLoss      float64          `json:"test_loss"`
+	TrainAccuracy float64          `json:"train_accuracy"`
+	TrainLoss     float64          `json:"train_loss"`
+	Samples       int64            `json:"samples"`
+	SamplesPerSec float64          `json:"samples_per_sec"`
+	TrainSeconds  float64          `json:"train_seconds"`
+	WallSeconds   float64          `json:"wall_seconds"`
+	Staleness     map[int64]int64  `json:"staleness"`
+	Dropped       int64            `json:"dropped_pushes"`
+	FailedWorkers []int            `json:"failed_workers"`
+	Saved         string           `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
 	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -30,7 +31,7 @@ func ckptServer(t *testing.T, dir string, every int64, name string) (*Server, er
 	for i := range initial {
 		initial[i] = float32(i)
 	}
-	return New(Config{Mode: ModeAsync, Shard: 1, Plan: plan, Layout: l, Optimizer: ocfg, CheckpointDir: dir, CheckpointEvery: every}, initial)
+	return New(Config{Mode: consistency.Async, Shard: 1, Plan: plan, Layout: l, Optimizer: ocfg, CheckpointDir: dir, CheckpointEvery: every}, initial)
 }
 
 func ckptPush(t *testing.T, s *Server, step int64) {
@@ -147,7 +148,7 @@ func TestFinalCheckpointAndSyncConsistency(t *testing.T) {
 	plan, _ := shard.New(4, 1, 16)
 	ocfg := optim.DefaultConfig()
 	ocfg.LR = 1
-	cfg := Config{Mode: ModeSync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 2, CheckpointDir: dir, CheckpointEvery: 1000}
+	cfg := Config{Mode: consistency.Sync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 2, CheckpointDir: dir, CheckpointEvery: 1000}
 	s, err := New(cfg, []float32{0, 1, 2, 3})
 	require.NoError(t, err)
 	push(t, s, 0, 0, 0, 1)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -14,7 +15,7 @@ import (
 
 // newModeServer returns the single shard of 4 floats (initial 0,1,2,3)
 // in the given mode, plain SGD at lr 1.
-func newModeServer(t *testing.T, mode string, workers, backup int, staleness int64) *Server {
+func newModeServer(t *testing.T, mode consistency.Mode, workers, backup int, staleness int64) *Server {
 	t.Helper()
 	var l nn.Layout
 	l.Add("w", 4)
@@ -50,7 +51,7 @@ func canceled() context.Context {
 }
 
 func TestSyncAveragesAndAppliesOnce(t *testing.T) {
-	s := newModeServer(t, ModeSync, 3, 0, 0)
+	s := newModeServer(t, consistency.Sync, 3, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 1, 0, 0, 2)
 	assert.Equal(t, int64(0), s.Clock(), "two of three pushes must not apply the step")
@@ -70,7 +71,7 @@ func TestSyncAveragesAndAppliesOnce(t *testing.T) {
 }
 
 func TestSyncBadPushes(t *testing.T) {
-	s := newModeServer(t, ModeSync, 2, 0, 0)
+	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 1, 0, 0, 1)
 	before := values(t, s)
@@ -101,7 +102,7 @@ func TestSyncBadPushes(t *testing.T) {
 }
 
 func TestSyncFuturePushWaits(t *testing.T) {
-	s := newModeServer(t, ModeSync, 2, 0, 0)
+	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	_, err := s.Push(canceled(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
 	require.ErrorIs(t, err, ErrWaitTimeout)
@@ -119,7 +120,7 @@ func TestSyncFuturePushWaits(t *testing.T) {
 }
 
 func TestSyncRetryIsDuplicate(t *testing.T) {
-	s := newModeServer(t, ModeSync, 2, 0, 0)
+	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	res := push(t, s, 0, 0, 0, 1) // the same push again: a retry
 	assert.True(t, res.Duplicate)
@@ -128,7 +129,7 @@ func TestSyncRetryIsDuplicate(t *testing.T) {
 }
 
 func TestBackupWorkers(t *testing.T) {
-	s := newModeServer(t, ModeSync, 3, 1, 0)
+	s := newModeServer(t, consistency.Sync, 3, 1, 0)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 2, 0, 0, 3)
 	assert.Equal(t, int64(1), s.Clock(), "N-b = 2 pushes apply the step")
@@ -144,7 +145,7 @@ func TestBackupWorkers(t *testing.T) {
 }
 
 func TestSetWorkersReleasesAStepHeldByALeaver(t *testing.T) {
-	s := newModeServer(t, ModeSync, 3, 0, 0)
+	s := newModeServer(t, consistency.Sync, 3, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 1, 0, 0, 3)
 	s.SetWorkers([]int64{0, 1}) // worker 2 left
@@ -157,7 +158,7 @@ func TestSetWorkersReleasesAStepHeldByALeaver(t *testing.T) {
 }
 
 func TestSSPBound(t *testing.T) {
-	s := newModeServer(t, ModeSSP, 2, 0, 1)
+	s := newModeServer(t, consistency.SSP, 2, 0, 1)
 	push(t, s, 0, 0, 0, 2)
 	// Worker 0 has pushed 1 step, worker 1 none: step 1 is 1 ahead, allowed.
 	require.NoError(t, s.WaitToRead(canceled(), 0, 1))
@@ -179,8 +180,8 @@ func TestSSPBound(t *testing.T) {
 }
 
 func TestSSPWithZeroStalenessIsSync(t *testing.T) {
-	sync := newModeServer(t, ModeSync, 2, 0, 0)
-	ssp := newModeServer(t, ModeSSP, 2, 0, 0)
+	sync := newModeServer(t, consistency.Sync, 2, 0, 0)
+	ssp := newModeServer(t, consistency.SSP, 2, 0, 0)
 	for _, s := range []*Server{sync, ssp} {
 		push(t, s, 0, 0, 0, 1)
 		assert.Equal(t, int64(0), s.Clock())
@@ -199,10 +200,11 @@ func TestModeConfigErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"backup without sync", Config{Mode: ModeAsync, Workers: 3, BackupWorkers: 1}, "only sync mode"},
-		{"all backups", Config{Mode: ModeSync, Workers: 2, BackupWorkers: 2}, "want 0..1"},
-		{"negative staleness", Config{Mode: ModeSSP, Workers: 2, Staleness: -1}, "staleness -1"},
-		{"unknown mode", Config{Mode: "gossip"}, `mode "gossip"`},
+		{"backup without sync", Config{Mode: consistency.Async, Workers: 3, BackupWorkers: 1}, "only sync mode"},
+		{"all backups", Config{Mode: consistency.Sync, Workers: 2, BackupWorkers: 2}, "want 0..1"},
+		{"negative staleness", Config{Mode: consistency.SSP, Workers: 2, Staleness: -1}, "staleness -1"},
+		{"ring has no servers", Config{Mode: consistency.Ring}, "mode ring: not a parameter-server mode (want async, sync or ssp)"},
+		{"no mode", Config{}, "mode Mode(0): not a parameter-server mode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Plan, tc.cfg.Layout, tc.cfg.Optimizer = plan, l, optim.DefaultConfig()

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -31,23 +33,11 @@ var (
 	ErrWaitTimeout = errors.New("timed out waiting for other workers")
 )
 
-// Modes the server implements.
-const (
-	// ModeAsync is Downpour SGD: every push is applied at once.
-	ModeAsync = "async"
-	// ModeSync averages the pushes of a step and applies them once; pulls
-	// for the next step wait for it.
-	ModeSync = "sync"
-	// ModeSSP is bounded staleness: pushes are applied at once, scaled by
-	// 1/Workers, and a pull waits while its step is more than Staleness
-	// ahead of the slowest worker. Staleness 0 is ModeSync.
-	ModeSSP = "ssp"
-)
-
 // Config configures one shard.
 type Config struct {
-	// Mode is ModeAsync, ModeSync or ModeSSP.
-	Mode string
+	// Mode is one that goes through parameter servers: consistency.Async,
+	// Sync or SSP.
+	Mode consistency.Mode
 	// Shard is this server's index in Plan.
 	Shard int
 	// Plan partitions the vector over the shards.
@@ -78,14 +68,12 @@ type Config struct {
 // DefaultConfig is an async single shard with the default optimizer; Plan
 // and Layout must still be set.
 func DefaultConfig() Config {
-	return Config{Mode: ModeAsync, Optimizer: optim.DefaultConfig(), Workers: 1, MaxWait: 10 * time.Minute}
+	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), Workers: 1, MaxWait: 10 * time.Minute}
 }
 
 func (c Config) validate() error {
-	switch c.Mode {
-	case ModeAsync, ModeSync, ModeSSP:
-	default:
-		return fmt.Errorf("mode %q: unknown (want %s, %s or %s)", c.Mode, ModeAsync, ModeSync, ModeSSP)
+	if !c.Mode.UsesServers() {
+		return fmt.Errorf("mode %s: not a parameter-server mode (want %s, %s or %s)", c.Mode, consistency.Async, consistency.Sync, consistency.SSP)
 	}
 	if err := c.Plan.Validate(); err != nil {
 		return err
@@ -105,7 +93,7 @@ func (c Config) validate() error {
 	if c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers {
 		return fmt.Errorf("backup workers %d: want 0..%d for %d workers", c.BackupWorkers, c.Workers-1, c.Workers)
 	}
-	if c.BackupWorkers > 0 && c.Mode != ModeSync {
+	if c.BackupWorkers > 0 && c.Mode != consistency.Sync {
 		return fmt.Errorf("backup workers %d: only sync mode has backup workers, this is %s", c.BackupWorkers, c.Mode)
 	}
 	if c.Staleness < 0 {
@@ -119,9 +107,7 @@ func (c Config) validate() error {
 
 // synchronous reports whether pushes go through the barrier: sync, and
 // ssp with staleness 0.
-func (c Config) synchronous() bool {
-	return c.Mode == ModeSync || (c.Mode == ModeSSP && c.Staleness == 0)
-}
+func (c Config) synchronous() bool { return c.Mode.Synchronous(c.Staleness) }
 
 // chunk is one owned chunk of the vector with its optimizer state.
 type chunk struct {
@@ -165,12 +151,13 @@ type Stats struct {
 	Dropped    int64
 	Rejected   int64
 	Pulls      int64
-	// Staleness[i] counts pushes whose gradient was i updates old (the
-	// last bucket holds everything at or above it).
-	Staleness [StalenessBuckets]int64
+	// Staleness counts pushes by how many updates old their gradient was;
+	// StalenessBuckets-1 counts everything at or above it.
+	Staleness consistency.Staleness
 }
 
-// StalenessBuckets is the size of the staleness histogram.
+// StalenessBuckets bounds the staleness histogram: it counts stalenesses
+// 0 to StalenessBuckets-1.
 const StalenessBuckets = 64
 
 // New returns a shard holding its chunks of initial, which has
@@ -210,7 +197,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		}
 		s.bar = newBarrier(ws, cfg.BackupWorkers, s.floats)
 		s.barPrev = map[int64]*int64{}
-	} else if cfg.Mode == ModeSSP {
+	} else if cfg.Mode == consistency.SSP {
 		s.scratch = make([]float32, s.floats)
 	}
 	if cfg.CheckpointDir != "" {
@@ -243,7 +230,9 @@ func (s *Server) Clock() int64 {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Staleness = maps.Clone(st.Staleness)
+	return st
 }
 
 // CheckPlan returns ErrWrongPlan unless version is the plan version this
@@ -285,7 +274,7 @@ func (s *Server) checkRange(r shard.Range) error {
 
 // checkWorker refuses worker ids outside 0..Workers-1 in sync and ssp.
 func (s *Server) checkWorker(w int64) error {
-	if s.cfg.Mode != ModeAsync && (w < 0 || w >= int64(s.cfg.Workers)) {
+	if s.cfg.Mode != consistency.Async && (w < 0 || w >= int64(s.cfg.Workers)) {
 		return fmt.Errorf("%w: worker %d: this shard expects workers 0..%d", ErrInvalidArgument, w, s.cfg.Workers-1)
 	}
 	return nil
@@ -350,7 +339,7 @@ func (s *Server) notifyLocked() {
 // until every earlier step is applied, in ssp while step is more than
 // Staleness ahead of the slowest worker; async never waits.
 func (s *Server) WaitToRead(ctx context.Context, worker, step int64) error {
-	if s.cfg.Mode == ModeAsync || step <= 0 {
+	if s.cfg.Mode == consistency.Async || step <= 0 {
 		return nil // nothing to wait for (step 0, or the launcher's final read)
 	}
 	if err := s.checkWorker(worker); err != nil {
@@ -471,7 +460,7 @@ type ChunkReader func(res PushResult, r shard.Range, vals []float32)
 // the values as they are. In the other modes read is not called (a pull
 // there waits for other workers; see WaitToRead). read nil is Push.
 func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
-	if s.cfg.Mode != ModeAsync {
+	if s.cfg.Mode != consistency.Async {
 		read = nil
 	}
 	res, err := s.push(ctx, in, read)
@@ -524,7 +513,7 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	switch {
 	case s.bar != nil:
 		return s.pushSyncLocked(ctx, in)
-	case s.cfg.Mode == ModeSSP:
+	case s.cfg.Mode == consistency.SSP:
 		_, min := s.slowestLocked()
 		if in.Step > min+s.cfg.Staleness {
 			return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
@@ -556,7 +545,7 @@ func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader) PushRes
 	s.lastStep[in.WorkerID] = in.Step
 	s.clock++
 	s.stats.Pushes++
-	s.stats.Staleness[min(staleness, StalenessBuckets-1)]++
+	s.stats.Staleness.Add(min(staleness, StalenessBuckets-1))
 	s.captureLocked()
 	return res
 }
@@ -608,7 +597,7 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 	}
 	s.lastStep[in.WorkerID] = in.Step
 	s.stats.Pushes++
-	s.stats.Staleness[0]++
+	s.stats.Staleness.Add(0)
 	if s.bar.add(in.WorkerID, in.Grads) {
 		s.applyStepLocked()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -29,7 +30,7 @@ func newTestServer(t *testing.T, n, servers, s, chunk int) *Server {
 	for i := range initial {
 		initial[i] = float32(i)
 	}
-	srv, err := New(Config{Mode: ModeAsync, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
+	srv, err := New(Config{Mode: consistency.Async, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
 	require.NoError(t, err)
 	return srv
 }
@@ -137,7 +138,9 @@ func TestStalenessHistogram(t *testing.T) {
 		require.NoError(t, err)
 	}
 	st := s.Stats()
-	assert.Equal(t, [3]int64{1, 1, 1}, [3]int64(st.Staleness[:3]))
+	assert.Equal(t, consistency.Staleness{0: 1, 1: 1, 2: 1}, st.Staleness)
+	st.Staleness.Add(5)
+	assert.Equal(t, consistency.Staleness{0: 1, 1: 1, 2: 1}, s.Stats().Staleness, "Stats returns a copy")
 }
 
 func TestReadRanges(t *testing.T) {
@@ -155,14 +158,14 @@ func TestNewValidates(t *testing.T) {
 	l.Add("w", 8)
 	plan, err := shard.New(8, 2, 16)
 	require.NoError(t, err)
-	good := Config{Mode: ModeAsync, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}
+	good := Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*Config)
 		initial int
 		want    string
 	}{
-		{"unknown mode", func(c *Config) { c.Mode = "eventual" }, 8, `mode "eventual"`},
+		{"not a mode", func(c *Config) { c.Mode = consistency.Ring + 1 }, 8, "mode Mode(5)"},
 		{"shard out of range", func(c *Config) { c.Shard = 2 }, 8, "shard 2"},
 		{"layout size", func(c *Config) { c.Layout = nn.Layout{}; c.Layout.Add("w", 7) }, 8, "layout holds 7 floats, plan 8"},
 		{"bad optimizer", func(c *Config) { c.Optimizer.LR = -1 }, 8, "lr -1"},
@@ -289,7 +292,7 @@ func TestPushRead(t *testing.T) {
 	plan, err := shard.New(8, 1, 16)
 	require.NoError(t, err)
 	ocfg := optim.DefaultConfig()
-	syncSrv, err := New(Config{Mode: ModeSync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 1}, make([]float32, 8))
+	syncSrv, err := New(Config{Mode: consistency.Sync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 1}, make([]float32, 8))
 	require.NoError(t, err)
 	reads = nil
 	_, err = syncSrv.PushRead(context.Background(), Push{WorkerID: 0, Ranges: syncSrv.Ranges(), Grads: ones(8)}, read)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -128,7 +129,7 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		},
 		Shard:         int32(cfg.Shard),
 		Clock:         s.core.Clock(),
-		Mode:          cfg.Mode,
+		Mode:          cfg.Mode.String(),
 		Optimizer:     describeOptimizer(cfg.Optimizer),
 		Workers:       int32(cfg.Workers),
 		BackupWorkers: int32(cfg.BackupWorkers),
@@ -137,13 +138,10 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 	}
 	st := s.core.Stats()
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls}
-	last := 0
-	for i, n := range st.Staleness {
-		if n > 0 {
-			last = i + 1
-		}
+	resp.Stats.StalenessHistogram = make([]int64, st.Staleness.Worst()+1)
+	for s, n := range st.Staleness.All() {
+		resp.Stats.StalenessHistogram[s] = n
 	}
-	resp.Stats.StalenessHistogram = st.Staleness[:last]
 	for _, t := range cfg.Layout.Tensors {
 		ti := &pb.TensorInfo{Name: t.Name, Offset: int64(t.Offset)}
 		for _, d := range t.Shape {
@@ -285,7 +283,7 @@ func (s *psService) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.Pu
 		return err
 	}
 	h := pr.h
-	if h.Pull && s.core.Config().Mode == ps.ModeAsync {
+	if h.Pull && s.core.Config().Mode == consistency.Async {
 		return s.pushRead(stream, pr)
 	}
 	res, err := s.apply(stream, pr)

@@ -18,6 +18,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -164,7 +165,7 @@ func syncCores(t *testing.T, workers int) []*ps.Server {
 	var l nn.Layout
 	l.Add("w", 8)
 	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers = ps.ModeSync, workers
+	cfg.Mode, cfg.Workers = consistency.Sync, workers
 	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
 	return testcluster.CoresWith(t, cfg, l, []float32{0, 1, 2, 3, 4, 5, 6, 7}, 1, 4)
 }
@@ -272,7 +273,7 @@ func TestPushPullWaitsForTheSlowest(t *testing.T) {
 	var l nn.Layout
 	l.Add("w", 8)
 	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers, cfg.Staleness = ps.ModeSSP, 2, 1
+	cfg.Mode, cfg.Workers, cfg.Staleness = consistency.SSP, 2, 1
 	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
 	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 1, 4)...)
 	ps := pb.NewParameterServerClient(dial(t, c, 0))
@@ -387,8 +388,15 @@ func TestMessageOverSizeLimit(t *testing.T) {
 
 func TestInfo(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 10, 2, 4, 0.5)...)
+	// Three pushes computed from clock 0: stalenesses 0, 1 and 2.
+	core := c.Shard(1).Core
+	for step := range int64(3) {
+		_, err := core.Push(ctxT(t), ps.Push{WorkerID: 0, Step: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+		require.NoError(t, err)
+	}
 	info, err := pb.NewParameterServerClient(dial(t, c, 1)).Info(ctxT(t), &pb.InfoRequest{})
 	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 1, 1}, info.Stats.StalenessHistogram)
 	assert.Equal(t, int32(1), info.Shard)
 	assert.Equal(t, "async", info.Mode)
 	assert.Equal(t, int64(10), info.Plan.VectorLength)
@@ -430,7 +438,7 @@ func syncCluster(t *testing.T) (*testcluster.Cluster, pb.ParameterServerClient) 
 	var l nn.Layout
 	l.Add("w", 8)
 	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers = ps.ModeSync, 2
+	cfg.Mode, cfg.Workers = consistency.Sync, 2
 	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 1, 4)...)
 	return c, pb.NewParameterServerClient(dial(t, c, 0))
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
@@ -23,7 +24,7 @@ import (
 
 // runPS trains a small MLP with workers×batch through servers shards in
 // mode (plain SGD, lr 0.1) for steps steps, and returns the final vector.
-func runPS(t *testing.T, mode string, staleness int64, workers, servers, batch int, steps int64, train data.Dataset) []float32 {
+func runPS(t *testing.T, mode consistency.Mode, staleness int64, workers, servers, batch int, steps int64, train data.Dataset) []float32 {
 	t.Helper()
 	spec := nn.Spec{Arch: "mlp", Hidden: []int{24}}
 	model, err := nn.New(spec, nn.NewCPU())
@@ -47,7 +48,7 @@ func runPS(t *testing.T, mode string, staleness int64, workers, servers, batch i
 				defer cl.Close()
 				m, _ := nn.New(spec, nn.NewCPU())
 				var s worker.Strategy = worker.NewSync(cl, int64(r), servers)
-				if mode != ps.ModeSync {
+				if mode != consistency.Sync {
 					if s, err = worker.NewAsync(cl, m.Layout().Size(), servers, worker.AsyncConfig{WorkerID: int64(r)}); err != nil {
 						return err
 					}
@@ -71,7 +72,7 @@ func runPS(t *testing.T, mode string, staleness int64, workers, servers, batch i
 	final := make([]float32, model.Layout().Size())
 	clocks, err := cl.Pull(ctxT(t), final)
 	require.NoError(t, err)
-	if mode == ps.ModeSync || staleness == 0 {
+	if mode.Synchronous(staleness) {
 		for _, c := range clocks {
 			require.Equal(t, steps, c, "every shard applied each step once")
 		}
@@ -100,14 +101,14 @@ func TestSyncEquivalence(t *testing.T) {
 	require.NoError(t, err)
 	const b, steps = 12, 50
 	// The comparison can tell runs apart: half the batch ends elsewhere.
-	other := runPS(t, ps.ModeSync, 0, 1, 1, 2*b, steps, train)
-	ref := runPS(t, ps.ModeSync, 0, 1, 1, 4*b, steps, train)
+	other := runPS(t, consistency.Sync, 0, 1, 1, 2*b, steps, train)
+	ref := runPS(t, consistency.Sync, 0, 1, 1, 4*b, steps, train)
 	require.Greater(t, relErr(other, ref), 1e-3)
 	for _, n := range []int{1, 2, 4} {
 		for _, s := range []int{1, 3} {
 			t.Run(fmt.Sprintf("N=%d S=%d", n, s), func(t *testing.T) {
-				want := runPS(t, ps.ModeSync, 0, 1, 1, n*b, steps, train)
-				got := runPS(t, ps.ModeSync, 0, n, s, b, steps, train)
+				want := runPS(t, consistency.Sync, 0, 1, 1, n*b, steps, train)
+				got := runPS(t, consistency.Sync, 0, n, s, b, steps, train)
 				e := relErr(got, want)
 				t.Logf("relative error %.2e", e)
 				assert.LessOrEqual(t, e, 1e-5)
@@ -121,8 +122,8 @@ func TestSSPWithZeroStalenessMatchesSync(t *testing.T) {
 	cfg.Train, cfg.Test = 1200, 10
 	train, _, err := data.Synthetic(cfg)
 	require.NoError(t, err)
-	sync := runPS(t, ps.ModeSync, 0, 2, 3, 8, 30, train)
-	ssp := runPS(t, ps.ModeSSP, 0, 2, 3, 8, 30, train)
+	sync := runPS(t, consistency.Sync, 0, 2, 3, 8, 30, train)
+	ssp := runPS(t, consistency.SSP, 0, 2, 3, 8, 30, train)
 	e := relErr(ssp, sync)
 	t.Logf("relative error %.2e", e)
 	assert.LessOrEqual(t, e, 1e-5)
@@ -136,7 +137,7 @@ func TestSyncNamesAMissingWorker(t *testing.T) {
 	train, _ := synthetic(t)
 	initial := make([]float32, model.Layout().Size())
 	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers = ps.ModeSync, 2
+	cfg.Mode, cfg.Workers = consistency.Sync, 2
 	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, model.Layout(), initial, 2, 4096)...)
 	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithCallTimeout(time.Second))
 	require.NoError(t, err)

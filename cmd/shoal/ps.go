@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/shard"
@@ -41,6 +42,10 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	m, err := consistency.Parse(*mode)
+	if err != nil {
+		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
+	}
 	log, err := lf.logger(stderr)
 	if err != nil {
 		return err
@@ -60,7 +65,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	initial := make([]float32, layout.Size())
 	model.Init(initial, mf.seed)
-	core, err := ps.New(ps.Config{Mode: *mode, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
+	core, err := ps.New(ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
 		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
 		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}, initial)
 	if err != nil {

@@ -195,7 +195,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		}
 	}
 	if r.id.Rank == 0 && r.save != "" {
-		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": "ring", "test_accuracy": fmtFloat(ev.Accuracy)}
+		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": r.tf.mode.String(), "test_accuracy": fmtFloat(ev.Accuracy)}
 		if err := nn.SaveSafetensors(r.save, r.model.Layout(), params, meta); err != nil {
 			return fmt.Errorf("--save %s: %w", r.save, err)
 		}

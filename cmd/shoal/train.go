@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
@@ -161,7 +162,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 			return nil, err
 		}
 	}
-	t.ring = t.tf.mode == "ring"
+	t.ring = t.tf.mode == consistency.Ring
 	if t.ring {
 		t.servers = 0 // no parameter server in ring mode
 	} else if t.servers < 1 {
@@ -201,7 +202,7 @@ func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) ([]stri
 	kids := make([]*launch.Child, t.servers)
 	for i := range t.servers {
 		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(t.servers),
-			"--mode", t.tf.mode, "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
+			"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
 			"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
 			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10)}, append(t.common(), t.of.args()...)...)
 		c, err := l.Start(ctx, fmt.Sprintf("ps %d", i), i, nil, args...)
@@ -323,7 +324,7 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 // and saves them with --save.
 func (t *trainRun) finish(ctx context.Context, addrs []string, ringTest *launch.Event, sum *launch.Result) (worker.Evaluation, error) {
 	ev := worker.Evaluation{Accuracy: -1}
-	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.tf.mode}
+	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.tf.mode.String()}
 	switch {
 	case t.ring:
 		sum.Saved = t.save // rank 0 saved them
@@ -395,7 +396,7 @@ func totalUpdates(n, workers int, staleness int64, tf *trainFlags) int64 {
 		perRank := (n + workers - 1) / workers
 		steps = int64(tf.epochs) * int64((perRank+tf.batch-1)/tf.batch)
 	}
-	if tf.mode == "sync" || tf.mode == "ring" || (tf.mode == "ssp" && staleness == 0) {
+	if tf.mode.Synchronous(staleness) {
 		return steps
 	}
 	return int64(workers) * ((steps + int64(tf.pushEvery) - 1) / int64(tf.pushEvery))

@@ -14,13 +14,15 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
 )
 
 // trainFlags are the training-loop flags shared by worker and train.
 type trainFlags struct {
-	mode           string
+	modeName       string           // --mode, which validate parses into mode
+	mode           consistency.Mode // set by validate
 	backwardPasses int
 	batch          int
 	epochs         int
@@ -31,7 +33,7 @@ type trainFlags struct {
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.mode, "mode", "async", "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
+	fs.StringVar(&t.modeName, "mode", "async", "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
 	fs.IntVar(&t.backwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
 	fs.IntVar(&t.batch, "batch", 64, "batch size per worker")
 	fs.IntVar(&t.epochs, "epochs", 3, "epochs to train")
@@ -42,16 +44,15 @@ func (t *trainFlags) register(fs *flag.FlagSet) {
 }
 
 func (t *trainFlags) validate() error {
-	switch t.mode {
-	case "async":
-	case "sync", "ssp", "ring":
-		if t.pushEvery != 1 || t.fetchEvery != 1 {
-			return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.pushEvery, t.fetchEvery, t.mode)
-		}
-	default:
-		return fmt.Errorf("--mode %q: unknown (want async, sync, ssp or ring)", t.mode)
+	m, err := consistency.Parse(t.modeName)
+	if err != nil {
+		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
 	}
-	if t.overlap && (t.mode != "async" || t.pushEvery != 1 || t.fetchEvery != 1) {
+	t.mode = m
+	if t.mode != consistency.Async && (t.pushEvery != 1 || t.fetchEvery != 1) {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.pushEvery, t.fetchEvery, t.mode)
+	}
+	if t.overlap && (t.mode != consistency.Async || t.pushEvery != 1 || t.fetchEvery != 1) {
 		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.mode, t.pushEvery, t.fetchEvery)
 	}
 	if t.backwardPasses < 1 {
@@ -73,7 +74,7 @@ func (t *trainFlags) validate() error {
 }
 
 func (t *trainFlags) args() []string {
-	return []string{"--mode", t.mode, "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
+	return []string{"--mode", t.mode.String(), "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
 		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery), "--backward-passes-per-step", fmt.Sprint(t.backwardPasses),
 		"--overlap-push-pull=" + fmt.Sprint(t.overlap)}
 }
@@ -148,7 +149,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if tf.mode == "ring" {
+	if tf.mode == consistency.Ring {
 		ocfg, err := of.config()
 		if err != nil {
 			return err
@@ -192,13 +193,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if info.Mode != tf.mode {
 		return fmt.Errorf("--mode %s: the servers run mode %s", tf.mode, info.Mode)
 	}
-	if info.Mode != "async" && info.Workers != id.WorldSize {
+	if info.Mode != consistency.Async && info.Workers != id.WorldSize {
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", id.WorldSize, info.Workers, id.WorldSize)
 	}
 	var strategy worker.Strategy
 	staleness := func() map[int64]int64 { return nil }
 	dropped := func() int64 { return 0 }
-	if tf.mode == "sync" {
+	if tf.mode == consistency.Sync {
 		s := worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
 		strategy, dropped = s, func() int64 { return s.Dropped }
 	} else {
