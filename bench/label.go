@@ -3,35 +3,81 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"image/color"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/shoalml/shoal/consistency"
 )
+
+// The values of a Record's (and a Run's) Mode besides the training modes'
+// names.
+const (
+	// modeAsyncOverlap is async with --overlap-push-pull: each push runs
+	// in the background while the next pull does.
+	modeAsyncOverlap = "async-overlap"
+	// modeDDP is a peer's run: PyTorch DistributedDataParallel.
+	modeDDP = "ddp"
+)
+
+// recordMode is one value of Record.Mode.
+type recordMode struct {
+	name  string
+	mode  consistency.Mode // the training mode it runs; 0 for a peer's
+	color color.Color      // in plots: Okabe–Ito hues, colour-blind-safe
+}
+
+// recordModes lists the values of Record.Mode in the order tables and
+// legends list them.
+func recordModes() [6]recordMode {
+	return [...]recordMode{
+		{consistency.Async.String(), consistency.Async, color.RGBA{213, 94, 0, 255}}, // vermillion
+		{modeAsyncOverlap, consistency.Async, color.RGBA{0, 0, 0, 255}},              // black
+		{consistency.Sync.String(), consistency.Sync, color.RGBA{0, 158, 115, 255}},  // bluish green
+		{consistency.SSP.String(), consistency.SSP, color.RGBA{0, 114, 178, 255}},    // blue
+		{consistency.Ring.String(), consistency.Ring, color.RGBA{230, 159, 0, 255}},  // orange
+		{modeDDP, 0, color.RGBA{204, 121, 167, 255}},                                 // reddish purple
+	}
+}
+
+// lookupMode returns the place of the record mode name in recordModes and
+// its entry: after all of them and grey, with no training mode, when it is
+// none of them.
+func lookupMode(name string) (int, recordMode) {
+	all := recordModes()
+	for i, m := range all {
+		if m.name == name {
+			return i, m
+		}
+	}
+	return len(all), recordMode{name: name, color: color.RGBA{90, 90, 90, 255}}
+}
 
 // modeRank orders modes the way tables and legends list them.
 func modeRank(mode string) int {
-	switch mode {
-	case "async":
-		return 0
-	case "async-overlap":
-		return 1
-	case "sync":
-		return 2
-	case "ssp":
-		return 3
-	case "ring":
-		return 4
-	case "ddp":
-		return 5
-	}
-	return 6
+	i, _ := lookupMode(mode)
+	return i
 }
 
 // isPS says whether mode runs against parameter servers.
 func isPS(mode string) bool {
-	return mode == "async" || mode == "async-overlap" || mode == "sync" || mode == "ssp"
+	_, m := lookupMode(mode)
+	return m.mode.UsesServers()
+}
+
+// trainingModes are the record modes of Shoal's own runs, in the order
+// of recordModes.
+func trainingModes() []string {
+	var out []string
+	for _, m := range recordModes() {
+		if m.mode != 0 {
+			out = append(out, m.name)
+		}
+	}
+	return out
 }
 
 // PeerName is the human name of a peer system, e.g. "pytorch-ddp-gloo" →

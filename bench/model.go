@@ -1,5 +1,7 @@
 package bench
 
+import "github.com/shoalml/shoal/consistency"
+
 // CommModel compares the measured communication time per step of rec
 // with the analytic one for a NIC of gbps Gbit/s: ring 2(N−1)/N·M/B; PS
 // with S servers max(M/B, N·M/(S·B)) per direction, a pull and a push one
@@ -10,12 +12,12 @@ func CommModel(rec *Record, gbps float64) *Comm {
 	m := float64(rec.VectorBytes)
 	n, s := float64(rec.Workers), float64(rec.Servers)
 	var analytic, measured float64
-	if rec.Mode == "ring" {
+	if rec.Mode == consistency.Ring.String() {
 		analytic = 2 * (n - 1) / n * m / b
 		measured = rec.StepTime.Reduce.Mean
 	} else {
 		analytic = 2 * max(m/b, n*m/(s*b))
-		if rec.Mode == "async-overlap" {
+		if rec.Mode == modeAsyncOverlap {
 			analytic /= 2 // the two directions at once
 		}
 		measured = rec.StepTime.Pull.Mean + rec.StepTime.Push.Mean

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/shoalml/shoal/consistency"
 )
 
 // Model is a model of the harness: its label in records and the shoal
@@ -62,10 +64,6 @@ type Plan struct {
 	Peers []Run // PyTorch DDP runs (mode "ddp")
 }
 
-// benchModes are the modes --modes takes, async-overlap being async with
-// its push and pull overlapped.
-var benchModes = []string{"async", "async-overlap", "sync", "ssp", "ring"}
-
 // DefaultPlan is what `make bench` runs (about ten minutes on 2 cores at
 // 1 Gbit/s): convergence of the four modes on the MLP, throughput against
 // workers for the MLP and the CNN, and the communication-bound 25M model
@@ -73,9 +71,10 @@ var benchModes = []string{"async", "async-overlap", "sync", "ssp", "ring"}
 // overlapped. quick is a smaller one, under a minute.
 func DefaultPlan(quick bool) Plan {
 	var p Plan
-	modes := []string{"async", "sync", "ssp", "ring"}
+	async, sync, ssp, ring := consistency.Async.String(), consistency.Sync.String(), consistency.SSP.String(), consistency.Ring.String()
+	modes := []string{async, sync, ssp, ring}
 	add := func(r Run) {
-		if r.Mode == "ring" {
+		if r.Mode == ring {
 			r.Servers = 0
 		}
 		p.Runs = append(p.Runs, r)
@@ -86,13 +85,13 @@ func DefaultPlan(quick bool) Plan {
 				add(Run{Model: "mlp", Mode: mode, Workers: w, Servers: 1, Steps: 100})
 			}
 		}
-		add(Run{Model: "mlp", Mode: "ring", Workers: 2, Steps: 100, Loopback: true})
+		add(Run{Model: "mlp", Mode: ring, Workers: 2, Steps: 100, Loopback: true})
 		for _, mode := range modes {
 			add(Run{Model: "big-6m", Mode: mode, Workers: 2, Servers: 1, Steps: 3})
 		}
-		add(Run{Model: "big-6m", Mode: "sync", Workers: 2, Servers: 2, Steps: 3})
-		add(Run{Model: "big-6m", Mode: "async-overlap", Workers: 2, Servers: 2, Steps: 3})
-		p.Peers = []Run{{Model: "mlp", Mode: "ddp", Workers: 2, Steps: 100}}
+		add(Run{Model: "big-6m", Mode: sync, Workers: 2, Servers: 2, Steps: 3})
+		add(Run{Model: "big-6m", Mode: modeAsyncOverlap, Workers: 2, Servers: 2, Steps: 3})
+		p.Peers = []Run{{Model: "mlp", Mode: modeDDP, Workers: 2, Steps: 100}}
 		return p
 	}
 	for _, mode := range modes {
@@ -102,16 +101,16 @@ func DefaultPlan(quick bool) Plan {
 		}
 	}
 	// The peer's conditions: loopback, no NIC model.
-	add(Run{Model: "mlp", Mode: "ring", Workers: 2, Epochs: 2, Loopback: true})
-	add(Run{Model: "mlp", Mode: "async", Workers: 2, Servers: 1, Epochs: 2, Loopback: true})
+	add(Run{Model: "mlp", Mode: ring, Workers: 2, Epochs: 2, Loopback: true})
+	add(Run{Model: "mlp", Mode: async, Workers: 2, Servers: 1, Epochs: 2, Loopback: true})
 	for _, mode := range modes {
 		for _, w := range []int{1, 2} {
 			add(Run{Model: "cnn", Mode: mode, Workers: w, Servers: 1, Steps: 100})
 		}
 	}
 	for _, w := range []int{2, 4} {
-		add(Run{Model: "big", Mode: "ring", Workers: w, Steps: 4})
-		for _, mode := range []string{"sync", "async", "ssp", "async-overlap"} {
+		add(Run{Model: "big", Mode: ring, Workers: w, Steps: 4})
+		for _, mode := range []string{sync, async, ssp, modeAsyncOverlap} {
 			for _, s := range []int{1, 2, 4} {
 				if s <= w {
 					add(Run{Model: "big", Mode: mode, Workers: w, Servers: s, Steps: 4})
@@ -120,9 +119,9 @@ func DefaultPlan(quick bool) Plan {
 		}
 	}
 	p.Peers = []Run{
-		{Model: "mlp", Mode: "ddp", Workers: 2, Epochs: 2},
-		{Model: "mlp", Mode: "ddp", Workers: 1, Steps: 300},
-		{Model: "mlp", Mode: "ddp", Workers: 4, Steps: 300},
+		{Model: "mlp", Mode: modeDDP, Workers: 2, Epochs: 2},
+		{Model: "mlp", Mode: modeDDP, Workers: 1, Steps: 300},
+		{Model: "mlp", Mode: modeDDP, Workers: 4, Steps: 300},
 	}
 	return p
 }
@@ -134,7 +133,7 @@ func GridPlan(models, modes []string, workers, servers []int, steps int64, epoch
 	for _, m := range models {
 		for _, mode := range modes {
 			for _, w := range workers {
-				if mode == "ring" {
+				if mode == consistency.Ring.String() {
 					p.Runs = append(p.Runs, Run{Model: m, Mode: mode, Workers: w, Steps: steps, Epochs: epochs})
 					continue
 				}
@@ -174,10 +173,15 @@ func ParseGrid(models, modes, workers, servers string, steps int64, epochs int) 
 			return Plan{}, fmt.Errorf("--models: unknown model %q (want mlp, cnn or big)", m)
 		}
 	}
-	mo := list(modes, "async,sync,ssp,ring")
+	grid := trainingModes()
+	var all []string
+	for _, m := range consistency.All() {
+		all = append(all, m.String())
+	}
+	mo := list(modes, strings.Join(all, ","))
 	for _, m := range mo {
-		if !slices.Contains(benchModes, m) {
-			return Plan{}, fmt.Errorf("--modes: unknown mode %q (want %s)", m, strings.Join(benchModes, ", "))
+		if !slices.Contains(grid, m) {
+			return Plan{}, fmt.Errorf("--modes: unknown mode %q (want %s)", m, strings.Join(grid, ", "))
 		}
 	}
 	ws, err := ints("workers", workers, "1,2,4")

@@ -293,23 +293,11 @@ func (f *figure) save(path string) error {
 	return out.Close()
 }
 
-// Colours per mode (colour-blind-safe Okabe–Ito hues), grey for others.
+// modeColor is the colour of a record mode in plots (see recordModes),
+// grey for others.
 func modeColor(mode string) color.Color {
-	switch mode {
-	case "async":
-		return color.RGBA{213, 94, 0, 255} // vermillion
-	case "async-overlap":
-		return color.RGBA{0, 0, 0, 255} // black
-	case "sync":
-		return color.RGBA{0, 158, 115, 255} // bluish green
-	case "ssp":
-		return color.RGBA{0, 114, 178, 255} // blue
-	case "ring":
-		return color.RGBA{230, 159, 0, 255} // orange
-	case "ddp":
-		return color.RGBA{204, 121, 167, 255} // reddish purple
-	}
-	return color.RGBA{90, 90, 90, 255}
+	_, m := lookupMode(mode)
+	return m.color
 }
 
 // modeLine is a line with round markers of radius points through pts, in

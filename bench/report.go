@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/shoalml/shoal/consistency"
 )
 
 // WriteReport writes report.md for r: a header (command, revision,
@@ -240,7 +242,7 @@ func (rep *report) crossover() {
 	}
 	rings := map[key]*Record{}
 	for _, rec := range rep.ok() {
-		if rec.Mode == "ring" && rec.Peer == "" && rec.Comm != nil {
+		if rec.Mode == consistency.Ring.String() && rec.Peer == "" && rec.Comm != nil {
 			rings[key{rec.Model, rec.Workers, rec.NICGbps}] = rec
 		}
 	}

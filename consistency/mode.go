@@ -23,9 +23,12 @@ const (
 	Ring
 )
 
+// All lists the modes in the order help texts list them.
+func All() []Mode { return []Mode{Async, Sync, SSP, Ring} }
+
 // Parse returns the Mode that String names.
 func Parse(s string) (Mode, error) {
-	for m := Async; m.valid(); m++ {
+	for _, m := range All() {
 		if m.String() == s {
 			return m, nil
 		}

@@ -40,6 +40,14 @@ func TestModes(t *testing.T) {
 	}
 }
 
+func TestAll(t *testing.T) {
+	var names []string
+	for _, m := range All() {
+		names = append(names, m.String())
+	}
+	assert.Equal(t, []string{"async", "sync", "ssp", "ring"}, names)
+}
+
 func TestModeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string

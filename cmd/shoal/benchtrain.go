@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/nn"
 )
@@ -167,9 +168,9 @@ func checkShaper(ctx context.Context, nf nicFlags, stdout io.Writer) (netshape.C
 func trainArgs(r bench.Run, nf nicFlags, df dataFlags, evalEvery int64) []string {
 	args := []string{"train", "--mode", r.Mode, "--workers", strconv.Itoa(r.Workers)}
 	if r.Mode == "async-overlap" {
-		args = []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", strconv.Itoa(r.Workers)}
+		args = []string{"train", "--mode", consistency.Async.String(), "--overlap-push-pull", "--workers", strconv.Itoa(r.Workers)}
 	}
-	if r.Mode != "ring" {
+	if r.Mode != consistency.Ring.String() {
 		args = append(args, "--servers", strconv.Itoa(r.Servers))
 	}
 	args = append(args, bench.Models[r.Model].Args...)
