@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/shoalml/shoal/consistency"
 )
 
 // fabricate returns a plausible Results for the tests and the committed
@@ -160,7 +162,7 @@ func fabricate() *Results {
 // fabricateStaleness spreads the n·steps pushes of a PS run over staleness
 // values: all 0 for sync, up to 2(n−1) (geometric) for async, up to the
 // bound 2 for ssp.
-func fabricateStaleness(mode string, n int, steps int64) map[string]int64 {
+func fabricateStaleness(mode string, n int, steps int64) consistency.Staleness {
 	total := int64(n) * steps
 	maxS := 0
 	switch mode {
@@ -175,7 +177,7 @@ func fabricateStaleness(mode string, n int, steps int64) map[string]int64 {
 		w[k] = math.Pow(0.55, math.Abs(float64(k)-float64(n-1)*0.8))
 		sum += w[k]
 	}
-	out := make(map[string]int64, len(w))
+	out := make(consistency.Staleness, len(w))
 	var given int64
 	for k := range w {
 		c := int64(float64(total) * w[k] / sum)
@@ -184,7 +186,7 @@ func fabricateStaleness(mode string, n int, steps int64) map[string]int64 {
 		}
 		given += c
 		if c > 0 {
-			out[strconv.Itoa(k)] = c
+			out[int64(k)] = c
 		}
 	}
 	return out

@@ -6,7 +6,6 @@ import (
 	"image/color"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -137,57 +136,6 @@ func sortedRuns(runs []Record) []*Record {
 		)
 	})
 	return out
-}
-
-// stalenessStats summarises a staleness histogram.
-type stalenessStats struct {
-	pushes         int64
-	mean           float64
-	p50, p95, max  int
-	fresh          float64 // share of pushes with staleness 0
-	values, counts []int64 // sorted by value
-}
-
-func summariseStaleness(h map[string]int64) (stalenessStats, bool) {
-	var st stalenessStats
-	type kv struct{ k, c int64 }
-	var kvs []kv
-	for ks, c := range h {
-		k, err := strconv.ParseInt(ks, 10, 64)
-		if err != nil || k < 0 || c <= 0 {
-			continue
-		}
-		kvs = append(kvs, kv{k, c})
-	}
-	if len(kvs) == 0 {
-		return st, false
-	}
-	sort.Slice(kvs, func(i, j int) bool { return kvs[i].k < kvs[j].k })
-	var sum float64
-	for _, e := range kvs {
-		st.pushes += e.c
-		sum += float64(e.k) * float64(e.c)
-		st.values = append(st.values, e.k)
-		st.counts = append(st.counts, e.c)
-	}
-	st.mean = sum / float64(st.pushes)
-	quant := func(q float64) int {
-		want := int64(math.Ceil(q * float64(st.pushes)))
-		var acc int64
-		for _, e := range kvs {
-			acc += e.c
-			if acc >= want {
-				return int(e.k)
-			}
-		}
-		return int(kvs[len(kvs)-1].k)
-	}
-	st.p50, st.p95 = quant(0.5), quant(0.95)
-	st.max = int(kvs[len(kvs)-1].k)
-	if kvs[0].k == 0 {
-		st.fresh = float64(kvs[0].c) / float64(st.pushes)
-	}
-	return st, true
 }
 
 // num formats a value with about three significant digits and thousands

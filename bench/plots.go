@@ -120,8 +120,7 @@ func planPlots(r *Results) []plotSpec {
 	specs = append(specs, perModel(models, plotStaleness, "staleness", "Staleness of pushes",
 		"no parameter-server run recorded staleness", func(m string) []*Record {
 			return representatives(ok(func(rec *Record) bool {
-				_, has := summariseStaleness(rec.Staleness)
-				return rec.Model == m && isPS(rec.Mode) && has
+				return rec.Model == m && isPS(rec.Mode) && rec.Staleness.Pushes() > 0
 			}))
 		})...)
 
@@ -604,13 +603,12 @@ func runLabel(rec *Record) string {
 
 func stalenessPlot(s plotSpec) (*figure, error) {
 	f := newFigure(s.title, "staleness of a push (server versions behind)", "share of pushes (%)", 8*vg.Inch, 4.8*vg.Inch)
-	stats := make([]stalenessStats, len(s.runs))
 	names := make([]string, len(s.runs))
 	maxK := 0
 	for i, rec := range s.runs {
-		stats[i], _ = summariseStaleness(rec.Staleness)
-		maxK = max(maxK, stats[i].max)
-		names[i] = fmt.Sprintf("%s: mean %.2f, p95 %d", runLabel(rec), stats[i].mean, stats[i].p95)
+		h := rec.Staleness
+		maxK = max(maxK, int(h.Worst()))
+		names[i] = fmt.Sprintf("%s: mean %.2f, p95 %d", runLabel(rec), h.Mean(), h.Quantile(0.95))
 	}
 	// Values past 24 fold into one "≥24" category to keep ticks legible.
 	const capK = 24
@@ -619,8 +617,9 @@ func stalenessPlot(s plotSpec) (*figure, error) {
 	barW := groupW / vg.Length(len(s.runs))
 	for i, rec := range s.runs {
 		vals := make(plotter.Values, cats)
-		for j, k := range stats[i].values {
-			vals[min(int(k), capK)] += 100 * float64(stats[i].counts[j]) / float64(stats[i].pushes)
+		pushes := rec.Staleness.Pushes()
+		for k, n := range rec.Staleness.All() {
+			vals[min(int(k), capK)] += 100 * float64(n) / float64(pushes)
 		}
 		bars, err := plotter.NewBarChart(vals, barW)
 		if err != nil {

@@ -1,6 +1,10 @@
 package bench
 
-import "time"
+import (
+	"time"
+
+	"github.com/shoalml/shoal/consistency"
+)
 
 // SchemaVersion names the layout of results.json; bump it when a field
 // changes meaning or goes away (adding optional fields does not).
@@ -108,9 +112,9 @@ type Record struct {
 	// analytic model (present when a NIC was modelled).
 	Comm *Comm `json:"comm,omitempty"`
 
-	// Staleness counts pushes by staleness (PS modes), keys as decimal
-	// strings.
-	Staleness map[string]int64 `json:"staleness,omitempty"`
+	// Staleness counts pushes by staleness (PS modes); in JSON its keys are
+	// decimal strings.
+	Staleness consistency.Staleness `json:"staleness,omitempty"`
 
 	// Curve is the test accuracy over the run, measured by worker 0 every
 	// few steps; the final point is the end of the run.

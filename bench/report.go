@@ -303,20 +303,19 @@ func (rep *report) staleness() {
 	rep.printf("## Staleness\n\n")
 	rep.printf("Parameter-server runs: how many versions behind the server's weights were when a push arrived. Fresh is the share of pushes with staleness 0.\n\n")
 	var sel []*Record
-	var stats []stalenessStats
 	for _, rec := range rep.ok() {
-		if st, has := summariseStaleness(rec.Staleness); has {
-			sel, stats = append(sel, rec), append(stats, st)
+		if rec.Staleness.Pushes() > 0 {
+			sel = append(sel, rec)
 		}
 	}
 	if len(sel) == 0 {
 		rep.printf("No run recorded staleness.\n\n")
 	} else {
 		rep.table(rep.runHeader("pushes", "mean", "p50", "p95", "max", "fresh"), func(row func(...string)) {
-			for i, rec := range sel {
-				st := stats[i]
-				row(append(rep.runCols(rec), thousands(strconv.FormatInt(st.pushes, 10)), fmt.Sprintf("%.2f", st.mean),
-					strconv.Itoa(st.p50), strconv.Itoa(st.p95), strconv.Itoa(st.max), pct(st.fresh))...)
+			for _, rec := range sel {
+				h := rec.Staleness
+				row(append(rep.runCols(rec), thousands(strconv.FormatInt(h.Pushes(), 10)), fmt.Sprintf("%.2f", h.Mean()),
+					strconv.FormatInt(h.Quantile(0.5), 10), strconv.FormatInt(h.Quantile(0.95), 10), strconv.FormatInt(h.Worst(), 10), pct(h.Fresh()))...)
 			}
 		})
 	}

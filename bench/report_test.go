@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/consistency"
 )
 
 // reportResults is a small hand-made Results with known numbers: a sync
@@ -33,7 +35,7 @@ func reportResults() *Results {
 				},
 				IdleFraction: 0.6, BytesSentPerStep: 1.5 * (1 << 20), BytesReceivedPerStep: 1 << 20,
 				Comm:         &Comm{MeasuredSeconds: 0.006, AnalyticSeconds: 0.004, Ratio: 1.5},
-				Staleness:    map[string]int64{"0": 200},
+				Staleness:    consistency.Staleness{0: 200},
 				Curve:        []CurvePoint{{Seconds: 0.5, Step: 40, Accuracy: 0.9, Loss: 0.3}, {Seconds: 1.25, Step: 100, Accuracy: 0.96, Loss: 0.1}},
 				TestAccuracy: 0.96, TargetAccuracy: 0.95, SecondsToTarget: ptr(1.25), StepsToTarget: ptr(int64(100)),
 			},

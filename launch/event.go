@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -18,19 +19,19 @@ type Event struct {
 	Addr  string `json:"addr,omitempty"`
 	Shard int    `json:"shard,omitempty"`
 	// progress, done
-	Rank       int             `json:"rank,omitempty"`
-	Epoch      int             `json:"epoch,omitempty"`
-	Epochs     int             `json:"epochs,omitempty"`
-	Step       int             `json:"step,omitempty"`
-	EpochSteps int             `json:"epoch_steps,omitempty"`
-	Samples    int             `json:"samples,omitempty"`
-	LossSum    float64         `json:"loss_sum,omitempty"`
-	Correct    int             `json:"correct,omitempty"`
-	Seconds    float64         `json:"seconds,omitempty"`
-	EpochDone  bool            `json:"epoch_done,omitempty"`
-	Steps      int64           `json:"steps,omitempty"`
-	Staleness  map[int64]int64 `json:"staleness,omitempty"`
-	Dropped    int64           `json:"dropped,omitempty"`
+	Rank       int                   `json:"rank,omitempty"`
+	Epoch      int                   `json:"epoch,omitempty"`
+	Epochs     int                   `json:"epochs,omitempty"`
+	Step       int                   `json:"step,omitempty"`
+	EpochSteps int                   `json:"epoch_steps,omitempty"`
+	Samples    int                   `json:"samples,omitempty"`
+	LossSum    float64               `json:"loss_sum,omitempty"`
+	Correct    int                   `json:"correct,omitempty"`
+	Seconds    float64               `json:"seconds,omitempty"`
+	EpochDone  bool                  `json:"epoch_done,omitempty"`
+	Steps      int64                 `json:"steps,omitempty"`
+	Staleness  consistency.Staleness `json:"staleness,omitempty"`
+	Dropped    int64                 `json:"dropped,omitempty"`
 	// done, ring; eval: the test metrics
 	TestLoss     float64 `json:"test_loss,omitempty"`
 	TestAccuracy float64 `json:"test_accuracy,omitempty"`

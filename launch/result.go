@@ -3,7 +3,6 @@ package launch
 import (
 	"math"
 	"slices"
-	"strconv"
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
@@ -12,29 +11,29 @@ import (
 // Result is one training run as `shoal train --json` prints it and the
 // benchmark harness reads it.
 type Result struct {
-	Mode          consistency.Mode `json:"mode"`
-	Model         string           `json:"model"`
-	Parameters    int              `json:"parameters"`
-	Dataset       string           `json:"dataset"`
-	Workers       int              `json:"workers"`
-	Servers       int              `json:"servers"`
-	Epochs        int              `json:"epochs"`
-	Steps         int64            `json:"steps"`
-	Batch         int              `json:"batch"`
-	Optimizer     string           `json:"optimizer"`
-	LR            float64          `json:"lr"`
-	TestAccuracy  float64          `json:"test_accuracy"`
-	TestLoss      float64          `json:"test_loss"`
-	TrainAccuracy float64          `json:"train_accuracy"`
-	TrainLoss     float64          `json:"train_loss"`
-	Samples       int64            `json:"samples"`
-	SamplesPerSec float64          `json:"samples_per_sec"`
-	TrainSeconds  float64          `json:"train_seconds"`
-	WallSeconds   float64          `json:"wall_seconds"`
-	Staleness     map[int64]int64  `json:"staleness"`
-	Dropped       int64            `json:"dropped_pushes"`
-	FailedWorkers []int            `json:"failed_workers"`
-	Saved         string           `json:"saved,omitempty"`
+	Mode          consistency.Mode      `json:"mode"`
+	Model         string                `json:"model"`
+	Parameters    int                   `json:"parameters"`
+	Dataset       string                `json:"dataset"`
+	Workers       int                   `json:"workers"`
+	Servers       int                   `json:"servers"`
+	Epochs        int                   `json:"epochs"`
+	Steps         int64                 `json:"steps"`
+	Batch         int                   `json:"batch"`
+	Optimizer     string                `json:"optimizer"`
+	LR            float64               `json:"lr"`
+	TestAccuracy  float64               `json:"test_accuracy"`
+	TestLoss      float64               `json:"test_loss"`
+	TrainAccuracy float64               `json:"train_accuracy"`
+	TrainLoss     float64               `json:"train_loss"`
+	Samples       int64                 `json:"samples"`
+	SamplesPerSec float64               `json:"samples_per_sec"`
+	TrainSeconds  float64               `json:"train_seconds"`
+	WallSeconds   float64               `json:"wall_seconds"`
+	Staleness     consistency.Staleness `json:"staleness"`
+	Dropped       int64                 `json:"dropped_pushes"`
+	FailedWorkers []int                 `json:"failed_workers"`
+	Saved         string                `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
 	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
@@ -66,12 +65,7 @@ func (t *Tally) Add(e Event) {
 	case Done:
 		r.Steps = max(r.Steps, e.Steps)
 		r.Samples += int64(e.Samples)
-		if len(e.Staleness) > 0 && r.Staleness == nil {
-			r.Staleness = map[int64]int64{}
-		}
-		for k, v := range e.Staleness {
-			r.Staleness[k] += v
-		}
+		r.Staleness.Merge(e.Staleness)
 		r.Dropped += e.Dropped
 		r.WorkerSeconds = max(r.WorkerSeconds, e.Seconds)
 		if e.Stopped && e.Rank == 0 {
@@ -162,10 +156,7 @@ func (r *Result) Fill(rec *bench.Record) {
 	rec.BytesSentPerStep, rec.BytesReceivedPerStep = r.BytesSentPerStep, r.BytesReceivedPerStep
 	rec.Staleness = nil
 	if len(r.Staleness) > 0 {
-		rec.Staleness = map[string]int64{}
-		for k, v := range r.Staleness {
-			rec.Staleness[strconv.FormatInt(k, 10)] = v
-		}
+		rec.Staleness = r.Staleness
 	}
 	rec.Curve = r.Curve
 	rec.TestAccuracy = r.TestAccuracy

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
 )
 
 // TestTally feeds a run's events to a tally, as shoal train does, and
@@ -26,7 +27,7 @@ func TestTally(t *testing.T) {
 	r := &tl.Result
 	assert.Equal(t, int64(5), r.Steps, "the most any worker ran")
 	assert.Equal(t, int64(36), r.Samples)
-	assert.Equal(t, map[int64]int64{0: 7, 1: 2}, r.Staleness)
+	assert.Equal(t, consistency.Staleness{0: 7, 1: 2}, r.Staleness)
 	assert.Equal(t, int64(1), r.Dropped)
 	assert.Equal(t, 3.0, r.WorkerSeconds, "the longest")
 	assert.True(t, r.StoppedAtTarget, "rank 0 stopped at its target")
@@ -49,7 +50,7 @@ func TestTally(t *testing.T) {
 	r.Fill(&rec)
 	assert.Equal(t, int64(40), rec.VectorBytes)
 	assert.Equal(t, 12.0, rec.SamplesPerSec, "samples over the workers' own time")
-	assert.Equal(t, map[string]int64{"0": 7, "1": 2}, rec.Staleness)
+	assert.Equal(t, consistency.Staleness{0: 7, 1: 2}, rec.Staleness)
 	assert.Equal(t, *r.StepTime, rec.StepTime)
 	assert.Equal(t, r.Curve, rec.Curve)
 }

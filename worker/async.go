@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 )
 
 // ParameterServers is what the parameter-server strategies need from the
@@ -52,7 +53,7 @@ type Async struct {
 	pending int
 	last    int64 // the last step accumulated
 	// Staleness counts pushes by the largest staleness any shard saw.
-	Staleness map[int64]int64
+	Staleness consistency.Staleness
 	waited    time.Duration // by the last pull
 	// inflight reports the background push (Overlap); Params and Finish
 	// wait for it, so the gradient buffer is not reused while it is read.
@@ -81,7 +82,7 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	if cfg.Overlap && (cfg.PushEvery != 1 || cfg.FetchEvery != 1) {
 		return nil, fmt.Errorf("async: overlapping push and pull needs push every 1 and fetch every 1 step, not %d and %d", cfg.PushEvery, cfg.FetchEvery)
 	}
-	a := &Async{ps: ps, cfg: cfg, Staleness: map[int64]int64{}, steps: make(client.Clocks, shards), lastStep: -1}
+	a := &Async{ps: ps, cfg: cfg, steps: make(client.Clocks, shards), lastStep: -1}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
 	}
@@ -224,7 +225,7 @@ func (a *Async) countStaleness(per []int64) {
 	for _, s := range per {
 		worst = max(worst, s)
 	}
-	a.Staleness[worst]++
+	a.Staleness.Add(worst)
 }
 
 // Sync is synchronous SGD through parameter servers: each step's gradient

@@ -78,7 +78,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: map[int64]int64{}, FailedWorkers: []int{}}}
+		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}}}
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
 	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board)
 	if err != nil {
@@ -364,8 +364,8 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 		fmt.Fprintf(stdout, "test: loss %.4f  accuracy %.2f%% (%d samples)\n", ev.Loss, 100*ev.Accuracy, ev.Samples)
 	}
 	fmt.Fprintf(stdout, "throughput: %.0f samples/s (%d samples in %.1fs); wall %.1fs\n", sum.SamplesPerSec, sum.Samples, sum.TrainSeconds, sum.WallSeconds)
-	if mean, worst := stalenessStats(sum.Staleness); worst >= 0 {
-		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates; pushes by staleness:%s\n", mean, worst, histogram(sum.Staleness))
+	if worst := sum.Staleness.Worst(); worst >= 0 {
+		fmt.Fprintf(stdout, "staleness: mean %.2f, max %d updates; pushes by staleness: %v\n", sum.Staleness.Mean(), worst, sum.Staleness)
 	}
 	if sum.Dropped > 0 {
 		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
@@ -416,38 +416,6 @@ func pullFinal(ctx context.Context, addrs []string, model nn.Model) ([]float32, 
 		return nil, fmt.Errorf("reading the final weights: %w", err)
 	}
 	return params, nil
-}
-
-// histogram renders a staleness histogram as " 0:12 1:40 2:3".
-func histogram(h map[int64]int64) string {
-	keys := make([]int64, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %d:%d", k, h[k])
-	}
-	return b.String()
-}
-
-// stalenessStats returns the mean and the largest staleness of a
-// histogram, or worst -1 when it is empty.
-func stalenessStats(h map[int64]int64) (mean float64, worst int64) {
-	worst = -1
-	var n, sum int64
-	for k, v := range h {
-		n += v
-		sum += k * v
-		if v > 0 {
-			worst = max(worst, k)
-		}
-	}
-	if n > 0 {
-		mean = float64(sum) / float64(n)
-	}
-	return mean, worst
 }
 
 // newLauncher returns a launcher of this binary.

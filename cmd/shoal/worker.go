@@ -197,7 +197,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", id.WorldSize, info.Workers, id.WorldSize)
 	}
 	var strategy worker.Strategy
-	staleness := func() map[int64]int64 { return nil }
+	staleness := func() consistency.Staleness { return nil }
 	dropped := func() int64 { return 0 }
 	if tf.mode == consistency.Sync {
 		s := worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
@@ -207,7 +207,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		strategy, staleness = a, func() map[int64]int64 { return a.Staleness }
+		strategy, staleness = a, func() consistency.Staleness { return a.Staleness }
 	}
 	board := newBoard(stdout, 1, isTerminal(stdout))
 	progress := board.update
