@@ -74,6 +74,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{"missing data", []string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
 		{"bad rank", []string{"worker", "--rank", "3", "--world-size", "2"}, "rank 3"},
+		{"unknown compression", []string{"worker", "--compression", "int8", "--dataset", "synthetic"}, `--compression: unknown compression "int8"`},
+		{"ps mode without servers", []string{"ps", "--mode", "ring"}, "mode ring: not a parameter-server mode"},
+		{"unknown ps mode", []string{"ps", "--mode", "gossip"}, `--mode "gossip": unknown`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

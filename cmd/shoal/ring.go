@@ -52,15 +52,11 @@ func (r *ringFlags) args() []string {
 }
 
 func (r *ringFlags) compressionMode() (collective.Compression, error) {
-	switch r.compression {
-	case "none":
-		return collective.None, nil
-	case "fp16":
-		return collective.Float16, nil
-	case "bf16":
-		return collective.BFloat16, nil
+	c, err := collective.ParseCompression(r.compression)
+	if err != nil {
+		return 0, fmt.Errorf("--compression: %w", err)
 	}
-	return 0, fmt.Errorf("--compression %q: want none, fp16 or bf16", r.compression)
+	return c, nil
 }
 
 // pushEncoding is --compression for parameter-server pushes.
