@@ -21,7 +21,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		of         optFlags
 		lf         logFlags
 		listen     = fs.String("listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
-		mode       = fs.String("mode", "async", "consistency mode: async (Downpour), sync or ssp")
+		mode       = fs.String("mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
 		workers    = fs.Int("workers", 1, "sync, ssp: the number of workers (ranks 0..N-1) to wait for")
 		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
 		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")

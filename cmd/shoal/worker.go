@@ -33,7 +33,7 @@ type trainFlags struct {
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.modeName, "mode", "async", "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
+	fs.StringVar(&t.modeName, "mode", consistency.Async.String(), "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
 	fs.IntVar(&t.backwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
 	fs.IntVar(&t.batch, "batch", 64, "batch size per worker")
 	fs.IntVar(&t.epochs, "epochs", 3, "epochs to train")
