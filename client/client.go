@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
-	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/wire"
 )
 
 // Tensor names one tensor of the servers' layout.
@@ -125,7 +125,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		// Reconnect to a restarted server within the retry budget (gRPC's
 		// default backoff grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: 5 * time.Second}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(pb.MaxPieceBytes + 64<<10)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)),
 	}, o.transport.DialOptions()...)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	for _, a := range addrs {
@@ -498,21 +498,18 @@ func (c *Client) header(s int, args PushArgs) *pb.PushHeader {
 // transport frees once it has written it, so the caller may change grads
 // as soon as this returns.
 func (c *Client) sendGrads(stream grpc.ClientStream, s int, h *pb.PushHeader, grads []float32) error {
-	encode, size := func(dst []byte, src []float32) { _ = pb.PutFloats(dst, src) }, 4
-	switch c.opts.encoding {
-	case pb.Encoding_FLOAT16:
-		encode, size = func(dst []byte, src []float32) { collective.EncodeFloat16(dst[:0], src) }, 2
-	case pb.Encoding_BFLOAT16:
-		encode, size = func(dst []byte, src []float32) { collective.EncodeBFloat16(dst[:0], src) }, 2
-	}
-	pieceFloats := pb.MaxPieceBytes / size
+	// An encoding this build does not know goes as float32 under its own
+	// name, and the server refuses it (the server says which it knows).
+	enc, _ := c.opts.encoding.Wire()
+	size := enc.Size()
+	pieceFloats := wire.MaxPieceBytes / size
 	pool := pb.Pool
 	msg := &pb.PushPiece{Header: h}
 	for _, r := range c.push[s] {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			end := min(off+pieceFloats, r.End())
 			buf := pool.Get(size * (end - off))
-			encode(*buf, grads[off:end])
+			enc.Put(*buf, grads[off:end])
 			if err := stream.SendMsg(&pb.TensorOut{Msg: msg, Field: pushGradsField, Payload: mem.NewBuffer(buf, pool)}); err != nil {
 				// The real error comes with the reply.
 				if errors.Is(err, io.EOF) {

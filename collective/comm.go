@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoalml/shoal/wire"
 )
 
 // Op is the reduction of Allreduce and ReduceScatter.
@@ -177,7 +179,7 @@ func New(t Transport, cfg Config) (*Communicator, error) {
 		rank:       rank,
 		size:       size,
 		segElems:   cfg.SegmentBytes / 4,
-		native:     nativeLittleEndian,
+		native:     wire.NativeLittleEndian,
 		notify:     make(chan struct{}, 1),
 		sentNotify: make(chan struct{}, 1),
 	}, nil

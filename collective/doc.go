@@ -14,7 +14,8 @@
 //
 // Wire: float32 travels as little-endian bytes (on little-endian hosts the
 // caller's slice itself, without copying), or as float16 or bfloat16 when
-// Config.Compression asks, always accumulated in float32. No Send carries
+// Config.Compression asks, always accumulated in float32; the encodings
+// are package wire's, the same as a parameter server's. No Send carries
 // more than SegmentBytes bytes.
 //
 // Concurrency: a Communicator runs one collective at a time (a concurrent

@@ -17,17 +17,16 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/wire"
 )
 
-// MaxMessageBytes is the largest message a Shoal server accepts: one piece
-// of MaxPieceBytes plus room for the header.
-const MaxMessageBytes = pb.MaxPieceBytes + 64<<10
+// pieceFloats is how many float32 values one piece of a pull carries.
+const pieceFloats = wire.MaxPieceBytes / 4
 
 // NewGRPCServer returns a gRPC server with Shoal's message limits and
 // transport settings (shoalpb.DefaultTransport; opts may override them),
@@ -40,7 +39,7 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 
 // NewGRPCServerWith is NewGRPCServer with transport settings t.
 func NewGRPCServerWith(t pb.Transport, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}, t.ServerOptions()...)
+	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(wire.MaxMessageBytes)}, t.ServerOptions()...)
 	opts = append(base, opts...)
 	g := grpc.NewServer(opts...)
 	h := health.NewServer()
@@ -82,7 +81,7 @@ func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Log
 	}
 	svc := &psService{core: core, log: log.With("component", "rpc")}
 	for _, r := range core.Ranges() {
-		svc.pieces += (r.Len + pb.MaxPieceBytes/4 - 1) / (pb.MaxPieceBytes / 4)
+		svc.pieces += (r.Len + pieceFloats - 1) / pieceFloats
 	}
 	pb.RegisterParameterServerServer(g, svc)
 	if h != nil {
@@ -193,8 +192,8 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 
 // pull waits until worker may read the values for step, then streams the
 // ranges (every owned range when none are named) in pieces of at most
-// MaxPieceBytes. The first piece carries how long the wait took and, for
-// a PushPull, pushed.
+// wire.MaxPieceBytes. The first piece carries how long the wait took and,
+// for a PushPull, pushed.
 func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
 	wctx, cancel := waitContext(stream.Context())
 	start := time.Now()
@@ -211,7 +210,6 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 		}
 		return stream.SendMsg(&pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload})
 	}
-	const pieceFloats = pb.MaxPieceBytes / 4
 	if len(ranges) == 0 {
 		// The whole shard, as one consistent snapshot, sent from the
 		// snapshot's own memory: the transport frees each piece once it
@@ -319,7 +317,6 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 		}
 		sent <- err
 	}()
-	const pieceFloats = pb.MaxPieceBytes / 4
 	first := true
 	wctx, cancel := waitContext(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
@@ -411,16 +408,15 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 // pushReader decodes the pieces of one push straight into a pooled
 // gradient vector.
 type pushReader struct {
-	s      *psService
-	h      *pb.PushHeader
-	in     ps.Push
-	total  int // floats the header's ranges hold
-	n      int // floats received
-	size   int // bytes per value on the wire
-	decode func([]float32, []byte) error
-	grads  *[]float32
-	wire   []byte // a piece in float16 or bfloat16
-	err    error  // the first problem, a gRPC status
+	s     *psService
+	h     *pb.PushHeader
+	in    ps.Push
+	total int // floats the header's ranges hold
+	n     int // floats received
+	enc   wire.Encoding
+	grads *[]float32
+	half  []byte // a piece in float16 or bfloat16
+	err   error  // the first problem, a gRPC status
 }
 
 // start checks the first piece's header and makes room for the gradient.
@@ -445,17 +441,11 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 	if err != nil {
 		return toStatus(err)
 	}
-	pr.decode, pr.size = nil, 4
-	switch h.Encoding {
-	case pb.Encoding_FLOAT32:
-	case pb.Encoding_FLOAT16:
-		pr.decode, pr.size = collective.DecodeFloat16, 2
-	case pb.Encoding_BFLOAT16:
-		pr.decode, pr.size = collective.DecodeBFloat16, 2
-	default:
+	enc, ok := h.Encoding.Wire()
+	if !ok {
 		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
 	}
-	pr.h, pr.in, pr.total = h, in, total
+	pr.h, pr.in, pr.total, pr.enc = h, in, total, enc
 	pr.grads = pr.s.getFloats(total)
 	return nil
 }
@@ -474,22 +464,22 @@ func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
 		pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
 		return pb.Sink{}
 	}
-	if n%pr.size != 0 {
+	if n%pr.enc.Size() != 0 {
 		pr.err = invalid("push: piece of %d bytes is not a whole number of %s values", n, pr.h.Encoding)
 		return pb.Sink{}
 	}
-	k := n / pr.size
+	k := n / pr.enc.Size()
 	if pr.n+k > pr.total {
 		pr.err = invalid("push: pieces carry more than the %d floats the header's ranges hold", pr.total)
 		return pb.Sink{}
 	}
-	if pr.decode == nil {
+	if pr.enc == wire.Float32 {
 		return pb.Sink{Floats: (*pr.grads)[pr.n : pr.n+k]}
 	}
-	if cap(pr.wire) < n {
-		pr.wire = make([]byte, n)
+	if cap(pr.half) < n {
+		pr.half = make([]byte, n)
 	}
-	return pb.Sink{Bytes: pr.wire[:n]}
+	return pb.Sink{Bytes: pr.half[:n]}
 }
 
 // finish accounts for a piece once it has been received.
@@ -500,9 +490,9 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 	if !in.Placed {
 		return status.Errorf(codes.Internal, "push: a piece of %d bytes was not stored", in.Len)
 	}
-	k := in.Len / pr.size
-	if pr.decode != nil {
-		if err := pr.decode((*pr.grads)[pr.n:pr.n+k], pr.wire[:in.Len]); err != nil {
+	k := in.Len / pr.enc.Size()
+	if pr.enc != wire.Float32 {
+		if err := pr.enc.Decode((*pr.grads)[pr.n:pr.n+k], pr.half[:in.Len]); err != nil {
 			return invalid("push: %v", err)
 		}
 	}

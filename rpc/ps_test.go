@@ -24,6 +24,7 @@ import (
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,12 +66,12 @@ func recvPieces(t *testing.T, recv func() (*pb.PullPiece, error)) ([]*pb.PullPie
 		require.NoError(t, err)
 		pieces = append(pieces, p)
 		v := make([]float32, len(p.Values)/4)
-		require.NoError(t, pb.DecodeFloats(v, p.Values))
+		require.NoError(t, wire.Float32.Decode(v, p.Values))
 		vals = append(vals, v...)
 	}
 }
 
-func floats(v ...float32) []byte { return pb.AppendFloats(nil, v) }
+func floats(v ...float32) []byte { return wire.Float32.Append(nil, v) }
 
 func header(step int64, ranges ...[2]int64) *pb.PushHeader {
 	h := &pb.PushHeader{WorkerId: 1, Step: step, PlanVersion: shard.Version}
@@ -297,7 +298,7 @@ func TestPushPullWaitsForTheSlowest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), first.Clock, "the values after worker 1's push too")
 	vals := make([]float32, len(first.Values)/4)
-	require.NoError(t, pb.DecodeFloats(vals, first.Values))
+	require.NoError(t, wire.Float32.Decode(vals, first.Values))
 	// Three pushes of 2, each scaled by 1/2 workers, lr 0.5: -1.5.
 	assert.Equal(t, float32(-1.5), vals[0])
 }
@@ -324,7 +325,7 @@ func TestPushPullWaitsAtTheBarrier(t *testing.T) {
 	require.NotNil(t, first.Push)
 	assert.Equal(t, int64(1), first.Clock, "the values after the step")
 	vals := make([]float32, len(first.Values)/4)
-	require.NoError(t, pb.DecodeFloats(vals, first.Values))
+	require.NoError(t, wire.Float32.Decode(vals, first.Values))
 	// Mean gradient 3, lr 0.5: every value moved by -1.5.
 	assert.Equal(t, []float32{-1.5, -0.5, 0.5, 1.5}, vals[:4])
 }
@@ -354,10 +355,10 @@ func TestPullIsStreamedInPieces(t *testing.T) {
 		if err != nil {
 			break
 		}
-		assert.LessOrEqual(t, len(p.Values), pb.MaxPieceBytes)
+		assert.LessOrEqual(t, len(p.Values), wire.MaxPieceBytes)
 		assert.Equal(t, next, p.Offset)
 		vals := make([]float32, len(p.Values)/4)
-		require.NoError(t, pb.DecodeFloats(vals, p.Values))
+		require.NoError(t, wire.Float32.Decode(vals, p.Values))
 		assert.Equal(t, float32(p.Offset), vals[0])
 		next += int64(len(vals))
 		pieces++

@@ -2,10 +2,8 @@ package shoalpb
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"unsafe"
 
 	"google.golang.org/grpc/encoding"
@@ -13,6 +11,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalml/shoal/wire"
 )
 
 // The tensor codec replaces gRPC's "proto" codec in every process that
@@ -191,8 +191,8 @@ func (in *TensorIn) place(r *mem.Reader, n int) error {
 	}
 	switch {
 	case s.Floats != nil && 4*len(s.Floats) == n:
-		if littleEndian {
-			_, err := io.ReadFull(r, floatBytes(s.Floats))
+		if wire.NativeLittleEndian {
+			_, err := io.ReadFull(r, wire.Float32Bytes(s.Floats))
 			in.Placed = err == nil
 			return err
 		}
@@ -202,9 +202,7 @@ func (in *TensorIn) place(r *mem.Reader, n int) error {
 			if _, err := io.ReadFull(r, b[:4*k]); err != nil {
 				return err
 			}
-			for i := range k {
-				f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			}
+			_ = wire.Float32.Decode(f[:k], b[:4*k]) // sized to match
 			f = f[k:]
 		}
 		in.Placed = true
@@ -220,33 +218,6 @@ func (in *TensorIn) place(r *mem.Reader, n int) error {
 	return nil
 }
 
-var errShortBuffer = errors.New("shoalpb: buffer too short")
-
-// littleEndian: the host stores float32 as the wire does, so a vector's
-// memory is its wire form.
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// floatBytes returns the memory of f as bytes, without copying.
-func floatBytes(f []float32) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
-}
-
-// PutFloats writes src into dst (at least 4·len(src) bytes) as
-// little-endian float32: one memory copy on a little-endian host.
-func PutFloats(dst []byte, src []float32) error {
-	if len(dst) < 4*len(src) {
-		return errShortBuffer
-	}
-	if littleEndian {
-		copy(dst, floatBytes(src))
-		return nil
-	}
-	for i, f := range src {
-		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
-	}
-	return nil
-}
-
 // NewFloatBuffer returns a pooled buffer of n little-endian float32 values
 // that fill writes (into the buffer's own memory on a little-endian host).
 // Whoever holds the buffer frees it; the transport does for a TensorOut's
@@ -255,12 +226,12 @@ func NewFloatBuffer(n int, fill func(dst []float32) error) (mem.Buffer, error) {
 	pool := Pool
 	b := pool.Get(4 * n)
 	var err error
-	if littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(*b)))%4 == 0 {
+	if wire.NativeLittleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(*b)))%4 == 0 {
 		err = fill(unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(*b))), n))
 	} else {
 		f := make([]float32, n)
 		if err = fill(f); err == nil {
-			err = PutFloats(*b, f)
+			wire.Float32.Put(*b, f)
 		}
 	}
 	if err != nil {

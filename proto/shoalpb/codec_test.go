@@ -10,6 +10,8 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalml/shoal/wire"
 )
 
 // split cuts b into a BufferSlice of pieces of at most n bytes, as the
@@ -31,21 +33,21 @@ func codec() encoding.CodecV2 { return encoding.GetCodecV2(protocodec.Name) }
 // the payload straight into floats, whatever the frame boundaries.
 func TestTensorRoundTrip(t *testing.T) {
 	vals := []float32{1, -2.5, 3e38, 0}
-	payload := AppendFloats(nil, vals)
+	payload := wire.Float32.Append(nil, vals)
 	msg := &PullPiece{Offset: 12, Clock: 7, HeldMicros: 99, Push: &PushResponse{Clock: 8, Staleness: 1}}
 	out, err := codec().Marshal(&TensorOut{Msg: proto.Clone(msg), Field: 2, Payload: mem.SliceBuffer(payload)})
 	require.NoError(t, err)
-	wire := out.Materialize()
+	sent := out.Materialize()
 
 	var std PullPiece
-	require.NoError(t, proto.Unmarshal(wire, &std))
+	require.NoError(t, proto.Unmarshal(sent, &std))
 	want := proto.Clone(msg).(*PullPiece)
 	want.Values = payload
 	assert.True(t, proto.Equal(want, &std), "the standard decoder reads %v", &std)
 
 	canonical, err := proto.Marshal(want) // fields in number order
 	require.NoError(t, err)
-	for _, w := range [][]byte{wire, canonical} {
+	for _, w := range [][]byte{sent, canonical} {
 		for _, frame := range []int{1, 3, 16, 1 << 20} {
 			got := make([]float32, len(vals))
 			var p PullPiece
@@ -67,12 +69,12 @@ func TestTensorRoundTrip(t *testing.T) {
 // TestTensorInDrops: a payload Place does not want, or one of the wrong
 // length for its sink, is read past and not stored.
 func TestTensorInDrops(t *testing.T) {
-	wire, err := proto.Marshal(&PullPiece{Offset: 1, Values: AppendFloats(nil, []float32{1, 2, 3}), Clock: 5})
+	msg, err := proto.Marshal(&PullPiece{Offset: 1, Values: wire.Float32.Append(nil, []float32{1, 2, 3}), Clock: 5})
 	require.NoError(t, err)
 	for _, sink := range []Sink{{}, {Floats: make([]float32, 2)}, {Bytes: make([]byte, 3)}} {
 		var p PullPiece
 		in := &TensorIn{Msg: &p, Field: 2, Place: func(int) Sink { return sink }}
-		require.NoError(t, codec().Unmarshal(split(wire, 5), in))
+		require.NoError(t, codec().Unmarshal(split(msg, 5), in))
 		assert.False(t, in.Placed)
 		assert.Equal(t, 12, in.Len)
 		assert.Equal(t, int64(5), p.Clock, "fields after the payload are read")
@@ -82,7 +84,7 @@ func TestTensorInDrops(t *testing.T) {
 // TestTensorInRefusesDamage: truncated messages, a payload longer than the
 // message, a payload field twice and invalid field numbers are errors.
 func TestTensorInRefusesDamage(t *testing.T) {
-	good, err := proto.Marshal(&PushPiece{Header: &PushHeader{WorkerId: 1, Step: 2}, Grads: AppendFloats(nil, []float32{1, 2})})
+	good, err := proto.Marshal(&PushPiece{Header: &PushHeader{WorkerId: 1, Step: 2}, Grads: wire.Float32.Append(nil, []float32{1, 2})})
 	require.NoError(t, err)
 	for name, w := range map[string][]byte{
 		"truncated":      good[:len(good)-1],
@@ -101,7 +103,7 @@ func TestTensorInRefusesDamage(t *testing.T) {
 // FuzzTensorUnmarshal: any bytes, cut into any frames, decode without a
 // panic; what decodes matches protobuf's own decoder.
 func FuzzTensorUnmarshal(f *testing.F) {
-	seed, _ := proto.Marshal(&PushPiece{Header: &PushHeader{WorkerId: 3, Ranges: []*Range{{Offset: 0, Length: 2}}}, Grads: AppendFloats(nil, []float32{1, 2})})
+	seed, _ := proto.Marshal(&PushPiece{Header: &PushHeader{WorkerId: 3, Ranges: []*Range{{Offset: 0, Length: 2}}}, Grads: wire.Float32.Append(nil, []float32{1, 2})})
 	f.Add(seed, uint8(3))
 	f.Add([]byte{0x12, 0x04, 1, 2, 3, 4}, uint8(1))
 	f.Fuzz(func(t *testing.T, b []byte, frame uint8) {

@@ -1,4 +1,4 @@
-package collective
+package wire
 
 import (
 	"math"
@@ -51,7 +51,7 @@ func TestFloat16Encode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, float16Bits(tc.in), "float16Bits(%g)", tc.in)
-			got := EncodeFloat16(nil, []float32{tc.in})
+			got := Float16.Append(nil, []float32{tc.in})
 			assert.Equal(t, []byte{byte(tc.want), byte(tc.want >> 8)}, got, "little-endian encoding")
 		})
 	}
@@ -86,7 +86,7 @@ func TestFloat16Decode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make([]float32, 1)
-			require.NoError(t, DecodeFloat16(got, []byte{byte(tc.in), byte(tc.in >> 8)}))
+			require.NoError(t, Float16.Decode(got, []byte{byte(tc.in), byte(tc.in >> 8)}))
 			assert.Equal(t, math.Float32bits(tc.want), math.Float32bits(got[0]), "got %g, want %g", got[0], tc.want)
 		})
 	}
@@ -115,7 +115,7 @@ func TestBFloat16(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, bfloat16Bits(tc.in), "bfloat16Bits(%g)", tc.in)
-			got := EncodeBFloat16(nil, []float32{tc.in})
+			got := BFloat16.Append(nil, []float32{tc.in})
 			assert.Equal(t, []byte{byte(tc.want), byte(tc.want >> 8)}, got, "little-endian encoding")
 		})
 	}
@@ -179,7 +179,7 @@ func nearest16(f float32, decode func(uint16) float32, maxFinite uint16, overflo
 }
 
 // checkNearest checks every rounding path (scalar, slice encoders,
-// in-place quantize) of f against nearest16.
+// in-place Quantize) of f against nearest16.
 func checkNearest(t *testing.T, bits uint32) {
 	f := f32(bits)
 	if math.IsNaN(float64(f)) {
@@ -188,23 +188,22 @@ func checkNearest(t *testing.T, bits uint32) {
 	for _, tc := range []struct {
 		name      string
 		bits      func(float32) uint16
-		encode    func([]byte, []float32) []byte
 		decode    func(uint16) float32
 		round     func(float32) float32
-		comp      Compression
+		enc       Encoding
 		maxFinite uint16
 		overflow  float64
 	}{
-		{"float16", float16Bits, EncodeFloat16, float16Float32, roundFloat16, Float16, 0x7bff, 65536},
-		{"bfloat16", bfloat16Bits, EncodeBFloat16, bfloat16Float32, roundBFloat16, BFloat16, 0x7f7f, 0x1p128},
+		{"float16", float16Bits, float16Float32, roundFloat16, Float16, 0x7bff, 65536},
+		{"bfloat16", bfloat16Bits, bfloat16Float32, roundBFloat16, BFloat16, 0x7f7f, 0x1p128},
 	} {
 		want := nearest16(f, tc.decode, tc.maxFinite, tc.overflow)
 		require.Equal(t, want, tc.bits(f), "%s of %g (%#08x)", tc.name, f, bits)
-		require.Equal(t, []byte{byte(want), byte(want >> 8)}, tc.encode(nil, []float32{f}), "%s: encode %g (%#08x)", tc.name, f, bits)
+		require.Equal(t, []byte{byte(want), byte(want >> 8)}, tc.enc.Append(nil, []float32{f}), "%s: encode %g (%#08x)", tc.name, f, bits)
 		wantF := math.Float32bits(tc.decode(want))
 		require.Equal(t, wantF, math.Float32bits(tc.round(f)), "%s: round %g (%#08x)", tc.name, f, bits)
 		q := []float32{f}
-		tc.comp.quantize(q)
+		tc.enc.Quantize(q)
 		require.Equal(t, wantF, math.Float32bits(q[0]), "%s: quantize %g (%#08x)", tc.name, f, bits)
 	}
 }
@@ -232,34 +231,4 @@ func FuzzHalfNearest(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, bits uint32) { checkNearest(t, bits) })
-}
-
-func TestEncodeDecodeSlices(t *testing.T) {
-	in := []float32{1, -2, 0.5, 65504, 0x1p-24}
-	prefix := []byte{0xaa}
-	enc := EncodeFloat16(prefix, in)
-	require.Len(t, enc, 1+2*len(in))
-	assert.Equal(t, byte(0xaa), enc[0], "EncodeFloat16 appends")
-	out := make([]float32, len(in))
-	require.NoError(t, DecodeFloat16(out, enc[1:]))
-	assert.Equal(t, in, out)
-
-	enc = EncodeBFloat16(nil, in[:3])
-	out = make([]float32, 3)
-	require.NoError(t, DecodeBFloat16(out, enc))
-	assert.Equal(t, in[:3], out)
-
-	assert.EqualError(t, DecodeFloat16(make([]float32, 4), make([]byte, 7)), "decode float16: src has 7 bytes, want 8 (2 per float)")
-	assert.EqualError(t, DecodeBFloat16(make([]float32, 1), make([]byte, 4)), "decode bfloat16: src has 4 bytes, want 2 (2 per float)")
-
-	// The portable float32 path matches the zero-copy one.
-	x := []float32{1, -0.25, float32(math.Inf(1)), 3e-39}
-	w := make([]byte, 4*len(x))
-	putFloat32(w, x)
-	if nativeLittleEndian {
-		assert.Equal(t, float32Bytes(x), w)
-	}
-	y := make([]float32, len(x))
-	getFloat32(y, w)
-	assert.Equal(t, x, y)
 }
