@@ -6,19 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/consistency"
 )
-
-// ParameterServers is what the parameter-server strategies need from the
-// client library; *client.Client implements it.
-type ParameterServers interface {
-	PullFor(ctx context.Context, args client.PullArgs, dst []float32) (client.Clocks, error)
-	Push(ctx context.Context, args client.PushArgs) (client.PushResult, error)
-	PushPull(ctx context.Context, args client.PushPullArgs) (client.PushPullResult, error)
-}
-
-var _ ParameterServers = (*client.Client)(nil)
 
 // AsyncConfig configures Downpour SGD.
 type AsyncConfig struct {
@@ -46,8 +35,8 @@ type AsyncConfig struct {
 type Async struct {
 	ps     ParameterServers
 	cfg    AsyncConfig
-	clocks client.Clocks
-	steps  client.Clocks // the step of the pull, once per shard
+	clocks []int64
+	steps  []int64 // the step of the pull, once per shard
 	// acc sums the gradients of the steps not pushed yet (PushEvery > 1).
 	acc     []float32
 	pending int
@@ -82,7 +71,7 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	if cfg.Overlap && (cfg.PushEvery != 1 || cfg.FetchEvery != 1) {
 		return nil, fmt.Errorf("async: overlapping push and pull needs push every 1 and fetch every 1 step, not %d and %d", cfg.PushEvery, cfg.FetchEvery)
 	}
-	a := &Async{ps: ps, cfg: cfg, steps: make(client.Clocks, shards), lastStep: -1}
+	a := &Async{ps: ps, cfg: cfg, steps: make([]int64, shards), lastStep: -1}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
 	}
@@ -126,7 +115,7 @@ func (a *Async) pull(ctx context.Context, step int64, params []float32) error {
 	for i := range a.steps {
 		a.steps[i] = step
 	}
-	clocks, err := a.ps.PullFor(ctx, client.PullArgs{WorkerID: a.cfg.WorkerID, Steps: a.steps, Waited: &a.waited}, params)
+	clocks, err := a.ps.Pull(ctx, PullArgs{WorkerID: a.cfg.WorkerID, Steps: a.steps, Waited: &a.waited}, params)
 	if err != nil {
 		return err
 	}
@@ -177,9 +166,9 @@ func (a *Async) pushPull(ctx context.Context, step int64, grads, params []float3
 	for i := range a.steps {
 		a.steps[i] = step + 1
 	}
-	res, err := a.ps.PushPull(ctx, client.PushPullArgs{
-		PushArgs: client.PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: a.clocks, Grads: grads},
-		Pull:     true, Steps: a.steps, Dst: params, Waited: &a.waited,
+	res, err := a.ps.PushPull(ctx, PushPullArgs{
+		PushArgs: PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: a.clocks, Grads: grads},
+		Steps:    a.steps, Dst: params, Waited: &a.waited,
 	})
 	if err != nil {
 		return err
@@ -210,8 +199,8 @@ func (a *Async) flush(ctx context.Context) error {
 }
 
 // push sends grads of step, computed on weights of clocks.
-func (a *Async) push(ctx context.Context, step int64, clocks client.Clocks, grads []float32) error {
-	res, err := a.ps.Push(ctx, client.PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: clocks, Grads: grads})
+func (a *Async) push(ctx context.Context, step int64, clocks []int64, grads []float32) error {
+	res, err := a.ps.Push(ctx, PushArgs{WorkerID: a.cfg.WorkerID, Step: step, Clocks: clocks, Grads: grads})
 	if err != nil {
 		return err
 	}
@@ -235,8 +224,8 @@ func (a *Async) countStaleness(per []int64) {
 type Sync struct {
 	ps     ParameterServers
 	worker int64
-	clocks client.Clocks // of the last pull: the step of each shard
-	next   client.Clocks // per shard, the step the next pull waits for
+	clocks []int64 // of the last pull: the step of each shard
+	next   []int64 // per shard, the step the next pull waits for
 	// Dropped counts pushes that shards dropped as a backup worker's late
 	// gradient.
 	Dropped int64
@@ -254,7 +243,7 @@ var _ Strategy = (*Sync)(nil)
 
 // NewSync returns the synchronous strategy of worker over shards shards.
 func NewSync(ps ParameterServers, worker int64, shards int) *Sync {
-	return &Sync{ps: ps, worker: worker, next: make(client.Clocks, shards), lastStep: -1}
+	return &Sync{ps: ps, worker: worker, next: make([]int64, shards), lastStep: -1}
 }
 
 // SetLastStep says which step is the worker's last: its push fetches no
@@ -272,7 +261,7 @@ func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
 		return nil
 	}
 	s.waited = 0
-	clocks, err := s.ps.PullFor(ctx, client.PullArgs{WorkerID: s.worker, Steps: s.next, Waited: &s.waited}, params)
+	clocks, err := s.ps.Pull(ctx, PullArgs{WorkerID: s.worker, Steps: s.next, Waited: &s.waited}, params)
 	if err != nil {
 		return err
 	}
@@ -300,7 +289,7 @@ func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) e
 	for i, c := range s.clocks {
 		s.next[i] = c + 1
 	}
-	push := client.PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads}
+	push := PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads}
 	if step == s.lastStep {
 		res, err := s.ps.Push(ctx, push)
 		if err != nil {
@@ -309,7 +298,7 @@ func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) e
 		s.Dropped += int64(res.Dropped)
 		return nil
 	}
-	res, err := s.ps.PushPull(ctx, client.PushPullArgs{PushArgs: push, Pull: true, Steps: s.next, Dst: params, Waited: &s.waited})
+	res, err := s.ps.PushPull(ctx, PushPullArgs{PushArgs: push, Steps: s.next, Dst: params, Waited: &s.waited})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/worker"
+	"github.com/shoalml/shoal/worker/psclient"
 )
 
 // runPS trains a small MLP with workers×batch through servers shards in
@@ -47,9 +48,9 @@ func runPS(t *testing.T, mode consistency.Mode, staleness int64, workers, server
 				}
 				defer cl.Close()
 				m, _ := nn.New(spec, nn.NewCPU())
-				var s worker.Strategy = worker.NewSync(cl, int64(r), servers)
+				var s worker.Strategy = worker.NewSync(psclient.New(cl), int64(r), servers)
 				if mode != consistency.Sync {
-					if s, err = worker.NewAsync(cl, m.Layout().Size(), servers, worker.AsyncConfig{WorkerID: int64(r)}); err != nil {
+					if s, err = worker.NewAsync(psclient.New(cl), m.Layout().Size(), servers, worker.AsyncConfig{WorkerID: int64(r)}); err != nil {
 						return err
 					}
 				}
@@ -142,7 +143,7 @@ func TestSyncNamesAMissingWorker(t *testing.T) {
 	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithCallTimeout(time.Second))
 	require.NoError(t, err)
 	defer cl.Close()
-	w, err := worker.New(worker.Config{Rank: 0, WorldSize: 2, Batch: 16, Epochs: 1}, model, train, worker.NewSync(cl, 0, 2))
+	w, err := worker.New(worker.Config{Rank: 0, WorldSize: 2, Batch: 16, Epochs: 1}, model, train, worker.NewSync(psclient.New(cl), 0, 2))
 	require.NoError(t, err)
 	defer w.Close()
 	// No deadline but the client's 1 s call timeout: the run ends with the

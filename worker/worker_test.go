@@ -16,6 +16,7 @@ import (
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
+	"github.com/shoalml/shoal/worker/psclient"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,15 +37,15 @@ type fakePS struct {
 	failPush   error
 }
 
-func (f *fakePS) PullFor(_ context.Context, _ client.PullArgs, dst []float32) (client.Clocks, error) {
+func (f *fakePS) Pull(_ context.Context, _ worker.PullArgs, dst []float32) ([]int64, error) {
 	copy(dst, f.params)
 	f.pulls = append(f.pulls, f.clock)
-	return client.Clocks{f.clock}, nil
+	return []int64{f.clock}, nil
 }
 
-func (f *fakePS) Push(_ context.Context, a client.PushArgs) (client.PushResult, error) {
+func (f *fakePS) Push(_ context.Context, a worker.PushArgs) (worker.PushResult, error) {
 	if f.failPush != nil {
-		return client.PushResult{}, f.failPush
+		return worker.PushResult{}, f.failPush
 	}
 	for i, g := range a.Grads {
 		f.params[i] -= 0.1 * g
@@ -53,16 +54,16 @@ func (f *fakePS) Push(_ context.Context, a client.PushArgs) (client.PushResult, 
 	f.pushedSums = append(f.pushedSums, a.Grads[0])
 	st := f.clock - a.Clocks[0]
 	f.clock++
-	return client.PushResult{Clocks: client.Clocks{f.clock}, Staleness: []int64{st}}, nil
+	return worker.PushResult{Staleness: []int64{st}}, nil
 }
 
-func (f *fakePS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+func (f *fakePS) PushPull(ctx context.Context, a worker.PushPullArgs) (worker.PushPullResult, error) {
 	res, err := f.Push(ctx, a.PushArgs)
-	if err != nil || !a.Pull {
-		return client.PushPullResult{PushResult: res}, err
+	if err != nil {
+		return worker.PushPullResult{PushResult: res}, err
 	}
-	clocks, err := f.PullFor(ctx, client.PullArgs{}, a.Dst)
-	return client.PushPullResult{PushResult: res, PullClocks: clocks}, err
+	clocks, err := f.Pull(ctx, worker.PullArgs{}, a.Dst)
+	return worker.PushPullResult{PushResult: res, PullClocks: clocks}, err
 }
 
 func TestAsyncCadence(t *testing.T) {
@@ -178,7 +179,7 @@ func TestTwoWorkersTrainThroughServers(t *testing.T) {
 			}
 			defer cl.Close()
 			m := newModel(t)
-			a, _ := worker.NewAsync(cl, m.Layout().Size(), 2, worker.AsyncConfig{WorkerID: int64(r)})
+			a, _ := worker.NewAsync(psclient.New(cl), m.Layout().Size(), 2, worker.AsyncConfig{WorkerID: int64(r)})
 			w, err := worker.New(worker.Config{Rank: r, WorldSize: 2, Batch: 16, Epochs: 2, Seed: 3,
 				Progress: func(p worker.Progress) { progress[r] = append(progress[r], p) }}, m, train, a)
 			if err != nil {
@@ -218,14 +219,14 @@ func TestTwoWorkersTrainThroughServers(t *testing.T) {
 // than the whole pull took.
 type waitingPS struct{ fakePS }
 
-func (w *waitingPS) PullFor(ctx context.Context, a client.PullArgs, dst []float32) (client.Clocks, error) {
+func (w *waitingPS) Pull(ctx context.Context, a worker.PullArgs, dst []float32) ([]int64, error) {
 	if a.Waited != nil {
 		*a.Waited = time.Hour
 	}
-	return w.fakePS.PullFor(ctx, a, dst)
+	return w.fakePS.Pull(ctx, a, dst)
 }
 
-func (w *waitingPS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+func (w *waitingPS) PushPull(ctx context.Context, a worker.PushPullArgs) (worker.PushPullResult, error) {
 	if a.Waited != nil {
 		*a.Waited = time.Hour
 	}
@@ -296,22 +297,22 @@ type gatePS struct {
 	pulled  chan struct{}
 }
 
-func (g *gatePS) PullFor(context.Context, client.PullArgs, []float32) (client.Clocks, error) {
+func (g *gatePS) Pull(context.Context, worker.PullArgs, []float32) ([]int64, error) {
 	g.pulled <- struct{}{}
-	return client.Clocks{0}, nil
+	return []int64{0}, nil
 }
 
-func (g *gatePS) Push(ctx context.Context, _ client.PushArgs) (client.PushResult, error) {
+func (g *gatePS) Push(ctx context.Context, _ worker.PushArgs) (worker.PushResult, error) {
 	select {
 	case err := <-g.release:
-		return client.PushResult{Staleness: []int64{0}}, err
+		return worker.PushResult{Staleness: []int64{0}}, err
 	case <-ctx.Done():
-		return client.PushResult{}, ctx.Err()
+		return worker.PushResult{}, ctx.Err()
 	}
 }
 
-func (g *gatePS) PushPull(context.Context, client.PushPullArgs) (client.PushPullResult, error) {
-	return client.PushPullResult{}, errors.New("gatePS: an overlapping worker pushes and pulls apart")
+func (g *gatePS) PushPull(context.Context, worker.PushPullArgs) (worker.PushPullResult, error) {
+	return worker.PushPullResult{}, errors.New("gatePS: an overlapping worker pushes and pulls apart")
 }
 
 // TestAsyncOverlap: with Overlap, Apply returns while its push is still
@@ -386,7 +387,7 @@ type skippingPS struct {
 	at, skip int
 }
 
-func (s *skippingPS) PushPull(ctx context.Context, a client.PushPullArgs) (client.PushPullResult, error) {
+func (s *skippingPS) PushPull(ctx context.Context, a worker.PushPullArgs) (worker.PushPullResult, error) {
 	if s.pushes == s.at {
 		s.clock += int64(s.skip)
 	}

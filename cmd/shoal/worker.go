@@ -17,6 +17,7 @@ import (
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
+	"github.com/shoalml/shoal/worker/psclient"
 )
 
 // trainFlags are the training-loop flags shared by worker and train.
@@ -200,10 +201,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	staleness := func() consistency.Staleness { return nil }
 	dropped := func() int64 { return 0 }
 	if tf.mode == consistency.Sync {
-		s := worker.NewSync(ps, int64(id.Rank), info.Plan.Servers)
+		s := worker.NewSync(psclient.New(ps), int64(id.Rank), info.Plan.Servers)
 		strategy, dropped = s, func() int64 { return s.Dropped }
 	} else {
-		a, err := worker.NewAsync(ps, model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery, Overlap: tf.overlap})
+		a, err := worker.NewAsync(psclient.New(ps), model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery, Overlap: tf.overlap})
 		if err != nil {
 			return err
 		}
