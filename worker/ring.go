@@ -84,6 +84,7 @@ type Ring struct {
 var (
 	_ Strategy   = (*Ring)(nil)
 	_ overlapper = (*Ring)(nil)
+	_ reducer    = (*Ring)(nil)
 )
 
 // NewRing returns the ring strategy for a vector of n floats.
@@ -219,6 +220,9 @@ func (r *Ring) abort() {
 
 // Finish has nothing pending.
 func (r *Ring) Finish(context.Context) error { return nil }
+
+// allreduces: Apply is an allreduce and a local optimizer step.
+func (r *Ring) allreduces() bool { return true }
 
 // CheckDesync compares a hash of every rank's parameters and returns
 // ErrDesync naming the ranks whose parameters differ from rank 0's.

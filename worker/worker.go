@@ -214,7 +214,9 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 		wk.pass = make([]float32, n)
 	}
 	wk.waits, _ = s.(waitReporter)
-	_, wk.reduces = s.(*Ring)
+	if r, ok := s.(reducer); ok {
+		wk.reduces = r.allreduces()
+	}
 	// With one backward pass per step, a strategy that can send the later
 	// layers' gradients while backward goes on gets them as they are final.
 	if ov, ok := s.(overlapper); ok && ov.overlaps() && cfg.BackwardPasses == 1 {
@@ -422,6 +424,14 @@ type waitReporter interface {
 // wait for nothing).
 type lastStepper interface {
 	SetLastStep(step int64)
+}
+
+// reducer is a strategy whose Apply may combine the gradients across the
+// ranks and update params itself (an allreduce) instead of pushing them:
+// its time then counts as StepTimes.Reduce, not Push.
+type reducer interface {
+	// allreduces reports whether Apply is an allreduce.
+	allreduces() bool
 }
 
 // overlapper is a strategy that can start sending a step's gradients
