@@ -59,9 +59,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
 	$(GO) test -run '^$$' -fuzz FuzzPush -fuzztime 30s ./ps/
 	$(GO) test -run '^$$' -fuzz FuzzTensorUnmarshal -fuzztime 30s ./proto/shoalpb/
-	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/net/
-	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/net/
-	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/net/
+	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/collnet/
+	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/collnet/
+	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/collnet/
 
 # The modes side by side (shoal bench train's built-in plan, about ten
 # minutes on 2 cores, NIC modelled at 1 Gbit/s) with the PyTorch DDP peer;

@@ -14,7 +14,7 @@ import (
 
 	"github.com/shoalml/shoal/bench/collbench"
 	"github.com/shoalml/shoal/collective"
-	collnet "github.com/shoalml/shoal/collective/net"
+	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/internal/rawtcp"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/collective"
-	collnet "github.com/shoalml/shoal/collective/net"
+	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
