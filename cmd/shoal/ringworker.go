@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"os"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -102,41 +102,15 @@ type ringRun struct {
 }
 
 func runRing(ctx context.Context, r ringRun) error {
-	master, err := r.rf.masterAddr()
-	if err != nil {
-		return err
-	}
 	comp, err := r.rf.compressionMode()
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory}
-	if r.nf.shaped() {
-		// Every byte goes through the modelled NIC: no shared memory.
-		nic, err := r.nf.nic()
-		if err != nil {
-			return err
-		}
-		defer nic.Close()
-		ccfg.WrapData, ccfg.SharedMemory = nic.Conn, false
-	}
-	if r.id.Rank == 0 {
-		lis, err := collnet.ListenMaster(master)
-		if err != nil {
-			return fmt.Errorf("--master %s: %w", master, err)
-		}
-		ccfg.MasterListener = lis
-		if r.events {
-			launch.Emit(r.stdout, launch.Event{Event: "listening", Addr: lis.Addr().String()})
-		}
-	}
-	tr, err := collnet.Connect(cctx, ccfg)
+	tr, closeRing, err := r.join(ctx)
 	if err != nil {
-		return fmt.Errorf("joining the ring of %d through %s: %w", r.id.WorldSize, master, err)
+		return err
 	}
-	defer tr.Close()
+	defer closeRing()
 	counted := &countingTransport{Transport: tr}
 	// Every collective call gets its own deadline, so a silent peer ends
 	// the call instead of hanging it.
@@ -144,7 +118,6 @@ func runRing(ctx context.Context, r ringRun) error {
 	if err != nil {
 		return err
 	}
-
 	n := r.model.Layout().Size()
 	var initial []float32
 	if r.id.Rank == 0 {
@@ -196,19 +169,65 @@ func runRing(ctx context.Context, r ringRun) error {
 			return fmt.Errorf("--save %s: %w", r.save, err)
 		}
 	}
+	r.report(res, ev, &steps)
+	return nil
+}
+
+// join connects this rank to the ring through rank 0's rendezvous (rank
+// 0 serves it), through the modelled NIC when there is one. The returned
+// func closes what join opened.
+func (r *ringRun) join(ctx context.Context) (collective.Transport, func(), error) {
+	master, err := r.rf.masterAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory}
+	closeNIC := func() {}
+	if r.nf.shaped() {
+		// Every byte goes through the modelled NIC: no shared memory.
+		nic, err := r.nf.nic()
+		if err != nil {
+			return nil, nil, err
+		}
+		closeNIC = func() { nic.Close() }
+		ccfg.WrapData, ccfg.SharedMemory = nic.Conn, false
+	}
+	if r.id.Rank == 0 {
+		lis, err := collnet.ListenMaster(master)
+		if err != nil {
+			closeNIC()
+			return nil, nil, fmt.Errorf("--master %s: %w", master, err)
+		}
+		ccfg.MasterListener = lis
+		if r.events {
+			launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Addr: lis.Addr().String()})
+		}
+	}
+	tr, err := collnet.Connect(cctx, ccfg)
+	if err != nil {
+		closeNIC()
+		return nil, nil, fmt.Errorf("joining the ring of %d through %s: %w", r.id.WorldSize, master, err)
+	}
+	return tr, func() { tr.Close(); closeNIC() }, nil
+}
+
+// report tells the launcher (a done event) or the user how the rank's run
+// went.
+func (r *ringRun) report(res worker.Result, ev worker.Evaluation, steps *launch.StepLog) {
 	if r.events {
-		done := launch.Event{Event: "done", Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
+		done := launch.Event{Event: launch.Done, Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
 			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples, Stopped: res.Stopped}
 		if r.sf.stats {
-			done.Times = &steps
+			done.Times = steps
 		}
 		launch.Emit(r.stdout, done)
-		return nil
+		return
 	}
 	fmt.Fprintf(r.stdout, "rank %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", r.id.Rank, r.id.WorldSize, res.Steps, res.Samples,
 		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
 	if r.id.Rank == 0 && r.eval {
 		fmt.Fprintf(r.stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, r.test.Name())
 	}
-	return nil
 }
