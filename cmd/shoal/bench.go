@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/internal/rawtcp"
+	"github.com/shoalml/shoal/launch"
 )
 
 const benchUsage = `Usage: shoal bench <benchmark> [flags]

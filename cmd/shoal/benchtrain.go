@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"math"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 )
 

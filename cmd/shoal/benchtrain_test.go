@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/shoalml/shoal/launch"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/launch"
 )
 
 // TestBenchTrain runs a small grid through the real binary on synthetic

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/netshape"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
 )

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/shard"

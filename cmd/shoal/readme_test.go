@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/shoalml/shoal/launch"
 	"io"
 	"net"
 	"os"
@@ -27,6 +26,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
