@@ -170,27 +170,40 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	defer l.Shutdown()
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(*np), "--sizes", *sizes, "--iters", strconv.Itoa(*iters),
 		"--warmup", strconv.Itoa(*warmup), "--op", *op, "--shared-memory=" + strconv.FormatBool(*shm), "--compression", *comp, "--timeout", timeout.String()}
+	if err := startBenchRanks(ctx, l, *np, common); err != nil {
+		return err
+	}
+	return printBenchResults(ctx, l, *np, *jsonOut, stdout)
+}
+
+// startBenchRanks starts np ranks of the benchmark, rank 0 first (it
+// serves the rendezvous the others join).
+func startBenchRanks(ctx context.Context, l *launch.Launcher, np int, common []string) error {
 	addr := "127.0.0.1:0"
-	kids := map[*launch.Child]bool{}
-	for r := range *np {
+	for r := range np {
 		c, err := l.Start(ctx, fmt.Sprintf("rank %d", r), r, nil, append(common, "--rank", strconv.Itoa(r), "--master", addr)...)
 		if err != nil {
 			return err
 		}
-		kids[c] = true
 		if r == 0 {
-			ev, err := l.WaitFor(ctx, c, time.Minute, func(e launch.Event) bool { return e.Event == "listening" })
+			ev, err := l.WaitFor(ctx, c, time.Minute, func(e launch.Event) bool { return e.Event == launch.Listening })
 			if err != nil {
 				return err
 			}
 			addr = ev.Addr
 		}
 	}
-	if !*jsonOut {
+	return nil
+}
+
+// printBenchResults prints rank 0's measurements as they come, until the
+// np ranks have exited; a rank's failure or a wrong result is an error.
+func printBenchResults(ctx context.Context, l *launch.Launcher, np int, jsonOut bool, stdout io.Writer) error {
+	if !jsonOut {
 		fmt.Fprintf(stdout, "%-13s %3s %12s %12s %12s %12s  %s\n", "op", "np", "bytes", "time (s)", "algbw GB/s", "busbw GB/s", "correct")
 	}
 	var failures []string
-	for running := *np; running > 0; {
+	for running := np; running > 0; {
 		m, err := l.Next(ctx)
 		if err != nil {
 			return err
@@ -201,9 +214,9 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 			if m.From.Err() != nil {
 				failures = append(failures, m.From.Failure())
 			}
-		case m.Event.Event == "result" && m.Event.Result != nil:
+		case m.Event.Event == launch.Measured && m.Event.Result != nil:
 			r := *m.Event.Result
-			if *jsonOut {
+			if jsonOut {
 				b, _ := json.Marshal(r)
 				fmt.Fprintf(stdout, "%s\n", b)
 			} else {
@@ -232,7 +245,7 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 			return err
 		}
 		cfg.MasterListener = lis
-		launch.Emit(stdout, launch.Event{Event: "listening", Addr: lis.Addr().String()})
+		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: lis.Addr().String()})
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	tr, err := collnet.Connect(cctx, cfg)
@@ -256,7 +269,7 @@ func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int
 		}
 		if rank == 0 {
 			alg := float64(bytes) / t / 1e9
-			launch.Emit(stdout, launch.Event{Event: "result", Result: &launch.CollRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
+			launch.Emit(stdout, launch.Event{Event: launch.Measured, Result: &launch.CollRecord{Op: op, NP: np, Bytes: bytes, Seconds: t, AlgBW: alg,
 				BusBW: alg * collbench.BusFactor(op, np), Correct: correct, Transport: transport}})
 		}
 	}

@@ -14,73 +14,33 @@ import (
 	"github.com/shoalml/shoal/shard"
 )
 
-func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
-	var (
-		mf         modelFlags
-		of         optFlags
-		lf         logFlags
-		listen     = fs.String("listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
-		mode       = fs.String("mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
-		workers    = fs.Int("workers", 1, "sync, ssp: the number of workers (ranks 0..N-1) to wait for")
-		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
-		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
-		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
-		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
-		shardIdx   = fs.Int("shard", 0, "this server's shard index")
-		servers    = fs.Int("servers", 1, "number of server shards")
-		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
-		events     = fs.Bool("events", false, "write JSON events on stdout for a launcher")
-		drain      = fs.Duration("drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
-		nf         nicFlags
-	)
-	nf.register(fs)
-	mf.register(fs)
-	of.register(fs, "none")
-	lf.register(fs, "info")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	m, err := consistency.Parse(*mode)
-	if err != nil {
-		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return err
-	}
-	model, err := mf.build()
-	if err != nil {
-		return err
-	}
-	ocfg, err := of.config()
-	if err != nil {
-		return err
-	}
-	layout := model.Layout()
-	plan, err := shard.New(layout.Size(), *servers, *chunkBytes)
-	if err != nil {
-		return err
-	}
-	initial := make([]float32, layout.Size())
-	model.Init(initial, mf.seed)
-	core, err := ps.New(ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
-		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
-		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}, initial)
-	if err != nil {
-		return err
-	}
+// psRun is one `shoal ps`: the shard's config and how to serve it.
+type psRun struct {
+	cfg     ps.Config
+	initial []float32
+	model   string // described
+	listen  string
+	events  bool
+	drain   time.Duration
+	nf      nicFlags
+}
 
-	if err := nf.validate(); err != nil {
+func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	p, err := parsePS(args, stderr)
+	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", *listen)
+	core, err := ps.New(p.cfg, p.initial)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", *listen, err)
+		return err
 	}
-	if nf.shaped() {
-		nic, err := nf.nic()
+	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
+	lis, err := net.Listen("tcp", p.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", p.listen, err)
+	}
+	if p.nf.shaped() {
+		nic, err := p.nf.nic()
 		if err != nil {
 			lis.Close()
 			return err
@@ -91,18 +51,18 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	log.Info("serving", "component", "ps", "addr", addr, "clock", core.Clock(), "shard", *shardIdx, "servers", *servers, "mode", *mode,
-		"model", describeModel(model), "floats", plan.Floats(*shardIdx))
-	if *events {
-		launch.Emit(stdout, launch.Event{Event: "listening", Addr: addr, Shard: *shardIdx})
+	log.Info("serving", "component", "ps", "addr", addr, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
+		"model", p.model, "floats", plan.Floats(idx))
+	if p.events {
+		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx})
 	} else {
 		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
-			*shardIdx, *servers, describeModel(model), addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
+			idx, plan.Servers, p.model, addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
 
 	// Until ctx ends; then drain: report NOT_SERVING, let calls in flight
 	// finish, then stop.
-	if err := rpc.Serve(ctx, g, health, lis, *drain); err != nil {
+	if err := rpc.Serve(ctx, g, health, lis, p.drain); err != nil {
 		return err
 	}
 	if err := core.Checkpoint(); err != nil {
@@ -111,4 +71,67 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	st := core.Stats()
 	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls)
 	return nil
+}
+
+// parsePS reads and checks shoal ps's flags into the shard's config and
+// its initial values.
+func parsePS(args []string, stderr io.Writer) (*psRun, error) {
+	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
+	var (
+		mf         modelFlags
+		of         optFlags
+		lf         logFlags
+		mode       = fs.String("mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
+		workers    = fs.Int("workers", 1, "sync, ssp: the number of workers (ranks 0..N-1) to wait for")
+		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
+		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
+		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
+		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
+		shardIdx   = fs.Int("shard", 0, "this server's shard index")
+		servers    = fs.Int("servers", 1, "number of server shards")
+		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
+	)
+	p := &psRun{}
+	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
+	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
+	fs.StringVar(&p.listen, "listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
+	p.nf.register(fs)
+	mf.register(fs)
+	of.register(fs, "none")
+	lf.register(fs, "info")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	m, err := consistency.Parse(*mode)
+	if err != nil {
+		return nil, fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	model, err := mf.build()
+	if err != nil {
+		return nil, err
+	}
+	ocfg, err := of.config()
+	if err != nil {
+		return nil, err
+	}
+	layout := model.Layout()
+	plan, err := shard.New(layout.Size(), *servers, *chunkBytes)
+	if err != nil {
+		return nil, err
+	}
+	initial := make([]float32, layout.Size())
+	model.Init(initial, mf.seed)
+	p.cfg = ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
+		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
+		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}
+	p.initial, p.model = initial, describeModel(model)
+	if err := p.nf.validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
