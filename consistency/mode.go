@@ -36,20 +36,16 @@ func Parse(s string) (Mode, error) {
 	return 0, fmt.Errorf("mode %q: unknown (want %s, %s, %s or %s)", s, Async, Sync, SSP, Ring)
 }
 
+// names are the modes' names, by Mode.
+var names = [...]string{Async: "async", Sync: "sync", SSP: "ssp", Ring: "ring"}
+
 // String is the mode's name in flags, JSON and results: "async", "sync",
 // "ssp" or "ring"; "Mode(n)" for a value that is no mode.
 func (m Mode) String() string {
-	switch m {
-	case Async:
-		return "async"
-	case Sync:
-		return "sync"
-	case SSP:
-		return "ssp"
-	case Ring:
-		return "ring"
+	if !m.valid() {
+		return fmt.Sprintf("Mode(%d)", uint8(m))
 	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
+	return names[m]
 }
 
 func (m Mode) valid() bool { return m >= Async && m <= Ring }

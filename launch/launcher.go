@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shoalml/shoal/internal/lockedio"
 )
 
 // Launcher runs child processes of a binary and turns their stdout
@@ -31,7 +33,7 @@ import (
 // launcher's owner; the goroutines that read the children only post.
 type Launcher struct {
 	exe    string
-	stderr *lockedWriter
+	stderr *lockedio.Writer
 	wg     sync.WaitGroup
 	kids   []*Child
 
@@ -79,7 +81,7 @@ type Message struct {
 // whose children's stderr goes to stderr, each line prefixed with the
 // child's name.
 func New(exe string, stderr io.Writer) *Launcher {
-	return &Launcher{exe: exe, stderr: &lockedWriter{w: stderr}, arrived: make(chan struct{})}
+	return &Launcher{exe: exe, stderr: &lockedio.Writer{W: stderr}, arrived: make(chan struct{})}
 }
 
 // Start runs the launcher's binary with args as a child named name, with
@@ -265,18 +267,6 @@ func (l *Launcher) scan(c *Child, ok func(Event) bool) (ev Event, dead *Child, f
 		}
 	}
 	return Event{}, nil, false
-}
-
-// lockedWriter serialises writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
 }
 
 // prefixWriter writes whole lines, each with a prefix.

@@ -2,14 +2,12 @@ package launch
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/shoalml/shoal/internal/lockedio"
 )
 
 // The fake children are this test binary, started again with fakeEnv set
@@ -93,31 +93,19 @@ func startFake(ctx context.Context, t *testing.T, l *Launcher, name string, rank
 	return c
 }
 
-func newTestLauncher(t *testing.T, stderr *syncBuffer) *Launcher {
+// newTestLauncher returns a launcher of this test binary whose children's
+// stderr is the returned buffer, shut down when the test ends, and the
+// test's context.
+func newTestLauncher(t *testing.T) (context.Context, *Launcher, *lockedio.Buffer) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	return New(exe, stderr)
+	stderr := lockedio.NewBuffer()
+	l := New(exe, stderr)
+	t.Cleanup(l.Shutdown)
+	return ctxT(t, time.Minute), l, stderr
 }
 
 func isListening(e Event) bool { return e.Event == Listening }
-
-// syncBuffer is a bytes.Buffer safe for writing children and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLauncherReportsADeathWhileAnotherStarts kills child a while the
 // launcher waits for child b to report its address. b never does: only
@@ -125,14 +113,11 @@ func (s *syncBuffer) String() string {
 // with its last words, rather than pass it over. Its exit stays for the
 // next reader, and Shutdown, which stops b, reports neither again.
 func TestLauncherReportsADeathWhileAnotherStarts(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
-	var stderr syncBuffer
-	l := newTestLauncher(t, &stderr)
-	defer l.Shutdown()
+	ctx, l, stderr := newTestLauncher(t)
 
 	a := startFake(ctx, t, l, "ps 0", 0, "listen")
 	ev, err := l.WaitFor(ctx, a, time.Minute, isListening)
-	require.NoError(t, err, "stderr:\n%s", &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr)
 	assert.Equal(t, "127.0.0.1:7070", ev.Addr)
 
 	b := startFake(ctx, t, l, "ps 1", 1, "silent")
@@ -156,10 +141,7 @@ func TestLauncherReportsADeathWhileAnotherStarts(t *testing.T) {
 // TestLauncherReportsADeathNobodyRead: a child dies after start-up while
 // nobody reads the launcher's messages; Shutdown reports it.
 func TestLauncherReportsADeathNobodyRead(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
-	var stderr syncBuffer
-	l := newTestLauncher(t, &stderr)
-	defer l.Shutdown()
+	ctx, l, stderr := newTestLauncher(t)
 
 	c := startFake(ctx, t, l, "worker 0", 0, "die")
 	<-c.Exited()
@@ -173,10 +155,7 @@ func TestLauncherReportsADeathNobodyRead(t *testing.T) {
 // ends a child cleanly (no death to report); Stop ends one that was asked
 // to (no death either).
 func TestLauncherChildren(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
-	var stderr syncBuffer
-	l := newTestLauncher(t, &stderr)
-	defer l.Shutdown()
+	ctx, l, stderr := newTestLauncher(t)
 
 	chatty := startFake(ctx, t, l, "worker 1", 1, "chatty")
 	m, err := l.Next(ctx)
@@ -212,8 +191,8 @@ func TestLauncherChildren(t *testing.T) {
 // TestLauncherStartFails: a binary that cannot start is an error naming
 // the child.
 func TestLauncherStartFails(t *testing.T) {
-	var stderr syncBuffer
-	l := New("/nonexistent/shoal", &stderr)
+	stderr := lockedio.NewBuffer()
+	l := New("/nonexistent/shoal", stderr)
 	defer l.Shutdown()
 	_, err := l.Start(ctxT(t, time.Minute), "ps 0", 0, nil)
 	assert.ErrorContains(t, err, "starting ps 0")
@@ -222,10 +201,7 @@ func TestLauncherStartFails(t *testing.T) {
 // TestWaitForTimesOut: a child that never reports is given up on after
 // the timeout, by name.
 func TestWaitForTimesOut(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
-	var stderr syncBuffer
-	l := newTestLauncher(t, &stderr)
-	defer l.Shutdown()
+	ctx, l, _ := newTestLauncher(t)
 	c := startFake(ctx, t, l, "ps 0", 0, "silent")
 	_, err := l.WaitFor(ctx, c, time.Millisecond, isListening)
 	assert.EqualError(t, err, "ps 0 did not start within 1ms")
@@ -344,8 +320,8 @@ func TestLauncherShutdownReportsDeaths(t *testing.T) {
 	stopped := kid("worker 0", errors.New("signal: terminated"), true)
 	finished := kid("worker 1", nil, false)
 
-	var stderr syncBuffer
-	l := &Launcher{stderr: &lockedWriter{w: &stderr}, arrived: make(chan struct{})}
+	stderr := lockedio.NewBuffer()
+	l := &Launcher{stderr: &lockedio.Writer{W: stderr}, arrived: make(chan struct{})}
 	l.post(Message{From: taken, Exit: true})
 	_, err := l.Next(context.Background())
 	require.NoError(t, err)

@@ -308,17 +308,10 @@ func TestPushPullWaitsForTheSlowest(t *testing.T) {
 func TestPushPullWaitsAtTheBarrier(t *testing.T) {
 	c := testcluster.Start(t, syncCores(t, 2)...)
 	ps := pb.NewParameterServerClient(dial(t, c, 0))
-	stream, err := ps.PushPull(ctxT(t))
-	require.NoError(t, err)
-	h := header(0, [2]int64{0, 8})
-	h.WorkerId, h.Pull, h.PullStep = 0, true, 1
-	require.NoError(t, stream.Send(&pb.PushPiece{Header: h, Grads: floats(2, 2, 2, 2, 2, 2, 2, 2)}))
-	require.NoError(t, stream.CloseSend())
-	_, err = stream.Header() // worker 0's push is in and its pull waits
-	require.NoError(t, err)
+	stream := waitingPushPull(t, ps) // worker 0's push is in and its pull waits
 	h1 := header(0, [2]int64{0, 8})
 	h1.WorkerId = 1
-	_, err = pushRPCs[0].push(t, ps, []*pb.PushPiece{{Header: h1, Grads: floats(4, 4, 4, 4, 4, 4, 4, 4)}})
+	_, err := pushRPCs[0].push(t, ps, []*pb.PushPiece{{Header: h1, Grads: floats(4, 4, 4, 4, 4, 4, 4, 4)}})
 	require.NoError(t, err)
 	first, err := stream.Recv()
 	require.NoError(t, err)

@@ -19,16 +19,14 @@ const (
 	BFloat16
 )
 
+// encodingNames are the encodings' names, by Encoding.
+var encodingNames = [...]string{Float32: "float32", Float16: "float16", BFloat16: "bfloat16"}
+
 func (e Encoding) String() string {
-	switch e {
-	case Float32:
-		return "float32"
-	case Float16:
-		return "float16"
-	case BFloat16:
-		return "bfloat16"
+	if int(e) >= len(encodingNames) {
+		return fmt.Sprintf("Encoding(%d)", uint8(e))
 	}
-	return fmt.Sprintf("Encoding(%d)", uint8(e))
+	return encodingNames[e]
 }
 
 // Size is the number of bytes one value takes in e, 0 for an unknown e.

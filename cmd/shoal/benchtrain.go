@@ -208,14 +208,8 @@ func (b *benchTrain) runShoal(ctx context.Context, exe string, r bench.Run, stde
 	if target > 0 {
 		rec.TargetAccuracy = target
 	}
-	line, err := launch.RunJSON(ctx, b.runLimit, exe, args, nil, stderr)
-	if err != nil {
-		rec.Error = err.Error()
-		return rec
-	}
 	var sum launch.Result
-	if err := json.Unmarshal(line, &sum); err != nil {
-		rec.Error = fmt.Sprintf("reading shoal train's summary: %v", err)
+	if !b.runInto(ctx, &rec, "shoal train's summary", exe, args, &sum, stderr) {
 		return rec
 	}
 	sum.Fill(&rec)
@@ -245,7 +239,7 @@ func peerUnavailable(ctx context.Context, python, script string) string {
 // runPeer runs the PyTorch DDP peer on the same model, data, batch,
 // optimizer and seed; it prints a bench.Record.
 func (b *benchTrain) runPeer(ctx context.Context, script string, r bench.Run, stderr io.Writer) bench.Record {
-	python, df, target, until, evalEvery, limit := b.python, b.df, b.target, b.until, b.evalEvery, b.runLimit
+	python, df, target, until, evalEvery := b.python, b.df, b.target, b.until, b.evalEvery
 	args := []string{script, "--workers", strconv.Itoa(r.Workers), "--model", "mlp", "--hidden", "256,128", "--batch", "64",
 		"--lr", "0.01", "--momentum", "0.9", "--seed", "1", "--data", df.dir, "--eval-every", strconv.FormatInt(evalEvery, 10),
 		"--target-accuracy", fmtFloat(target), "--json"}
@@ -259,18 +253,30 @@ func (b *benchTrain) runPeer(ctx context.Context, script string, r bench.Run, st
 	}
 	rec := bench.Record{ID: r.ID("pytorch-ddp-gloo", 0), Peer: "pytorch-ddp-gloo", Command: append([]string{python}, args...),
 		Mode: "ddp", Model: bench.Models[r.Model].Label, Workers: r.Workers, Seed: 1, TestAccuracy: -1}
-	line, err := launch.RunJSON(ctx, limit, python, args, nil, stderr)
-	if err != nil {
-		rec.Error = err.Error()
-		return rec
-	}
 	var got bench.Record
-	if err := json.Unmarshal(line, &got); err != nil {
-		rec.Error = fmt.Sprintf("reading the peer's record: %v", err)
+	if !b.runInto(ctx, &rec, "the peer's record", python, args, &got, stderr) {
 		return rec
 	}
 	got.ID, got.Command = rec.ID, rec.Command
 	return got
+}
+
+// runInto runs exe with args to its end (within --run-timeout) and decodes
+// the last JSON line it printed, what, into v. A failure becomes rec's
+// Error, and runInto returns false.
+func (b *benchTrain) runInto(ctx context.Context, rec *bench.Record, what, exe string, args []string, v any, stderr io.Writer) bool {
+	line, err := launch.RunJSON(ctx, b.runLimit, exe, args, nil, stderr)
+	if err == nil {
+		err = json.Unmarshal(line, v)
+		if err != nil {
+			err = fmt.Errorf("reading %s: %w", what, err)
+		}
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		return false
+	}
+	return true
 }
 
 // describeRecord is one progress line.

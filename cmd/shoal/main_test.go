@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/shard"
@@ -132,31 +132,13 @@ type proc struct {
 	cmd    *exec.Cmd
 	events chan launch.Event
 	done   chan error
-	stderr *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for a writing child and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr *lockedio.Buffer
 }
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(shoalBin, args...)
-	p := &proc{cmd: cmd, events: make(chan launch.Event, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	p := &proc{cmd: cmd, events: make(chan launch.Event, 1024), done: make(chan error, 1), stderr: lockedio.NewBuffer()}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -265,8 +247,8 @@ func TestInterruptLeavesNoProcess(t *testing.T) {
 	cmd := exec.Command(shoalBin, "train", "--dataset", "synthetic", "--hidden", "32", "--steps", "100000000", "--batch", "16")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr := lockedio.NewBuffer()
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	lines := make(chan string)
 	go func() {

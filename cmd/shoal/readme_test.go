@@ -26,6 +26,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -432,8 +433,8 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 	if rr.serve {
 		stdout = serveAndStop(t, ctx, cmd)
 	} else {
-		var stderr syncBuffer
-		cmd.Stderr = &stderr
+		stderr := lockedio.NewBuffer()
+		cmd.Stderr = stderr
 		out, err := cmd.Output()
 		stdout = string(out)
 		require.NoError(t, err, "%s\nstdout:\n%s\nstderr:\n%s", cmd, out, stderr.String())
@@ -467,8 +468,8 @@ func runRecipe(t *testing.T, ctx context.Context, root, dir, bin string, mk, add
 		sh.Dir, sh.Env = root, append(makeEnv(), env...)
 		sh.Cancel = func() error { return sh.Process.Signal(syscall.SIGTERM) }
 		sh.WaitDelay = 10 * time.Second
-		var stderr syncBuffer
-		sh.Stderr = &stderr
+		stderr := lockedio.NewBuffer()
+		sh.Stderr = stderr
 		out, err := sh.Output()
 		require.NoError(t, err, "%s\nstdout:\n%s\nstderr:\n%s", line, out, stderr.String())
 		stdout.Write(out)
@@ -483,8 +484,8 @@ func runRecipe(t *testing.T, ctx context.Context, root, dir, bin string, mk, add
 // ADDR, ...", checks that ADDR answers the gRPC health check, stops it with
 // SIGTERM and requires a clean exit. It returns what the server printed.
 func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr := lockedio.NewBuffer()
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -511,13 +512,13 @@ func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
 	for addr == "" {
 		select {
 		case l, ok := <-lines:
-			require.True(t, ok, "%s exited before it was serving; stderr:\n%s", cmd, &stderr)
+			require.True(t, ok, "%s exited before it was serving; stderr:\n%s", cmd, stderr)
 			printed.WriteString(l + "\n")
 			if m := ready.FindStringSubmatch(l); m != nil {
 				addr = m[1]
 			}
 		case <-ctx.Done():
-			t.Fatalf("%s printed no address before the deadline; stderr:\n%s", cmd, &stderr)
+			t.Fatalf("%s printed no address before the deadline; stderr:\n%s", cmd, stderr)
 		}
 	}
 	h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -529,7 +530,7 @@ func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
 		printed.WriteString(l + "\n")
 	}
 	exited = true
-	require.NoError(t, cmd.Wait(), "%s on SIGTERM; stderr:\n%s", cmd, &stderr)
+	require.NoError(t, cmd.Wait(), "%s on SIGTERM; stderr:\n%s", cmd, stderr)
 	return printed.String()
 }
 
