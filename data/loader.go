@@ -77,10 +77,10 @@ func DefaultLoaderConfig() LoaderConfig { return LoaderConfig{Batch: 64, Depth: 
 func (cfg LoaderConfig) validate() error {
 	var errs []error
 	if cfg.Batch < 1 {
-		errs = append(errs, fmt.Errorf("Batch is %d, want ≥ 1", cfg.Batch))
+		errs = append(errs, fmt.Errorf("batch %d: want ≥ 1", cfg.Batch))
 	}
 	if cfg.Depth < 1 {
-		errs = append(errs, fmt.Errorf("Depth is %d, want ≥ 1", cfg.Depth))
+		errs = append(errs, fmt.Errorf("depth %d: want ≥ 1", cfg.Depth))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("loader config (start from DefaultLoaderConfig): %w", err)

@@ -272,8 +272,8 @@ func TestNewLoaderValidation(t *testing.T) {
 		cfg  LoaderConfig
 		has  string
 	}{
-		{name: "zero batch", ds: ds, s: s, cfg: LoaderConfig{Batch: 0, Depth: 2}, has: "Batch is 0, want ≥ 1"},
-		{name: "zero depth", ds: ds, s: s, cfg: LoaderConfig{Batch: 4, Depth: 0}, has: "Depth is 0, want ≥ 1"},
+		{name: "zero batch", ds: ds, s: s, cfg: LoaderConfig{Batch: 0, Depth: 2}, has: "batch 0: want ≥ 1"},
+		{name: "zero depth", ds: ds, s: s, cfg: LoaderConfig{Batch: 4, Depth: 0}, has: "depth 0: want ≥ 1"},
 		{name: "sampler of another size", ds: ds, s: s50, cfg: DefaultLoaderConfig(), has: "sampler is over 50 samples but seq holds 100"},
 		{name: "nil sampler", ds: ds, s: nil, cfg: DefaultLoaderConfig(), has: "want a non-nil Dataset and Sampler"},
 		{name: "nil dataset", ds: nil, s: s, cfg: DefaultLoaderConfig(), has: "want a non-nil Dataset and Sampler"},

@@ -32,16 +32,16 @@ const maxSyntheticFloats = 1 << 30
 func (cfg SyntheticConfig) validate() error {
 	var errs []error
 	if cfg.Train < 1 || cfg.Test < 1 {
-		errs = append(errs, fmt.Errorf("Train and Test are %d and %d samples, want ≥ 1 each", cfg.Train, cfg.Test))
+		errs = append(errs, fmt.Errorf("train and test sets of %d and %d samples: want ≥ 1 each", cfg.Train, cfg.Test))
 	}
 	if cfg.C < 1 || cfg.H < 1 || cfg.W < 1 {
 		errs = append(errs, fmt.Errorf("shape is %d×%d×%d, want every size ≥ 1", cfg.C, cfg.H, cfg.W))
 	}
 	if cfg.Classes < 2 {
-		errs = append(errs, fmt.Errorf("Classes is %d, want ≥ 2", cfg.Classes))
+		errs = append(errs, fmt.Errorf("classes %d: want ≥ 2", cfg.Classes))
 	}
 	if !(cfg.Noise >= 0) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("Noise is %v, want ≥ 0", cfg.Noise))
+		errs = append(errs, fmt.Errorf("noise %v: want ≥ 0", cfg.Noise))
 	}
 	if len(errs) == 0 {
 		total := float64(cfg.Train+cfg.Test+cfg.Classes) * float64(cfg.C) * float64(cfg.H) * float64(cfg.W)

@@ -115,12 +115,12 @@ func TestSyntheticConfigValidation(t *testing.T) {
 		modify func(*SyntheticConfig)
 		has    string
 	}{
-		{name: "no training samples", modify: func(c *SyntheticConfig) { c.Train = 0 }, has: "Train and Test are 0 and 1000 samples, want ≥ 1 each"},
+		{name: "no training samples", modify: func(c *SyntheticConfig) { c.Train = 0 }, has: "train and test sets of 0 and 1000 samples: want ≥ 1 each"},
 		{name: "no test samples", modify: func(c *SyntheticConfig) { c.Test = -1 }, has: "want ≥ 1 each"},
 		{name: "zero shape", modify: func(c *SyntheticConfig) { c.H = 0 }, has: "shape is 1×0×28"},
-		{name: "one class", modify: func(c *SyntheticConfig) { c.Classes = 1 }, has: "Classes is 1, want ≥ 2"},
-		{name: "negative noise", modify: func(c *SyntheticConfig) { c.Noise = -1 }, has: "Noise is -1, want ≥ 0"},
-		{name: "NaN noise", modify: func(c *SyntheticConfig) { c.Noise = math.NaN() }, has: "Noise is NaN"},
+		{name: "one class", modify: func(c *SyntheticConfig) { c.Classes = 1 }, has: "classes 1: want ≥ 2"},
+		{name: "negative noise", modify: func(c *SyntheticConfig) { c.Noise = -1 }, has: "noise -1: want ≥ 0"},
+		{name: "NaN noise", modify: func(c *SyntheticConfig) { c.Noise = math.NaN() }, has: "noise NaN"},
 		{name: "too big", modify: func(c *SyntheticConfig) { c.Train = 1 << 30 }, has: "want at most 1073741824"},
 		{name: "zero config", modify: func(c *SyntheticConfig) { *c = SyntheticConfig{} }, has: "start from DefaultSyntheticConfig"},
 	}

@@ -378,7 +378,7 @@ func TestLoadFakeLibrary(t *testing.T) {
 	t.Log(err)
 
 	// A real library that is not a BLAS: found, but without cblas_sgemm.
-	lib, err = loadOpenBLAS(blasSearch{sonames: []string{"libm.so.6"}})
+	_, err = loadOpenBLAS(blasSearch{sonames: []string{"libm.so.6"}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cblas_sgemm")
 }

@@ -30,12 +30,11 @@ func newBarrier(workers []int64, backup, floats int) *barrier {
 
 func (b *barrier) need() int { return max(len(b.workers)-b.backup, 1) }
 
-func (b *barrier) expects(w int64) bool { return slices.Contains(b.workers, w) }
-
 func (b *barrier) has(w int64) bool { return slices.Contains(b.arrived, w) }
 
 // add adds w's gradient to the step and reports whether the step is now
-// complete. The caller has checked that w is expected and has not pushed.
+// complete. The caller has checked that w is one of the configured
+// workers and has not pushed this step.
 func (b *barrier) add(w int64, grads []float32) bool {
 	for i, g := range grads {
 		b.acc[i] += g

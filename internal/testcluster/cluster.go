@@ -139,30 +139,30 @@ func (s *Shard) Stall(n int) {
 // Stalled receives a value whenever a call starts stalling.
 func (s *Shard) Stalled() <-chan struct{} { return s.stallStart }
 
-// fault decides what to do with the next call: an error to return at once,
-// whether to stall, and whether to lose the reply.
-func (s *Shard) fault() (err error, stall, lose bool) {
+// fault decides what to do with the next call: whether to stall, whether
+// to lose the reply, and an error to return at once.
+func (s *Shard) fault() (stall, lose bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.failNext > 0:
 		s.failNext--
-		return status.Error(s.failCode, "testcluster: injected failure"), false, false
+		return false, false, status.Error(s.failCode, "testcluster: injected failure")
 	case s.stall > 0:
 		s.stall--
-		return nil, true, false
+		return true, false, nil
 	case s.loseReply > 0:
 		s.loseReply--
-		return nil, false, true
+		return false, true, nil
 	}
-	return nil, false, false
+	return false, false, nil
 }
 
 func (s *Shard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if strings.HasSuffix(info.FullMethod, "/Info") {
 		return h(ctx, req)
 	}
-	err, stall, lose := s.fault()
+	stall, lose, err := s.fault()
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (s *Shard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 }
 
 func (s *Shard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	err, stall, lose := s.fault()
+	stall, lose, err := s.fault()
 	if err != nil {
 		return err
 	}
