@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,6 +118,54 @@ func TestSyncFuturePushWaits(t *testing.T) {
 	res := <-done
 	assert.False(t, res.Duplicate)
 	assert.Equal(t, int64(1), res.Clock, "step 1 still waits for worker 1")
+}
+
+// TestWaitSaysWhyItEnded: a wait that ends before what it waits for is an
+// ErrWaitTimeout that also wraps the reason, so a caller that canceled
+// sees context.Canceled and one whose deadline (or MaxWait) passed sees
+// context.DeadlineExceeded.
+func TestWaitSaysWhyItEnded(t *testing.T) {
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		maxWait time.Duration
+		want    error
+	}{
+		{name: "canceled", ctx: canceled(), want: context.Canceled},
+		{name: "deadline passed", ctx: expired, want: context.DeadlineExceeded},
+		{name: "max wait passed", ctx: context.Background(), maxWait: time.Nanosecond, want: context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, w := range []struct {
+				name string
+				wait func(ctx context.Context, sync, ssp *Server) error
+			}{
+				{"sync pull", func(ctx context.Context, sync, _ *Server) error { return sync.WaitToRead(ctx, 0, 1) }},
+				{"sync push for the next step", func(ctx context.Context, sync, _ *Server) error {
+					_, err := sync.Push(ctx, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+					return err
+				}},
+				{"ssp pull", func(ctx context.Context, _, ssp *Server) error { return ssp.WaitToRead(ctx, 0, 2) }},
+			} {
+				t.Run(w.name, func(t *testing.T) {
+					// Both wait for worker 1, which never pushes.
+					sync := newModeServer(t, consistency.Sync, 2, 0, 0)
+					push(t, sync, 0, 0, 0, 1)
+					ssp := newModeServer(t, consistency.SSP, 2, 0, 1)
+					push(t, ssp, 0, 0, 0, 1)
+					push(t, ssp, 0, 1, 1, 1)
+					if tc.maxWait > 0 {
+						sync.cfg.MaxWait, ssp.cfg.MaxWait = tc.maxWait, tc.maxWait
+					}
+					err := w.wait(tc.ctx, sync, ssp)
+					assert.ErrorIs(t, err, ErrWaitTimeout)
+					assert.ErrorIs(t, err, tc.want)
+				})
+			}
+		})
+	}
 }
 
 func TestSyncRetryIsDuplicate(t *testing.T) {

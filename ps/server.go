@@ -29,7 +29,8 @@ var (
 	// backup workers, where it cannot be a straggler's).
 	ErrStale = errors.New("stale step")
 	// ErrWaitTimeout: a pull or push waited for other workers until its
-	// deadline; the message names the workers it waited for.
+	// context ended or MaxWait passed; the message names the workers it
+	// waited for, and the error also wraps the context's error.
 	ErrWaitTimeout = errors.New("timed out waiting for other workers")
 )
 
@@ -280,9 +281,11 @@ func (s *Server) checkWorker(w int64) error {
 	return nil
 }
 
-// wait blocks until ready (called under s.mu) holds, ctx ends or MaxWait
-// passes; s.mu is held again when it returns. On timeout the error says
-// what the shard was waiting for.
+// waitLocked blocks until ready (called under s.mu) holds, ctx ends or
+// MaxWait passes; s.mu is held again when it returns. When the wait ends
+// first, the error is an ErrWaitTimeout that also wraps ctx's error
+// (context.Canceled, or context.DeadlineExceeded for a deadline or
+// MaxWait) and says what the shard was waiting for.
 func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool) error {
 	if ready() {
 		return nil
@@ -300,7 +303,7 @@ func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool)
 			if ready() {
 				return nil
 			}
-			return fmt.Errorf("%w: %s: %s", ErrWaitTimeout, what, s.waitingForLocked())
+			return fmt.Errorf("%w: %s: %s: %w", ErrWaitTimeout, what, s.waitingForLocked(), ctx.Err())
 		}
 	}
 	return nil

@@ -100,11 +100,9 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ps.ErrStale):
 		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, ps.ErrWaitTimeout):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled): // also a wait the caller canceled
 		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ps.ErrWaitTimeout), errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
