@@ -25,7 +25,10 @@ type Strategy interface {
 	// locally (ring) update params; the strategy must not keep params or
 	// grads after Apply returns.
 	Apply(ctx context.Context, step int64, params, grads []float32) error
-	// Finish sends whatever is still pending after the last step.
+	// Finish sends whatever is still pending after the last step and
+	// waits for what the strategy still has under way. Run calls it once
+	// at the end of every run, also one that failed: after Finish the
+	// strategy holds nothing of the run.
 	Finish(ctx context.Context) error
 }
 
@@ -251,9 +254,28 @@ func (w *Worker) Params() []float32 { return w.params }
 func (w *Worker) Close() error { return w.loader.Close() }
 
 // Run trains until the configured epochs or steps are done, ctx ends, or
-// a step fails.
+// a step fails. It calls the strategy's Finish in every case, so nothing
+// the strategy started outlives Run.
 func (w *Worker) Run(ctx context.Context) (Result, error) {
 	start := time.Now()
+	res, err := w.train(ctx)
+	if ferr := w.strategy.Finish(ctx); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return res, err
+	}
+	if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery != 0 && !res.Stopped {
+		if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil && !errors.Is(err, ErrStop) {
+			return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
+		}
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// train runs the epochs' steps; Run finishes after it.
+func (w *Worker) train(ctx context.Context) (Result, error) {
 	var res Result
 	epochs := w.Epochs()
 	if ls, ok := w.strategy.(lastStepper); ok {
@@ -313,15 +335,6 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 		}
 		w.log.Info("epoch done", "epoch", epoch, "loss", p.Loss(), "accuracy", p.Accuracy(), "seconds", p.Elapsed.Seconds())
 	}
-	if err := w.strategy.Finish(ctx); err != nil {
-		return res, err
-	}
-	if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery != 0 && !res.Stopped {
-		if err := w.cfg.Eval(ctx, res.Steps, w.params); err != nil && !errors.Is(err, ErrStop) {
-			return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
-		}
-	}
-	res.Elapsed = time.Since(start)
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -289,6 +290,38 @@ func TestEvalErrorStopsRun(t *testing.T) {
 	defer w.Close()
 	_, err = w.Run(ctxT(t))
 	assert.ErrorContains(t, err, "evaluating after step 3: disk full")
+}
+
+// TestRunFinishesWhenItFails: a run that ends on an error still calls the
+// strategy's Finish, so an overlapped push still under way is waited for
+// before Run returns (the strategy must not hold the gradient after it).
+func TestRunFinishesWhenItFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		model := newModel(t)
+		train, _ := synthetic(t)
+		g := &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
+		a, err := worker.NewAsync(g, model.Layout().Size(), 1, worker.AsyncConfig{Overlap: true})
+		require.NoError(t, err)
+		w, err := worker.New(worker.Config{WorldSize: 1, Batch: 16, Steps: 10, EvalEvery: 1,
+			Eval: func(context.Context, int64, []float32) error { return errors.New("disk full") }}, model, train, a)
+		require.NoError(t, err)
+		defer w.Close()
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Run(ctxT(t))
+			done <- err
+		}()
+		// Step 0's push is held; Eval fails after step 0.
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Errorf("Run returned (%v) while the push of step 0 was under way", err)
+			done <- err
+		default:
+		}
+		g.release <- nil
+		assert.ErrorContains(t, <-done, "evaluating after step 1: disk full")
+	})
 }
 
 // gatePS holds each push until release, and tells of each pull.
