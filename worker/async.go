@@ -24,7 +24,9 @@ type AsyncConfig struct {
 	// and the servers' links carry traffic at once (BytePS's argument for
 	// parameter servers). The pull may then miss this worker's own last
 	// push: up to one more update of staleness. Needs PushEvery and
-	// FetchEvery 1.
+	// FetchEvery 1. The push sends a copy of the gradient (one more
+	// vector of memory, one copy a step), so Apply's caller may reuse its
+	// buffer as soon as Apply returns.
 	Overlap bool
 }
 
@@ -44,9 +46,11 @@ type Async struct {
 	// Staleness counts pushes by the largest staleness any shard saw.
 	Staleness consistency.Staleness
 	waited    time.Duration // by the last pull
-	// inflight reports the background push (Overlap); Params and Finish
-	// wait for it, so the gradient buffer is not reused while it is read.
+	// inflight reports the background push (Overlap); Params, Apply and
+	// Finish wait for it. sending is the gradient it pushes: Apply copies
+	// the caller's into it, so the caller may reuse its buffer at once.
 	inflight chan error
+	sending  []float32
 	// prefetched: the last Apply's push-pull already wrote the weights of
 	// the next step into params.
 	prefetched bool
@@ -74,6 +78,9 @@ func NewAsync(ps ParameterServers, n, shards int, cfg AsyncConfig) (*Async, erro
 	a := &Async{ps: ps, cfg: cfg, steps: make([]int64, shards), lastStep: -1}
 	if cfg.PushEvery > 1 {
 		a.acc = make([]float32, n)
+	}
+	if cfg.Overlap {
+		a.sending = make([]float32, n)
 	}
 	return a, nil
 }
@@ -127,13 +134,19 @@ func (a *Async) lastWait() time.Duration { return a.waited }
 
 // Apply pushes the gradient, or adds it to the ones pending. When the
 // next step fetches weights, the push fetches them in the same round trip
-// (a push-pull) into params.
+// (a push-pull) into params. With Overlap it copies the gradient and
+// pushes the copy in the background (the next Params, Apply or Finish
+// waits for that push and returns its error).
 func (a *Async) Apply(ctx context.Context, step int64, params, grads []float32) error {
 	a.last, a.waited = step, 0
 	if a.cfg.Overlap {
+		if err := a.waitPush(); err != nil {
+			return err
+		}
+		copy(a.sending, grads)
 		done, clocks := make(chan error, 1), a.clocks
 		a.inflight = done
-		go func() { done <- a.push(ctx, step, clocks, grads) }()
+		go func() { done <- a.push(ctx, step, clocks, a.sending) }()
 		return nil
 	}
 	if a.acc != nil {

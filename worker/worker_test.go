@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -324,10 +325,12 @@ func TestRunFinishesWhenItFails(t *testing.T) {
 	})
 }
 
-// gatePS holds each push until release, and tells of each pull.
+// gatePS holds each push until release, and tells of each pull; pushed
+// is what the last push sent, read when it was released.
 type gatePS struct {
 	release chan error
 	pulled  chan struct{}
+	pushed  []float32
 }
 
 func (g *gatePS) Pull(context.Context, worker.PullArgs, []float32) ([]int64, error) {
@@ -335,9 +338,10 @@ func (g *gatePS) Pull(context.Context, worker.PullArgs, []float32) ([]int64, err
 	return []int64{0}, nil
 }
 
-func (g *gatePS) Push(ctx context.Context, _ worker.PushArgs) (worker.PushResult, error) {
+func (g *gatePS) Push(ctx context.Context, a worker.PushArgs) (worker.PushResult, error) {
 	select {
 	case err := <-g.release:
+		g.pushed = slices.Clone(a.Grads)
 		return worker.PushResult{Staleness: []int64{0}}, err
 	case <-ctx.Done():
 		return worker.PushResult{}, ctx.Err()
@@ -382,6 +386,24 @@ func TestAsyncOverlap(t *testing.T) {
 
 	_, err = worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true, PushEvery: 2})
 	assert.ErrorContains(t, err, "overlapping push and pull needs push every 1")
+}
+
+// TestAsyncOverlapOwnsWhatItPushes: the gradient belongs to the caller
+// again once Apply returns, so the worker may compute the next step into
+// it while the overlapped push is still under way; the push sends the
+// gradient Apply was given.
+func TestAsyncOverlapOwnsWhatItPushes(t *testing.T) {
+	g := &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
+	a, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true})
+	require.NoError(t, err)
+	params, grads := make([]float32, 3), []float32{1, 2, 3}
+	require.NoError(t, a.Params(ctxT(t), 0, params))
+	<-g.pulled
+	require.NoError(t, a.Apply(ctxT(t), 0, params, grads))
+	copy(grads, []float32{7, 7, 7}) // the next step's gradient
+	g.release <- nil
+	require.NoError(t, a.Finish(ctxT(t)))
+	assert.Equal(t, []float32{1, 2, 3}, g.pushed)
 }
 
 // TestEvalStopsTheRun: an Eval error wrapping ErrStop ends the run after
