@@ -4,7 +4,8 @@
 // of the shoal binary.
 //
 // Children speak one protocol: JSON Events, one a line, on their stdout
-// (Emit writes one), and control lines ("stop") on their stdin (Tell). A
+// (Emit writes one), and control lines (Stop) on their stdin (Tell sends
+// one, WatchControl reads them in the child). A
 // Launcher turns their events and their exits into Messages that wait in a
 // mailbox, in order, until its owner takes them (Next, or WaitFor during
 // start-up); no message is lost, and every death of a child nobody asked
@@ -17,5 +18,7 @@
 //
 // Concurrency: a Launcher's methods are called by one goroutine, its
 // owner; the goroutines that read the children only post to the mailbox,
-// and Shutdown waits for them. Tally is a plain value with no goroutines.
+// and Shutdown waits for them. A Control's goroutine reads until Close,
+// which interrupts it and waits for it. Tally is a plain value with no
+// goroutines.
 package launch

@@ -90,7 +90,7 @@ func TestBenchTrain(t *testing.T) {
 	}
 
 	var diff bytes.Buffer
-	require.NoError(t, run(ctxT(t, time.Minute), []string{"bench", "diff", filepath.Join(out, "results.json"), filepath.Join(out, "results.json")}, &diff, &diff))
+	require.NoError(t, run(ctxT(t, time.Minute), []string{"bench", "diff", filepath.Join(out, "results.json"), filepath.Join(out, "results.json")}, nil, &diff, &diff))
 	for _, r := range res.Runs {
 		assert.Contains(t, diff.String(), r.ID)
 	}
@@ -118,16 +118,16 @@ func TestBenchTrainErrors(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(ctxT(t, time.Minute), append([]string{"bench", "train", "--dataset", "synthetic", "--out", t.TempDir()}, tc.args...), &stdout, &stderr)
+			err := run(ctxT(t, time.Minute), append([]string{"bench", "train", "--dataset", "synthetic", "--out", t.TempDir()}, tc.args...), nil, &stdout, &stderr)
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
 	}
 	var stdout, stderr bytes.Buffer
-	err := run(ctxT(t, time.Minute), []string{"bench", "diff", "only-one.json"}, &stdout, &stderr)
+	err := run(ctxT(t, time.Minute), []string{"bench", "diff", "only-one.json"}, nil, &stdout, &stderr)
 	require.Error(t, err)
 	assert.Contains(t, stderr.String(), "want two results.json files")
-	err = run(ctxT(t, time.Minute), []string{"bench", "diff", "/nonexistent/a.json", "/nonexistent/b.json"}, &stdout, &stderr)
+	err = run(ctxT(t, time.Minute), []string{"bench", "diff", "/nonexistent/a.json", "/nonexistent/b.json"}, nil, &stdout, &stderr)
 	assert.ErrorContains(t, err, "/nonexistent/a.json")
 }
 

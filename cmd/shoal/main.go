@@ -17,7 +17,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) {
@@ -59,7 +59,9 @@ Commands:
 Run 'shoal <command> -h' for the flags of a command.
 `
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run runs the command args name, with its standard streams: stdin is read
+// only by a worker under a launcher (--events), for control lines.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsage
@@ -71,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "ps":
 		return runPS(ctx, rest, stdout, stderr)
 	case "worker":
-		return runWorker(ctx, rest, stdout, stderr)
+		return runWorker(ctx, rest, stdin, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
 	case "info":

@@ -80,7 +80,7 @@ func TestCommandLineErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), tc.args, &stdout, &stderr)
+			err := run(context.Background(), tc.args, nil, &stdout, &stderr)
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
@@ -89,7 +89,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"version"}, &out, io.Discard))
+	require.NoError(t, run(context.Background(), []string{"version"}, nil, &out, io.Discard))
 	assert.Regexp(t, `^shoal \S+ revision \S+`, out.String())
 }
 

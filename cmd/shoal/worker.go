@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -80,7 +79,7 @@ func (t *trainFlags) args() []string {
 		"--overlap-push-pull=" + fmt.Sprint(t.overlap)}
 }
 
-func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("worker", "Runs one training worker: it pulls weights from the parameter servers, computes\ngradients on its shard of the data and pushes them back. Its rank and the world\nsize come from --rank/--world-size, else SHOAL_RANK/SHOAL_WORLD_SIZE, Open MPI,\nSlurm or torchrun environment variables.", stderr)
 	var (
 		mf       modelFlags
@@ -231,7 +230,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	if *events {
-		go readControl(os.Stdin, stopRun)
+		ctl, err := launch.WatchControl(stdin, stopRun)
+		if err != nil {
+			return err
+		}
+		defer ctl.Close()
 	}
 	start := time.Now()
 	res, err := w.Run(runCtx)
@@ -276,15 +279,4 @@ func checkLayout(model nn.Model, info client.Info) error {
 		return fmt.Errorf("the servers hold a model with layout %v, this worker's %s has %v: start both with the same --model and --hidden", l, describeModel(model), model.Layout())
 	}
 	return nil
-}
-
-// readControl reads a launcher's commands, one a line, until r ends; the
-// only one is "stop".
-func readControl(r io.Reader, stop func()) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "stop" {
-			stop()
-		}
-	}
 }

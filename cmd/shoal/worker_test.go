@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/shoalml/shoal/launch"
+)
+
+// TestWorkerStopsOnTheStdinItIsHanded runs a parameter server and a
+// worker in this process, the worker with --events as under a launcher:
+// a "stop" line on the stdin run is handed ends its run cleanly, and
+// nothing either started is left running once they return.
+func TestWorkerStopsOnTheStdinItIsHanded(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := ctxT(t, time.Minute)
+
+	psCtx, stopPS := context.WithCancel(ctx)
+	psOut := newEventWriter()
+	psDone := make(chan error, 1)
+	go func() {
+		psDone <- run(psCtx, []string{"ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "16"}, nil, psOut, io.Discard)
+	}()
+	defer func() {
+		stopPS()
+		assert.NoError(t, <-psDone, "ps")
+	}()
+	addr := psOut.next(t, ctx, launch.Listening).Addr
+
+	stdin, launcher, err := os.Pipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	defer launcher.Close()
+	out := newEventWriter()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"worker", "--servers", addr, "--events", "--hidden", "16", "--dataset", "synthetic",
+			"--batch", "16", "--steps", "100000000", "--rank", "0", "--world-size", "1", "--threads", "1"}, stdin, out, io.Discard)
+	}()
+	out.next(t, ctx, launch.Progress)
+	_, err = fmt.Fprintln(launcher, launch.Stop)
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the worker did not stop on the stop line of its stdin")
+	}
+	assert.True(t, out.next(t, ctx, launch.Done).Stopped)
+}
+
+// eventWriter is a child's stdout in this process: each Write is one
+// event line (launch.Emit), queued for next. It never blocks the writer:
+// events beyond what the queue holds are dropped.
+type eventWriter struct{ events chan launch.Event }
+
+func newEventWriter() *eventWriter { return &eventWriter{events: make(chan launch.Event, 1024)} }
+
+func (w *eventWriter) Write(p []byte) (int, error) {
+	var ev launch.Event
+	if json.Unmarshal(p, &ev) == nil {
+		select {
+		case w.events <- ev:
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+// next waits for the next event of the kind.
+func (w *eventWriter) next(t *testing.T, ctx context.Context, kind string) launch.Event {
+	t.Helper()
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Event == kind {
+				return ev
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %s event before the deadline", kind)
+		}
+	}
+}
