@@ -29,6 +29,8 @@ type Shard struct {
 	Addr string
 	lis  *bufconn.Listener
 	g    *grpc.Server
+	// served is closed when the server's goroutine has returned.
+	served chan struct{}
 
 	mu         sync.Mutex
 	failNext   int
@@ -58,16 +60,39 @@ func StartTCPWith(t testing.TB, tr pb.Transport, cores ...*ps.Server) *Cluster {
 	return start(t, true, tr, cores)
 }
 
+// Serve is Start for code without a testing.TB (examples): the caller
+// stops the servers with Close.
+func Serve(cores ...*ps.Server) (*Cluster, error) {
+	return serve(false, pb.DefaultTransport, cores)
+}
+
+// ServeTCP is StartTCP for code without a testing.TB (examples): the
+// shards' addresses are plain host:ports, and the caller stops the
+// servers with Close.
+func ServeTCP(cores ...*ps.Server) (*Cluster, error) {
+	return serve(true, pb.DefaultTransport, cores)
+}
+
 func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster {
 	t.Helper()
+	c, err := serve(tcp, tr, cores)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func serve(tcp bool, tr pb.Transport, cores []*ps.Server) (*Cluster, error) {
 	c := &Cluster{}
 	for i, core := range cores {
-		s := &Shard{Core: core, stallStart: make(chan struct{}, 16)}
+		s := &Shard{Core: core, stallStart: make(chan struct{}, 16), served: make(chan struct{})}
 		var lis net.Listener
 		if tcp {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				t.Fatal(err)
+				c.Close()
+				return nil, err
 			}
 			lis, s.Addr = l, l.Addr().String()
 		} else {
@@ -77,12 +102,18 @@ func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster
 		g, h := rpc.NewGRPCServerWith(tr, grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
 		rpc.RegisterPS(g, h, core, nil)
 		s.g = g
-		served := make(chan struct{})
-		go func() { defer close(served); _ = g.Serve(lis) }()
-		t.Cleanup(func() { g.Stop(); <-served })
+		go func() { defer close(s.served); _ = g.Serve(lis) }()
 		c.shards = append(c.shards, s)
 	}
-	return c
+	return c, nil
+}
+
+// Close stops every shard's server and waits for its goroutine.
+func (c *Cluster) Close() {
+	for _, s := range c.shards {
+		s.g.Stop()
+		<-s.served
+	}
 }
 
 // Addrs are the targets of the shards, in shard order, for client.Dial

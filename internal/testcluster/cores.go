@@ -37,9 +37,18 @@ func CoresFor(t testing.TB, l nn.Layout, initial []float32, servers, chunkFloats
 // Shard, Plan and Layout it sets).
 func CoresWith(t testing.TB, cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) []*ps.Server {
 	t.Helper()
-	plan, err := shard.New(l.Size(), servers, 4*chunkFloats)
+	cores, err := NewCores(cfg, l, initial, servers, chunkFloats)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return cores
+}
+
+// NewCores is CoresWith for code without a testing.TB (examples).
+func NewCores(cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) ([]*ps.Server, error) {
+	plan, err := shard.New(l.Size(), servers, 4*chunkFloats)
+	if err != nil {
+		return nil, err
 	}
 	var cores []*ps.Server
 	for s := range servers {
@@ -47,9 +56,9 @@ func CoresWith(t testing.TB, cfg ps.Config, l nn.Layout, initial []float32, serv
 		c.Shard, c.Plan, c.Layout = s, plan, l
 		core, err := ps.New(c, initial)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		cores = append(cores, core)
 	}
-	return cores
+	return cores, nil
 }
