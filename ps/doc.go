@@ -3,14 +3,19 @@
 // consistency mode, deduplication of pushes and the shard's clock. It does no
 // network I/O; the gRPC adapter in package rpc drives it.
 //
-// Concurrency: a Server is safe for concurrent use. Pushes are applied one at
-// a time (each is a short optimizer step over the shard's floats); pulls read
-// under a shared lock and may run alongside each other.
+// Concurrency: a Server is safe for concurrent use. One mutex guards its
+// state: pushes are applied one at a time under it (each a short optimizer
+// step over the shard's floats), and reads and snapshots copy under it, so
+// each sees whole updates and none runs alongside a push or another read.
+// Calls that wait for other workers (WaitToRead, a sync push for the next
+// step) let go of it while they wait; they end with an ErrWaitTimeout that
+// also wraps the context's error when the context ends or MaxWait passes
+// first. The sync barrier (barrier.go) is a plain state machine that the
+// Server drives under its mutex.
 //
-// Ownership: Push does not retain the caller's slices; Read copies values
-// into the caller's buffer.
+// Ownership: Push does not retain the caller's slices; Read and Snapshot
+// copy values into the caller's buffer; a ChunkReader gets the shard's own
+// values, under its lock, and must copy what it keeps.
 //
-//	s, err := ps.New(ps.Config{Plan: plan, Layout: layout, Optimizer: optim.DefaultConfig()}, initial)
-//	clock, err := s.Read(shard.Range{Off: 0, Len: n}, dst)
-//	res, err := s.Push(ps.Push{WorkerID: 1, Step: 1, Clock: clock, Ranges: rs, Grads: g})
+// Example (example_test.go) serves reads of a shard and applies a push.
 package ps

@@ -1,7 +1,8 @@
 // Package rpc adapts Shoal's cores to gRPC: the ParameterServer service over
-// a ps.Server, the mapping of core errors to gRPC status codes, and a server
-// constructor that registers the standard health service and server
-// reflection (so grpcurl and grpc_health_probe work).
+// a ps.Server (RegisterPS), the mapping of core errors to gRPC status codes,
+// a server constructor that registers the standard health service and
+// server reflection (NewGRPCServer; so grpcurl and grpc_health_probe work),
+// and Serve, which serves until its context ends and then drains.
 //
 // Tensors never take a protobuf copy: a pull's pieces are sent from the
 // shard's snapshot (shoalpb.TensorOut) and a push's pieces are decoded from
@@ -12,10 +13,10 @@
 // on the first piece.
 //
 // Only this package maps errors to codes: ps.ErrInvalidArgument →
-// InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, a canceled or
-// expired context → Canceled / DeadlineExceeded.
+// InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, ps.ErrStale →
+// Aborted, a canceled context → Canceled (also while waiting for other
+// workers), and ps.ErrWaitTimeout or an expired context →
+// DeadlineExceeded.
 //
-//	g, health := rpc.NewGRPCServer()
-//	rpc.RegisterPS(g, health, core, logger)
-//	go g.Serve(lis)
+// Example (example_test.go) serves a shard and drains it.
 package rpc

@@ -4,17 +4,19 @@
 // the weights: through parameter servers (Async: Downpour SGD and SSP;
 // Sync), which it reaches through ParameterServers (package
 // worker/psclient adapts Shoal's client to it), or by ring allreduce
-// (Ring).
+// (Ring). EarlyStop ends a run at a target test accuracy.
 //
-// Concurrency: a Worker runs on the caller's goroutine (plus its data
-// loader's prefetching goroutine, which Run stops before it returns). The
-// Progress callback is called on that goroutine.
+// Concurrency: a Worker runs on the caller's goroutine, which also calls
+// Progress, OnStep and Eval. Its goroutines all have an owner that waits
+// for them: the data loader's prefetching goroutine (Close stops it), an
+// Async strategy's overlapped push (its next call waits for it), a Ring's
+// reducer of the step's buckets (Apply waits for it). Run calls the
+// strategy's Finish on every return, also after an error, so nothing of
+// the run is still under way when Run returns.
 //
 // Ownership: the Worker owns its parameter and gradient vectors; a
-// Strategy must not keep the slices it is handed after a call returns.
+// Strategy must not keep the slices it is handed after a call returns (an
+// overlapped push sends a copy).
 //
-//	cl, _ := client.Dial(ctx, addrs)
-//	s, _ := worker.NewAsync(psclient.New(cl), n, cl.Info().Plan.Servers, worker.AsyncConfig{WorkerID: rank})
-//	w, _ := worker.New(cfg, model, train, s)
-//	res, err := w.Run(ctx)
+// Example (example_test.go) trains through two parameter-server shards.
 package worker
