@@ -21,20 +21,6 @@
 // not modify the Results they are given. Diff's rows point into the
 // Results passed to it.
 //
-// Example:
-//
-//	r, err := bench.Load("results.json")
-//	if err != nil {
-//		return err
-//	}
-//	plots, err := bench.WritePlots(dir, r)
-//	if err != nil {
-//		return err
-//	}
-//	f, err := os.Create(filepath.Join(dir, "report.md"))
-//	if err != nil {
-//		return err
-//	}
-//	defer f.Close()
-//	return bench.WriteReport(f, r, plots)
+// Example (example_test.go) turns a results.json into report.md and its
+// plots.
 package bench

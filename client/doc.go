@@ -13,13 +13,6 @@
 // A Client is safe for concurrent use by several goroutines. It does not
 // retain the caller's buffers after a call returns.
 //
-//	c, err := client.Dial(ctx, []string{"localhost:7070"})
-//	defer c.Close()
-//	clocks, err := c.Pull(ctx, params)
-//	_, err = c.Push(ctx, client.PushArgs{WorkerID: 1, Step: 1, Clocks: clocks, Grads: grads})
-//	res, err := c.PushPull(ctx, client.PushPullArgs{
-//		PushArgs: client.PushArgs{WorkerID: 1, Step: 2, Clocks: clocks, Grads: grads},
-//		Pull:     true, Dst: params,
-//	})
-//	clocks = res.PullClocks
+// Example (example_test.go) pulls, pushes and push-pulls against two
+// shards.
 package client

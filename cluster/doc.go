@@ -7,6 +7,5 @@
 // Everything here is pure: it reads the environment through a function the
 // caller passes (os.Getenv in main), so tests need no process environment.
 //
-//	id, err := cluster.FromEnv(os.Getenv)
-//	fmt.Println(id.Rank, id.WorldSize, id.Source)
+// ExampleFromEnv (example_test.go) reads the identity srun gives a process.
 package cluster

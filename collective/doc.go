@@ -35,16 +35,6 @@
 // AllreduceAdasum), so a warm Allreduce allocates a few small objects per
 // call and nothing per segment.
 //
-// Example, one goroutine per rank:
-//
-//	ts := collective.NewMemGroup(4)
-//	for _, tr := range ts {
-//		go func() {
-//			defer tr.Close()
-//			c, err := collective.New(tr, collective.DefaultConfig())
-//			if err != nil { ... }
-//			grads := make([]float32, 1<<20) // this rank's gradients
-//			if err := c.Allreduce(ctx, grads, collective.Average); err != nil { ... }
-//		}()
-//	}
+// Example (example_test.go) averages gradients over four ranks, one
+// goroutine each.
 package collective

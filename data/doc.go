@@ -40,35 +40,6 @@
 //
 // # Example
 //
-//	train, test, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir)
-//	if err != nil {
-//		return err
-//	}
-//	s, err := data.NewSampler(train.Len(), rank, world, seed, true)
-//	if err != nil {
-//		return err
-//	}
-//	ld, err := data.NewLoader(data.LoaderConfig{Batch: 64, Depth: 2}, train, s)
-//	if err != nil {
-//		return err
-//	}
-//	defer ld.Close()
-//	for epoch := range epochs {
-//		if err := ld.Start(ctx, epoch); err != nil {
-//			return err
-//		}
-//		for {
-//			b, err := ld.Next(ctx)
-//			if err == io.EOF {
-//				break
-//			} else if err != nil {
-//				return err
-//			}
-//			step(b.X, b.Y) // forward, backward, strategy
-//			ld.Release(b)
-//		}
-//	}
-//	for b := range data.Batches(test, 1000) {
-//		evaluate(b.X, b.Y)
-//	}
+// Example (example_test.go) feeds two epochs of one rank of two and then
+// the test set in order; ExampleLoadFashionMNIST loads the real data.
 package data

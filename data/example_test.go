@@ -57,3 +57,14 @@ func Example() {
 	// epoch 1: 500 samples in 8 steps
 	// evaluated 300
 }
+
+// Fashion-MNIST from where the dataset-fashion-mnist package installs it
+// (not run here: the machine may not have it).
+func ExampleLoadFashionMNIST() {
+	train, test, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir)
+	if err != nil {
+		fmt.Println(err) // says where it looked and how to install the data
+		return
+	}
+	fmt.Println(train.Name(), train.Len(), "training and", test.Len(), "test samples")
+}

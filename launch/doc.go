@@ -21,4 +21,6 @@
 // and Shutdown waits for them. A Control's goroutine reads until Close,
 // which interrupts it and waits for it. Tally is a plain value with no
 // goroutines.
+//
+// Example_child (example_test.go) speaks a child's side of the protocol.
 package launch

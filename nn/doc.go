@@ -76,20 +76,6 @@
 //
 // # Example
 //
-//	be, why := nn.NewBestCPU(1) // OpenBLAS on one thread, or gonum
-//	log.Printf("backend %s: %s", be.Name(), why)
-//	m, err := nn.New(nn.Spec{Arch: "mlp"}, be)
-//	if err != nil {
-//		return err
-//	}
-//	params := make([]float32, m.Layout().Size())
-//	grads := make([]float32, len(params))
-//	m.Init(params, 42)
-//	for x, labels := range batches { // x: len(labels)·m.InputSize() values
-//		loss, correct := m.ForwardBackward(params, grads, x, labels)
-//		for i, g := range grads {
-//			params[i] -= 0.1 * g // or an optim.Optimizer
-//		}
-//		_, _ = loss, correct
-//	}
+// Example (example_test.go) builds an MLP, initialises its vector and
+// trains it with plain gradient steps until it fits a small problem.
 package nn

@@ -23,19 +23,7 @@
 //
 // # Example
 //
-//	cfg := optim.DefaultConfig()
-//	cfg.Algorithm = optim.Adam
-//	cfg.LR = 1e-3
-//	cfg.Schedule = optim.Schedule{WarmupSteps: 500, Decay: optim.DecayCosine, DecaySteps: 10_000}
-//	opt, err := optim.New(cfg, len(params))
-//	if err != nil {
-//		return err
-//	}
-//	for batch := range batches {
-//		backward(batch, params, grads) // fills grads
-//		if err := opt.Step(params, grads); err != nil {
-//			return err
-//		}
-//	}
-//	ckpt := opt.State() // write ckpt.Steps and ckpt.Slots beside the parameters
+// ExampleOptimizer (example_test.go) minimises a parabola with Nesterov
+// momentum, ExampleSchedule_LRAt prints a warm-up and cosine decay, and
+// ExampleOptimizer_State checkpoints Adam and resumes it.
 package optim

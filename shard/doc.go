@@ -12,6 +12,6 @@
 // lands on one server alone. The package does no I/O and holds no state; it
 // is safe for concurrent use.
 //
-//	p, err := shard.New(n, 3, shard.DefaultChunkBytes)
-//	for _, r := range p.Ranges(1) { … } // the chunks server 1 owns
+// Example (example_test.go) prints the plan of a small vector over three
+// servers.
 package shard

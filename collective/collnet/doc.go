@@ -16,17 +16,8 @@
 // the higher one (a handshake carries job id and ranks, checked on
 // arrival), and pairs on one host with SharedMemory set up rings. Connect
 // returns when all links are up; rank 0 stops serving the rendezvous then.
-//
-//	cfg := collnet.DefaultConfig()
-//	cfg.Rank, cfg.Size = rank, size
-//	cfg.Master = "node0:29500" // rank 0 listens here; the others dial it
-//	cfg.JobID = jobID
-//	cfg.SharedMemory = true
-//	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-//	defer cancel()
-//	tr, err := collnet.Connect(ctx, cfg)
-//	if err != nil { ... }
-//	defer tr.Close()
+// Example (example_test.go) forms a group of two ranks on loopback and sums
+// a vector over it.
 //
 // Rendezvous errors are gRPC status errors: InvalidArgument for a world
 // size or job id that differs from rank 0's, a rank out of range, or a

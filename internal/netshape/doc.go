@@ -84,15 +84,6 @@
 //
 // # Use
 //
-//	nic, err := netshape.New(netshape.Config{Gbps: 10, RTT: 200 * time.Microsecond})
-//	if err != nil { ... }
-//	defer nic.Close()
-//	// Server: accepted conns are shaped.
-//	go grpcServer.Serve(nic.Listener(lis))
-//	// Client: dialed conns are shaped.
-//	cc, err := grpc.NewClient(addr,
-//		grpc.WithContextDialer(nic.ContextDialer(nil)),
-//		grpc.WithTransportCredentials(insecure.NewCredentials()))
-//	// Before a benchmark: can this machine shape at 10 Gbit/s?
-//	check, err := netshape.SelfCheck(ctx, nic.Config(), 256<<20)
+// Example (example_test.go) puts a gRPC server and its client behind a NIC
+// and runs SelfCheck, as a benchmark's process does.
 package netshape

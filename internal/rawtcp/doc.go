@@ -15,13 +15,5 @@
 // listener, connection and buffers; calls may run concurrently (they then
 // share the machine's cores, which shows in the times).
 //
-// Example:
-//
-//	cfg := rawtcp.DefaultConfig()
-//	cfg.Bytes = 669706 * 4 // a 512,512 MLP's float32 vector
-//	r, err := rawtcp.Measure(ctx, cfg)
-//	if err != nil {
-//		return err
-//	}
-//	fmt.Printf("median %v, %.2f GB/s\n", r.Median, r.GBps)
+// Example (example_test.go) measures a 512,512 MLP's vector each way.
 package rawtcp

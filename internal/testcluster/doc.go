@@ -3,7 +3,11 @@
 // with a code, to fail after doing the work (a lost reply), or to stall
 // until the caller's deadline.
 //
-//	c := testcluster.Start(t, cores...)
-//	cl, err := client.Dial(ctx, c.Addrs(), client.WithDialOptions(c.DialOption()))
-//	c.Shard(0).FailNext(codes.Unavailable, 2)
+// A test calls Start(t, cores...) (StartTCP for real TCP), and the servers
+// stop when the test ends; Serve and ServeTCP do the same for code
+// without a testing.TB, such as examples, whose caller calls Close. The
+// shards' cores come from Cores (NewCores without a testing.TB).
+//
+// Example (example_test.go) makes a shard fail two calls, which the
+// client retries.
 package testcluster
