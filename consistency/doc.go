@@ -11,13 +11,6 @@
 // and it imports nothing of Shoal's. Nothing here blocks or starts a
 // goroutine; a Staleness is not safe for concurrent use.
 //
-//	m, err := consistency.Parse("ssp")
-//	if err != nil { ... }
-//	m.UsesServers()   // true
-//	m.Synchronous(0)  // true: SSP with bound 0 is Sync
-//
-//	var h consistency.Staleness
-//	h.Add(0)
-//	h.Add(2)
-//	fmt.Println(h.Mean(), h.Worst(), h) // 1 2 0:1 2:1
+// Example (example_test.go) parses a mode, asks what it does, and counts
+// and marshals a staleness histogram.
 package consistency

@@ -19,8 +19,6 @@
 // into the slices they are given and keep none; Append allocates only when
 // dst lacks the capacity; Float32Bytes aliases its argument.
 //
-// Example (in example_test.go): a gradient sent as float16.
-//
-//	b := wire.Float16.Append(nil, grads) // 2 bytes a value
-//	err := wire.Float16.Decode(got, b)   // len(got) == len(grads)
+// Example (example_test.go) sends a gradient as float16 and reads it
+// back.
 package wire

@@ -7,8 +7,6 @@
 // Concurrency and ownership are the Client's: calls may run concurrently,
 // and buffers are the caller's once a call returns.
 //
-//	cl, err := client.Dial(ctx, addrs)
-//	if err != nil { ... }
-//	defer cl.Close()
-//	s, err := worker.NewAsync(psclient.New(cl), n, cl.Info().Plan.Servers, worker.AsyncConfig{WorkerID: rank})
+// ExampleNew (example_test.go) makes the Downpour strategy of a worker
+// over a Client; worker's Example trains with it.
 package psclient
