@@ -6,19 +6,13 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
-	"github.com/shoalml/shoal/nn"
-	"github.com/shoalml/shoal/ps"
 )
 
 // A worker's traffic against two shards of a 4-float vector [0 1 2 3],
 // served in this process on loopback (plain SGD, learning rate 0.5): a
 // pull, a push, and a push-pull, the step of a worker in one round trip.
 func Example() {
-	var l nn.Layout
-	l.Add("w", 4)
-	cfg := ps.DefaultConfig()
-	cfg.Optimizer.LR = 0.5
-	cores, err := testcluster.NewCores(cfg, l, []float32{0, 1, 2, 3}, 2, 2)
+	cores, err := testcluster.NewCores(4, 2, 2, 0.5)
 	if err != nil {
 		panic(err)
 	}

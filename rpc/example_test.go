@@ -11,9 +11,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/internal/testcluster"
-	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
-	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 )
 
@@ -22,9 +20,7 @@ import (
 // ParameterServer, and ending the context drains the calls in flight
 // (up to 5 seconds) before Serve returns.
 func Example() {
-	var l nn.Layout
-	l.Add("w", 4)
-	cores, err := testcluster.NewCores(ps.DefaultConfig(), l, make([]float32, 4), 1, 4)
+	cores, err := testcluster.NewCores(4, 1, 4, 0.01)
 	if err != nil {
 		panic(err)
 	}

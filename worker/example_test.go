@@ -8,7 +8,6 @@ import (
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
-	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
 )
@@ -31,9 +30,7 @@ func Example() {
 	}
 	initial := make([]float32, model.Layout().Size())
 	model.Init(initial, 1)
-	scfg := ps.DefaultConfig()
-	scfg.Optimizer.LR = 0.05
-	cores, err := testcluster.NewCores(scfg, model.Layout(), initial, 2, 4096)
+	cores, err := testcluster.NewCoresFor(model.Layout(), initial, 2, 4096, 0.05) // plain SGD
 	if err != nil {
 		panic(err)
 	}

@@ -356,13 +356,7 @@ func (g *gatePS) PushPull(context.Context, worker.PushPullArgs) (worker.PushPull
 // under way, the next Params pulls during that push and returns only once
 // the push is done, and a failed push fails that Params.
 func TestAsyncOverlap(t *testing.T) {
-	g := &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
-	a, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true})
-	require.NoError(t, err)
-	params, grads := make([]float32, 3), []float32{1, 2, 3}
-	require.NoError(t, a.Params(ctxT(t), 0, params))
-	<-g.pulled
-	require.NoError(t, a.Apply(ctxT(t), 0, params, grads), "returns although the push is held")
+	g, a, params, grads := overlapping(t)
 
 	for _, pushErr := range []error{nil, errors.New("server gone")} {
 		done := make(chan error, 1)
@@ -384,8 +378,23 @@ func TestAsyncOverlap(t *testing.T) {
 	require.NoError(t, a.Finish(ctxT(t)), "nothing left in flight")
 	assert.Equal(t, int64(1), a.Staleness[0])
 
-	_, err = worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true, PushEvery: 2})
+	_, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true, PushEvery: 2})
 	assert.ErrorContains(t, err, "overlapping push and pull needs push every 1")
+}
+
+// overlapping returns an overlapping Async over a gatePS that holds its
+// pushes, after step 0's Apply: that push is held, and grads, which
+// Apply was given, is the caller's again.
+func overlapping(t *testing.T) (g *gatePS, a *worker.Async, params, grads []float32) {
+	t.Helper()
+	g = &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
+	a, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true})
+	require.NoError(t, err)
+	params, grads = make([]float32, 3), []float32{1, 2, 3}
+	require.NoError(t, a.Params(ctxT(t), 0, params))
+	<-g.pulled
+	require.NoError(t, a.Apply(ctxT(t), 0, params, grads), "returns although the push is held")
+	return g, a, params, grads
 }
 
 // TestAsyncOverlapOwnsWhatItPushes: the gradient belongs to the caller
@@ -393,13 +402,7 @@ func TestAsyncOverlap(t *testing.T) {
 // it while the overlapped push is still under way; the push sends the
 // gradient Apply was given.
 func TestAsyncOverlapOwnsWhatItPushes(t *testing.T) {
-	g := &gatePS{release: make(chan error), pulled: make(chan struct{}, 1)}
-	a, err := worker.NewAsync(g, 3, 1, worker.AsyncConfig{Overlap: true})
-	require.NoError(t, err)
-	params, grads := make([]float32, 3), []float32{1, 2, 3}
-	require.NoError(t, a.Params(ctxT(t), 0, params))
-	<-g.pulled
-	require.NoError(t, a.Apply(ctxT(t), 0, params, grads))
+	g, a, _, grads := overlapping(t)
 	copy(grads, []float32{7, 7, 7}) // the next step's gradient
 	g.release <- nil
 	require.NoError(t, a.Finish(ctxT(t)))

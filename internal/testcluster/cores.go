@@ -14,38 +14,56 @@ import (
 // i.
 func Cores(t testing.TB, n, servers, chunkFloats int, lr float64) []*ps.Server {
 	t.Helper()
-	var l nn.Layout
-	l.Add("w", n)
-	initial := make([]float32, n)
-	for i := range initial {
-		initial[i] = float32(i)
-	}
-	return CoresFor(t, l, initial, servers, chunkFloats, lr)
-}
-
-// CoresFor returns the async shards of the vector initial described by l,
-// with plain SGD at lr.
-func CoresFor(t testing.TB, l nn.Layout, initial []float32, servers, chunkFloats int, lr float64) []*ps.Server {
-	t.Helper()
-	cfg := ps.DefaultConfig()
-	cfg.Optimizer = optim.DefaultConfig()
-	cfg.Optimizer.LR = lr
-	return CoresWith(t, cfg, l, initial, servers, chunkFloats)
-}
-
-// CoresWith returns the shards of initial, each configured as cfg (whose
-// Shard, Plan and Layout it sets).
-func CoresWith(t testing.TB, cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) []*ps.Server {
-	t.Helper()
-	cores, err := NewCores(cfg, l, initial, servers, chunkFloats)
+	cores, err := NewCores(n, servers, chunkFloats, lr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cores
 }
 
-// NewCores is CoresWith for code without a testing.TB (examples).
-func NewCores(cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) ([]*ps.Server, error) {
+// CoresFor returns the async shards of the vector initial described by l,
+// with plain SGD at lr.
+func CoresFor(t testing.TB, l nn.Layout, initial []float32, servers, chunkFloats int, lr float64) []*ps.Server {
+	t.Helper()
+	cores, err := NewCoresFor(l, initial, servers, chunkFloats, lr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cores
+}
+
+// CoresWith returns the shards of initial, each configured as cfg (whose
+// Shard, Plan and Layout it sets).
+func CoresWith(t testing.TB, cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) []*ps.Server {
+	t.Helper()
+	cores, err := NewCoresWith(cfg, l, initial, servers, chunkFloats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cores
+}
+
+// NewCores is Cores for code without a testing.TB (examples).
+func NewCores(n, servers, chunkFloats int, lr float64) ([]*ps.Server, error) {
+	var l nn.Layout
+	l.Add("w", n)
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i)
+	}
+	return NewCoresFor(l, initial, servers, chunkFloats, lr)
+}
+
+// NewCoresFor is CoresFor for code without a testing.TB (examples).
+func NewCoresFor(l nn.Layout, initial []float32, servers, chunkFloats int, lr float64) ([]*ps.Server, error) {
+	cfg := ps.DefaultConfig()
+	cfg.Optimizer = optim.DefaultConfig()
+	cfg.Optimizer.LR = lr
+	return NewCoresWith(cfg, l, initial, servers, chunkFloats)
+}
+
+// NewCoresWith is CoresWith for code without a testing.TB (examples).
+func NewCoresWith(cfg ps.Config, l nn.Layout, initial []float32, servers, chunkFloats int) ([]*ps.Server, error) {
 	plan, err := shard.New(l.Size(), servers, 4*chunkFloats)
 	if err != nil {
 		return nil, err

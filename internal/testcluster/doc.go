@@ -6,7 +6,8 @@
 // A test calls Start(t, cores...) (StartTCP for real TCP), and the servers
 // stop when the test ends; Serve and ServeTCP do the same for code
 // without a testing.TB, such as examples, whose caller calls Close. The
-// shards' cores come from Cores (NewCores without a testing.TB).
+// shards' cores come from Cores, CoresFor or CoresWith (NewCores,
+// NewCoresFor and NewCoresWith without a testing.TB).
 //
 // Example (example_test.go) makes a shard fail two calls, which the
 // client retries.

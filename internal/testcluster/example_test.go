@@ -8,17 +8,13 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
-	"github.com/shoalml/shoal/nn"
-	"github.com/shoalml/shoal/ps"
 )
 
 // A shard that fails its next two calls with Unavailable: the client
 // tries the pull again and it succeeds. A test calls Start(t, cores...),
 // which stops the servers when the test ends, instead of Serve and Close.
 func Example() {
-	var l nn.Layout
-	l.Add("w", 4)
-	cores, err := testcluster.NewCores(ps.DefaultConfig(), l, []float32{0, 1, 2, 3}, 1, 4)
+	cores, err := testcluster.NewCores(4, 1, 4, 0.01) // w = [0 1 2 3], SGD at lr 0.01
 	if err != nil {
 		panic(err)
 	}
