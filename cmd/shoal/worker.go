@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/worker"
@@ -79,157 +82,170 @@ func (t *trainFlags) args() []string {
 		"--overlap-push-pull=" + fmt.Sprint(t.overlap)}
 }
 
+// workerRun is one `shoal worker`: its flags, its place in the job, its
+// model and data.
+type workerRun struct {
+	mf       modelFlags
+	df       dataFlags
+	tf       trainFlags
+	lf       logFlags
+	of       optFlags
+	rf       ringFlags
+	nf       nicFlags
+	sf       statFlags
+	save     string
+	threads  int
+	servers  string
+	events   bool
+	eval     bool
+	connect  time.Duration
+	callTime time.Duration
+
+	id          cluster.Identity
+	log         *slog.Logger
+	model       nn.Model
+	train, test data.Dataset
+}
+
 func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	w, err := parseWorker(args, stderr)
+	if err != nil {
+		return err
+	}
+	if w.tf.mode == consistency.Ring {
+		return w.runRing(ctx, stdout)
+	}
+	return w.runPS(ctx, stdin, stdout)
+}
+
+// parseWorker reads and checks shoal worker's flags, finds the worker's
+// rank and world size, builds its model and loads its data.
+func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	fs := newFlagSet("worker", "Runs one training worker: it pulls weights from the parameter servers, computes\ngradients on its shard of the data and pushes them back. Its rank and the world\nsize come from --rank/--world-size, else SHOAL_RANK/SHOAL_WORLD_SIZE, Open MPI,\nSlurm or torchrun environment variables.", stderr)
-	var (
-		mf       modelFlags
-		df       dataFlags
-		tf       trainFlags
-		lf       logFlags
-		of       optFlags
-		rf       ringFlags
-		save     = fs.String("save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
-		threads  = fs.Int("threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
-		servers  = fs.String("servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
-		rank     = fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
-		world    = fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
-		events   = fs.Bool("events", false, "write JSON events on stdout for a launcher")
-		eval     = fs.Bool("eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
-		connect  = fs.Duration("connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
-		callTime = fs.Duration("call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
-		nf       nicFlags
-		sf       statFlags
-	)
-	nf.register(fs)
-	sf.register(fs)
-	mf.register(fs)
-	df.register(fs)
-	tf.register(fs)
-	of.register(fs, "none")
-	rf.register(fs)
-	lf.register(fs, "warn")
+	w := &workerRun{}
+	fs.StringVar(&w.save, "save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
+	fs.IntVar(&w.threads, "threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
+	fs.StringVar(&w.servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
+	rank := fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
+	world := fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
+	fs.BoolVar(&w.events, "events", false, "write JSON events on stdout for a launcher")
+	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
+	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
+	fs.DurationVar(&w.callTime, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
+	w.nf.register(fs)
+	w.sf.register(fs)
+	w.mf.register(fs)
+	w.df.register(fs)
+	w.tf.register(fs)
+	w.of.register(fs, "none")
+	w.rf.register(fs)
+	w.lf.register(fs, "warn")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	if err := tf.validate(); err != nil {
-		return err
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate} {
+		if err := v(); err != nil {
+			return nil, err
+		}
 	}
-	if err := nf.validate(); err != nil {
-		return err
+	var err error
+	if w.log, err = w.lf.logger(stderr); err != nil {
+		return nil, err
 	}
-	if err := sf.validate(); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return err
-	}
-	id, err := cluster.FromEnv(os.Getenv)
-	if err != nil {
-		return err
+	if w.id, err = cluster.FromEnv(os.Getenv); err != nil {
+		return nil, err
 	}
 	if *rank >= 0 {
-		id.Rank, id.Source = *rank, "flags"
+		w.id.Rank, w.id.Source = *rank, "flags"
 	}
 	if *world >= 0 {
-		id.WorldSize, id.Source = *world, "flags"
+		w.id.WorldSize, w.id.Source = *world, "flags"
 	}
-	if err := id.Validate(); err != nil {
-		return fmt.Errorf("--rank/--world-size: %w", err)
+	if err := w.id.Validate(); err != nil {
+		return nil, fmt.Errorf("--rank/--world-size: %w", err)
 	}
-	if *threads < 1 {
-		return fmt.Errorf("--threads %d: want >= 1", *threads)
+	if w.threads < 1 {
+		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
 	}
-	model, backend, err := mf.buildFast(*threads)
+	model, backend, err := w.mf.buildFast(w.threads)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	log.Info("compute backend", "component", "worker", "backend", backend)
-	train, test, err := df.load(mf.seed)
-	if err != nil {
-		return err
+	w.model = model
+	w.log.Info("compute backend", "component", "worker", "backend", backend)
+	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
+		return nil, err
 	}
-	if tf.mode == consistency.Ring {
-		ocfg, err := of.config()
-		if err != nil {
-			return err
-		}
-		if rf.scaleLR {
-			// Goyal et al.: lr × N, warmed up over the first epoch.
-			ocfg.LR *= float64(id.WorldSize)
-			if ocfg.Schedule.WarmupSteps == 0 {
-				perRank := (train.Len() + id.WorldSize - 1) / id.WorldSize
-				ocfg.Schedule.WarmupSteps = int64((perRank + tf.batch*tf.backwardPasses - 1) / (tf.batch * tf.backwardPasses))
-			}
-			if ocfg.Schedule.MinLR > ocfg.LR {
-				ocfg.Schedule.MinLR = ocfg.LR
-			}
-		}
-		return runRing(ctx, ringRun{id: id, model: model, seed: mf.seed, ocfg: ocfg, train: train, test: test, tf: tf, rf: rf,
-			events: *events, save: *save, timeout: *callTime, stdout: stdout, nf: nf, sf: sf, eval: *eval})
-	}
+	return w, nil
+}
 
-	enc, err := rf.pushEncoding()
+// runRing trains as one rank of a ring (runRing in ringworker.go), with
+// the optimizer every rank runs itself.
+func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
+	ocfg, err := w.of.config()
 	if err != nil {
 		return err
 	}
-	nic, err := nf.nic()
+	if w.rf.scaleLR {
+		// Goyal et al.: lr × N, warmed up over the first epoch.
+		ocfg.LR *= float64(w.id.WorldSize)
+		if ocfg.Schedule.WarmupSteps == 0 {
+			perRank := (w.train.Len() + w.id.WorldSize - 1) / w.id.WorldSize
+			perStep := w.tf.batch * w.tf.backwardPasses
+			ocfg.Schedule.WarmupSteps = int64((perRank + perStep - 1) / perStep)
+		}
+		if ocfg.Schedule.MinLR > ocfg.LR {
+			ocfg.Schedule.MinLR = ocfg.LR
+		}
+	}
+	return runRing(ctx, ringRun{id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
+		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, eval: w.eval})
+}
+
+// psStrategy is a parameter-server strategy and what it counts.
+type psStrategy struct {
+	worker.Strategy
+	staleness func() consistency.Staleness
+	dropped   func() int64
+}
+
+// runPS trains against the parameter servers: it dials them, checks they
+// serve this worker's model, mode and world, runs the steps, and reports.
+// Under a launcher (--events), a "stop" line on stdin ends the run
+// cleanly: the launcher sends it when rank 0 stopped at
+// --stop-at-accuracy.
+func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	nic, err := w.nf.nic()
 	if err != nil {
 		return err
 	}
 	defer nic.Close()
-	dctx, cancel := context.WithTimeout(ctx, *connect)
-	ps, err := client.Dial(dctx, strings.Split(*servers, ","), client.WithCallTimeout(*callTime), client.WithPushEncoding(enc),
-		client.WithDialOptions(grpcDialer(nic)))
-	cancel()
+	ps, err := w.dial(ctx, nic)
 	if err != nil {
-		return fmt.Errorf("connecting to the parameter servers (--servers %s): %w", *servers, err)
-	}
-	defer ps.Close()
-	if err := checkLayout(model, ps.Info()); err != nil {
 		return err
 	}
-	info := ps.Info()
-	if info.Mode != tf.mode {
-		return fmt.Errorf("--mode %s: the servers run mode %s", tf.mode, info.Mode)
-	}
-	if info.Mode != consistency.Async && info.Workers != id.WorldSize {
-		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", id.WorldSize, info.Workers, id.WorldSize)
-	}
-	var strategy worker.Strategy
-	staleness := func() consistency.Staleness { return nil }
-	dropped := func() int64 { return 0 }
-	if tf.mode == consistency.Sync {
-		s := worker.NewSync(psclient.New(ps), int64(id.Rank), info.Plan.Servers)
-		strategy, dropped = s, func() int64 { return s.Dropped }
-	} else {
-		a, err := worker.NewAsync(psclient.New(ps), model.Layout().Size(), info.Plan.Servers, worker.AsyncConfig{WorkerID: int64(id.Rank), PushEvery: tf.pushEvery, FetchEvery: tf.fetchEvery, Overlap: tf.overlap})
-		if err != nil {
-			return err
-		}
-		strategy, staleness = a, func() consistency.Staleness { return a.Staleness }
+	defer ps.Close()
+	strategy, err := w.strategy(ps)
+	if err != nil {
+		return err
 	}
 	board := newBoard(stdout, 1, isTerminal(stdout))
 	progress := board.update
-	if *events {
+	if w.events {
 		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
 	}
-	wcfg := worker.Config{
-		Rank: id.Rank, WorldSize: id.WorldSize, Batch: tf.batch, Epochs: tf.epochs, Steps: tf.steps,
-		Seed: mf.seed, BackwardPasses: tf.backwardPasses, Progress: progress, Logger: log,
-	}
+	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
+		Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, Logger: w.log}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
-	sf.hooks(&wcfg, &steps, id.Rank, model, test, stdout, nil)
-	w, err := worker.New(wcfg, model, train, strategy)
+	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
+	wk, err := worker.New(wcfg, w.model, w.train, strategy)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	// Under a launcher, a "stop" line on stdin ends the run cleanly: the
-	// launcher sends it when rank 0 stopped at --stop-at-accuracy.
+	defer wk.Close()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	if *events {
+	if w.events {
 		ctl, err := launch.WatchControl(stdin, stopRun)
 		if err != nil {
 			return err
@@ -237,36 +253,83 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		defer ctl.Close()
 	}
 	start := time.Now()
-	res, err := w.Run(runCtx)
+	res, err := wk.Run(runCtx)
 	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
 		// Stopped by the launcher: the run so far is the result.
 		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
 	}
 	if err != nil {
-		return fmt.Errorf("worker %d of %d: %w", id.Rank, id.WorldSize, err)
+		return fmt.Errorf("worker %d of %d: %w", w.id.Rank, w.id.WorldSize, err)
 	}
-	if *events {
-		ev := launch.Event{Event: "done", Rank: id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(), Staleness: staleness(), Dropped: dropped(),
-			Stopped: res.Stopped}
-		if sf.stats {
+	if w.events {
+		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
+			Staleness: strategy.staleness(), Dropped: strategy.dropped(), Stopped: res.Stopped}
+		if w.sf.stats {
 			ev.Times = &steps
 		}
 		launch.Emit(stdout, ev)
 		return nil
 	}
-	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", id.Rank, id.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
-	if *eval && id.Rank == 0 {
-		params := w.Params()
-		if _, err := ps.Pull(ctx, params); err != nil {
-			return fmt.Errorf("pulling the final weights: %w", err)
-		}
-		ev, err := worker.Evaluate(ctx, model, params, test, 1000)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, test.Name())
+	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", w.id.Rank, w.id.WorldSize, res.Steps, res.Samples,
+		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
+	if !w.eval || w.id.Rank != 0 {
+		return nil
 	}
+	params := wk.Params()
+	if _, err := ps.Pull(ctx, params); err != nil {
+		return fmt.Errorf("pulling the final weights: %w", err)
+	}
+	ev, err := worker.Evaluate(ctx, w.model, params, w.test, 1000)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.test.Name())
 	return nil
+}
+
+// dial connects to the servers through nic and checks that they hold this
+// worker's model, in its mode, for its world size.
+func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client, error) {
+	enc, err := w.rf.pushEncoding()
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, w.connect)
+	defer cancel()
+	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithPushEncoding(enc),
+		client.WithDialOptions(grpcDialer(nic)))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
+	}
+	info := ps.Info()
+	err = checkLayout(w.model, info)
+	switch {
+	case err != nil:
+	case info.Mode != w.tf.mode:
+		err = fmt.Errorf("--mode %s: the servers run mode %s", w.tf.mode, info.Mode)
+	case info.Mode != consistency.Async && info.Workers != w.id.WorldSize:
+		err = fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.id.WorldSize, info.Workers, w.id.WorldSize)
+	}
+	if err != nil {
+		ps.Close()
+		return nil, err
+	}
+	return ps, nil
+}
+
+// strategy is the worker's parameter-server strategy for its mode.
+func (w *workerRun) strategy(ps *client.Client) (psStrategy, error) {
+	shards := ps.Info().Plan.Servers
+	if w.tf.mode == consistency.Sync {
+		s := worker.NewSync(psclient.New(ps), int64(w.id.Rank), shards)
+		return psStrategy{Strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped }}, nil
+	}
+	a, err := worker.NewAsync(psclient.New(ps), w.model.Layout().Size(), shards,
+		worker.AsyncConfig{WorkerID: int64(w.id.Rank), PushEvery: w.tf.pushEvery, FetchEvery: w.tf.fetchEvery, Overlap: w.tf.overlap})
+	if err != nil {
+		return psStrategy{}, err
+	}
+	return psStrategy{Strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 }}, nil
 }
 
 // checkLayout refuses servers that hold another model's parameters.
