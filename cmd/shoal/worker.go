@@ -202,9 +202,12 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, eval: w.eval})
 }
 
-// psStrategy is a parameter-server strategy and what it counts.
+// psStrategy is a parameter-server strategy and what it counts. The
+// strategy goes to worker.New as it is, not inside psStrategy: the Worker
+// finds what else a strategy can do (SetLastStep, its waits) by type
+// assertion, which an embedding would hide.
 type psStrategy struct {
-	worker.Strategy
+	strategy  worker.Strategy
 	staleness func() consistency.Staleness
 	dropped   func() int64
 }
@@ -225,7 +228,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		return err
 	}
 	defer ps.Close()
-	strategy, err := w.strategy(ps)
+	st, err := w.strategy(ps)
 	if err != nil {
 		return err
 	}
@@ -238,7 +241,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, Logger: w.log}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
-	wk, err := worker.New(wcfg, w.model, w.train, strategy)
+	wk, err := worker.New(wcfg, w.model, w.train, st.strategy)
 	if err != nil {
 		return err
 	}
@@ -263,7 +266,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	if w.events {
 		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			Staleness: strategy.staleness(), Dropped: strategy.dropped(), Stopped: res.Stopped}
+			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped}
 		if w.sf.stats {
 			ev.Times = &steps
 		}
@@ -322,14 +325,14 @@ func (w *workerRun) strategy(ps *client.Client) (psStrategy, error) {
 	shards := ps.Info().Plan.Servers
 	if w.tf.mode == consistency.Sync {
 		s := worker.NewSync(psclient.New(ps), int64(w.id.Rank), shards)
-		return psStrategy{Strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped }}, nil
+		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped }}, nil
 	}
 	a, err := worker.NewAsync(psclient.New(ps), w.model.Layout().Size(), shards,
 		worker.AsyncConfig{WorkerID: int64(w.id.Rank), PushEvery: w.tf.pushEvery, FetchEvery: w.tf.fetchEvery, Overlap: w.tf.overlap})
 	if err != nil {
 		return psStrategy{}, err
 	}
-	return psStrategy{Strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 }}, nil
+	return psStrategy{strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 }}, nil
 }
 
 // checkLayout refuses servers that hold another model's parameters.
