@@ -1,8 +1,3 @@
-// Package collbench measures Shoal's collectives the way nccl-tests does:
-// per message size, the time of one call (the slowest rank's), algbw =
-// bytes/time, busbw = algbw × BusFactor, and whether the result of a call
-// on known inputs was right on every rank. `shoal bench allreduce` runs it
-// in one process per rank; its tests run it over an in-memory group.
 package collbench
 
 import (

@@ -1,5 +1,3 @@
-// Package collectivetest holds the conformance suite that every
-// collective.Transport must pass, run over Shoal's Communicator.
 package collectivetest
 
 import (

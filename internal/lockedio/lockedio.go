@@ -1,6 +1,3 @@
-// Package lockedio serialises writes that come from several goroutines:
-// children's stderr into one stream, and buffers a test reads while
-// processes still write them.
 package lockedio
 
 import (
