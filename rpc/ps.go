@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/internal/deadline"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -165,17 +166,6 @@ func toRange(r *pb.Range) (shard.Range, error) {
 	return shard.Range{Off: int(r.Offset), Len: int(r.Length)}, nil
 }
 
-// waitContext ends a little before the caller's deadline, so that a wait
-// for other workers can still answer with an error that names them.
-func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return context.WithCancel(ctx)
-	}
-	margin := min(time.Until(d)/10, time.Second)
-	return context.WithDeadline(ctx, d.Add(-margin))
-}
-
 func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return toStatus(err)
@@ -193,7 +183,7 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 // wire.MaxPieceBytes. The first piece carries how long the wait took and,
 // for a PushPull, pushed.
 func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
-	wctx, cancel := waitContext(stream.Context())
+	wctx, cancel := deadline.Early(stream.Context())
 	start := time.Now()
 	err := s.core.WaitToRead(wctx, worker, step)
 	cancel()
@@ -316,7 +306,7 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 		sent <- err
 	}()
 	first := true
-	wctx, cancel := waitContext(stream.Context())
+	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
 		for off := 0; off < r.Len; off += pieceFloats {
 			part := vals[off:min(off+pieceFloats, r.Len)]
@@ -354,7 +344,7 @@ func (s *psService) push(stream grpc.ServerStream) (*pb.PushResponse, *pb.PushHe
 
 // apply applies a push that was read whole.
 func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushResponse, error) {
-	wctx, cancel := waitContext(stream.Context())
+	wctx, cancel := deadline.Early(stream.Context())
 	res, err := s.core.Push(wctx, pr.pushed())
 	cancel()
 	if err != nil {

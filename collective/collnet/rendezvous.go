@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shoalml/shoal/internal/deadline"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
 
@@ -104,7 +105,7 @@ func (r *rendezvous) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRes
 	m.waiters++
 	r.mu.Unlock()
 
-	wctx, cancel := waitContext(ctx)
+	wctx, cancel := deadline.Early(ctx)
 	defer cancel()
 	select {
 	case <-r.done:
@@ -259,17 +260,6 @@ func fillHost(addr, ip string) string {
 		}
 	}
 	return net.JoinHostPort(ip, port)
-}
-
-// waitContext ends a little before ctx's deadline, so that a Join that
-// times out can still answer its caller which ranks are missing.
-func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return context.WithCancel(ctx)
-	}
-	margin := min(time.Until(d)/10, time.Second)
-	return context.WithDeadline(ctx, d.Add(-margin))
 }
 
 // Report records the first failure of the job and returns it.
