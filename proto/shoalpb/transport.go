@@ -3,6 +3,7 @@ package shoalpb
 import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 )
 
 // Transport sizes gRPC's HTTP/2 transport for multi-megabyte tensor
@@ -39,36 +40,30 @@ var DefaultTransport = Transport{StreamWindow: 16 << 20, ConnWindow: 64 << 20, B
 
 // ServerOptions are t's settings for a gRPC server.
 func (t Transport) ServerOptions() []grpc.ServerOption {
-	var o []grpc.ServerOption
-	if t.StreamWindow > 0 {
-		o = append(o, grpc.InitialWindowSize(t.StreamWindow))
-	}
-	if t.ConnWindow > 0 {
-		o = append(o, grpc.InitialConnWindowSize(t.ConnWindow))
-	}
-	if t.Buffer > 0 {
-		o = append(o, grpc.WriteBufferSize(t.Buffer), grpc.ReadBufferSize(t.Buffer))
-	}
-	if t.NoZero {
-		o = append(o, experimental.BufferPool(Pool))
-	}
-	return o
+	return options(t, grpc.InitialWindowSize, grpc.InitialConnWindowSize, grpc.WriteBufferSize, grpc.ReadBufferSize, experimental.BufferPool)
 }
 
 // DialOptions are t's settings for a gRPC client connection.
 func (t Transport) DialOptions() []grpc.DialOption {
-	var o []grpc.DialOption
+	return options(t, grpc.WithInitialWindowSize, grpc.WithInitialConnWindowSize, grpc.WithWriteBufferSize, grpc.WithReadBufferSize,
+		experimental.WithBufferPool)
+}
+
+// options turns t into the options of one side, server or client, given
+// that side's constructors.
+func options[O any](t Transport, window, connWindow func(int32) O, writeBuf, readBuf func(int) O, pool func(mem.BufferPool) O) []O {
+	var o []O
 	if t.StreamWindow > 0 {
-		o = append(o, grpc.WithInitialWindowSize(t.StreamWindow))
+		o = append(o, window(t.StreamWindow))
 	}
 	if t.ConnWindow > 0 {
-		o = append(o, grpc.WithInitialConnWindowSize(t.ConnWindow))
+		o = append(o, connWindow(t.ConnWindow))
 	}
 	if t.Buffer > 0 {
-		o = append(o, grpc.WithWriteBufferSize(t.Buffer), grpc.WithReadBufferSize(t.Buffer))
+		o = append(o, writeBuf(t.Buffer), readBuf(t.Buffer))
 	}
 	if t.NoZero {
-		o = append(o, experimental.WithBufferPool(Pool))
+		o = append(o, pool(Pool))
 	}
 	return o
 }
