@@ -188,20 +188,10 @@ func thousands(s string) string {
 // a column reads evenly: 0.192 · 4.32 · 14.7 · 250.
 func ms(sec float64) string {
 	v := sec * 1e3
-	switch a := math.Abs(v); {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return "—"
-	case a >= 100:
-		return num(v)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case a >= 1:
-		return fmt.Sprintf("%.2f", v)
-	case a == 0:
-		return "0"
-	default:
+	if a := math.Abs(v); a > 0 && a < 1 {
 		return fmt.Sprintf("%.3f", v)
 	}
+	return num(v)
 }
 
 // gbps formats a bandwidth in Gbit/s: 10, 2.5, 0.1.

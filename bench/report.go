@@ -133,6 +133,20 @@ func (rep *report) runHeader(more ...string) []string {
 	return append(h, more...)
 }
 
+// runTable writes a table of recs, one row a run: the run's columns, then
+// more's, filled by cells; without runs it says none completed.
+func (rep *report) runTable(recs []*Record, more []string, cells func(rec *Record) []string) {
+	if len(recs) == 0 {
+		rep.printf("No run completed.\n\n")
+		return
+	}
+	rep.table(rep.runHeader(more...), func(row func(...string)) {
+		for _, rec := range recs {
+			row(append(rep.runCols(rec), cells(rec)...)...)
+		}
+	})
+}
+
 func (rep *report) throughput() {
 	rep.printf("## Throughput\n\n")
 	rep.printf("Samples per second over all workers (samples / train time). Scaling efficiency is samples/s ÷ (workers × samples/s of the 1-worker run of the same mode and model).\n\n")
@@ -159,45 +173,31 @@ func (rep *report) throughput() {
 func (rep *report) breakdown() {
 	rep.printf("## Step-time breakdown\n\n")
 	rep.printf("p50 / p95 per phase, in milliseconds. Compute is forward and backward; data is waiting for input; wait is blocking before any byte moves (sync barrier, SSP bound); pull and push are the parameter-server transfers; reduce is the ring allreduce. Idle is the share of step time not spent computing, 1 − mean(compute) / mean(step).\n\n")
-	ok := rep.ok()
-	if len(ok) == 0 {
-		rep.printf("No run completed.\n\n")
-	} else {
-		rep.table(rep.runHeader("step", "compute", "data", "wait", "pull", "push", "reduce", "idle"), func(row func(...string)) {
-			for _, rec := range ok {
-				st := rec.StepTime
-				q := func(q Quantiles) string {
-					if q == (Quantiles{}) {
-						return "—" // the mode has no such phase
-					}
-					return ms(q.P50) + " / " + ms(q.P95)
-				}
-				row(append(rep.runCols(rec), q(st.Step), q(st.Compute), q(st.Data), q(st.Wait), q(st.Pull), q(st.Push), q(st.Reduce), pct(rec.IdleFraction))...)
+	rep.runTable(rep.ok(), []string{"step", "compute", "data", "wait", "pull", "push", "reduce", "idle"}, func(rec *Record) []string {
+		st := rec.StepTime
+		q := func(q Quantiles) string {
+			if q == (Quantiles{}) {
+				return "—" // the mode has no such phase
 			}
-		})
-	}
+			return ms(q.P50) + " / " + ms(q.P95)
+		}
+		return []string{q(st.Step), q(st.Compute), q(st.Data), q(st.Wait), q(st.Pull), q(st.Push), q(st.Reduce), pct(rec.IdleFraction)}
+	})
 	rep.embed(plotBreakdown)
 }
 
 func (rep *report) traffic() {
 	rep.printf("## Traffic\n\n")
 	rep.printf("Bytes per worker per step (mean over the workers; parameter-server modes: TCP bytes, gRPC framing included; ring: the payload the collectives moved), in MiB; M is one full parameter vector on the wire.\n\n")
-	ok := rep.ok()
-	if len(ok) == 0 {
-		rep.printf("No run completed.\n\n")
-		return
-	}
-	rep.table(rep.runHeader("M (MiB)", "sent (MiB/step)", "received (MiB/step)", "sent / M", "received / M"), func(row func(...string)) {
-		for _, rec := range ok {
-			ratio := func(b float64) string {
-				if rec.VectorBytes <= 0 {
-					return "—"
-				}
-				return fmt.Sprintf("%.2f", b/float64(rec.VectorBytes))
+	rep.runTable(rep.ok(), []string{"M (MiB)", "sent (MiB/step)", "received (MiB/step)", "sent / M", "received / M"}, func(rec *Record) []string {
+		ratio := func(b float64) string {
+			if rec.VectorBytes <= 0 {
+				return "—"
 			}
-			row(append(rep.runCols(rec), mib(float64(rec.VectorBytes)), mib(rec.BytesSentPerStep), mib(rec.BytesReceivedPerStep),
-				ratio(rec.BytesSentPerStep), ratio(rec.BytesReceivedPerStep))...)
+			return fmt.Sprintf("%.2f", b/float64(rec.VectorBytes))
 		}
+		return []string{mib(float64(rec.VectorBytes)), mib(rec.BytesSentPerStep), mib(rec.BytesReceivedPerStep),
+			ratio(rec.BytesSentPerStep), ratio(rec.BytesReceivedPerStep)}
 	})
 }
 
@@ -271,31 +271,24 @@ func (rep *report) crossover() {
 func (rep *report) accuracy() {
 	rep.printf("## Time to accuracy\n\n")
 	rep.printf("When worker 0 first measured the target test accuracy (wall seconds since the workers started, and steps), and the final weights' test accuracy.\n\n")
-	ok := rep.ok()
-	if len(ok) == 0 {
-		rep.printf("No run completed.\n\n")
-	} else {
-		rep.table(rep.runHeader("target", "time to target (s)", "steps to target", "final test accuracy"), func(row func(...string)) {
-			for _, rec := range ok {
-				target, secs, steps := "—", "—", "—"
-				if rec.TargetAccuracy > 0 {
-					target = pct(rec.TargetAccuracy)
-					secs, steps = "never", "never"
-				}
-				if rec.SecondsToTarget != nil {
-					secs = num(*rec.SecondsToTarget)
-				}
-				if rec.StepsToTarget != nil {
-					steps = strconv.FormatInt(*rec.StepsToTarget, 10)
-				}
-				final := "not evaluated"
-				if rec.TestAccuracy >= 0 {
-					final = fmt.Sprintf("%.2f%%", 100*rec.TestAccuracy)
-				}
-				row(append(rep.runCols(rec), target, secs, steps, final)...)
-			}
-		})
-	}
+	rep.runTable(rep.ok(), []string{"target", "time to target (s)", "steps to target", "final test accuracy"}, func(rec *Record) []string {
+		target, secs, steps := "—", "—", "—"
+		if rec.TargetAccuracy > 0 {
+			target = pct(rec.TargetAccuracy)
+			secs, steps = "never", "never"
+		}
+		if rec.SecondsToTarget != nil {
+			secs = num(*rec.SecondsToTarget)
+		}
+		if rec.StepsToTarget != nil {
+			steps = strconv.FormatInt(*rec.StepsToTarget, 10)
+		}
+		final := "not evaluated"
+		if rec.TestAccuracy >= 0 {
+			final = fmt.Sprintf("%.2f%%", 100*rec.TestAccuracy)
+		}
+		return []string{target, secs, steps, final}
+	})
 	rep.embed(plotAccuracy)
 }
 
