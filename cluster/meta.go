@@ -56,9 +56,20 @@ type Meta struct {
 	ModelFingerprint uint64
 	// PlanVersion is the version of the shard plan the process follows.
 	PlanVersion uint64
+	// Leaving is set by a node about to leave gracefully, so that the
+	// others report its departure as a leave, not a death (memberlist's
+	// leave event does not say which it was).
+	Leaving bool
 }
 
-// The encoding (version 1), in order: version byte, role byte, uvarint
+// Flag bits of the encoding.
+const (
+	metaFlagLeaving = 1 << iota
+	metaFlagsKnown  = metaFlagLeaving
+)
+
+// The encoding (version 1), in order: version byte, role byte, flags
+// byte (bit 0: leaving; the others must be 0), uvarint
 // rank, uvarint length + gRPC address, uvarint length + data address,
 // 8 bytes little-endian fingerprint, uvarint plan version. Nothing may
 // follow.
@@ -72,8 +83,12 @@ func (m Meta) Encode() ([]byte, error) {
 	if m.Rank < 0 || m.Rank > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: rank %d, want 0 to %d", ErrMetaInvalid, m.Rank, math.MaxInt32)
 	}
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+len(m.GRPCAddr)+len(m.DataAddr)+8)
-	b = append(b, MetaVersion, byte(m.Role))
+	b := make([]byte, 0, 3+3*binary.MaxVarintLen64+len(m.GRPCAddr)+len(m.DataAddr)+8)
+	var flags byte
+	if m.Leaving {
+		flags |= metaFlagLeaving
+	}
+	b = append(b, MetaVersion, byte(m.Role), flags)
 	b = binary.AppendUvarint(b, uint64(m.Rank))
 	b = binary.AppendUvarint(b, uint64(len(m.GRPCAddr)))
 	b = append(b, m.GRPCAddr...)
@@ -104,6 +119,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 	d := metaDecoder{b: b[1:], off: 1}
 	var m Meta
 	role := d.byte("role")
+	flags := d.byte("flags")
 	rank := d.uvarint("rank")
 	m.GRPCAddr = d.string("gRPC address")
 	m.DataAddr = d.string("data address")
@@ -115,6 +131,10 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if len(d.b) != 0 {
 		return Meta{}, fmt.Errorf("%w: %d trailing bytes at offset %d, want none", ErrMetaInvalid, len(d.b), d.off)
 	}
+	if flags&^metaFlagsKnown != 0 {
+		return Meta{}, fmt.Errorf("%w: flags %#02x, want only %#02x set", ErrMetaInvalid, flags, metaFlagsKnown)
+	}
+	m.Leaving = flags&metaFlagLeaving != 0
 	m.Role = Role(role)
 	if m.Role != RolePS && m.Role != RoleWorker {
 		return Meta{}, fmt.Errorf("%w: role %v, want ps or worker", ErrMetaInvalid, m.Role)

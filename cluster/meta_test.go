@@ -17,6 +17,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	}{
 		{"worker", Meta{Role: RoleWorker, Rank: 3, GRPCAddr: "10.0.0.7:7001", DataAddr: "10.0.0.7:7101", ModelFingerprint: 0xdeadbeefcafef00d, PlanVersion: 2}},
 		{"ps without data plane", Meta{Role: RolePS, Rank: 0, GRPCAddr: "[::1]:6000"}},
+		{"leaving", Meta{Role: RoleWorker, Rank: 1, GRPCAddr: "h:1", Leaving: true}},
 		{"largest rank", Meta{Role: RoleWorker, Rank: 1<<31 - 1, GRPCAddr: "h:1", PlanVersion: 1 << 63}},
 		{"addresses filling the cap", Meta{Role: RolePS, Rank: 1, GRPCAddr: strings.Repeat("a", 240), DataAddr: strings.Repeat("b", 240)}},
 	}
@@ -69,8 +70,9 @@ func TestDecodeMetaRefuses(t *testing.T) {
 		{"truncated fingerprint", good[:len(good)-3], ErrMetaInvalid, "model fingerprint"},
 		{"trailing bytes", append(bytes.Clone(good), 0), ErrMetaInvalid, "1 trailing bytes"},
 		{"unknown role", append([]byte{1, 9}, good[2:]...), ErrMetaInvalid, "role Role(9)"},
-		{"address longer than input", []byte{1, 2, 0, 50, 'h'}, ErrMetaInvalid, "gRPC address at offset 4: length 50, only 1 bytes left"},
-		{"non-minimal varint", []byte{1, 2, 0x80, 0x00}, ErrMetaInvalid, "want the minimal encoding"},
+		{"unknown flags", append([]byte{1, 2, 0x82}, good[3:]...), ErrMetaInvalid, "flags 0x82, want only 0x01 set"},
+		{"address longer than input", []byte{1, 2, 0, 0, 50, 'h'}, ErrMetaInvalid, "gRPC address at offset 5: length 50, only 1 bytes left"},
+		{"non-minimal varint", []byte{1, 2, 0, 0x80, 0x00}, ErrMetaInvalid, "want the minimal encoding"},
 		{"oversized", make([]byte, MaxMetaSize+1), ErrMetaTooLarge, "513 bytes"},
 	}
 	for _, tt := range tests {
@@ -97,8 +99,8 @@ func FuzzDecodeMeta(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{2, 1})
-	f.Add([]byte{1, 2, 0x80, 0x00})
-	f.Add([]byte{1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{1, 2, 0, 0x80, 0x00})
+	f.Add([]byte{1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := DecodeMeta(in)
 		if err != nil {

@@ -1,0 +1,557 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Detection holds memberlist's failure-detection and gossip timings.
+//
+// A node that stops answering is found by the next probe that picks it
+// (nodes are probed round-robin, one every ProbeInterval, so within about
+// (N-1)·ProbeInterval), suspected after ProbeTimeout plus the indirect
+// probes, and declared dead SuspicionMult·max(1, log10 N)·ProbeInterval
+// later unless it refutes. For fewer than ten nodes the time from a
+// silent death to the dead event is therefore about
+// (N-1)·ProbeInterval + ProbeInterval + SuspicionMult·ProbeInterval.
+type Detection struct {
+	// ProbeInterval is how often a node probes one random peer.
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long a direct probe waits for its ack before
+	// asking IndirectChecks other nodes to probe; it must be below
+	// ProbeInterval.
+	ProbeTimeout   time.Duration
+	IndirectChecks int
+	// SuspicionMult scales the time a suspect has to refute before it is
+	// declared dead; SuspicionMaxTimeoutMult caps how far that time
+	// stretches when few peers confirm the suspicion.
+	SuspicionMult           int
+	SuspicionMaxTimeoutMult int
+	// AwarenessMaxMultiplier bounds how much a node that sees itself
+	// lagging (missed acks) slows its own probing to avoid false deaths.
+	AwarenessMaxMultiplier int
+	// GossipInterval, GossipNodes and RetransmitMult set how fast a state
+	// change (suspect, dead, join) spreads.
+	GossipInterval time.Duration
+	GossipNodes    int
+	RetransmitMult int
+	// GossipToTheDeadTime is how long dead nodes are still gossiped to,
+	// so that a partitioned node learns it was declared dead.
+	GossipToTheDeadTime time.Duration
+	// PushPullInterval is how often a node syncs its full state with a
+	// random peer over TCP; it also bounds how long a rejoin that was
+	// refused (see DeadNodeReclaimTime) waits for another chance.
+	PushPullInterval time.Duration
+	// TCPTimeout bounds a push/pull or a join's dial to one peer.
+	TCPTimeout time.Duration
+	// DeadNodeReclaimTime is how long a node must have been dead before
+	// its name may come back from a different address (a restarted
+	// process on a new port). A name whose old holder is still alive is
+	// never taken over.
+	DeadNodeReclaimTime time.Duration
+}
+
+// LoopbackDetection is tuned for processes on one machine: a silent death
+// among three nodes is declared in about 1–1.5 s (goal ≤ 2 s). Probes
+// every 200 ms with a 100 ms ack timeout, suspicion 4 probe intervals
+// (800 ms below ten nodes), gossip every 50 ms to 3 nodes, full sync
+// every 2 s.
+func LoopbackDetection() Detection {
+	return Detection{
+		ProbeInterval:           200 * time.Millisecond,
+		ProbeTimeout:            100 * time.Millisecond,
+		IndirectChecks:          3,
+		SuspicionMult:           4,
+		SuspicionMaxTimeoutMult: 4,
+		AwarenessMaxMultiplier:  4,
+		GossipInterval:          50 * time.Millisecond,
+		GossipNodes:             3,
+		RetransmitMult:          4,
+		GossipToTheDeadTime:     5 * time.Second,
+		PushPullInterval:        2 * time.Second,
+		TCPTimeout:              2 * time.Second,
+		DeadNodeReclaimTime:     200 * time.Millisecond,
+	}
+}
+
+// LANDetection is tuned for a data-centre network, aiming at a dead node
+// declared within about 5 s for small jobs (memberlist's own LAN profile
+// takes 5–10 s): probes every 500 ms with a 250 ms ack timeout, suspicion
+// 4 probe intervals (2 s below ten nodes, scaled by log10 N above), gossip
+// every 100 ms, full sync every 10 s.
+func LANDetection() Detection {
+	return Detection{
+		ProbeInterval:           500 * time.Millisecond,
+		ProbeTimeout:            250 * time.Millisecond,
+		IndirectChecks:          3,
+		SuspicionMult:           4,
+		SuspicionMaxTimeoutMult: 4,
+		AwarenessMaxMultiplier:  8,
+		GossipInterval:          100 * time.Millisecond,
+		GossipNodes:             3,
+		RetransmitMult:          4,
+		GossipToTheDeadTime:     15 * time.Second,
+		PushPullInterval:        10 * time.Second,
+		TCPTimeout:              5 * time.Second,
+		DeadNodeReclaimTime:     time.Second,
+	}
+}
+
+func (d Detection) validate() error {
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"ProbeInterval", d.ProbeInterval}, {"ProbeTimeout", d.ProbeTimeout},
+		{"GossipInterval", d.GossipInterval}, {"GossipToTheDeadTime", d.GossipToTheDeadTime},
+		{"PushPullInterval", d.PushPullInterval}, {"TCPTimeout", d.TCPTimeout},
+		{"DeadNodeReclaimTime", d.DeadNodeReclaimTime},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("detection %s is %v, want > 0", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"IndirectChecks", d.IndirectChecks}, {"SuspicionMult", d.SuspicionMult},
+		{"SuspicionMaxTimeoutMult", d.SuspicionMaxTimeoutMult}, {"AwarenessMaxMultiplier", d.AwarenessMaxMultiplier},
+		{"GossipNodes", d.GossipNodes}, {"RetransmitMult", d.RetransmitMult},
+	} {
+		if f.v < 1 {
+			return fmt.Errorf("detection %s is %d, want >= 1", f.name, f.v)
+		}
+	}
+	if d.ProbeTimeout >= d.ProbeInterval {
+		return fmt.Errorf("detection ProbeTimeout %v is not below ProbeInterval %v", d.ProbeTimeout, d.ProbeInterval)
+	}
+	return nil
+}
+
+// Config configures a Membership.
+type Config struct {
+	// Name identifies the node in the cluster and must be unique among
+	// live nodes, e.g. "worker-3"; a restarted process reuses its name.
+	Name string
+	// BindAddr and BindPort are where gossip listens (UDP and TCP on the
+	// same port); port 0 picks a free one. AdvertiseAddr and AdvertisePort,
+	// when set, are what peers are told instead.
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	AdvertisePort int
+	// Meta is what this node gossips about itself; it must encode
+	// (Meta.Encode).
+	Meta Meta
+	// Detection sets the failure-detection timings.
+	Detection Detection
+	// KeyFile, when set, names a file holding exactly 32 raw bytes: the
+	// AES-256 key that encrypts and authenticates all gossip. Every node
+	// must use the same key; a node with another key (or none) is not
+	// admitted. Make one with: head -c 32 /dev/urandom > gossip.key
+	KeyFile string
+	// Logger receives memberlist's logs at their levels, with
+	// component=membership; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig gossips on an ephemeral loopback port with
+// LoopbackDetection and no encryption. Name and Meta must be set.
+func DefaultConfig() Config {
+	return Config{BindAddr: "127.0.0.1", Detection: LoopbackDetection()}
+}
+
+// GossipKeySize is the size of a gossip key file: AES-256.
+const GossipKeySize = 32
+
+func readGossipKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key file: %w", err)
+	}
+	if len(key) != GossipKeySize {
+		return nil, fmt.Errorf("gossip key file %s: %d bytes, want exactly %d raw bytes (AES-256)", path, len(key), GossipKeySize)
+	}
+	return key, nil
+}
+
+// Membership is a node's place in the gossip cluster: it joins through
+// hashicorp/memberlist and turns memberlist's events into Views through a
+// Tracker.
+//
+// Its methods may be called concurrently. It owns memberlist's goroutines
+// and one of its own that delivers views; Close stops them.
+type Membership struct {
+	ml     *memberlist.Memberlist
+	logger *slog.Logger
+	views  chan View
+	done   chan struct{}
+	wake   chan struct{} // a view is pending; capacity 1
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	tracker *Tracker
+	pending []View // views not yet taken from the channel, oldest first
+	meta    []byte // this node's encoded Meta
+	closed  bool
+
+	closeOnce sync.Once
+}
+
+// New validates cfg, starts gossip on its address and returns the
+// Membership, whose first view holds only this node. It does not contact
+// anyone: call Join.
+func New(cfg Config) (*Membership, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("membership config: Name is empty, want a node name unique in the cluster")
+	}
+	if cfg.BindPort < 0 || cfg.BindPort > 65535 || cfg.AdvertisePort < 0 || cfg.AdvertisePort > 65535 {
+		return nil, fmt.Errorf("membership config: BindPort %d, AdvertisePort %d: want 0 to 65535", cfg.BindPort, cfg.AdvertisePort)
+	}
+	meta, err := cfg.Meta.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("membership config: Meta: %w", err)
+	}
+	if err := cfg.Detection.validate(); err != nil {
+		return nil, fmt.Errorf("membership config: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "membership", "node", cfg.Name)
+
+	m := &Membership{
+		logger:  logger,
+		views:   make(chan View),
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		tracker: NewTracker(),
+		meta:    meta,
+	}
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.BindPort
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
+	mc.AdvertisePort = cfg.AdvertisePort
+	d := cfg.Detection
+	mc.ProbeInterval = d.ProbeInterval
+	mc.ProbeTimeout = d.ProbeTimeout
+	mc.IndirectChecks = d.IndirectChecks
+	mc.SuspicionMult = d.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = d.SuspicionMaxTimeoutMult
+	mc.AwarenessMaxMultiplier = d.AwarenessMaxMultiplier
+	mc.GossipInterval = d.GossipInterval
+	mc.GossipNodes = d.GossipNodes
+	mc.RetransmitMult = d.RetransmitMult
+	mc.GossipToTheDeadTime = d.GossipToTheDeadTime
+	mc.PushPullInterval = d.PushPullInterval
+	mc.TCPTimeout = d.TCPTimeout
+	mc.DeadNodeReclaimTime = d.DeadNodeReclaimTime
+	mc.Delegate = (*metaDelegate)(m)
+	mc.Events = (*eventDelegate)(m)
+	mc.Logger = log.New(slogWriter{logger}, "", 0)
+	if cfg.KeyFile != "" {
+		if mc.SecretKey, err = readGossipKey(cfg.KeyFile); err != nil {
+			return nil, fmt.Errorf("membership config: %w", err)
+		}
+	}
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+	}
+	m.ml = ml
+	m.wg.Go(m.deliver)
+	return m, nil
+}
+
+// Addr returns the address peers reach this node's gossip at, host:port.
+func (m *Membership) Addr() string {
+	return m.ml.LocalNode().Address()
+}
+
+// Join contacts peers (host:port each) and joins their cluster. It
+// succeeds when at least one answered; otherwise the error names each
+// failure. It blocks for up to the Detection's TCPTimeout per peer, or
+// until ctx is done (the attempt then finishes in the background and Close
+// waits for it).
+func (m *Membership) Join(ctx context.Context, peers []string) error {
+	if len(peers) == 0 {
+		return errors.New("join gossip cluster: no peers given, want at least one host:port")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("join gossip cluster via %v: %w", peers, err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	m.wg.Go(func() {
+		n, err := m.ml.Join(peers)
+		res <- result{n, err}
+	})
+	select {
+	case r := <-res:
+		if r.n == 0 {
+			return &JoinError{Peers: peers, Errs: unwrapAll(r.err)}
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("join gossip cluster via %v: %w", peers, ctx.Err())
+	}
+}
+
+// JoinError is Join's error when no peer could be joined.
+type JoinError struct {
+	Peers []string
+	// Errs holds memberlist's error for each failed attempt.
+	Errs []error
+}
+
+func (e *JoinError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "join gossip cluster: reached none of %v (a different gossip key is one cause)", e.Peers)
+	for i, err := range e.Errs {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e *JoinError) Unwrap() []error { return e.Errs }
+
+// unwrapAll flattens memberlist's multierror into its errors.
+func unwrapAll(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if m, ok := err.(interface{ Unwrap() []error }); ok {
+		return m.Unwrap()
+	}
+	if m, ok := err.(interface{ WrappedErrors() []error }); ok {
+		return m.WrappedErrors()
+	}
+	return []error{err}
+}
+
+// Views returns the channel of membership views, in version order; the
+// first holds this node alone. Views are queued, not dropped, while the
+// receiver is busy, so a consumer must keep reading. The channel is closed
+// by Close.
+func (m *Membership) Views() <-chan View {
+	return m.views
+}
+
+// View returns the current membership, with no changes listed.
+func (m *Membership) View() View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tracker.View()
+}
+
+// SetMeta changes what this node gossips (say, a new plan version) and
+// waits up to timeout for the change to be sent to the cluster.
+func (m *Membership) SetMeta(meta Meta, timeout time.Duration) error {
+	b, err := meta.Encode()
+	if err != nil {
+		return fmt.Errorf("set node metadata: %w", err)
+	}
+	m.mu.Lock()
+	m.meta = b
+	m.mu.Unlock()
+	if err := m.ml.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("set node metadata: %w", err)
+	}
+	return nil
+}
+
+// Leave tells the cluster this node is leaving, so that the others see a
+// leave rather than a death: it first gossips its metadata with Leaving
+// set, then memberlist's leave message, waiting up to timeout for each to
+// go out. Call Close afterwards.
+func (m *Membership) Leave(timeout time.Duration) error {
+	m.mu.Lock()
+	meta, err := DecodeMeta(m.meta)
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("leave gossip cluster: own metadata: %w", err)
+	}
+	meta.Leaving = true
+	if err := m.SetMeta(meta, timeout); err != nil {
+		return fmt.Errorf("leave gossip cluster: %w", err)
+	}
+	if err := m.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("leave gossip cluster: %w", err)
+	}
+	return nil
+}
+
+// Close stops gossip without leaving (the others will declare this node
+// dead unless Leave came first), stops the delivering goroutine, waits for
+// every goroutine it started and closes the Views channel. It is safe to
+// call more than once.
+func (m *Membership) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		err = m.ml.Shutdown()
+		m.mu.Lock()
+		m.closed = true
+		m.pending = nil
+		m.mu.Unlock()
+		close(m.done)
+		m.wg.Wait()
+	})
+	if err != nil {
+		return fmt.Errorf("stop gossip: %w", err)
+	}
+	return nil
+}
+
+// deliver sends pending views to the Views channel until Close.
+func (m *Membership) deliver() {
+	defer close(m.views)
+	for {
+		m.mu.Lock()
+		if len(m.pending) == 0 {
+			m.mu.Unlock()
+			select {
+			case <-m.wake:
+				continue
+			case <-m.done:
+				return
+			}
+		}
+		v := m.pending[0]
+		m.pending[0] = View{}
+		m.pending = m.pending[1:]
+		m.mu.Unlock()
+		select {
+		case m.views <- v:
+		case <-m.done:
+			return
+		}
+	}
+}
+
+// step feeds one event to the tracker and queues the view it yields.
+// memberlist calls it from its own goroutines, possibly after Close.
+func (m *Membership) step(ev Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	v, changed, err := m.tracker.Step(ev)
+	if err != nil {
+		m.logger.Warn("membership event ignored", "err", err)
+		return
+	}
+	if !changed {
+		return
+	}
+	m.pending = append(m.pending, v)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// eventDelegate is Membership as memberlist's EventDelegate.
+type eventDelegate Membership
+
+var _ memberlist.EventDelegate = (*eventDelegate)(nil)
+
+func (d *eventDelegate) NotifyJoin(n *memberlist.Node)   { d.alive(EventJoin, n) }
+func (d *eventDelegate) NotifyUpdate(n *memberlist.Node) { d.alive(EventUpdate, n) }
+
+// NotifyLeave reports both graceful leaves and deaths (memberlist's Node
+// does not carry which), so a node's last metadata tells them apart: Leave
+// sets Meta.Leaving before it goes.
+func (d *eventDelegate) NotifyLeave(n *memberlist.Node) {
+	kind := EventDead
+	if meta, err := DecodeMeta(n.Meta); err == nil && meta.Leaving {
+		kind = EventLeave
+	}
+	(*Membership)(d).step(Event{Kind: kind, Name: n.Name, Addr: n.Address()})
+}
+
+// alive admits a node only if its metadata decodes; one that does not
+// (another program, a newer format) is logged and left out of the views.
+func (d *eventDelegate) alive(kind EventKind, n *memberlist.Node) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		d.logger.Warn("node left out of membership: its metadata does not decode",
+			"peer", n.Name, "peer_addr", n.Address(), "err", err)
+		return
+	}
+	(*Membership)(d).step(Event{Kind: kind, Name: n.Name, Addr: n.Address(), Meta: meta})
+}
+
+// metaDelegate is Membership as memberlist's Delegate: it only supplies
+// the node metadata; Shoal sends no user messages through gossip.
+type metaDelegate Membership
+
+var _ memberlist.Delegate = (*metaDelegate)(nil)
+
+func (d *metaDelegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.meta) > limit {
+		// Encode already capped it at MaxMetaSize, memberlist's limit.
+		d.logger.Error("node metadata over memberlist's limit", "bytes", len(d.meta), "limit", limit)
+		return nil
+	}
+	return d.meta
+}
+func (d *metaDelegate) NotifyMsg([]byte)                           {}
+func (d *metaDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *metaDelegate) LocalState(join bool) []byte                { return nil }
+func (d *metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
+// slog records at the matching level.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	levels := [...]struct {
+		prefix string
+		level  slog.Level
+	}{
+		{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo},
+		{"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}, {"[ERROR]", slog.LevelError},
+	}
+	level := slog.LevelInfo
+	for _, l := range levels {
+		if rest, ok := strings.CutPrefix(msg, l.prefix); ok {
+			msg, level = strings.TrimSpace(rest), l.level
+			break
+		}
+	}
+	msg = strings.TrimPrefix(msg, "memberlist: ")
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}
