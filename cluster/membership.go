@@ -88,25 +88,21 @@ func LoopbackDetection() Detection {
 
 // LANDetection is tuned for a data-centre network, aiming at a dead node
 // declared within about 5 s for small jobs (memberlist's own LAN profile
-// takes 5–10 s): probes every 500 ms with a 250 ms ack timeout, suspicion
-// 4 probe intervals (2 s below ten nodes, scaled by log10 N above), gossip
-// every 100 ms, full sync every 10 s.
+// takes 5–10 s): LoopbackDetection's multipliers with probes every 500 ms
+// and a 250 ms ack timeout, so suspicion lasts 4 probe intervals (2 s
+// below ten nodes, scaled by log10 N above); gossip every 100 ms, full
+// sync every 10 s, and more room for a slow node (awareness ×8, 5 s TCP).
 func LANDetection() Detection {
-	return Detection{
-		ProbeInterval:           500 * time.Millisecond,
-		ProbeTimeout:            250 * time.Millisecond,
-		IndirectChecks:          3,
-		SuspicionMult:           4,
-		SuspicionMaxTimeoutMult: 4,
-		AwarenessMaxMultiplier:  8,
-		GossipInterval:          100 * time.Millisecond,
-		GossipNodes:             3,
-		RetransmitMult:          4,
-		GossipToTheDeadTime:     15 * time.Second,
-		PushPullInterval:        10 * time.Second,
-		TCPTimeout:              5 * time.Second,
-		DeadNodeReclaimTime:     time.Second,
-	}
+	d := LoopbackDetection()
+	d.ProbeInterval = 500 * time.Millisecond
+	d.ProbeTimeout = 250 * time.Millisecond
+	d.AwarenessMaxMultiplier = 8
+	d.GossipInterval = 100 * time.Millisecond
+	d.GossipToTheDeadTime = 15 * time.Second
+	d.PushPullInterval = 10 * time.Second
+	d.TCPTimeout = 5 * time.Second
+	d.DeadNodeReclaimTime = time.Second
+	return d
 }
 
 func (d Detection) validate() error {

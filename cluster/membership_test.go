@@ -4,35 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// lockedBuffer collects log output written from memberlist's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func writeKey(t *testing.T) string {
 	t.Helper()
@@ -43,7 +26,7 @@ func writeKey(t *testing.T) string {
 	return path
 }
 
-func startNode(t *testing.T, name string, rank int, keyFile string, logs *lockedBuffer) *Membership {
+func startNode(t *testing.T, name string, rank int, keyFile string, logs io.Writer) *Membership {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Name = name
@@ -98,8 +81,8 @@ func TestMembershipLoopback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	key := writeKey(t)
-	var logsA lockedBuffer
-	a := startNode(t, "w0", 0, key, &logsA)
+	logsA := lockedio.NewBuffer()
+	a := startNode(t, "w0", 0, key, logsA)
 	b := startNode(t, "w1", 1, key, nil)
 	c := startNode(t, "w2", 2, key, nil)
 	require.NoError(t, b.Join(ctx, []string{a.Addr()}))
