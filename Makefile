@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/collnet/
 	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/collnet/
 	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/collnet/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 30s ./cluster/
 
 # The modes side by side (shoal bench train's built-in plan, about ten
 # minutes on 2 cores, NIC modelled at 1 Gbit/s) with the PyTorch DDP peer;
