@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
@@ -77,6 +80,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown compression", []string{"worker", "--compression", "int8", "--dataset", "synthetic"}, `--compression: unknown compression "int8"`},
 		{"ps mode without servers", []string{"ps", "--mode", "ring"}, "mode ring: not a parameter-server mode"},
 		{"unknown ps mode", []string{"ps", "--mode", "gossip"}, `--mode "gossip": unknown`},
+		{"no call deadline", []string{"train", "--dataset", "synthetic", "--call-timeout", "0s"}, "--call-timeout 0s: want > 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -84,6 +88,28 @@ func TestCommandLineErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
+	}
+}
+
+// TestWaitsForTheDead: which modes' survivors would wait for a dead
+// worker until their calls time out, so that shoal train ends the run at
+// once instead.
+func TestWaitsForTheDead(t *testing.T) {
+	for _, tc := range []struct {
+		mode           consistency.Mode
+		staleness      int64
+		backup, failed int
+		want           bool
+	}{
+		{consistency.Sync, 1, 0, 1, true},
+		{consistency.Sync, 1, 1, 1, false}, // a backup worker covers it
+		{consistency.Sync, 1, 1, 2, true},
+		{consistency.SSP, 0, 0, 1, true},  // bound 0 is sync
+		{consistency.SSP, 2, 0, 1, false}, // the others may still finish
+		{consistency.Async, 1, 0, 1, false},
+		{consistency.Ring, 1, 0, 1, false}, // ranks see it themselves
+	} {
+		assert.Equal(t, tc.want, waitsForTheDead(tc.mode, tc.staleness, tc.backup, tc.failed), "%+v", tc)
 	}
 }
 
@@ -432,4 +458,64 @@ func TestKillingARingRank(t *testing.T) {
 		assert.True(t, strings.Contains(msg, ": rank 2: ") || strings.Contains(msg, "the first failure: rank 2,"),
 			"rank %d does not name the killed rank 2:\n%s", r, msg)
 	}
+}
+
+// TestADeadSyncWorkerEndsTheRunAtOnce kills worker 1 of a sync shoal train
+// with SIGKILL. The survivor would wait for it until --call-timeout (ten
+// minutes here, past the test's deadline); the launcher ends the run at
+// once instead, saying why.
+func TestADeadSyncWorkerEndsTheRunAtOnce(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the launcher's children through /proc, which only Linux has")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	cmd := exec.CommandContext(ctx, shoalBin, "train", "--mode", "sync", "--workers", "2", "--dataset", "synthetic",
+		"--steps", "100000000", "--call-timeout", "10m")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr := lockedio.NewBuffer()
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "epoch ") {
+	}
+	go io.Copy(io.Discard, out)
+	worker1 := childWith(t, cmd.Process.Pid, "--rank", "1")
+	require.NoError(t, syscall.Kill(worker1, syscall.SIGKILL))
+	err = cmd.Wait()
+	require.Error(t, err, "the run fails without worker 1")
+	assert.Contains(t, stderr.String(), "worker 1 exited: signal: killed")
+	assert.Contains(t, stderr.String(), "sync mode needs every worker but --backup-workers 0 at every step, and 1 died: stopping the run")
+}
+
+// childWith is the pid of the child of parent whose command line holds
+// flag followed by value.
+func childWith(t *testing.T, parent int, flag, value string) int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(cmdline), "\x00")
+		for i := range len(args) - 1 {
+			if args[i] == flag && args[i+1] == value {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no child of %d with %s %s", parent, flag, value)
+	return 0
 }

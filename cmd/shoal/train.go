@@ -44,6 +44,7 @@ type trainRun struct {
 	ckptDir    string
 	ckptEvery  int64
 	testEval   bool
+	callTime   time.Duration
 
 	ring  bool
 	model nn.Model
@@ -146,6 +147,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
 	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
+	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
 	t.nf.register(fs)
 	t.sf.register(fs)
 	t.mf.register(fs)
@@ -170,6 +172,9 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	if t.workers < 1 {
 		return nil, fmt.Errorf("--workers %d: want >= 1", t.workers)
+	}
+	if t.callTime <= 0 {
+		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
 	}
 	var err error
 	if t.model, err = t.mf.build(); err != nil {
@@ -227,7 +232,8 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs [
 	master := "127.0.0.1:0"
 	for r := range t.workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
-			"--eval=" + strconv.FormatBool(t.ring && t.testEval)}, // ring ranks evaluate together; PS: the launcher does
+			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
+			"--call-timeout", t.callTime.String()},
 			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)
 		if !t.ring {
 			args = append(args, "--compression", t.rf.compression)
@@ -290,6 +296,13 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 				failures = append(failures, m.From.Failure())
 				tally.Result.FailedWorkers = append(tally.Result.FailedWorkers, m.From.Rank())
 				board.markDead(m.From.Rank())
+				if running > 0 && waitsForTheDead(t.tf.mode, t.staleness, t.backup, len(failures)) {
+					// The others would wait out their call timeouts for
+					// it: end the run now, saying why.
+					board.clearBar()
+					return nil, nil, fmt.Errorf("%s\n%s mode needs every worker but --backup-workers %d at every step, and %d died: stopping the run",
+						strings.Join(failures, "\n"), t.tf.mode, t.backup, len(failures))
+				}
 			}
 		case m.Exit:
 			// A server died: nothing can finish without it.
@@ -318,6 +331,16 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 		}
 	}
 	return ringTest, failures, nil
+}
+
+// waitsForTheDead says whether the workers still running would wait for
+// dead ones until their calls time out: a synchronous step (sync, or SSP
+// with bound 0) needs every worker but the backup ones. Async goes on; SSP
+// with a bound can still finish when the dead were near the end; a ring's
+// ranks see a dead peer themselves and end at once, naming it. (Going on
+// without the dead is membership's work.)
+func waitsForTheDead(mode consistency.Mode, staleness int64, backup, failed int) bool {
+	return mode.Synchronous(staleness) && mode != consistency.Ring && failed > backup
 }
 
 // finish evaluates the final weights on the test set (ring: rank 0 did)
