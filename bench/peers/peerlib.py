@@ -1,7 +1,12 @@
 """What the peer scripts share. They run as scripts from this folder, so
 Python finds this module next to them."""
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 
 def check_training_args(p, args, bad, hidden_example):
@@ -51,3 +56,66 @@ def blas_name():
         if name in maps:
             return {"libblas": "blas"}.get(name, name)
     return "none"
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL when the launcher dies."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_children(cmds, envs, names, fail):
+    """Runs one child process per command line, with its environment, and
+    waits for all of them. Our stdout carries only the record, so theirs
+    goes to our stderr. The first child that fails stops the others and
+    ends this process through fail, naming it."""
+    kids = []
+    sys.stdout.flush()
+    try:
+        for cmd, env in zip(cmds, envs):
+            kids.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                                         preexec_fn=die_with_parent))
+        running = set(range(len(kids)))
+        while running:
+            for r in sorted(running):
+                rc = kids[r].poll()
+                if rc is None:
+                    continue
+                running.discard(r)
+                if rc != 0:
+                    why = "exited with status %d" % rc if rc > 0 else "was killed by signal %d" % -rc
+                    fail("%s %s (its error is above); stopped the others" % (names[r], why))
+            time.sleep(0.05)
+    finally:
+        for k in kids:
+            if k.poll() is None:
+                k.kill()
+        for k in kids:
+            k.wait()
+
+
+def main(prog, parse_args, child_main, child_name, launch, record, summary):
+    """A peer's main: as a child (--rank >= 0) it runs child_main, and a
+    failure ends it with one line naming child_name(rank) under its
+    traceback; as the launcher it runs launch, turns what it returns into
+    the record, and prints it (JSON with --json, else a summary)."""
+    argv = sys.argv[1:]
+    args = parse_args(argv)
+    if args.rank >= 0:
+        try:
+            child_main(args)
+        except Exception as e:  # noqa: BLE001 - one line for the launcher, the traceback above it
+            import traceback
+            traceback.print_exc()
+            sys.exit("%s: %s: %s: %s" % (prog, child_name(args.rank), type(e).__name__, e))
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("%s: terminated; stopped the children" % prog))
+    res = launch(args, argv)
+    rec = record(args, res, [sys.executable] + sys.argv)
+    if args.json:
+        print(json.dumps(rec))
+    else:
+        print(summary(rec))

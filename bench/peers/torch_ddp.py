@@ -73,14 +73,13 @@ import argparse
 import json
 import math
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-from peerlib import blas_name, check_training_args
+from peerlib import blas_name, check_training_args, run_children
+from peerlib import main as peer_main
 
 PEER = "pytorch-ddp-gloo"
 PROG = "torch_ddp.py"
@@ -397,15 +396,6 @@ def rank_main(args):
 
 # ---- the launcher ---------------------------------------------------------
 
-def die_with_parent():
-    """In a child before exec: SIGKILL when the launcher dies."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def quantiles(xs):
     """mean, p50, p95 (linear interpolation, as numpy.percentile)."""
     if not xs:
@@ -446,35 +436,13 @@ def launch(args, argv):
     port = preflight(args, fail)
     tmpdir = tempfile.TemporaryDirectory(prefix="torch_ddp.")
     script = os.path.abspath(__file__)
-    kids, results = [], []
-    # Our stdout carries only the record: the ranks' stdout goes to stderr.
-    sys.stdout.flush()
-    try:
-        for r in range(args.workers):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-                       WORLD_SIZE=str(args.workers))
-            result = os.path.join(tmpdir.name, "rank%d.json" % r)
-            results.append(result)
-            kids.append(subprocess.Popen([sys.executable, script] + argv + ["--rank", str(r), "--result", result],
-                                         env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                         preexec_fn=die_with_parent))
-        running = set(range(args.workers))
-        while running:
-            for r in sorted(running):
-                rc = kids[r].poll()
-                if rc is None:
-                    continue
-                running.discard(r)
-                if rc != 0:
-                    why = "exited with status %d" % rc if rc > 0 else "was killed by signal %d" % -rc
-                    fail("rank %d of %d %s (its error is above); stopped the other ranks" % (r, args.workers, why))
-            time.sleep(0.05)
-    finally:
-        for k in kids:
-            if k.poll() is None:
-                k.kill()
-        for k in kids:
-            k.wait()
+    cmds, envs, results = [], [], []
+    for r in range(args.workers):
+        envs.append(dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                         WORLD_SIZE=str(args.workers)))
+        results.append(os.path.join(tmpdir.name, "rank%d.json" % r))
+        cmds.append([sys.executable, script] + argv + ["--rank", str(r), "--result", results[r]])
+    run_children(cmds, envs, ["rank %d of %d" % (r, args.workers) for r in range(args.workers)], fail)
     per_rank = []
     for r, path in enumerate(results):
         try:
@@ -583,23 +551,7 @@ def summary(rec):
 
 
 def main():
-    argv = sys.argv[1:]
-    args = parse_args(argv)
-    if args.rank >= 0:
-        try:
-            rank_main(args)
-        except Exception as e:  # noqa: BLE001 - one line for the launcher, the traceback above it
-            import traceback
-            traceback.print_exc()
-            sys.exit("%s: rank %d: %s: %s" % (PROG, args.rank, type(e).__name__, e))
-        return
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("%s: terminated; stopped the ranks" % PROG))
-    per_rank = launch(args, argv)
-    rec = record(args, per_rank, [sys.executable] + sys.argv)
-    if args.json:
-        print(json.dumps(rec))
-    else:
-        print(summary(rec))
+    peer_main(PROG, parse_args, rank_main, lambda r: "rank %d" % r, launch, record, summary)
 
 
 if __name__ == "__main__":

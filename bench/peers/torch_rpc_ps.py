@@ -67,15 +67,14 @@ import argparse
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from peerlib import blas_name, check_training_args
-from torch_ddp import EVAL_BATCH, TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, build, die_with_parent, load_set, \
+from peerlib import blas_name, check_training_args, run_children
+from peerlib import main as peer_main
+from torch_ddp import EVAL_BATCH, TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, build, load_set, \
     pixel_table, preflight, quantiles
 
 PEER = "pytorch-rpc-ps"
@@ -300,32 +299,9 @@ def launch(args, argv):
     # TensorPipe listens on this interface's address: loopback only.
     env = dict(os.environ, TP_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo")
     names = ["server"] + ["worker %d" % i for i in range(1, args.workers + 1)]
-    kids = []
-    # Our stdout carries only the record: the processes' stdout goes to stderr.
-    sys.stdout.flush()
     wall0 = time.perf_counter()
-    try:
-        for r in range(args.workers + 1):
-            kids.append(subprocess.Popen(
-                [sys.executable, script] + argv + ["--rank", str(r), "--port", str(port), "--result", result],
-                env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), preexec_fn=die_with_parent))
-        running = set(range(len(kids)))
-        while running:
-            for r in sorted(running):
-                rc = kids[r].poll()
-                if rc is None:
-                    continue
-                running.discard(r)
-                if rc != 0:
-                    why = "exited with status %d" % rc if rc > 0 else "was killed by signal %d" % -rc
-                    fail("%s %s (its error is above); stopped the others" % (names[r], why))
-            time.sleep(0.05)
-    finally:
-        for k in kids:
-            if k.poll() is None:
-                k.kill()
-        for k in kids:
-            k.wait()
+    run_children([[sys.executable, script] + argv + ["--rank", str(r), "--port", str(port), "--result", result]
+                  for r in range(args.workers + 1)], [env] * (args.workers + 1), names, fail)
     wall = time.perf_counter() - wall0
     try:
         with open(result) as f:
@@ -403,24 +379,7 @@ def summary(rec):
 
 
 def main():
-    argv = sys.argv[1:]
-    args = parse_args(argv)
-    if args.rank >= 0:
-        try:
-            process_main(args)
-        except Exception as e:  # noqa: BLE001 - one line for the launcher, the traceback above it
-            import traceback
-            traceback.print_exc()
-            sys.exit("%s: %s: %s: %s" % (PROG, "server" if args.rank == 0 else "worker %d" % args.rank,
-                                         type(e).__name__, e))
-        return
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("%s: terminated; stopped the processes" % PROG))
-    res = launch(args, argv)
-    rec = record(args, res, [sys.executable] + sys.argv)
-    if args.json:
-        print(json.dumps(rec))
-    else:
-        print(summary(rec))
+    peer_main(PROG, parse_args, process_main, lambda r: "server" if r == 0 else "worker %d" % r, launch, record, summary)
 
 
 if __name__ == "__main__":
