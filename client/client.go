@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -256,6 +257,27 @@ func (c *Client) retry(ctx context.Context, what string, call func(ctx context.C
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// JoinWorker tells every shard that worker starts (or starts again after
+// it died) and returns the step it should begin at: the latest any shard
+// names (ps.Server.Join says how each mode chooses it). In sync mode the
+// worker's first pull then waits for that step.
+func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
+	steps := make([]int64, len(c.stubs))
+	err := c.fanOut(func(s int) error {
+		return c.retry(ctx, fmt.Sprintf("client: join worker %d at server %s", worker, c.addrs[s]), func(ctx context.Context) error {
+			resp, err := c.stubs[s].JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: worker, PlanVersion: shard.Version})
+			if err == nil {
+				steps[s] = resp.Step
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	return slices.Max(steps), nil
 }
 
 // fanOut runs f for every shard concurrently and joins the errors.

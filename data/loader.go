@@ -155,6 +155,16 @@ func (l *Loader) Steps() int { return l.steps }
 // the goroutine: once it is done, the goroutine ends and Next reports
 // ctx's cause. Start does not block on the data.
 func (l *Loader) Start(ctx context.Context, epoch int) error {
+	return l.StartAt(ctx, epoch, 0)
+}
+
+// StartAt is Start from the batch with index first of the epoch on (a
+// worker that rejoins a run begins where the run is); first must be in
+// 0..Steps().
+func (l *Loader) StartAt(ctx context.Context, epoch, first int) error {
+	if first < 0 || first > l.steps {
+		return fmt.Errorf("loader: start at batch %d of epoch %d: want 0..%d", first, epoch, l.steps)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -167,7 +177,7 @@ func (l *Loader) Start(ctx context.Context, epoch int) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{epoch: epoch, ready: make(chan *Batch, l.cfg.Depth), cancel: cancel, done: make(chan struct{})}
 	l.cur = r
-	go l.produce(rctx, r, l.order)
+	go l.produce(rctx, r, l.order, first)
 	return nil
 }
 
@@ -184,14 +194,14 @@ func (l *Loader) stopLocked(cause error) {
 
 // produce is the goroutine of one run; Start starts it, stopLocked waits
 // for it.
-func (l *Loader) produce(ctx context.Context, r *run, order []int) {
+func (l *Loader) produce(ctx context.Context, r *run, order []int, first int) {
 	defer close(r.done)
 	var err error
 	defer func() {
 		r.err = err
 		close(r.ready)
 	}()
-	for k := range l.steps {
+	for k := first; k < l.steps; k++ {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 			return

@@ -354,3 +354,27 @@ func TestBatches(t *testing.T) {
 	assert.Equal(t, 2, n, "break stops the iteration")
 	assert.PanicsWithValue(t, "data: Batches: batch 0, want ≥ 1", func() { Batches(ds, 0) })
 }
+
+func TestLoaderStartAtBeginsMidEpoch(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ds := seqDataset{n: 100, size: 2}
+	l, s := newTestLoader(t, ds, 0, 1, LoaderConfig{Batch: 10, Depth: 2})
+	defer l.Close()
+	require.NoError(t, l.StartAt(t.Context(), 1, 7))
+	var got []int
+	for k := 7; ; k++ {
+		b, err := l.Next(t.Context())
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		assert.Equal(t, k, b.Index)
+		got = append(got, b.Indices...)
+		l.Release(b)
+	}
+	assert.Equal(t, s.Indices(1, nil)[70:], got, "the batches 7 to 9 of epoch 1, as Start would give them")
+	require.NoError(t, l.StartAt(t.Context(), 0, 10))
+	_, err := l.Next(t.Context())
+	assert.ErrorIs(t, err, io.EOF, "starting at the end gives no batch")
+	assert.ErrorContains(t, l.StartAt(t.Context(), 0, 11), "want 0..10")
+}

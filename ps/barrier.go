@@ -32,6 +32,9 @@ func (b *barrier) need() int { return max(len(b.workers)-b.backup, 1) }
 
 func (b *barrier) has(w int64) bool { return slices.Contains(b.arrived, w) }
 
+// member says whether w belongs to the current step's set.
+func (b *barrier) member(w int64) bool { return slices.Contains(b.workers, w) }
+
 // add adds w's gradient to the step and reports whether the step is now
 // complete. The caller has checked that w is one of the configured
 // workers and has not pushed this step.

@@ -197,7 +197,7 @@ func TestSetWorkersReleasesAStepHeldByALeaver(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 3, 0, 0)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 1, 0, 0, 3)
-	s.SetWorkers([]int64{0, 1}) // worker 2 left
+	require.True(t, s.WorkerGone(2))
 	assert.Equal(t, int64(1), s.Clock())
 	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s))
 	// From now on two workers make a step.

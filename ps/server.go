@@ -134,6 +134,8 @@ type Server struct {
 	lastStep map[int64]int64
 	// progress counts, per worker, the steps it pushed (ssp).
 	progress map[int64]int64
+	// live are the workers sync and ssp wait for, in order (members.go).
+	live []int64
 	bar      *barrier // sync
 	// barPrev holds, for each worker in the barrier's step, its lastStep
 	// before that push (absent: none), so a checkpoint taken mid-step can
@@ -152,6 +154,10 @@ type Stats struct {
 	Dropped    int64
 	Rejected   int64
 	Pulls      int64
+	// ShortSteps counts sync steps applied with fewer pushes than
+	// expected because workers left during the step (WorkerGone); each
+	// is the mean over the pushes that arrived.
+	ShortSteps int64
 	// Staleness counts pushes by how many updates old their gradient was;
 	// StalenessBuckets-1 counts everything at or above it.
 	Staleness consistency.Staleness
@@ -191,12 +197,14 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		s.chunks = append(s.chunks, chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o})
 		s.floats += r.Len
 	}
-	if cfg.synchronous() {
-		ws := make([]int64, cfg.Workers)
-		for i := range ws {
-			ws[i] = int64(i)
+	if cfg.Mode != consistency.Async {
+		s.live = make([]int64, cfg.Workers)
+		for i := range s.live {
+			s.live[i] = int64(i)
 		}
-		s.bar = newBarrier(ws, cfg.BackupWorkers, s.floats)
+	}
+	if cfg.synchronous() {
+		s.bar = newBarrier(s.live, cfg.BackupWorkers, s.floats)
 		s.barPrev = map[int64]*int64{}
 	} else if cfg.Mode == consistency.SSP {
 		s.scratch = make([]float32, s.floats)
@@ -243,20 +251,6 @@ func (s *Server) CheckPlan(version uint32) error {
 		return fmt.Errorf("%w: caller uses plan version %d, this server %d", ErrWrongPlan, version, shard.Version)
 	}
 	return nil
-}
-
-// SetWorkers changes the live worker set of sync mode (membership): it
-// takes effect at the next step boundary, or at once for a step no push
-// has reached; a step held up only by workers that left completes.
-func (s *Server) SetWorkers(ws []int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bar == nil {
-		return
-	}
-	if s.bar.setWorkers(ws) {
-		s.applyStepLocked()
-	}
 }
 
 // checkRange verifies r lies inside chunks this shard owns.
@@ -322,7 +316,7 @@ func (s *Server) waitingForLocked() string {
 func (s *Server) slowestLocked() ([]int64, int64) {
 	var slow []int64
 	min := int64(math.MaxInt64)
-	for w := range int64(s.cfg.Workers) {
+	for _, w := range s.live {
 		switch p := s.progress[w]; {
 		case p < min:
 			min, slow = p, []int64{w}
@@ -503,6 +497,9 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkLiveLocked(in.WorkerID); err != nil {
+		return PushResult{}, err
+	}
 	if last, ok := s.lastStep[in.WorkerID]; ok && in.Step <= last {
 		s.stats.Duplicates++
 		res := PushResult{Clock: s.clock, Duplicate: true}
@@ -522,7 +519,9 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 			return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
 				ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min)
 		}
-		inv := 1 / float32(s.cfg.Workers)
+		// Each push moves the weights by 1/N of its gradient, N the live
+		// workers, so that a round of pushes makes one mean step.
+		inv := 1 / float32(max(len(s.live), 1))
 		for i, g := range in.Grads {
 			s.scratch[i] = g * inv
 		}
@@ -590,6 +589,10 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 		}
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard already applied it and is at step %d", ErrStale, in.Clock, in.WorkerID, s.clock)
 	}
+	if !s.bar.member(in.WorkerID) {
+		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: it joined during that step and enters at step %d",
+			ErrInvalidArgument, in.Clock, in.WorkerID, s.clock+1)
+	}
 	if s.bar.has(in.WorkerID) {
 		return PushResult{}, fmt.Errorf("%w: worker %d already pushed step %d (as its step %d)", ErrInvalidArgument, in.WorkerID, in.Clock, s.lastStep[in.WorkerID])
 	}
@@ -609,6 +612,11 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 
 // applyStepLocked applies the mean of the barrier's step.
 func (s *Server) applyStepLocked() {
+	if got, need := len(s.bar.arrived), s.bar.need(); got < need {
+		// Workers that left held it up: it goes on with those that pushed.
+		s.stats.ShortSteps++
+		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", got, "expected", need)
+	}
 	s.stepLocked(s.bar.mean(), nil)
 	s.bar.reset()
 	clear(s.barPrev)

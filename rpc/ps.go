@@ -97,7 +97,7 @@ func toStatus(err error) error {
 		return nil
 	case errors.Is(err, ps.ErrInvalidArgument):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ps.ErrWrongPlan):
+	case errors.Is(err, ps.ErrWrongPlan), errors.Is(err, ps.ErrNotMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ps.ErrStale):
 		return status.Error(codes.Aborted, err.Error())
@@ -135,7 +135,8 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		Floats:        int64(s.core.Floats()),
 	}
 	st := s.core.Stats()
-	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls}
+	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps}
+	resp.LiveWorkers = s.core.LiveWorkers()
 	resp.Stats.StalenessHistogram = make([]int64, st.Staleness.Worst()+1)
 	for s, n := range st.Staleness.All() {
 		resp.Stats.StalenessHistogram[s] = n
@@ -151,6 +152,18 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		resp.Ranges = append(resp.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 	}
 	return resp, nil
+}
+
+// JoinWorker admits a worker that starts or starts again (ps.Server.Join).
+func (s *psService) JoinWorker(ctx context.Context, req *pb.JoinWorkerRequest) (*pb.JoinWorkerResponse, error) {
+	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
+		return nil, toStatus(err)
+	}
+	step, err := s.core.Join(req.WorkerId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.JoinWorkerResponse{Step: step, Clock: s.core.Clock()}, nil
 }
 
 func describeOptimizer(c optim.Config) string {

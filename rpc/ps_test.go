@@ -530,3 +530,47 @@ func TestPullSaysHowLongItWasHeld(t *testing.T) {
 	assert.Positive(t, held)
 	assert.LessOrEqual(t, held, elapsed)
 }
+
+func TestJoinWorkerAndTheLiveSet(t *testing.T) {
+	c, cl := syncCluster(t)
+	core := c.Shard(0).Core
+	resp, err := cl.JoinWorker(ctxT(t), &pb.JoinWorkerRequest{WorkerId: 1, PlanVersion: shard.Version})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), resp.Step)
+
+	require.NoError(t, sendPush(ctxT(t), t, cl, 0, 0, 0))
+	require.True(t, core.WorkerGone(1))
+	info, err := cl.Info(ctxT(t), &pb.InfoRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0}, info.LiveWorkers)
+	assert.Equal(t, int64(1), info.Stats.ShortSteps, "step 0 went on without worker 1")
+
+	before := pullAll(t, cl)
+	err = sendPush(ctxT(t), t, cl, 1, 1, 1)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "worker 1 died or left")
+	assert.Equal(t, before, pullAll(t, cl), "a push from a worker that left changes nothing")
+
+	resp, err = cl.JoinWorker(ctxT(t), &pb.JoinWorkerRequest{WorkerId: 1, PlanVersion: shard.Version})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), resp.Step, "it comes back at the current step")
+	assert.Equal(t, int64(1), resp.Clock)
+	assert.Equal(t, []int64{0, 1}, core.LiveWorkers())
+
+	for _, tc := range []struct {
+		name string
+		req  *pb.JoinWorkerRequest
+		code codes.Code
+		want string
+	}{
+		{"unknown worker", &pb.JoinWorkerRequest{WorkerId: 7}, codes.InvalidArgument, "worker 7"},
+		{"wrong plan", &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: 99}, codes.FailedPrecondition, "plan version 99"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cl.JoinWorker(ctxT(t), tc.req)
+			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.want)
+			assert.Equal(t, []int64{0, 1}, core.LiveWorkers(), "a refused join changes nothing")
+		})
+	}
+}

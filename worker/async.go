@@ -263,6 +263,14 @@ func NewSync(ps ParameterServers, worker int64, shards int) *Sync {
 // weights after it. The Worker calls it before its first step.
 func (s *Sync) SetLastStep(step int64) { s.lastStep = step }
 
+// startAt makes the first pull wait for step: a worker that joins a run
+// under way enters at the step boundary its shards named.
+func (s *Sync) startAt(step int64) {
+	for i := range s.next {
+		s.next[i] = step
+	}
+}
+
 // Params pulls the weights of the step after the one last pushed, unless
 // the push-pull of the last step brought them.
 func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {

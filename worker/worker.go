@@ -43,6 +43,12 @@ type Config struct {
 	Epochs int
 	// Steps, when > 0, is the number of steps to train, overriding Epochs.
 	Steps int64
+	// StartStep is the step the worker begins at, counted from the run's
+	// start: 0 for a new run, and for a worker that joins a run under way
+	// (a restart) where the servers say (client.JoinWorker). The data
+	// resumes at that step's batch of its epoch; the run still ends after
+	// Epochs or Steps.
+	StartStep int64
 	// Seed drives the data order (the same on every rank).
 	Seed uint64
 	// BackwardPasses is how many batches' gradients are averaged into
@@ -89,6 +95,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("rank %d of %d: want 0 <= rank < world size", c.Rank, c.WorldSize)
 	case c.Batch < 1:
 		return fmt.Errorf("batch %d: want >= 1", c.Batch)
+	case c.StartStep < 0:
+		return fmt.Errorf("start step %d: want >= 0", c.StartStep)
 	case c.Steps < 0:
 		return fmt.Errorf("steps %d: want >= 0", c.Steps)
 	case c.Steps == 0 && c.Epochs < 1:
@@ -139,6 +147,8 @@ var ErrRunComplete = errors.New("the servers applied every step of the run")
 
 // Result summarises a Run.
 type Result struct {
+	// Steps is the step the worker reached, counted from the run's start
+	// (for a worker that joined late, Config.StartStep plus its own).
 	Steps   int64
 	Samples int64
 	Elapsed time.Duration
@@ -276,7 +286,7 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 
 // train runs the epochs' steps; Run finishes after it.
 func (w *Worker) train(ctx context.Context) (Result, error) {
-	var res Result
+	res := Result{Steps: w.cfg.StartStep}
 	epochs := w.Epochs()
 	if ls, ok := w.strategy.(lastStepper); ok {
 		total := int64(epochs) * int64(w.StepsPerEpoch())
@@ -285,12 +295,18 @@ func (w *Worker) train(ctx context.Context) (Result, error) {
 		}
 		ls.SetLastStep(total - 1)
 	}
-	for epoch := 0; epoch < epochs && !res.Stopped && !res.Complete; epoch++ {
-		if err := w.loader.Start(ctx, epoch); err != nil {
+	if st, ok := w.strategy.(starter); ok {
+		st.startAt(w.cfg.StartStep)
+	}
+	per := int64(w.StepsPerEpoch())
+	for epoch := int(w.cfg.StartStep / per); epoch < epochs && !res.Stopped && !res.Complete; epoch++ {
+		// A worker that joined late begins mid-epoch, at its step's batch.
+		skip := int(res.Steps - int64(epoch)*per)
+		if err := w.loader.StartAt(ctx, epoch, skip*w.cfg.BackwardPasses); err != nil {
 			return res, err
 		}
-		p := Progress{Rank: w.cfg.Rank, Epoch: epoch, Epochs: epochs, EpochSteps: w.StepsPerEpoch()}
-		if last := w.cfg.Steps - res.Steps; w.cfg.Steps > 0 && last < int64(p.EpochSteps) {
+		p := Progress{Rank: w.cfg.Rank, Epoch: epoch, Epochs: epochs, Step: skip, EpochSteps: int(per)}
+		if last := w.cfg.Steps - int64(epoch)*per; w.cfg.Steps > 0 && last < per {
 			p.EpochSteps = int(last)
 		}
 		epochStart, lastReport := time.Now(), time.Now()
@@ -437,6 +453,12 @@ type waitReporter interface {
 // wait for nothing).
 type lastStepper interface {
 	SetLastStep(step int64)
+}
+
+// starter is a strategy that must know where a worker that joins late
+// begins (Config.StartStep): a sync worker's first pull waits for it.
+type starter interface {
+	startAt(step int64)
 }
 
 // reducer is a strategy whose Apply may combine the gradients across the

@@ -325,7 +325,10 @@ type InfoResponse struct {
 	Stats *Stats `protobuf:"bytes,11,opt,name=stats,proto3" json:"stats,omitempty"`
 	// floats is this shard's share of the vector: the total length of
 	// ranges.
-	Floats        int64 `protobuf:"varint,12,opt,name=floats,proto3" json:"floats,omitempty"`
+	Floats int64 `protobuf:"varint,12,opt,name=floats,proto3" json:"floats,omitempty"`
+	// live_workers are the workers sync and ssp wait for now: 0..workers-1
+	// less those membership saw die or leave and that have not joined again.
+	LiveWorkers   []int64 `protobuf:"varint,13,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +447,121 @@ func (x *InfoResponse) GetFloats() int64 {
 	return 0
 }
 
+func (x *InfoResponse) GetLiveWorkers() []int64 {
+	if x != nil {
+		return x.LiveWorkers
+	}
+	return nil
+}
+
+type JoinWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      int64                  `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	PlanVersion   uint32                 `protobuf:"varint,2,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinWorkerRequest) Reset() {
+	*x = JoinWorkerRequest{}
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinWorkerRequest) ProtoMessage() {}
+
+func (x *JoinWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinWorkerRequest.ProtoReflect.Descriptor instead.
+func (*JoinWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JoinWorkerRequest) GetWorkerId() int64 {
+	if x != nil {
+		return x.WorkerId
+	}
+	return 0
+}
+
+func (x *JoinWorkerRequest) GetPlanVersion() uint32 {
+	if x != nil {
+		return x.PlanVersion
+	}
+	return 0
+}
+
+type JoinWorkerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step is where the worker begins: the step after its last push
+	// (async), the current or next step (sync), or where the slowest live
+	// worker is (ssp).
+	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// clock is the shard's clock when it answered.
+	Clock         int64 `protobuf:"varint,2,opt,name=clock,proto3" json:"clock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinWorkerResponse) Reset() {
+	*x = JoinWorkerResponse{}
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinWorkerResponse) ProtoMessage() {}
+
+func (x *JoinWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinWorkerResponse.ProtoReflect.Descriptor instead.
+func (*JoinWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *JoinWorkerResponse) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *JoinWorkerResponse) GetClock() int64 {
+	if x != nil {
+		return x.Clock
+	}
+	return 0
+}
+
 // Stats are a shard's counters.
 type Stats struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -456,13 +574,16 @@ type Stats struct {
 	// staleness_histogram[i] counts pushes computed i updates ago; the last
 	// bucket holds everything at or above it.
 	StalenessHistogram []int64 `protobuf:"varint,6,rep,packed,name=staleness_histogram,json=stalenessHistogram,proto3" json:"staleness_histogram,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// short_steps counts sync steps applied with fewer pushes than expected
+	// because workers died or left during the step.
+	ShortSteps    int64 `protobuf:"varint,7,opt,name=short_steps,json=shortSteps,proto3" json:"short_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +595,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +608,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Stats) GetPushes() int64 {
@@ -532,6 +653,13 @@ func (x *Stats) GetStalenessHistogram() []int64 {
 	return nil
 }
 
+func (x *Stats) GetShortSteps() int64 {
+	if x != nil {
+		return x.ShortSteps
+	}
+	return 0
+}
+
 type PullRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ranges to read; empty means every range the shard owns.
@@ -550,7 +678,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +690,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +703,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PullRequest) GetRanges() []*Range {
@@ -625,7 +753,7 @@ type PullPiece struct {
 
 func (x *PullPiece) Reset() {
 	*x = PullPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +765,7 @@ func (x *PullPiece) String() string {
 func (*PullPiece) ProtoMessage() {}
 
 func (x *PullPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +778,7 @@ func (x *PullPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullPiece.ProtoReflect.Descriptor instead.
 func (*PullPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PullPiece) GetOffset() int64 {
@@ -715,7 +843,7 @@ type PushHeader struct {
 
 func (x *PushHeader) Reset() {
 	*x = PushHeader{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +855,7 @@ func (x *PushHeader) String() string {
 func (*PushHeader) ProtoMessage() {}
 
 func (x *PushHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +868,7 @@ func (x *PushHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushHeader.ProtoReflect.Descriptor instead.
 func (*PushHeader) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PushHeader) GetWorkerId() int64 {
@@ -814,7 +942,7 @@ type PushPiece struct {
 
 func (x *PushPiece) Reset() {
 	*x = PushPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +954,7 @@ func (x *PushPiece) String() string {
 func (*PushPiece) ProtoMessage() {}
 
 func (x *PushPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +967,7 @@ func (x *PushPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPiece.ProtoReflect.Descriptor instead.
 func (*PushPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PushPiece) GetHeader() *PushHeader {
@@ -874,7 +1002,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1014,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1027,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{10}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PushResponse) GetClock() int64 {
@@ -948,7 +1076,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\x85\x03\n" +
+	"\vInfoRequest\"\xa8\x03\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -962,7 +1090,14 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\tstaleness\x18\n" +
 	" \x01(\x03R\tstaleness\x12%\n" +
 	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\x12\x16\n" +
-	"\x06floats\x18\f \x01(\x03R\x06floats\"\xbc\x01\n" +
+	"\x06floats\x18\f \x01(\x03R\x06floats\x12!\n" +
+	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\"S\n" +
+	"\x11JoinWorkerRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12!\n" +
+	"\fplan_version\x18\x02 \x01(\rR\vplanVersion\">\n" +
+	"\x12JoinWorkerResponse\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
+	"\x05clock\x18\x02 \x01(\x03R\x05clock\"\xdd\x01\n" +
 	"\x05Stats\x12\x16\n" +
 	"\x06pushes\x18\x01 \x01(\x03R\x06pushes\x12\x1e\n" +
 	"\n" +
@@ -971,7 +1106,9 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\adropped\x18\x03 \x01(\x03R\adropped\x12\x1a\n" +
 	"\brejected\x18\x04 \x01(\x03R\brejected\x12\x14\n" +
 	"\x05pulls\x18\x05 \x01(\x03R\x05pulls\x12/\n" +
-	"\x13staleness_histogram\x18\x06 \x03(\x03R\x12stalenessHistogram\"\x8a\x01\n" +
+	"\x13staleness_histogram\x18\x06 \x03(\x03R\x12stalenessHistogram\x12\x1f\n" +
+	"\vshort_steps\x18\a \x01(\x03R\n" +
+	"shortSteps\"\x8a\x01\n" +
 	"\vPullRequest\x12'\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
@@ -1005,12 +1142,14 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\bEncoding\x12\v\n" +
 	"\aFLOAT32\x10\x00\x12\v\n" +
 	"\aFLOAT16\x10\x01\x12\f\n" +
-	"\bBFLOAT16\x10\x022\xef\x01\n" +
+	"\bBFLOAT16\x10\x022\xb8\x02\n" +
 	"\x0fParameterServer\x125\n" +
 	"\x04Info\x12\x15.shoal.v1.InfoRequest\x1a\x16.shoal.v1.InfoResponse\x124\n" +
 	"\x04Pull\x12\x15.shoal.v1.PullRequest\x1a\x13.shoal.v1.PullPiece0\x01\x125\n" +
 	"\x04Push\x12\x13.shoal.v1.PushPiece\x1a\x16.shoal.v1.PushResponse(\x01\x128\n" +
-	"\bPushPull\x12\x13.shoal.v1.PushPiece\x1a\x13.shoal.v1.PullPiece(\x010\x01B(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
+	"\bPushPull\x12\x13.shoal.v1.PushPiece\x1a\x13.shoal.v1.PullPiece(\x010\x01\x12G\n" +
+	"\n" +
+	"JoinWorker\x12\x1b.shoal.v1.JoinWorkerRequest\x1a\x1c.shoal.v1.JoinWorkerResponseB(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
 
 var (
 	file_proto_shoalpb_ps_proto_rawDescOnce sync.Once
@@ -1025,41 +1164,45 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_shoalpb_ps_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
-	(Encoding)(0),        // 0: shoal.v1.Encoding
-	(*Range)(nil),        // 1: shoal.v1.Range
-	(*TensorInfo)(nil),   // 2: shoal.v1.TensorInfo
-	(*Plan)(nil),         // 3: shoal.v1.Plan
-	(*InfoRequest)(nil),  // 4: shoal.v1.InfoRequest
-	(*InfoResponse)(nil), // 5: shoal.v1.InfoResponse
-	(*Stats)(nil),        // 6: shoal.v1.Stats
-	(*PullRequest)(nil),  // 7: shoal.v1.PullRequest
-	(*PullPiece)(nil),    // 8: shoal.v1.PullPiece
-	(*PushHeader)(nil),   // 9: shoal.v1.PushHeader
-	(*PushPiece)(nil),    // 10: shoal.v1.PushPiece
-	(*PushResponse)(nil), // 11: shoal.v1.PushResponse
+	(Encoding)(0),              // 0: shoal.v1.Encoding
+	(*Range)(nil),              // 1: shoal.v1.Range
+	(*TensorInfo)(nil),         // 2: shoal.v1.TensorInfo
+	(*Plan)(nil),               // 3: shoal.v1.Plan
+	(*InfoRequest)(nil),        // 4: shoal.v1.InfoRequest
+	(*InfoResponse)(nil),       // 5: shoal.v1.InfoResponse
+	(*JoinWorkerRequest)(nil),  // 6: shoal.v1.JoinWorkerRequest
+	(*JoinWorkerResponse)(nil), // 7: shoal.v1.JoinWorkerResponse
+	(*Stats)(nil),              // 8: shoal.v1.Stats
+	(*PullRequest)(nil),        // 9: shoal.v1.PullRequest
+	(*PullPiece)(nil),          // 10: shoal.v1.PullPiece
+	(*PushHeader)(nil),         // 11: shoal.v1.PushHeader
+	(*PushPiece)(nil),          // 12: shoal.v1.PushPiece
+	(*PushResponse)(nil),       // 13: shoal.v1.PushResponse
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	2,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
 	3,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
 	1,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
-	6,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
+	8,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
 	1,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	11, // 5: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
+	13, // 5: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
 	1,  // 6: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
 	0,  // 7: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
-	9,  // 8: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	11, // 8: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
 	4,  // 9: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	7,  // 10: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	10, // 11: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	10, // 12: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
-	5,  // 13: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	8,  // 14: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	11, // 15: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	8,  // 16: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
+	9,  // 10: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	12, // 11: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	12, // 12: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
+	6,  // 13: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
+	5,  // 14: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	10, // 15: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	13, // 16: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	10, // 17: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
+	7,  // 18: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1076,7 +1219,7 @@ func file_proto_shoalpb_ps_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

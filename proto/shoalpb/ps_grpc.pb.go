@@ -24,10 +24,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ParameterServer_Info_FullMethodName     = "/shoal.v1.ParameterServer/Info"
-	ParameterServer_Pull_FullMethodName     = "/shoal.v1.ParameterServer/Pull"
-	ParameterServer_Push_FullMethodName     = "/shoal.v1.ParameterServer/Push"
-	ParameterServer_PushPull_FullMethodName = "/shoal.v1.ParameterServer/PushPull"
+	ParameterServer_Info_FullMethodName       = "/shoal.v1.ParameterServer/Info"
+	ParameterServer_Pull_FullMethodName       = "/shoal.v1.ParameterServer/Pull"
+	ParameterServer_Push_FullMethodName       = "/shoal.v1.ParameterServer/Push"
+	ParameterServer_PushPull_FullMethodName   = "/shoal.v1.ParameterServer/PushPull"
+	ParameterServer_JoinWorker_FullMethodName = "/shoal.v1.ParameterServer/JoinWorker"
 )
 
 // ParameterServerClient is the client API for ParameterServer service.
@@ -53,6 +54,10 @@ type ParameterServerClient interface {
 	// of every owned range for pull_step. The first reply piece carries the
 	// push's result in push; without pull it is the only piece.
 	PushPull(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PushPiece, PullPiece], error)
+	// JoinWorker admits a worker that starts, or starts again after it died, and
+	// says at which step it begins, so that its pushes are new to the shard
+	// and, in sync mode, it enters at a step boundary.
+	JoinWorker(ctx context.Context, in *JoinWorkerRequest, opts ...grpc.CallOption) (*JoinWorkerResponse, error)
 }
 
 type parameterServerClient struct {
@@ -118,6 +123,16 @@ func (c *parameterServerClient) PushPull(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParameterServer_PushPullClient = grpc.BidiStreamingClient[PushPiece, PullPiece]
 
+func (c *parameterServerClient) JoinWorker(ctx context.Context, in *JoinWorkerRequest, opts ...grpc.CallOption) (*JoinWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinWorkerResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_JoinWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParameterServerServer is the server API for ParameterServer service.
 // All implementations must embed UnimplementedParameterServerServer
 // for forward compatibility.
@@ -141,6 +156,10 @@ type ParameterServerServer interface {
 	// of every owned range for pull_step. The first reply piece carries the
 	// push's result in push; without pull it is the only piece.
 	PushPull(grpc.BidiStreamingServer[PushPiece, PullPiece]) error
+	// JoinWorker admits a worker that starts, or starts again after it died, and
+	// says at which step it begins, so that its pushes are new to the shard
+	// and, in sync mode, it enters at a step boundary.
+	JoinWorker(context.Context, *JoinWorkerRequest) (*JoinWorkerResponse, error)
 	mustEmbedUnimplementedParameterServerServer()
 }
 
@@ -162,6 +181,9 @@ func (UnimplementedParameterServerServer) Push(grpc.ClientStreamingServer[PushPi
 }
 func (UnimplementedParameterServerServer) PushPull(grpc.BidiStreamingServer[PushPiece, PullPiece]) error {
 	return status.Error(codes.Unimplemented, "method PushPull not implemented")
+}
+func (UnimplementedParameterServerServer) JoinWorker(context.Context, *JoinWorkerRequest) (*JoinWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JoinWorker not implemented")
 }
 func (UnimplementedParameterServerServer) mustEmbedUnimplementedParameterServerServer() {}
 func (UnimplementedParameterServerServer) testEmbeddedByValue()                         {}
@@ -227,6 +249,24 @@ func _ParameterServer_PushPull_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParameterServer_PushPullServer = grpc.BidiStreamingServer[PushPiece, PullPiece]
 
+func _ParameterServer_JoinWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).JoinWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_JoinWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).JoinWorker(ctx, req.(*JoinWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParameterServer_ServiceDesc is the grpc.ServiceDesc for ParameterServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -237,6 +277,10 @@ var ParameterServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _ParameterServer_Info_Handler,
+		},
+		{
+			MethodName: "JoinWorker",
+			Handler:    _ParameterServer_JoinWorker_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,119 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/shoalml/shoal/consistency"
+)
+
+// ErrNotMember: a sync or SSP push or pull from a worker that membership
+// took out of the live set (it died or left) and that has not joined
+// again (Join, or InfoRequest.worker_id over gRPC).
+var ErrNotMember = errors.New("worker not in the live set")
+
+// The live set. Sync and SSP wait only for the live workers: all of
+// 0..Workers-1 at start; membership takes out those that die or leave
+// (WorkerGone), and a worker that starts again comes back through Join.
+// Async waits for no one and keeps no live set.
+
+// LiveWorkers returns the workers sync and SSP wait for, in order (in
+// sync mode, from the next step on); nil in async mode.
+func (s *Server) LiveWorkers() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.live)
+}
+
+// WorkerGone takes worker w out of the live set: membership saw it die or
+// leave. In sync mode a step held up only by w completes at once with the
+// gradients that arrived, averaged over those (counted in
+// Stats.ShortSteps), and later steps wait only for the workers still live;
+// in SSP the bound stops waiting for w. It reports whether w was live;
+// async mode ignores it.
+func (s *Server) WorkerGone(w int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := slices.BinarySearch(s.live, w)
+	if s.cfg.Mode == consistency.Async || !ok {
+		return false
+	}
+	s.live = slices.Delete(s.live, i, i+1)
+	s.log.Info("worker left the live set", "worker", w, "clock", s.clock, "live", s.live)
+	if s.bar != nil && s.bar.setWorkers(s.live) {
+		s.applyStepLocked()
+	}
+	s.notifyLocked()
+	return true
+}
+
+// Join admits worker w, starting or starting again, and returns the step it
+// should begin at, so that what it pushes is new to the shard:
+//   - async: the step after the last one w pushed (0 for a new worker);
+//   - sync: the current step; for a worker that was not live while a step
+//     was in progress, or that already pushed it, the next one: it enters
+//     at the step boundary (the shard's pull for that step waits for it);
+//   - SSP: where the slowest live worker is, so that a returning worker
+//     does not hold the others back; never before its own next step.
+//
+// A live worker joining again (a restart faster than failure detection)
+// keeps its place. w must be one of 0..Workers-1 in sync and SSP.
+func (s *Server) Join(w int64) (int64, error) {
+	if err := s.checkWorker(w); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := int64(0)
+	if last, ok := s.lastStep[w]; ok {
+		next = last + 1
+	}
+	if s.cfg.Mode == consistency.Async {
+		return next, nil
+	}
+	_, live := slices.BinarySearch(s.live, w)
+	if !live {
+		s.live = append(s.live, w)
+		slices.Sort(s.live)
+		s.log.Info("worker joined the live set", "worker", w, "clock", s.clock, "live", s.live)
+	}
+	if s.bar != nil {
+		entry := s.clock
+		if s.bar.has(w) || (!live && len(s.bar.arrived) > 0) {
+			entry++ // the step in progress goes on without it
+		}
+		if !live {
+			s.bar.setWorkers(s.live)
+		}
+		return max(next, entry), nil
+	}
+	if !live {
+		slowest := int64(math.MaxInt64)
+		for _, o := range s.live {
+			if o != w {
+				slowest = min(slowest, s.progress[o])
+			}
+		}
+		if slowest != math.MaxInt64 {
+			next = max(next, slowest)
+		}
+	}
+	next = max(next, s.progress[w])
+	s.progress[w] = next
+	s.notifyLocked()
+	return next, nil
+}
+
+// checkLiveLocked refuses, in sync and SSP, a worker membership took out.
+func (s *Server) checkLiveLocked(w int64) error {
+	if s.cfg.Mode == consistency.Async {
+		return nil
+	}
+	if _, ok := slices.BinarySearch(s.live, w); !ok {
+		return fmt.Errorf("%w: worker %d died or left at or before step %d and has not joined again (live: %v); a restarted worker joins through Info with its worker id",
+			ErrNotMember, w, s.clock, s.live)
+	}
+	return nil
+}
