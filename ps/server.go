@@ -136,7 +136,7 @@ type Server struct {
 	progress map[int64]int64
 	// live are the workers sync and ssp wait for, in order (members.go).
 	live []int64
-	bar      *barrier // sync
+	bar  *barrier // sync
 	// barPrev holds, for each worker in the barrier's step, its lastStep
 	// before that push (absent: none), so a checkpoint taken mid-step can
 	// record the state of the last whole step.
