@@ -15,9 +15,15 @@ import (
 // which kind it is; each kind uses the fields noted beside them.
 type Event struct {
 	Event string `json:"event"`
-	// listening
-	Addr  string `json:"addr,omitempty"`
-	Shard int    `json:"shard,omitempty"`
+	// listening; Gossip is the server's membership address, if any
+	Addr   string `json:"addr,omitempty"`
+	Shard  int    `json:"shard,omitempty"`
+	Gossip string `json:"gossip,omitempty"`
+	// member: a worker joined, rejoined, left or died (Change) at the
+	// shard's step Steps; Live workers go on
+	Role   string `json:"role,omitempty"`
+	Change string `json:"change,omitempty"`
+	Live   int    `json:"live,omitempty"`
 	// progress, done
 	Rank       int                   `json:"rank,omitempty"`
 	Epoch      int                   `json:"epoch,omitempty"`
@@ -51,6 +57,7 @@ const (
 	Eval      = "eval"      // rank 0 measured the test set during the run
 	Done      = "done"      // a worker finished its run
 	Measured  = "result"    // a benchmark measurement (Result)
+	Member    = "member"    // shard 0 saw a worker's membership change
 )
 
 // Emit writes e to w as one line.

@@ -136,6 +136,19 @@ func (l *Launcher) Start(ctx context.Context, name string, rank int, env []strin
 	return c, nil
 }
 
+// Signal is the signal that ended the child, when a signal it was not
+// asked to stop by did (SIGKILL from outside, the OOM killer), else "".
+func (c *Child) Signal() string {
+	var ee *exec.ExitError
+	if c.asked || !errors.As(c.err, &ee) {
+		return ""
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal().String()
+	}
+	return ""
+}
+
 // Failure describes how a child ended, with the end of its stderr.
 func (c *Child) Failure() string {
 	msg := fmt.Sprintf("%s exited: %v", c.name, c.err)

@@ -33,7 +33,10 @@ type Result struct {
 	Staleness     consistency.Staleness `json:"staleness"`
 	Dropped       int64                 `json:"dropped_pushes"`
 	FailedWorkers []int                 `json:"failed_workers"`
-	Saved         string                `json:"saved,omitempty"`
+	// MembershipEvents are the workers that died, left before the end or
+	// came back during the run, in the order shard 0 saw them.
+	MembershipEvents []MembershipEvent `json:"membership_events"`
+	Saved            string            `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
 	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
@@ -45,6 +48,22 @@ type Result struct {
 	Curve []bench.CurvePoint `json:"curve,omitempty"`
 	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
 	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
+}
+
+// MembershipEvent is one membership change during a run.
+type MembershipEvent struct {
+	Role   string `json:"role"`
+	Rank   int    `json:"rank"`
+	Change string `json:"change"` // died, left, rejoined
+	// Step is how many steps the worker had pushed to shard 0 when it
+	// saw the change; Live how many workers go on.
+	Step int64 `json:"step"`
+	Live int   `json:"live"`
+	// Seconds since training started.
+	Seconds float64 `json:"seconds"`
+	// Cause is how the process ended, where the launcher saw it end
+	// (e.g. "signal killed").
+	Cause string `json:"cause,omitempty"`
 }
 
 // Tally gathers the workers' events of a run into its Result: the curve

@@ -27,6 +27,17 @@ func (s *Server) LiveWorkers() []int64 {
 	return slices.Clone(s.live)
 }
 
+// StepsPushed is how many steps worker w has pushed: its last step + 1,
+// or 0 if it pushed none.
+func (s *Server) StepsPushed(w int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.lastStep[w]; ok {
+		return last + 1
+	}
+	return 0
+}
+
 // WorkerGone takes worker w out of the live set: membership saw it die or
 // leave. In sync mode a step held up only by w completes at once with the
 // gradients that arrived, averaged over those (counted in

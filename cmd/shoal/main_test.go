@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +24,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/client"
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
@@ -88,28 +86,6 @@ func TestCommandLineErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
-	}
-}
-
-// TestWaitsForTheDead: which modes' survivors would wait for a dead
-// worker until their calls time out, so that shoal train ends the run at
-// once instead.
-func TestWaitsForTheDead(t *testing.T) {
-	for _, tc := range []struct {
-		mode           consistency.Mode
-		staleness      int64
-		backup, failed int
-		want           bool
-	}{
-		{consistency.Sync, 1, 0, 1, true},
-		{consistency.Sync, 1, 1, 1, false}, // a backup worker covers it
-		{consistency.Sync, 1, 1, 2, true},
-		{consistency.SSP, 0, 0, 1, true},  // bound 0 is sync
-		{consistency.SSP, 2, 0, 1, false}, // the others may still finish
-		{consistency.Async, 1, 0, 1, false},
-		{consistency.Ring, 1, 0, 1, false}, // ranks see it themselves
-	} {
-		assert.Equal(t, tc.want, waitsForTheDead(tc.mode, tc.staleness, tc.backup, tc.failed), "%+v", tc)
 	}
 }
 
@@ -458,34 +434,6 @@ func TestKillingARingRank(t *testing.T) {
 		assert.True(t, strings.Contains(msg, ": rank 2: ") || strings.Contains(msg, "the first failure: rank 2,"),
 			"rank %d does not name the killed rank 2:\n%s", r, msg)
 	}
-}
-
-// TestADeadSyncWorkerEndsTheRunAtOnce kills worker 1 of a sync shoal train
-// with SIGKILL. The survivor would wait for it until --call-timeout (ten
-// minutes here, past the test's deadline); the launcher ends the run at
-// once instead, saying why.
-func TestADeadSyncWorkerEndsTheRunAtOnce(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("finds the launcher's children through /proc, which only Linux has")
-	}
-	ctx := ctxT(t, 2*time.Minute)
-	cmd := exec.CommandContext(ctx, shoalBin, "train", "--mode", "sync", "--workers", "2", "--dataset", "synthetic",
-		"--steps", "100000000", "--call-timeout", "10m")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	stderr := lockedio.NewBuffer()
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "epoch ") {
-	}
-	go io.Copy(io.Discard, out)
-	worker1 := childWith(t, cmd.Process.Pid, "--rank", "1")
-	require.NoError(t, syscall.Kill(worker1, syscall.SIGKILL))
-	err = cmd.Wait()
-	require.Error(t, err, "the run fails without worker 1")
-	assert.Contains(t, stderr.String(), "worker 1 exited: signal: killed")
-	assert.Contains(t, stderr.String(), "sync mode needs every worker but --backup-workers 0 at every step, and 1 died: stopping the run")
 }
 
 // childWith is the pid of the child of parent whose command line holds

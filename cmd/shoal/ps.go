@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
+	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
@@ -23,6 +26,7 @@ type psRun struct {
 	events  bool
 	drain   time.Duration
 	nf      nicFlags
+	gf      gossipFlags
 }
 
 func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,10 +55,27 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	log.Info("serving", "component", "ps", "addr", addr, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
+	fp := fingerprint(p.cfg.Layout)
+	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr,
+		ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}, log)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	var gossip string
+	if m != nil {
+		gossip = m.Addr()
+		emit := func(launch.Event) {}
+		if p.events && idx == 0 { // one shard speaks for the job
+			stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
+			emit = func(e launch.Event) { launch.Emit(stdout, e) }
+		}
+		defer follow(m, log, func(views <-chan cluster.View) { followWorkers(views, fp, core, log, emit) })()
+	}
+	log.Info("serving", "component", "ps", "addr", addr, "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {
-		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx})
+		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx, Gossip: gossip})
 	} else {
 		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
 			idx, plan.Servers, p.model, addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
@@ -69,8 +90,33 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
 	st := core.Stats()
-	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls)
+	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls,
+		"short_steps", st.ShortSteps)
 	return nil
+}
+
+// followWorkers applies the workers' membership changes to the shard until
+// views is closed: one that died or left is taken out of the live set
+// (ps.Server.WorkerGone); one that comes back rejoins through JoinWorker.
+// Every change is logged and emitted as a member event.
+func followWorkers(views <-chan cluster.View, fp uint64, core *ps.Server, log *slog.Logger, emit func(launch.Event)) {
+	for v := range views {
+		for _, c := range cluster.Changes(v, cluster.RoleWorker, fp) {
+			rank := c.Member.Meta.Rank
+			if c.Kind == cluster.EventLeave || c.Kind == cluster.EventDead {
+				core.WorkerGone(int64(rank))
+			}
+			live := 0
+			for _, m := range v.Members {
+				if m.Meta.Role == cluster.RoleWorker && m.Meta.ModelFingerprint == fp {
+					live++
+				}
+			}
+			steps := core.StepsPushed(int64(rank))
+			log.Info("worker "+c.What(), "component", "membership", "rank", rank, "steps", steps, "clock", core.Clock(), "live", live, "view", v.Version)
+			emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: c.What(), Steps: steps, Live: live})
+		}
+	}
 }
 
 // parsePS reads and checks shoal ps's flags into the shard's config and
@@ -97,6 +143,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
 	p.nf.register(fs)
+	p.gf.register(fs)
 	mf.register(fs)
 	of.register(fs, "none")
 	lf.register(fs, "info")
@@ -130,8 +177,10 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
 		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}
 	p.initial, p.model = initial, describeModel(model)
-	if err := p.nf.validate(); err != nil {
-		return nil, err
+	for _, v := range []func() error{p.nf.validate, p.gf.validate} {
+		if err := v(); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

@@ -63,7 +63,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer l.Shutdown()
-	addrs, psKids, err := t.startServers(ctx, l)
+	addrs, gossip, psKids, err := t.startServers(ctx, l)
 	if err != nil {
 		return err
 	}
@@ -74,14 +74,14 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s %s, %s\n",
 		describeModel(t.model), t.tf.mode, t.workers, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
 	trainStart := time.Now()
-	isWorker, err := t.startWorkers(ctx, l, addrs)
+	isWorker, err := t.startWorkers(ctx, l, addrs, gossip)
 	if err != nil {
 		return err
 	}
 	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}}}
+		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
-	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board)
+	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {
 		return err
 	}
@@ -202,32 +202,33 @@ func (t *trainRun) common() []string {
 
 // startServers starts the parameter-server shards one after the other,
 // each on a free loopback port, and returns their addresses.
-func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) ([]string, []*launch.Child, error) {
-	addrs := make([]string, t.servers)
-	kids := make([]*launch.Child, t.servers)
+// The servers form the job's gossip cluster on loopback, each joining the
+// first; the workers join them.
+func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) (addrs, gossip []string, kids []*launch.Child, err error) {
 	for i := range t.servers {
 		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(t.servers),
 			"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
 			"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
 			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10)}, append(t.common(), t.of.args()...)...)
+		args = append(args, gossipArgs(gossip[:min(len(gossip), 1)])...)
 		c, err := l.Start(ctx, fmt.Sprintf("ps %d", i), i, nil, args...)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		ev, err := l.WaitFor(ctx, c, t.startup, isListening)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		addrs[i], kids[i] = ev.Addr, c
+		addrs, gossip, kids = append(addrs, ev.Addr), append(gossip, ev.Gossip), append(kids, c)
 	}
-	return addrs, kids, nil
+	return addrs, gossip, kids, nil
 }
 
 func isListening(e launch.Event) bool { return e.Event == launch.Listening }
 
 // startWorkers starts the workers; in ring mode rank 0 first, whose
 // rendezvous address the others join.
-func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs []string) (map[*launch.Child]bool, error) {
+func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, gossip []string) (map[*launch.Child]bool, error) {
 	isWorker := map[*launch.Child]bool{}
 	master := "127.0.0.1:0"
 	for r := range t.workers {
@@ -236,7 +237,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs [
 			"--call-timeout", t.callTime.String()},
 			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)
 		if !t.ring {
-			args = append(args, "--compression", t.rf.compression)
+			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip)...)
 		}
 		if t.ring {
 			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
@@ -277,13 +278,20 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs [
 
 // watch follows the run until every worker has exited: progress to the
 // board, evaluations and done events to the tally, a worker's failure
-// noted, a server's death the end of the run. When rank 0 stops at its
-// target accuracy, the other PS workers are told to stop (ring ranks agree
-// among themselves). It returns ring rank 0's done event (its test
-// metrics) and the workers' failures.
-func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board) (*launch.Event, []string, error) {
+// noted, a server's death the end of the run. Shard 0 reports the
+// workers' membership changes; in the parameter-server modes a worker that
+// dies does not end the run, the others go on without it. When rank 0
+// stops at its target accuracy, the other PS workers are told to stop
+// (ring ranks agree among themselves). It returns ring rank 0's done event
+// (its test metrics) and the workers' failures, with their last words. A
+// PS worker killed by a signal is not a failure but a membership change:
+// the run goes on without it and can still succeed.
+func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board,
+	stdout io.Writer, start time.Time) (*launch.Event, []string, error) {
 	var ringTest *launch.Event
 	var failures []string
+	cause := map[int]string{} // rank → how its process ended
+	done := map[int]bool{}    // ranks that finished their run
 	for running := t.workers; running > 0; {
 		m, err := l.Next(ctx)
 		if err != nil {
@@ -293,15 +301,16 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 		case m.Exit && isWorker[m.From]:
 			running--
 			if m.From.Err() != nil {
-				failures = append(failures, m.From.Failure())
 				tally.Result.FailedWorkers = append(tally.Result.FailedWorkers, m.From.Rank())
 				board.markDead(m.From.Rank())
-				if running > 0 && waitsForTheDead(t.tf.mode, t.staleness, t.backup, len(failures)) {
-					// The others would wait out their call timeouts for
-					// it: end the run now, saying why.
+				cause[m.From.Rank()] = m.From.Err().Error()
+				if m.From.Signal() != "" && !t.ring {
+					// Killed from outside: a membership change the
+					// others go on after, reported when shard 0 sees it.
 					board.clearBar()
-					return nil, nil, fmt.Errorf("%s\n%s mode needs every worker but --backup-workers %d at every step, and %d died: stopping the run",
-						strings.Join(failures, "\n"), t.tf.mode, t.backup, len(failures))
+					fmt.Fprintf(stdout, "%s was killed (%v)\n", m.From.Name(), m.From.Err())
+				} else {
+					failures = append(failures, m.From.Failure())
 				}
 			}
 		case m.Exit:
@@ -312,11 +321,22 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 			return nil, nil, errors.New(m.From.Failure())
 		case m.Event.Event == launch.Progress:
 			board.update(launch.ProgressOf(m.Event))
+		case m.Event.Event == launch.Member:
+			e := m.Event
+			if e.Change == "joined" || (e.Change == "left" && done[e.Rank]) {
+				break // the run's start and its end are not changes
+			}
+			me := launch.MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
+				Seconds: time.Since(start).Seconds(), Cause: cause[e.Rank]}
+			tally.Result.MembershipEvents = append(tally.Result.MembershipEvents, me)
+			board.clearBar()
+			fmt.Fprintln(stdout, describeChange(me))
 		default:
 			tally.Add(m.Event)
 			if m.Event.Event != launch.Done {
 				break
 			}
+			done[m.Event.Rank] = true
 			if t.ring && m.Event.Rank == 0 {
 				ev := m.Event
 				ringTest = &ev
@@ -333,14 +353,17 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 	return ringTest, failures, nil
 }
 
-// waitsForTheDead says whether the workers still running would wait for
-// dead ones until their calls time out: a synchronous step (sync, or SSP
-// with bound 0) needs every worker but the backup ones. Async goes on; SSP
-// with a bound can still finish when the dead were near the end; a ring's
-// ranks see a dead peer themselves and end at once, naming it. (Going on
-// without the dead is membership's work.)
-func waitsForTheDead(mode consistency.Mode, staleness int64, backup, failed int) bool {
-	return mode.Synchronous(staleness) && mode != consistency.Ring && failed > backup
+// describeChange is a membership change as shoal train prints it, e.g.
+// "worker 2 died at step 413 (signal: killed); 3 workers go on".
+func describeChange(e launch.MembershipEvent) string {
+	s := fmt.Sprintf("%s %d %s at step %d", e.Role, e.Rank, e.Change, e.Step)
+	if e.Cause != "" {
+		s += " (" + e.Cause + ")"
+	}
+	if e.Live == 1 {
+		return s + "; 1 worker goes on"
+	}
+	return fmt.Sprintf("%s; %d workers go on", s, e.Live)
 }
 
 // finish evaluates the final weights on the test set (ring: rank 0 did)

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/shard"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
 )
@@ -93,6 +94,7 @@ type workerRun struct {
 	rf       ringFlags
 	nf       nicFlags
 	sf       statFlags
+	gf       gossipFlags
 	save     string
 	threads  int
 	servers  string
@@ -134,6 +136,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	fs.DurationVar(&w.callTime, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
 	w.nf.register(fs)
 	w.sf.register(fs)
+	w.gf.register(fs)
 	w.mf.register(fs)
 	w.df.register(fs)
 	w.tf.register(fs)
@@ -143,7 +146,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate} {
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate} {
 		if err := v(); err != nil {
 			return nil, err
 		}
@@ -228,6 +231,27 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		return err
 	}
 	defer ps.Close()
+	m, err := w.gf.start(ctx, fmt.Sprintf("worker-%d", w.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: w.id.Rank,
+		ModelFingerprint: fingerprint(w.model.Layout()), PlanVersion: uint64(shard.Version)}, w.log)
+	if err != nil {
+		return err
+	}
+	if m != nil {
+		// The servers follow the workers' membership; a worker only has
+		// to be seen, and to be seen leaving when it is done.
+		defer follow(m, w.log, func(views <-chan cluster.View) { logViews(views, w.log) })()
+	}
+	// Where this worker begins: 0 in a new run; for a worker restarted
+	// into a run under way, where the servers say.
+	jctx, cancel := context.WithTimeout(ctx, w.connect)
+	startStep, err := ps.JoinWorker(jctx, int64(w.id.Rank))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("worker %d: joining the servers: %w", w.id.Rank, err)
+	}
+	if startStep > 0 {
+		w.log.Warn("joining a run under way", "component", "worker", "rank", w.id.Rank, "step", startStep)
+	}
 	st, err := w.strategy(ps)
 	if err != nil {
 		return err
@@ -238,7 +262,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
-		Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, Logger: w.log}
+		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, Logger: w.log}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
 	wk, err := worker.New(wcfg, w.model, w.train, st.strategy)
