@@ -60,3 +60,45 @@ func Fingerprint(desc string) uint64 {
 	h.Write([]byte(desc))
 	return max(h.Sum64(), 1)
 }
+
+// WorkerSet is what follows the workers' membership: a parameter-server
+// shard (ps.Server) in Shoal.
+type WorkerSet interface {
+	// WorkerGone takes a worker that died or left out of the set.
+	WorkerGone(rank int64) bool
+	// StepsPushed is how many steps the worker had pushed.
+	StepsPushed(rank int64) int64
+}
+
+// Report is one worker's change as FollowWorkers applied it.
+type Report struct {
+	Change Change
+	// Steps the worker had pushed to the set; Live workers of the job in
+	// the view.
+	Steps int64
+	Live  int
+	View  uint64
+}
+
+// FollowWorkers applies the workers' changes in each view to set until
+// views is closed: a worker that died or left is taken out (WorkerGone);
+// one that comes back rejoins the set itself (over JoinWorker), so a join
+// is only reported. Members of another job (another fingerprint, unless
+// it is 0) are ignored. report gets every change, in order.
+func FollowWorkers(views <-chan View, fingerprint uint64, set WorkerSet, report func(Report)) {
+	for v := range views {
+		live := 0
+		for _, m := range v.Members {
+			if m.Meta.Role == RoleWorker && (fingerprint == 0 || m.Meta.ModelFingerprint == fingerprint) {
+				live++
+			}
+		}
+		for _, c := range Changes(v, RoleWorker, fingerprint) {
+			rank := int64(c.Member.Meta.Rank)
+			if c.Kind == EventLeave || c.Kind == EventDead {
+				set.WorkerGone(rank)
+			}
+			report(Report{Change: c, Steps: set.StepsPushed(rank), Live: live, View: v.Version})
+		}
+	}
+}

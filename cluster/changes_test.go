@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,4 +58,40 @@ func TestFingerprint(t *testing.T) {
 	assert.NotEqual(t, Fingerprint("a"), Fingerprint("b"))
 	assert.Equal(t, Fingerprint("a"), Fingerprint("a"))
 	assert.NotZero(t, Fingerprint(""))
+}
+
+type fakeSet struct{ gone []int64 }
+
+func (f *fakeSet) WorkerGone(r int64) bool   { f.gone = append(f.gone, r); return true }
+func (f *fakeSet) StepsPushed(r int64) int64 { return 10 * r }
+
+func TestFollowWorkers(t *testing.T) {
+	fp := Fingerprint("model")
+	tr := NewTracker()
+	views := make(chan View, 8)
+	step := func(ev Event) {
+		v, changed, err := tr.Step(ev)
+		require.NoError(t, err)
+		require.True(t, changed)
+		views <- v
+	}
+	for r, name := range []string{"worker-0", "worker-1", "worker-2"} {
+		step(Event{Kind: EventJoin, Name: name, Meta: Meta{Role: RoleWorker, Rank: r, ModelFingerprint: fp}})
+	}
+	step(Event{Kind: EventJoin, Name: "ps-0", Meta: Meta{Role: RolePS, ModelFingerprint: fp}})
+	step(Event{Kind: EventDead, Name: "worker-1"})
+	step(Event{Kind: EventLeave, Name: "worker-2"})
+	step(Event{Kind: EventJoin, Name: "worker-1", Addr: "new", Meta: Meta{Role: RoleWorker, Rank: 1, ModelFingerprint: fp}})
+	close(views)
+
+	set := &fakeSet{}
+	var got []string
+	FollowWorkers(views, fp, set, func(r Report) {
+		got = append(got, fmt.Sprintf("%d %s steps=%d live=%d", r.Change.Member.Meta.Rank, r.Change.What(), r.Steps, r.Live))
+	})
+	assert.Equal(t, []int64{1, 2}, set.gone, "the dead and the leaver are taken out, nobody else")
+	assert.Equal(t, []string{
+		"0 joined steps=0 live=1", "1 joined steps=10 live=2", "2 joined steps=20 live=3",
+		"1 died steps=10 live=2", "2 left steps=20 live=1", "1 rejoined steps=10 live=2",
+	}, got)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"time"
 
@@ -70,7 +69,12 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
 			emit = func(e launch.Event) { launch.Emit(stdout, e) }
 		}
-		defer follow(m, log, func(views <-chan cluster.View) { followWorkers(views, fp, core, log, emit) })()
+		report := func(r cluster.Report) {
+			rank := r.Change.Member.Meta.Rank
+			log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
+			emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
+		}
+		defer follow(m, log, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })()
 	}
 	log.Info("serving", "component", "ps", "addr", addr, "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
@@ -93,30 +97,6 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
 	return nil
-}
-
-// followWorkers applies the workers' membership changes to the shard until
-// views is closed: one that died or left is taken out of the live set
-// (ps.Server.WorkerGone); one that comes back rejoins through JoinWorker.
-// Every change is logged and emitted as a member event.
-func followWorkers(views <-chan cluster.View, fp uint64, core *ps.Server, log *slog.Logger, emit func(launch.Event)) {
-	for v := range views {
-		for _, c := range cluster.Changes(v, cluster.RoleWorker, fp) {
-			rank := c.Member.Meta.Rank
-			if c.Kind == cluster.EventLeave || c.Kind == cluster.EventDead {
-				core.WorkerGone(int64(rank))
-			}
-			live := 0
-			for _, m := range v.Members {
-				if m.Meta.Role == cluster.RoleWorker && m.Meta.ModelFingerprint == fp {
-					live++
-				}
-			}
-			steps := core.StepsPushed(int64(rank))
-			log.Info("worker "+c.What(), "component", "membership", "rank", rank, "steps", steps, "clock", core.Clock(), "live", live, "view", v.Version)
-			emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: c.What(), Steps: steps, Live: live})
-		}
-	}
 }
 
 // parsePS reads and checks shoal ps's flags into the shard's config and
