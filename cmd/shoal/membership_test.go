@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -89,4 +91,76 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 			t.Logf("%s: test accuracy %.4f undisturbed, %.4f with worker 1 killed: %+v", mode, undisturbed.TestAccuracy, res.TestAccuracy, res.MembershipEvents)
 		})
 	}
+}
+
+// TestARestartedWorkerRejoins runs a shard and two workers by hand, joined
+// through gossip as the README shows, SIGKILLs worker 1 mid-run, waits for
+// the shard to report it dead, starts it again with the same flags, and
+// checks that it rejoins where the run is (not at step 0) and that both
+// workers finish the run.
+func TestARestartedWorkerRejoins(t *testing.T) {
+	for _, mode := range []string{"sync", "ssp", "async"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := ctxT(t, 3*time.Minute)
+			ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "128", "--mode", mode, "--workers", "2",
+				"--gossip-addr", "127.0.0.1:0")
+			up := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+			require.NotEmpty(t, up.Gossip, "the shard gossips")
+			workerArgs := func(rank int) []string {
+				return []string{"worker", "--servers", up.Addr, "--join", up.Gossip, "--rank", fmt.Sprint(rank), "--world-size", "2",
+					"--events", "--mode", mode, "--hidden", "128", "--dataset", "synthetic", "--steps", "1500", "--eval=false",
+					"--log-level", "info"}
+			}
+			w0 := startProc(t, workerArgs(0)...)
+			w1 := startProc(t, workerArgs(1)...)
+			isProgress := func(e launch.Event) bool { return e.Event == launch.Progress }
+			w1.next(t, ctx, "progress of worker 1", isProgress)
+
+			require.NoError(t, w1.cmd.Process.Kill())
+			w1.done <- <-w1.done
+			died := ps.next(t, ctx, "worker 1's death", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 && e.Change != "joined" })
+			assert.Equal(t, "died", died.Change)
+			assert.Equal(t, 1, died.Live)
+
+			again := startProc(t, workerArgs(1)...)
+			back := ps.next(t, ctx, "worker 1's return", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 })
+			assert.Equal(t, "rejoined", back.Change)
+			assert.Equal(t, 2, back.Live)
+			for i, w := range []*proc{w0, again} {
+				done := w.next(t, ctx, "done", func(e launch.Event) bool { return e.Event == launch.Done })
+				assert.Equal(t, int64(1500), done.Steps, "worker %d ends with the run", i)
+				if i == 1 {
+					assert.Less(t, done.Samples, 1500*64, "the restarted worker did not begin at step 0")
+				}
+				select {
+				case err := <-w.done:
+					require.NoError(t, err, "stderr:\n%s", w.stderr)
+					w.done <- err
+				case <-ctx.Done():
+					t.Fatal("a worker did not exit")
+				}
+			}
+			assert.Contains(t, again.stderr.String(), "joining a run under way", "the restarted worker begins where the run is")
+		})
+	}
+}
+
+// TestGossipWithTheWrongKey: a worker whose --gossip-key-file differs from
+// the shard's is not admitted, and says why.
+func TestGossipWithTheWrongKey(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	key := func(name string, b byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, bytes.Repeat([]byte{b}, 32), 0o600))
+		return p
+	}
+	ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "32", "--gossip-addr", "127.0.0.1:0", "--gossip-key-file", key("a.key", 1))
+	up := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	cmd := exec.CommandContext(ctx, shoalBin, "worker", "--servers", up.Addr, "--join", up.Gossip, "--gossip-key-file", key("b.key", 2),
+		"--hidden", "32", "--dataset", "synthetic", "--steps", "10", "--join-timeout", "20s")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, string(out), "membership: --join "+up.Gossip)
+	assert.Contains(t, string(out), "no installed keys could decrypt the message")
 }
