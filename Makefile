@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps test-nocgo
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo
 
 all: build
 
@@ -101,6 +101,11 @@ bench-compute: build
 # shorten it (scripts/bench-ps.sh lists the knobs).
 bench-ps: build
 	scripts/bench-ps.sh
+
+# How long the survivors take to go on after a worker is SIGKILLed, per
+# mode: 5 kills each on loopback (median and max in docs/BENCHMARKS.md).
+bench-faults:
+	$(GO) test -run '^$$' -bench KillRecovery -benchtime 5x ./cmd/shoal
 
 clean:
 	rm -rf bin

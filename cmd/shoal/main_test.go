@@ -137,7 +137,7 @@ type proc struct {
 	stderr *lockedio.Buffer
 }
 
-func startProc(t *testing.T, args ...string) *proc {
+func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(shoalBin, args...)
 	p := &proc{cmd: cmd, events: make(chan launch.Event, 1024), done: make(chan error, 1), stderr: lockedio.NewBuffer()}
@@ -169,7 +169,7 @@ func startProc(t *testing.T, args ...string) *proc {
 }
 
 // next waits for the next event satisfying ok.
-func (p *proc) next(t *testing.T, ctx context.Context, what string, ok func(launch.Event) bool) launch.Event {
+func (p *proc) next(t testing.TB, ctx context.Context, what string, ok func(launch.Event) bool) launch.Event {
 	t.Helper()
 	for {
 		select {

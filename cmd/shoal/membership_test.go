@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,4 +165,74 @@ func TestGossipWithTheWrongKey(t *testing.T) {
 	require.Error(t, err, "%s", out)
 	assert.Contains(t, string(out), "membership: --join "+up.Gossip)
 	assert.Contains(t, string(out), "no installed keys could decrypt the message")
+}
+
+// BenchmarkKillRecovery measures, per mode, how long the survivors take to
+// go on after a worker is SIGKILLed: a shard and three workers by hand on
+// loopback (gossip with loopback detection), worker 1 killed once every
+// worker is training, and the time from the kill until each survivor has
+// reported two steps more than in its first report after the kill (in sync
+// mode the step in progress waits for the dead worker until membership
+// takes it out; so may the next).
+// Each iteration is one kill on a fresh job; run it with
+//
+//	go test -run '^$' -bench KillRecovery -benchtime 5x ./cmd/shoal
+//
+// and read the median and max it reports (make bench-faults).
+func BenchmarkKillRecovery(b *testing.B) {
+	for _, mode := range []string{"sync", "ssp", "async"} {
+		b.Run(mode, func(b *testing.B) {
+			var took []time.Duration
+			for range b.N {
+				took = append(took, killAndRecover(b, mode))
+			}
+			slices.Sort(took)
+			b.ReportMetric(took[len(took)/2].Seconds(), "s-median")
+			b.ReportMetric(took[len(took)-1].Seconds(), "s-max")
+			b.Logf("%s: kill to the survivors' next completed step, %d kills: %v", mode, len(took), took)
+		})
+	}
+}
+
+func killAndRecover(b *testing.B, mode string) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ps := startProc(b, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "128", "--mode", mode, "--workers", "3", "--gossip-addr", "127.0.0.1:0")
+	up := ps.next(b, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	ws := make([]*proc, 3)
+	for r := range ws {
+		ws[r] = startProc(b, "worker", "--servers", up.Addr, "--join", up.Gossip, "--rank", fmt.Sprint(r), "--world-size", "3", "--events",
+			"--mode", mode, "--hidden", "128", "--dataset", "synthetic", "--steps", "100000000", "--eval=false", "--progress-every", "0", "--threads", "1")
+	}
+	global := func(e launch.Event) int { return e.Epoch*e.EpochSteps + e.Step }
+	isProgress := func(e launch.Event) bool { return e.Event == launch.Progress }
+	for _, w := range ws {
+		w.next(b, ctx, "progress", isProgress)
+	}
+	// Events queue while nobody reads, and once the queue is full the new
+	// ones are dropped: empty it, so that what comes next is fresh.
+	for _, w := range ws {
+		for queued := true; queued; {
+			select {
+			case <-w.events:
+			default:
+				queued = false
+			}
+		}
+	}
+	b.StartTimer()
+	kill := time.Now()
+	if err := ws[1].cmd.Process.Kill(); err != nil {
+		b.Fatal(err)
+	}
+	var took time.Duration
+	for _, r := range []int{0, 2} {
+		// The first report after the kill names the step in progress at
+		// the kill or a later one.
+		at := global(ws[r].next(b, ctx, "progress", isProgress))
+		ws[r].next(b, ctx, "two more steps", func(e launch.Event) bool { return isProgress(e) && global(e) >= at+2 })
+		took = max(took, time.Since(kill))
+	}
+	b.StopTimer()
+	return took
 }

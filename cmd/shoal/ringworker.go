@@ -135,7 +135,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress}
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond)}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
 	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, comm)
 	w, err := worker.New(wcfg, r.model, r.train, ring)

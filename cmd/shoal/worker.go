@@ -34,6 +34,7 @@ type trainFlags struct {
 	pushEvery      int
 	fetchEvery     int
 	overlap        bool
+	progressEvery  time.Duration
 }
 
 func (t *trainFlags) register(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (t *trainFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&t.steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
 	fs.IntVar(&t.pushEvery, "push-every", 1, "async: push gradients every N steps (Downpour's n_push)")
 	fs.IntVar(&t.fetchEvery, "fetch-every", 1, "async: pull weights every N steps (Downpour's n_fetch)")
+	fs.DurationVar(&t.progressEvery, "progress-every", 250*time.Millisecond, "how often a worker reports its progress (0: after every step)")
 	fs.BoolVar(&t.overlap, "overlap-push-pull", false, "async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)")
 }
 
@@ -58,6 +60,9 @@ func (t *trainFlags) validate() error {
 	}
 	if t.overlap && (t.mode != consistency.Async || t.pushEvery != 1 || t.fetchEvery != 1) {
 		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.mode, t.pushEvery, t.fetchEvery)
+	}
+	if t.progressEvery < 0 {
+		return fmt.Errorf("--progress-every %v: want >= 0", t.progressEvery)
 	}
 	if t.backwardPasses < 1 {
 		return fmt.Errorf("--backward-passes-per-step %d: want >= 1", t.backwardPasses)
@@ -80,7 +85,7 @@ func (t *trainFlags) validate() error {
 func (t *trainFlags) args() []string {
 	return []string{"--mode", t.mode.String(), "--batch", fmt.Sprint(t.batch), "--epochs", fmt.Sprint(t.epochs), "--steps", fmt.Sprint(t.steps),
 		"--push-every", fmt.Sprint(t.pushEvery), "--fetch-every", fmt.Sprint(t.fetchEvery), "--backward-passes-per-step", fmt.Sprint(t.backwardPasses),
-		"--overlap-push-pull=" + fmt.Sprint(t.overlap)}
+		"--overlap-push-pull=" + fmt.Sprint(t.overlap), "--progress-every", t.progressEvery.String()}
 }
 
 // workerRun is one `shoal worker`: its flags, its place in the job, its
@@ -262,7 +267,8 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
-		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, Logger: w.log}
+		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
+		Logger: w.log}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
 	wk, err := worker.New(wcfg, w.model, w.train, st.strategy)
