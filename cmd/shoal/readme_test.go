@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -76,6 +77,9 @@ type readmeRun struct {
 	limit time.Duration
 	// setup puts what the line reads into its folder.
 	setup func(t *testing.T, dir string)
+	// start starts what the line talks to, beyond plain servers, and
+	// returns more {vars} for subst.
+	start func(t *testing.T, ctx context.Context, dir string) map[string]string
 	// check asserts on what the line printed and wrote.
 	check func(t *testing.T, dir, stdout string)
 }
@@ -171,6 +175,14 @@ var readmeRuns = map[string]readmeRun{
 				assert.Contains(t, stdout, fmt.Sprintf("rank %d of 4: 5 steps", r))
 			}
 		}},
+
+	// Membership by hand: loopback addresses for ps1 and the gossip
+	// port, a key in the line's folder. A worker line gets a sync shard
+	// that gossips with that key, and the other worker of the two.
+	"shoal ps --listen :7070 --mode sync --workers 2 --gossip-addr :7946 --gossip-key-file gossip.key": {serve: true, setup: writeGossipKey,
+		subst: map[string]string{":7070": "127.0.0.1:0", ":7946": "127.0.0.1:0", "gossip.key": "{dir}/gossip.key"}},
+	"shoal worker --servers ps1:7070 --mode sync --rank 0 --world-size 2 --join ps1:7946 --gossip-key-file gossip.key": gossipWorker(0),
+	"shoal worker --servers ps1:7070 --mode sync --rank 1 --world-size 2 --join ps1:7946 --gossip-key-file gossip.key": gossipWorker(1),
 
 	// shoal bench allreduce: the optional [flags] are given; small sizes.
 	"shoal bench allreduce --np 4 --sizes 1MiB,4MiB,16MiB,64MiB --iters 20 [--json] [--op allgather]": {
@@ -368,6 +380,9 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 		vars["{servers}"] = strings.Join(addrs, ",")
 	}
 	vars["{master}"] = freeLoopbackAddr(t)
+	if rr.start != nil {
+		maps.Copy(vars, rr.start(t, ctx, dir))
+	}
 	expand := func(s string) string {
 		for k, v := range vars {
 			s = strings.ReplaceAll(s, k, v)
@@ -644,4 +659,27 @@ func listServices(t *testing.T, ctx context.Context, addr string) []string {
 		names = append(names, s.GetName())
 	}
 	return names
+}
+
+func writeGossipKey(t *testing.T, dir string) {
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gossip.key"), []byte("0123456789abcdef0123456789abcdef"), 0o600))
+}
+
+// gossipWorker runs the README's worker line of rank: a sync shard for two
+// workers gossiping with the key, and the other worker, run first.
+func gossipWorker(rank int) readmeRun {
+	return readmeRun{setup: writeGossipKey, add: []string{"--steps", "5"},
+		subst: map[string]string{"ps1:7070": "{servers}", "ps1:7946": "{gossip}", "gossip.key": "{dir}/gossip.key"},
+		start: func(t *testing.T, ctx context.Context, dir string) map[string]string {
+			key := filepath.Join(dir, "gossip.key")
+			ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--mode", "sync", "--workers", "2",
+				"--gossip-addr", "127.0.0.1:0", "--gossip-key-file", key)
+			up := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+			startProc(t, "worker", "--servers", up.Addr, "--mode", "sync", "--rank", fmt.Sprint(1-rank), "--world-size", "2",
+				"--join", up.Gossip, "--gossip-key-file", key, "--steps", "5", "--eval=false")
+			return map[string]string{"{servers}": up.Addr, "{gossip}": up.Gossip}
+		},
+		check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, fmt.Sprintf("worker %d of 2: 5 steps", rank))
+		}}
 }
