@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -21,6 +22,11 @@ import (
 // Cluster is a set of parameter-server shards on bufconn listeners.
 type Cluster struct {
 	shards []*Shard
+
+	mu sync.Mutex
+	// answered is closed (and replaced) whenever a shard answers a
+	// stream call: see Changed.
+	answered chan struct{}
 }
 
 // Shard is one in-process server.
@@ -32,13 +38,21 @@ type Shard struct {
 	// served is closed when the server's goroutine has returned.
 	served chan struct{}
 
+	c          *Cluster
 	mu         sync.Mutex
 	failNext   int
 	failCode   codes.Code
 	loseReply  int
 	stall      int
 	stallStart chan struct{}
+	// losses are the pushes to lose, by worker and step (LosePush); lost
+	// counts those lost.
+	losses map[workerStep]Loss
+	lost   int
 }
+
+// workerStep names one push.
+type workerStep struct{ worker, step int64 }
 
 // Start serves each core on its own bufconn listener and stops them all
 // when the test ends.
@@ -84,9 +98,9 @@ func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster
 }
 
 func serve(tcp bool, tr pb.Transport, cores []*ps.Server) (*Cluster, error) {
-	c := &Cluster{}
+	c := &Cluster{answered: make(chan struct{})}
 	for i, core := range cores {
-		s := &Shard{Core: core, stallStart: make(chan struct{}, 16), served: make(chan struct{})}
+		s := &Shard{Core: core, c: c, stallStart: make(chan struct{}, 16), served: make(chan struct{}), losses: map[workerStep]Loss{}}
 		var lis net.Listener
 		if tcp {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -170,6 +184,84 @@ func (s *Shard) Stall(n int) {
 // Stalled receives a value whenever a call starts stalling.
 func (s *Shard) Stalled() <-chan struct{} { return s.stallStart }
 
+// Loss is where LosePush loses a push.
+type Loss uint8
+
+const (
+	// LoseRequest: the push fails with Unavailable before the shard sees
+	// it; nothing is applied.
+	LoseRequest Loss = iota + 1
+	// LoseReply: the shard applies the push (and, for a push-pull, waits
+	// and reads as usual), then the call fails with Unavailable as if the
+	// reply had been lost.
+	LoseReply
+)
+
+// LosePush makes the shard lose worker's push of step once, as l says:
+// the client tries again, and the shard's (worker, step) deduplication
+// makes the retry apply it exactly once. It applies to Push and PushPull
+// calls, and to the first of them that carries that worker and step.
+func (s *Shard) LosePush(worker, step int64, l Loss) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.losses[workerStep{worker, step}] = l
+}
+
+// Lost is how many pushes LosePush lost so far.
+func (s *Shard) Lost() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
+// takeLoss returns, and forgets, how to lose worker's push of step (0:
+// deliver it).
+func (s *Shard) takeLoss(worker, step int64) Loss {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := workerStep{worker, step}
+	l, ok := s.losses[k]
+	if ok {
+		delete(s.losses, k)
+		s.lost++
+	}
+	return l
+}
+
+// Changed returns a channel that is closed the next time a shard answers
+// a streaming call (sends its header or first message): a push that it
+// applied, a pull whose wait is over. A test that waits for a state of
+// the cores checks it again each time (Await).
+func (c *Cluster) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered
+}
+
+func (c *Cluster) notify() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.answered)
+	c.answered = make(chan struct{})
+}
+
+// Await blocks until cond holds, checking it now and whenever a shard
+// answers a streaming call, or until ctx ends: then it returns ctx's
+// error. cond reads the cores (their locks order it after the answers).
+func (c *Cluster) Await(ctx context.Context, cond func() bool) error {
+	for {
+		changed := c.Changed()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // fault decides what to do with the next call: whether to stall, whether
 // to lose the reply, and an error to return at once.
 func (s *Shard) fault() (stall, lose bool, err error) {
@@ -219,17 +311,72 @@ func (s *Shard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 		<-ss.Context().Done()
 		return status.FromContextError(ss.Context().Err()).Err()
 	}
-	if lose {
-		// Run the handler on a stream whose reply is swallowed.
-		if err := h(srv, &lostReply{ServerStream: ss}); err != nil {
-			return err
-		}
+	w := &watched{ServerStream: ss, s: s, lose: lose}
+	err = h(srv, w)
+	if err == nil && w.lose {
+		// The handler did its work; the reply is lost on the way.
 		return status.Error(codes.Unavailable, "testcluster: reply lost")
 	}
-	return h(srv, ss)
+	return err
 }
 
-// lostReply drops the messages a handler sends.
-type lostReply struct{ grpc.ServerStream }
+// watched is a stream as a handler sees it. It tells the cluster when the
+// handler first sends anything (for a push, once it is applied), loses a
+// push that LosePush names, and swallows what the handler sends when the
+// reply is to be lost. The handler's goroutine receives and sends (gRPC
+// allows one sender at a time), so the fields need no lock.
+type watched struct {
+	grpc.ServerStream
+	s *Shard
+	// lose: swallow the replies and fail the call with Unavailable once
+	// the handler is done. received counts the messages received.
+	lose     bool
+	received int
+	answered sync.Once
+}
 
-func (l *lostReply) SendMsg(any) error { return nil }
+// RecvMsg receives a message and, for the first piece of a push, looks
+// its worker and step up in the shard's losses.
+func (w *watched) RecvMsg(m any) error {
+	if err := w.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	w.received++
+	in, ok := m.(*pb.TensorIn)
+	if !ok || w.received > 1 {
+		return nil
+	}
+	piece, ok := in.Msg.(*pb.PushPiece)
+	if !ok || piece.Header == nil {
+		return nil
+	}
+	switch w.s.takeLoss(piece.Header.WorkerId, piece.Header.Step) {
+	case LoseRequest:
+		return status.Errorf(codes.Unavailable, "testcluster: push of worker %d step %d lost before the shard saw it", piece.Header.WorkerId, piece.Header.Step)
+	case LoseReply:
+		w.lose = true
+	}
+	return nil
+}
+
+// SendHeader sends the header, unless the reply is lost.
+func (w *watched) SendHeader(md metadata.MD) error {
+	w.answered.Do(w.s.c.notify)
+	if w.lose {
+		return nil
+	}
+	return w.ServerStream.SendHeader(md)
+}
+
+// SendMsg sends m, unless the reply is lost: then it frees the payload
+// the codec would have freed.
+func (w *watched) SendMsg(m any) error {
+	w.answered.Do(w.s.c.notify)
+	if w.lose {
+		if out, ok := m.(*pb.TensorOut); ok && out.Payload != nil {
+			out.Payload.Free()
+		}
+		return nil
+	}
+	return w.ServerStream.SendMsg(m)
+}
