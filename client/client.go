@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/consistency"
@@ -101,6 +104,9 @@ type Client struct {
 	// a pull in flight at once then do not share one TCP stream, where
 	// the flow-control updates of one queue behind the data of the other.
 	pushStubs []pb.ParameterServerClient
+	// resolvers hold the address of each connection, two per shard (conns'
+	// order), so that SetShardAddr can move a shard's connections.
+	resolvers []*manual.Resolver
 	info      Info
 	// push holds, per shard, its owned chunks merged where adjacent.
 	push [][]shard.Range
@@ -130,19 +136,17 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	}, o.transport.DialOptions()...)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	for _, a := range addrs {
-		conn, err := grpc.NewClient(a, dialOpts...)
+		conn, err := c.connect(a, dialOpts)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("client: server %s: %w", a, err)
 		}
-		c.conns = append(c.conns, conn)
 		c.stubs = append(c.stubs, pb.NewParameterServerClient(conn))
-		pconn, err := grpc.NewClient(a, dialOpts...)
+		pconn, err := c.connect(a, dialOpts)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("client: server %s: %w", a, err)
 		}
-		c.conns = append(c.conns, pconn)
 		c.pushStubs = append(c.pushStubs, pb.NewParameterServerClient(pconn))
 	}
 	if err := c.handshake(ctx); err != nil {
@@ -218,6 +222,35 @@ func (c *Client) handshake(ctx context.Context) error {
 	return nil
 }
 
+// connect opens a connection to addr through a resolver of its own.
+func (c *Client) connect(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
+	r := manual.NewBuilderWithScheme("shoal-shard")
+	r.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
+	conn, err := grpc.NewClient(r.Scheme()+":///"+addr, append(opts, grpc.WithResolvers(r))...)
+	if err != nil {
+		return nil, err
+	}
+	c.conns, c.resolvers = append(c.conns, conn), append(c.resolvers, r)
+	return conn, nil
+}
+
+// SetShardAddr moves shard's connections to addr: a shard restarted
+// elsewhere (membership says where). Calls in flight to the old address
+// fail as they would have, and their retries go to addr; the shard must
+// serve the same plan (the next call's checks refuse another).
+func (c *Client) SetShardAddr(shard int, addr string) error {
+	if shard < 0 || shard >= len(c.stubs) {
+		return fmt.Errorf("client: shard %d: want 0..%d", shard, len(c.stubs)-1)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("client: shard %d at %q: %w", shard, addr, err)
+	}
+	for _, r := range c.resolvers[2*shard : 2*shard+2] {
+		r.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
+	}
+	return nil
+}
+
 // Info returns what the servers said at Dial.
 func (c *Client) Info() Info { return c.info }
 
@@ -260,25 +293,40 @@ func (c *Client) retry(ctx context.Context, what string, call func(ctx context.C
 }
 
 // JoinWorker tells every shard that worker starts (or starts again after
-// it died) and returns the step it should begin at: the latest any shard
-// names (ps.Server.Join says how each mode chooses it). In sync mode the
+// it died) and returns the step it begins at, the same on every shard
+// (ps.Server.Join says how each mode chooses it). Shards may first name
+// different steps (a push that reached one and not yet another): it asks
+// again, not before the latest named, until they agree. In sync mode the
 // worker's first pull then waits for that step.
 func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
 	steps := make([]int64, len(c.stubs))
-	err := c.fanOut(func(s int) error {
-		return c.retry(ctx, fmt.Sprintf("client: join worker %d at server %s", worker, c.addrs[s]), func(ctx context.Context) error {
-			resp, err := c.stubs[s].JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: worker, PlanVersion: shard.Version})
-			if err == nil {
-				steps[s] = resp.Step
-			}
-			return err
+	var at int64
+	for round := 1; ; round++ {
+		err := c.fanOut(func(s int) error {
+			return c.retry(ctx, fmt.Sprintf("client: join worker %d at server %s", worker, c.addrs[s]), func(ctx context.Context) error {
+				resp, err := c.stubs[s].JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: worker, PlanVersion: shard.Version, NotBefore: at})
+				if err == nil {
+					steps[s] = resp.Step
+				}
+				return err
+			})
 		})
-	})
-	if err != nil {
-		return 0, err
+		if err != nil {
+			return 0, err
+		}
+		if slices.Min(steps) == slices.Max(steps) {
+			return steps[0], nil
+		}
+		if round == maxJoinRounds {
+			return 0, fmt.Errorf("client: join worker %d: after %d rounds the shards still name different steps %v", worker, round, steps)
+		}
+		at = slices.Max(steps)
 	}
-	return slices.Max(steps), nil
 }
+
+// maxJoinRounds bounds JoinWorker's rounds: each moves the step forward,
+// and shards move on only as steps complete, so two or three suffice.
+const maxJoinRounds = 16
 
 // fanOut runs f for every shard concurrently and joins the errors.
 func (c *Client) fanOut(f func(s int) error) error {

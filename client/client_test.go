@@ -12,8 +12,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/testcluster"
+	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -221,4 +224,35 @@ func TestPushPullAcrossShards(t *testing.T) {
 
 	_, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{Grads: grads}, Pull: true, Dst: make([]float32, 9)})
 	assert.ErrorContains(t, err, "pull into 9 floats, the vector has 10")
+}
+
+// TestJoinWorkerAgreesOnOneStep: worker 2's push of step 0 reached shard 0
+// and not yet shard 1, so the shards first name different steps for a
+// returning worker 1; JoinWorker asks again until both admit it at the
+// same step, where neither waits for it earlier.
+func TestJoinWorkerAgreesOnOneStep(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 8)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers = consistency.Sync, 3
+	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 2, 4)...)
+	cores := []*ps.Server{c.Shard(0).Core, c.Shard(1).Core}
+	for _, core := range cores {
+		require.True(t, core.WorkerGone(1))
+	}
+	_, err := cores[0].Push(ctxT(t), ps.Push{WorkerID: 2, Ranges: cores[0].Ranges(), Grads: make([]float32, cores[0].Floats())})
+	require.NoError(t, err)
+
+	step, err := dial(t, c).JoinWorker(ctxT(t), 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), step)
+	// Step 0 completes on both shards without worker 1.
+	pushes := map[int][]int64{0: {0}, 1: {2, 0}}
+	for i, core := range cores {
+		for _, w := range pushes[i] {
+			_, err := core.Push(ctxT(t), ps.Push{WorkerID: w, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+			require.NoError(t, err)
+		}
+		assert.Equal(t, int64(1), core.Clock(), "shard %d", i)
+	}
 }

@@ -41,9 +41,9 @@ func (s *Server) StepsPushed(w int64) int64 {
 // WorkerGone takes worker w out of the live set: membership saw it die or
 // leave. In sync mode a step held up only by w completes at once with the
 // gradients that arrived, averaged over those (counted in
-// Stats.ShortSteps), and later steps wait only for the workers still live;
-// in SSP the bound stops waiting for w. It reports whether w was live;
-// async mode ignores it.
+// Stats.ShortSteps when w was expected and the step had begun), and later
+// steps wait only for the workers still live; in SSP the bound stops
+// waiting for w. It reports whether w was live; async mode ignores it.
 func (s *Server) WorkerGone(w int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -53,33 +53,41 @@ func (s *Server) WorkerGone(w int64) bool {
 	}
 	s.live = slices.Delete(s.live, i, i+1)
 	s.log.Info("worker left the live set", "worker", w, "clock", s.clock, "live", s.live)
-	if s.bar != nil && s.bar.setWorkers(s.live) {
+	if s.bar != nil && s.bar.remove(w, s.clock) {
 		s.applyStepLocked()
 	}
 	s.notifyLocked()
 	return true
 }
 
-// Join admits worker w, starting or starting again, and returns the step it
-// should begin at, so that what it pushes is new to the shard:
-//   - async: the step after the last one w pushed (0 for a new worker);
-//   - sync: the current step; for a worker that was not live while a step
-//     was in progress, or that already pushed it, the next one: it enters
-//     at the step boundary (the shard's pull for that step waits for it);
+// Join admits worker w, starting or starting again, at the first step it
+// can begin at that is not before notBefore, and returns that step. Left
+// to itself (notBefore 0) a shard names:
+//   - async: the step after the last one w pushed (0 for a new worker), so
+//     that its pushes are not taken for duplicates;
+//   - sync: the current step, unless that step already has pushes and w is
+//     not expected in it, or w already pushed it: then the next one (the
+//     shard's pull for that step waits for it);
 //   - SSP: where the slowest live worker is, so that a returning worker
 //     does not hold the others back; never before its own next step.
 //
-// A live worker joining again (a restart faster than failure detection)
-// keeps its place. w must be one of 0..Workers-1 in sync and SSP.
-func (s *Server) Join(w int64) (int64, error) {
+// Shards may name different steps (a push that reached one shard and not
+// yet another): a client asks every shard, then asks again with notBefore
+// the latest step named, until all agree (client.JoinWorker). A sync
+// shard waits for w from the step it last named on. w must be one of
+// 0..Workers-1 in sync and SSP.
+func (s *Server) Join(w, notBefore int64) (int64, error) {
 	if err := s.checkWorker(w); err != nil {
 		return 0, err
 	}
+	if notBefore < 0 {
+		return 0, fmt.Errorf("%w: join of worker %d not before step %d: want >= 0", ErrInvalidArgument, w, notBefore)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := int64(0)
+	next := notBefore
 	if last, ok := s.lastStep[w]; ok {
-		next = last + 1
+		next = max(next, last+1)
 	}
 	if s.cfg.Mode == consistency.Async {
 		return next, nil
@@ -92,15 +100,17 @@ func (s *Server) Join(w int64) (int64, error) {
 	}
 	if s.bar != nil {
 		entry := s.clock
-		if s.bar.has(w) || (!live && len(s.bar.arrived) > 0) {
+		if s.bar.has(w) || (len(s.bar.arrived) > 0 && !s.bar.member(w, s.clock)) {
 			entry++ // the step in progress goes on without it
 		}
-		if !live {
-			s.bar.setWorkers(s.live)
+		entry = max(entry, next)
+		if s.bar.admit(w, entry, s.clock) {
+			s.applyStepLocked()
 		}
-		return max(next, entry), nil
+		s.notifyLocked()
+		return entry, nil
 	}
-	if !live {
+	if !live { // a live worker keeps its place; a returning one skips ahead
 		slowest := int64(math.MaxInt64)
 		for _, o := range s.live {
 			if o != w {

@@ -306,7 +306,7 @@ func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool)
 // waitingForLocked describes who the shard waits for.
 func (s *Server) waitingForLocked() string {
 	if s.bar != nil {
-		return fmt.Sprintf("step %d has %s", s.clock, s.bar.missing())
+		return fmt.Sprintf("step %d has %s", s.clock, s.bar.missing(s.clock))
 	}
 	slow, min := s.slowestLocked()
 	return fmt.Sprintf("the slowest worker(s) %v pushed %d steps", slow, min)
@@ -589,9 +589,9 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 		}
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard already applied it and is at step %d", ErrStale, in.Clock, in.WorkerID, s.clock)
 	}
-	if !s.bar.member(in.WorkerID) {
-		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: it joined during that step and enters at step %d",
-			ErrInvalidArgument, in.Clock, in.WorkerID, s.clock+1)
+	if !s.bar.member(in.WorkerID, s.clock) {
+		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: it joined for step %d on",
+			ErrInvalidArgument, in.Clock, in.WorkerID, s.bar.entry[in.WorkerID])
 	}
 	if s.bar.has(in.WorkerID) {
 		return PushResult{}, fmt.Errorf("%w: worker %d already pushed step %d (as its step %d)", ErrInvalidArgument, in.WorkerID, in.Clock, s.lastStep[in.WorkerID])
@@ -604,7 +604,7 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 	s.lastStep[in.WorkerID] = in.Step
 	s.stats.Pushes++
 	s.stats.Staleness.Add(0)
-	if s.bar.add(in.WorkerID, in.Grads) {
+	if s.bar.add(in.WorkerID, s.clock, in.Grads) {
 		s.applyStepLocked()
 	}
 	return PushResult{Clock: s.clock}, nil
@@ -612,10 +612,10 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 
 // applyStepLocked applies the mean of the barrier's step.
 func (s *Server) applyStepLocked() {
-	if got, need := len(s.bar.arrived), s.bar.need(); got < need {
+	if s.bar.short {
 		// Workers that left held it up: it goes on with those that pushed.
 		s.stats.ShortSteps++
-		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", got, "expected", need)
+		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", len(s.bar.arrived))
 	}
 	s.stepLocked(s.bar.mean(), nil)
 	s.bar.reset()

@@ -159,7 +159,7 @@ func (s *psService) JoinWorker(ctx context.Context, req *pb.JoinWorkerRequest) (
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return nil, toStatus(err)
 	}
-	step, err := s.core.Join(req.WorkerId)
+	step, err := s.core.Join(req.WorkerId, req.NotBefore)
 	if err != nil {
 		return nil, toStatus(err)
 	}

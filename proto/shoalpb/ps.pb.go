@@ -455,9 +455,12 @@ func (x *InfoResponse) GetLiveWorkers() []int64 {
 }
 
 type JoinWorkerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      int64                  `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	PlanVersion   uint32                 `protobuf:"varint,2,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId    int64                  `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	PlanVersion uint32                 `protobuf:"varint,2,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
+	// not_before: admit the worker at this step or later. Shards may name
+	// different steps; a client asks again with the latest until all agree.
+	NotBefore     int64 `protobuf:"varint,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +505,13 @@ func (x *JoinWorkerRequest) GetWorkerId() int64 {
 func (x *JoinWorkerRequest) GetPlanVersion() uint32 {
 	if x != nil {
 		return x.PlanVersion
+	}
+	return 0
+}
+
+func (x *JoinWorkerRequest) GetNotBefore() int64 {
+	if x != nil {
+		return x.NotBefore
 	}
 	return 0
 }
@@ -1091,10 +1101,12 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	" \x01(\x03R\tstaleness\x12%\n" +
 	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\x12\x16\n" +
 	"\x06floats\x18\f \x01(\x03R\x06floats\x12!\n" +
-	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\"S\n" +
+	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\"r\n" +
 	"\x11JoinWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12!\n" +
-	"\fplan_version\x18\x02 \x01(\rR\vplanVersion\">\n" +
+	"\fplan_version\x18\x02 \x01(\rR\vplanVersion\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\x03R\tnotBefore\">\n" +
 	"\x12JoinWorkerResponse\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\"\xdd\x01\n" +
