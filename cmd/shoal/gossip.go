@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/nn"
 )
@@ -177,13 +178,29 @@ func joinRetrying(ctx context.Context, m *cluster.Membership, peers []string, ti
 	}
 }
 
-// logViews logs the membership views until the channel is closed.
-func logViews(views <-chan cluster.View, log *slog.Logger) {
-	for v := range views {
-		for _, role := range []cluster.Role{cluster.RolePS, cluster.RoleWorker} {
-			for _, c := range cluster.Changes(v, role, 0) {
-				log.Info(role.String()+" "+c.What(), "component", "membership", "rank", c.Member.Meta.Rank, "view", v.Version)
-			}
+// logChanges logs a view's joins, rejoins, leaves and deaths.
+func logChanges(v cluster.View, log *slog.Logger) {
+	for _, role := range []cluster.Role{cluster.RolePS, cluster.RoleWorker} {
+		for _, c := range cluster.Changes(v, role, 0) {
+			log.Info(role.String()+" "+c.What(), "component", "membership", "rank", c.Member.Meta.Rank, "view", v.Version)
 		}
+	}
+}
+
+// followShards moves the client's connection to a shard that membership
+// shows serving at another address than addrs holds for it (a shard
+// restarted elsewhere), and records the move in addrs.
+func followShards(v cluster.View, fp uint64, addrs []string, c *client.Client, log *slog.Logger) {
+	for _, m := range v.Members {
+		meta := m.Meta
+		if meta.Role != cluster.RolePS || meta.ModelFingerprint != fp || meta.Rank >= len(addrs) || meta.GRPCAddr == "" || meta.GRPCAddr == addrs[meta.Rank] {
+			continue
+		}
+		if err := c.SetShardAddr(meta.Rank, meta.GRPCAddr); err != nil {
+			log.Warn("shard moved to an address that does not parse", "component", "membership", "shard", meta.Rank, "addr", meta.GRPCAddr, "err", err)
+			continue
+		}
+		log.Warn("shard moved", "component", "membership", "shard", meta.Rank, "from", addrs[meta.Rank], "to", meta.GRPCAddr)
+		addrs[meta.Rank] = meta.GRPCAddr
 	}
 }

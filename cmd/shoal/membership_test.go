@@ -236,3 +236,46 @@ func killAndRecover(b *testing.B, mode string) time.Duration {
 	b.StopTimer()
 	return took
 }
+
+// TestAShardRestartedElsewhereIsFollowed: shard 1 of 2 (async, with
+// checkpoints) is SIGKILLed mid-run and started again on another port,
+// joining shard 0's gossip; the worker learns the new address from
+// membership and finishes its run against it.
+func TestAShardRestartedElsewhereIsFollowed(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	dir := t.TempDir()
+	psArgs := func(shard int, join string) []string {
+		args := []string{"ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "64", "--shard", fmt.Sprint(shard), "--servers", "2",
+			"--chunk-bytes", "4096", "--checkpoint-dir", dir, "--checkpoint-every", "20", "--gossip-addr", "127.0.0.1:0", "--log-level", "info"}
+		if join != "" {
+			args = append(args, "--join", join)
+		}
+		return args
+	}
+	isUp := func(e launch.Event) bool { return e.Event == launch.Listening }
+	ps0 := startProc(t, psArgs(0, "")...)
+	up0 := ps0.next(t, ctx, "shard 0", isUp)
+	ps1 := startProc(t, psArgs(1, up0.Gossip)...)
+	up1 := ps1.next(t, ctx, "shard 1", isUp)
+	w := startProc(t, "worker", "--servers", up0.Addr+","+up1.Addr, "--join", up0.Gossip, "--events", "--hidden", "64",
+		"--dataset", "synthetic", "--batch", "16", "--steps", "3000", "--eval=false", "--log-level", "info")
+	w.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == launch.Progress && e.Step >= 60 })
+
+	require.NoError(t, ps1.cmd.Process.Kill())
+	ps1.done <- <-ps1.done
+	again := startProc(t, psArgs(1, up0.Gossip)...)
+	moved := again.next(t, ctx, "shard 1 again", isUp)
+	require.NotEqual(t, up1.Addr, moved.Addr, "a new port")
+
+	done := w.next(t, ctx, "the worker's done event", func(e launch.Event) bool { return e.Event == launch.Done })
+	assert.Equal(t, int64(3000), done.Steps)
+	select {
+	case err := <-w.done:
+		require.NoError(t, err, "worker stderr:\n%s", w.stderr)
+		w.done <- nil
+	case <-ctx.Done():
+		t.Fatal("the worker did not exit")
+	}
+	assert.Contains(t, w.stderr.String(), "shard moved")
+	assert.Contains(t, again.stderr.String(), "resumed from checkpoint")
+}

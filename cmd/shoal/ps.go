@@ -55,8 +55,8 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
 	fp := fingerprint(p.cfg.Layout)
-	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr,
-		ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}, log)
+	meta := cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr, ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}
+	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), meta, log)
 	if err != nil {
 		lis.Close()
 		return err
@@ -64,6 +64,15 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var gossip string
 	if m != nil {
 		gossip = m.Addr()
+		if host, port, _ := net.SplitHostPort(addr); host == "" || net.ParseIP(host).IsUnspecified() {
+			// Listening on every interface: workers reach it at the
+			// address the gossip advertises.
+			gh, _, _ := net.SplitHostPort(gossip)
+			meta.GRPCAddr = net.JoinHostPort(gh, port)
+			if err := m.SetMeta(meta, 5*time.Second); err != nil {
+				log.Warn("gossiping the gRPC address", "component", "membership", "err", err)
+			}
+		}
 		emit := func(launch.Event) {}
 		if p.events && idx == 0 { // one shard speaks for the job
 			stdout = &lockedio.Writer{W: stdout} // written from two goroutines now

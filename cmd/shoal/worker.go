@@ -244,7 +244,13 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if m != nil {
 		// The servers follow the workers' membership; a worker only has
 		// to be seen, and to be seen leaving when it is done.
-		defer follow(m, w.log, func(views <-chan cluster.View) { logViews(views, w.log) })()
+		addrs, fp := strings.Split(w.servers, ","), fingerprint(w.model.Layout())
+		defer follow(m, w.log, func(views <-chan cluster.View) {
+			for v := range views {
+				logChanges(v, w.log)
+				followShards(v, fp, addrs, ps, w.log)
+			}
+		})()
 	}
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
