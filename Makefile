@@ -62,6 +62,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadIDX -fuzztime 30s ./data/
 	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
 	$(GO) test -run '^$$' -fuzz FuzzPush -fuzztime 30s ./ps/
+	$(GO) test -run '^$$' -fuzz FuzzReadJournalRecord -fuzztime 30s ./ps/
 	$(GO) test -run '^$$' -fuzz FuzzTensorUnmarshal -fuzztime 30s ./proto/shoalpb/
 	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/collnet/
 	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/collnet/

@@ -100,6 +100,13 @@ func (s *Server) captureLocked() {
 		st.progress[k] = v
 	}
 	s.ckpt.due, s.ckpt.last = st, s.clock
+	if s.jour != nil {
+		// The updates after this state go to a journal of their own; the
+		// older one stays until a checkpoint covering it is on disk.
+		if err := s.startJournalLocked(s.clock); err != nil {
+			panic(fmt.Sprintf("ps: shard %d: starting a journal: %v", s.cfg.Shard, err))
+		}
+	}
 }
 
 // maybeCheckpoint writes a captured state, outside the shard's lock.
@@ -123,6 +130,13 @@ func (s *Server) maybeCheckpoint() {
 			s.log.Error("checkpoint failed", "clock", st.clock, "err", err)
 		}
 	}
+}
+
+// Close closes the journal, if any; call it after the final Checkpoint.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeJournalLocked()
 }
 
 // Checkpoint writes the current state now (at shutdown, say), unless the
@@ -191,6 +205,9 @@ func (s *Server) writeCheckpoint(st *ckptState) error {
 		if i >= checkpointKeep {
 			os.Remove(f.path)
 		}
+	}
+	if n := min(len(files), checkpointKeep); n > 0 {
+		s.removeOldJournals(files[n-1].clock)
 	}
 	return nil
 }

@@ -62,6 +62,11 @@ type Config struct {
 	// CheckpointEvery updates and resumes from at start.
 	CheckpointDir   string
 	CheckpointEvery int64
+	// Journal, with a CheckpointDir, appends every update to a journal
+	// there before applying it, and a starting shard replays what the
+	// journal holds past its newest checkpoint: a shard killed and
+	// restarted loses no acknowledged update (journal.go).
+	Journal bool
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
 }
@@ -93,6 +98,9 @@ func (c Config) validate() error {
 	}
 	if c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers {
 		return fmt.Errorf("backup workers %d: want 0..%d for %d workers", c.BackupWorkers, c.Workers-1, c.Workers)
+	}
+	if c.Journal && c.CheckpointDir == "" {
+		return errors.New("journal: needs a checkpoint directory to write it in")
 	}
 	if c.BackupWorkers > 0 && c.Mode != consistency.Sync {
 		return fmt.Errorf("backup workers %d: only sync mode has backup workers, this is %s", c.BackupWorkers, c.Mode)
@@ -145,6 +153,7 @@ type Server struct {
 	stats   Stats
 
 	ckpt checkpointer
+	jour *journal // with Config.Journal
 }
 
 // Stats are counters of a shard since it started.
@@ -213,6 +222,18 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		s.ckpt = checkpointer{dir: cfg.CheckpointDir, every: cfg.CheckpointEvery}
 		if err := s.resume(); err != nil {
 			return nil, fmt.Errorf("parameter server: %w", err)
+		}
+	}
+	if cfg.Journal {
+		n, err := s.replayJournal()
+		if err != nil {
+			return nil, fmt.Errorf("parameter server: %w", err)
+		}
+		if n > 0 {
+			s.log.Info("replayed the journal", "updates", n, "clock", s.clock)
+		}
+		if err := s.startJournalLocked(s.clock); err != nil {
+			return nil, fmt.Errorf("parameter server: journal: %w", err)
 		}
 	}
 	return s, nil
@@ -525,18 +546,20 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 		for i, g := range in.Grads {
 			s.scratch[i] = g * inv
 		}
-		res := s.applyLocked(in, s.scratch, nil)
-		s.progress[in.WorkerID] = max(s.progress[in.WorkerID], in.Step+1)
+		p := max(s.progress[in.WorkerID], in.Step+1)
+		res := s.applyLocked(in, s.scratch, nil, [][2]int64{{in.WorkerID, p}})
+		s.progress[in.WorkerID] = p
 		s.notifyLocked()
 		return res, nil
 	default:
-		return s.applyLocked(in, in.Grads, read), nil
+		return s.applyLocked(in, in.Grads, read, nil), nil
 	}
 }
 
 // applyLocked applies one update (async, ssp) and counts it; read, when
 // not nil, gets each chunk right after its update.
-func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader) PushResult {
+func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader, progress [][2]int64) PushResult {
+	s.journalLocked(journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads})
 	staleness := max(s.clock-in.Clock, 0)
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
 	var after func(ch *chunk)
@@ -617,7 +640,15 @@ func (s *Server) applyStepLocked() {
 		s.stats.ShortSteps++
 		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", len(s.bar.arrived))
 	}
-	s.stepLocked(s.bar.mean(), nil)
+	mean := s.bar.mean()
+	if s.jour != nil {
+		rec := journalRecord{clock: s.clock + 1, grads: mean}
+		for _, w := range s.bar.arrived {
+			rec.steps = append(rec.steps, [2]int64{w, s.lastStep[w]})
+		}
+		s.journalLocked(rec)
+	}
+	s.stepLocked(mean, nil)
 	s.bar.reset()
 	clear(s.barPrev)
 	s.clock++

@@ -372,15 +372,27 @@ func TestEveryShardCountTrains(t *testing.T) {
 // and restarts it on the same address: it resumes from its checkpoint and
 // the worker's run finishes.
 func TestServerRestartsFromItsCheckpoint(t *testing.T) {
+	for _, journal := range []bool{false, true} {
+		t.Run(fmt.Sprintf("journal=%v", journal), func(t *testing.T) { serverRestart(t, journal) })
+	}
+}
+
+// serverRestart SIGKILLs the only shard of a one-worker async run and
+// starts it again on the same address from its checkpoints. Each of the
+// worker's 1500 steps is one push, so the shard's final clock counts the
+// pushes applied: with the journal exactly 1500 (none lost, none applied
+// twice); without it, the updates after the last checkpoint are lost.
+func serverRestart(t *testing.T, journal bool) {
 	ctx := ctxT(t, 3*time.Minute)
 	dir := t.TempDir()
 	psArgs := func(listen string) []string {
-		return []string{"ps", "--listen", listen, "--events", "--hidden", "32", "--checkpoint-dir", dir, "--checkpoint-every", "20", "--log-level", "info"}
+		return []string{"ps", "--listen", listen, "--events", "--hidden", "32", "--checkpoint-dir", dir, "--checkpoint-every", "20",
+			"--journal=" + fmt.Sprint(journal), "--log-level", "info"}
 	}
 	ps1 := startProc(t, psArgs("127.0.0.1:0")...)
 	addr := ps1.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr
 	w := startProc(t, "worker", "--servers", addr, "--events", "--hidden", "32", "--dataset", "synthetic", "--batch", "16", "--steps", "1500")
-	w.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" && e.Step >= 60 })
+	w.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" && e.Step >= 70 })
 
 	require.NoError(t, ps1.cmd.Process.Kill())
 	require.Error(t, <-ps1.done)
@@ -401,6 +413,18 @@ func TestServerRestartsFromItsCheckpoint(t *testing.T) {
 		t.Fatal("the worker did not exit")
 	}
 	assert.Contains(t, ps2.stderr.String(), "resumed from checkpoint")
+	cl, err := client.Dial(ctx, []string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	clocks, err := cl.Pull(ctx, make([]float32, cl.Info().Plan.VectorLen))
+	require.NoError(t, err)
+	if journal {
+		assert.Equal(t, int64(1500), clocks[0], "every push applied exactly once across the restart")
+		assert.Contains(t, ps2.stderr.String(), "replayed the journal")
+	} else {
+		assert.LessOrEqual(t, clocks[0], int64(1500))
+		t.Logf("without the journal the restart lost %d of 1500 updates", 1500-clocks[0])
+	}
 	require.NoError(t, ps2.cmd.Process.Signal(syscall.SIGTERM))
 }
 

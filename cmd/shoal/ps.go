@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -102,6 +103,9 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := core.Checkpoint(); err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
+	if err := core.Close(); err != nil {
+		return fmt.Errorf("closing the journal: %w", err)
+	}
 	st := core.Stats()
 	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
@@ -122,6 +126,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
 		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+		journal    = fs.Bool("journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
 		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 		shardIdx   = fs.Int("shard", 0, "this server's shard index")
 		servers    = fs.Int("servers", 1, "number of server shards")
@@ -138,6 +143,9 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	lf.register(fs, "info")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	if *journal && *ckptDir == "" {
+		return nil, errors.New("--journal: needs --checkpoint-dir, where the shard writes it")
 	}
 	m, err := consistency.Parse(*mode)
 	if err != nil {
@@ -164,7 +172,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	model.Init(initial, mf.seed)
 	p.cfg = ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
 		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
-		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Logger: log}
+		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Journal: *journal, Logger: log}
 	p.initial, p.model = initial, describeModel(model)
 	for _, v := range []func() error{p.nf.validate, p.gf.validate} {
 		if err := v(); err != nil {

@@ -43,6 +43,7 @@ type trainRun struct {
 	staleness  int64
 	ckptDir    string
 	ckptEvery  int64
+	journal    bool
 	testEval   bool
 	callTime   time.Duration
 
@@ -146,6 +147,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
 	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
+	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
 	t.nf.register(fs)
@@ -172,6 +174,9 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	if t.workers < 1 {
 		return nil, fmt.Errorf("--workers %d: want >= 1", t.workers)
+	}
+	if t.journal && t.ckptDir == "" {
+		return nil, errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
 	if t.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
@@ -209,7 +214,8 @@ func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) (addrs,
 		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(t.servers),
 			"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
 			"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10)}, append(t.common(), t.of.args()...)...)
+			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--journal=" + strconv.FormatBool(t.journal)},
+			append(t.common(), t.of.args()...)...)
 		args = append(args, gossipArgs(gossip[:min(len(gossip), 1)])...)
 		c, err := l.Start(ctx, fmt.Sprintf("ps %d", i), i, nil, args...)
 		if err != nil {

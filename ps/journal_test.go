@@ -1,0 +1,148 @@
+package ps
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// journalConfig is a shard of 4 floats with momentum (so that replay must
+// restore optimizer state too), checkpointing every 3 updates into dir and
+// journaling.
+func journalConfig(mode consistency.Mode, workers int, dir string) Config {
+	var l nn.Layout
+	l.Add("w", 4)
+	plan, _ := shard.New(4, 1, 16)
+	ocfg := optim.DefaultConfig()
+	ocfg.Algorithm, ocfg.LR, ocfg.Momentum = "momentum", 0.5, 0.9
+	return Config{Mode: mode, Plan: plan, Layout: l, Optimizer: ocfg, Workers: workers, Staleness: 1,
+		CheckpointDir: dir, CheckpointEvery: 3, Journal: true}
+}
+
+// crashAndRestart starts a new shard from dir without the old one's final
+// checkpoint, as after a SIGKILL.
+func crashAndRestart(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	r, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func TestJournalLosesNoUpdate(t *testing.T) {
+	for _, tc := range []struct {
+		mode    consistency.Mode
+		workers int
+	}{{consistency.Async, 2}, {consistency.Sync, 2}, {consistency.SSP, 2}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			cfg := journalConfig(tc.mode, tc.workers, t.TempDir())
+			s, err := New(cfg, []float32{0, 1, 2, 3})
+			require.NoError(t, err)
+			for step := range int64(7) {
+				for w := range int64(tc.workers) {
+					clock := step
+					if tc.mode != consistency.Sync {
+						clock = s.Clock()
+					}
+					push(t, s, w, step, clock, float32(1+w+step))
+				}
+			}
+			want, clock := values(t, s), s.Clock()
+			require.NoError(t, s.Close()) // no final checkpoint: a crash
+
+			r := crashAndRestart(t, cfg)
+			assert.Equal(t, clock, r.Clock(), "every update is back, none twice")
+			assert.Equal(t, want, values(t, r), "bit for bit, optimizer state included")
+			res := push(t, r, 1, 6, r.Clock(), 100)
+			assert.True(t, res.Duplicate, "the dedup records are back too")
+			assert.Equal(t, want, values(t, r))
+
+		})
+	}
+}
+
+func TestJournalTornTailIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	cfg := journalConfig(consistency.Async, 1, dir)
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	for step := range int64(5) { // a checkpoint at 3, then updates 4 and 5 journaled
+		push(t, s, 0, step, step, 1)
+	}
+	require.NoError(t, s.Close())
+	files, err := s.listJournals()
+	require.NoError(t, err)
+	last := files[len(files)-1].path
+	st, err := os.Stat(last)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(last, st.Size()-3)) // the process died writing update 5
+
+	r := crashAndRestart(t, cfg)
+	assert.Equal(t, int64(4), r.Clock(), "update 4 replayed, the torn 5 dropped")
+	res := push(t, r, 0, 4, 4, 1)
+	assert.False(t, res.Duplicate, "update 5 was never acknowledged: its retry applies")
+	assert.Equal(t, int64(5), r.Clock())
+}
+
+func TestJournalNeedsACheckpointDir(t *testing.T) {
+	cfg := journalConfig(consistency.Async, 1, "")
+	_, err := New(cfg, []float32{0, 1, 2, 3})
+	assert.ErrorContains(t, err, "journal: needs a checkpoint directory")
+}
+
+func TestOldJournalsAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	cfg := journalConfig(consistency.Async, 1, dir)
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	defer s.Close()
+	for step := range int64(20) {
+		push(t, s, 0, step, step, 1)
+	}
+	files, err := s.listJournals()
+	require.NoError(t, err)
+	ckpts, err := s.listCheckpoints()
+	require.NoError(t, err)
+	require.Len(t, ckpts, checkpointKeep)
+	assert.LessOrEqual(t, files[0].after, ckpts[len(ckpts)-1].clock, "the oldest checkpoint kept is covered")
+	assert.LessOrEqual(t, len(files), checkpointKeep+1, "no journal older than what the checkpoints need")
+}
+
+// FuzzReadJournalRecord reads arbitrary bytes as a journal record: it must
+// never panic, and whatever it accepts must fit the shard.
+func FuzzReadJournalRecord(f *testing.F) {
+	cfg := journalConfig(consistency.Async, 1, f.TempDir())
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Push(context.Background(), Push{Ranges: whole, Grads: fill(1)}); err != nil {
+		f.Fatal(err)
+	}
+	files, err := s.listJournals()
+	if err != nil || len(files) == 0 {
+		f.Fatal("no journal", err)
+	}
+	good, err := os.ReadFile(files[len(files)-1].path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte{255, 255, 255, 255})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := s.readRecord(bytes.NewReader(b))
+		if err == nil && len(rec.grads) != s.Floats() {
+			t.Fatalf("accepted a record of %d floats for a shard of %d", len(rec.grads), s.Floats())
+		}
+	})
+}
