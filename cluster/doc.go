@@ -26,6 +26,10 @@
 //     restarted under its name at a new address is taken back once its old
 //     self has been dead for DeadNodeReclaimTime. Config.KeyFile turns on
 //     AES-256 gossip encryption; a node with another key is not admitted.
+//   - Changes lists a view's joins, rejoins, leaves and deaths for one role
+//     of one job (by model Fingerprint), and FollowWorkers applies the
+//     workers' deaths and leaves to a WorkerSet (a ps.Server) as views
+//     arrive: pure code, tested with views from a channel.
 //
 // Concurrency and ownership: a Membership's methods may be called from any
 // goroutine. It owns memberlist's goroutines and one of its own that sends

@@ -13,6 +13,19 @@
 // first. The sync barrier (barrier.go) is a plain state machine that the
 // Server drives under its mutex.
 //
+// Membership (members.go): sync and SSP wait only for the live workers.
+// WorkerGone takes out a worker that died or left (cluster.FollowWorkers
+// calls it from gossip views): a sync step held up only by it completes
+// with the pushes that arrived. Join admits a worker that starts or comes
+// back and names the step it begins at; the barrier keeps, per worker, the
+// first step it takes part in.
+//
+// Durability (checkpoint.go, journal.go): with a CheckpointDir a shard
+// checkpoints every CheckpointEvery updates and resumes from the newest
+// usable checkpoint; with Journal it also appends every update to a
+// journal before applying it and replays it at start, so a killed shard
+// loses no acknowledged update.
+//
 // Ownership: Push does not retain the caller's slices; Read and Snapshot
 // copy values into the caller's buffer; a ChunkReader gets the shard's own
 // values, under its lock, and must copy what it keeps.
