@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -655,7 +656,7 @@ func stalenessPlot(s plotSpec) (*figure, error) {
 func commPlot(s plotSpec) (*figure, error) {
 	f := newFigure(s.title, "analytic communication time per step (ms, log scale)", "measured communication time per step (ms, log scale)", 8*vg.Inch, 5.2*vg.Inch)
 	lo, hi := math.Inf(1), math.Inf(-1)
-	models := distinctStrings(s.runs, func(rec *Record) string { return rec.Model })
+	models := firstSeen(s.runs, func(rec *Record) string { return rec.Model })
 	// Hollow shapes, so that runs with nearly equal times stay visible.
 	shapes := []draw.GlyphDrawer{draw.RingGlyph{}, draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 	type key struct {
@@ -857,19 +858,18 @@ func commHeavyModel(runs []*Record) string {
 	return m
 }
 
-func distinct(runs []*Record, get func(*Record) float64) []float64 {
-	var out []float64
-	for _, rec := range runs {
-		if v := get(rec); !slices.Contains(out, v) {
-			out = append(out, v)
-		}
-	}
+// distinct returns the values get takes over runs, each once, in
+// ascending order.
+func distinct[T cmp.Ordered](runs []*Record, get func(*Record) T) []T {
+	out := firstSeen(runs, get)
 	slices.Sort(out)
 	return out
 }
 
-func distinctStrings(runs []*Record, get func(*Record) string) []string {
-	var out []string
+// firstSeen returns the values get takes over runs, each once, in the
+// order of the runs that first take them.
+func firstSeen[T comparable](runs []*Record, get func(*Record) T) []T {
+	var out []T
 	for _, rec := range runs {
 		if v := get(rec); !slices.Contains(out, v) {
 			out = append(out, v)
