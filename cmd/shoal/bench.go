@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,13 +87,8 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if *jsonOut {
-		b, err := json.Marshal(tcpRecord{Bytes: r.Bytes, Iters: r.Iters, Warmup: r.Warmup, Median: r.Median.Seconds(), P10: r.P10.Seconds(),
+		return printJSONLine(stdout, tcpRecord{Bytes: r.Bytes, Iters: r.Iters, Warmup: r.Warmup, Median: r.Median.Seconds(), P10: r.P10.Seconds(),
 			P90: r.P90.Seconds(), Mean: r.Mean.Seconds(), GBps: r.GBps, Sent: r.Sent, Received: r.Received})
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
 	}
 	_, err = fmt.Fprintf(stdout, "tcp round trip, %d bytes each way, one loopback connection: median %v (p10 %v, p90 %v), %.2f GB/s; %d round trips after %d warm-up\n",
 		r.Bytes, r.Median.Round(time.Microsecond), r.P10.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.GBps, r.Iters, r.Warmup)
@@ -217,8 +211,7 @@ func printBenchResults(ctx context.Context, l *launch.Launcher, np int, jsonOut 
 		case m.Event.Event == launch.Measured && m.Event.Result != nil:
 			r := *m.Event.Result
 			if jsonOut {
-				b, _ := json.Marshal(r)
-				fmt.Fprintf(stdout, "%s\n", b)
+				printJSONLine(stdout, r)
 			} else {
 				fmt.Fprintf(stdout, "%-13s %3d %12d %12.6f %12.3f %12.3f  %v\n", r.Op, r.NP, r.Bytes, r.Seconds, r.AlgBW, r.BusBW, r.Correct)
 			}

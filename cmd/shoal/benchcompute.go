@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -81,12 +80,7 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	rec.Backend, rec.Why = be.Name(), why
 	if *jsonOut {
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return printJSONLine(stdout, rec)
 	}
 	_, err = fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
 		describeModel(model), rec.Batch, rec.Threads, rec.Backend, rec.SamplesPerSec, rec.Steps, rec.Seconds, why)

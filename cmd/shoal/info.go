@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/shoalml/shoal/nn"
@@ -74,34 +72,16 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	r := gatherInfo()
 	if *jsonOut {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return printJSONLine(stdout, r)
 	}
 	return printInfo(stdout, r)
 }
 
 func gatherInfo() infoReport {
 	var r infoReport
-	r.Build = buildInfo{Version: "(devel)", Revision: "unknown", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			r.Build.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				r.Build.Revision = s.Value
-			case "vcs.modified":
-				r.Build.Modified = s.Value == "true"
-			case "CGO_ENABLED":
-				r.Build.Cgo = s.Value == "1"
-			}
-		}
-	}
+	b := readBuild()
+	r.Build = buildInfo{Version: b.version, Revision: b.revision, Modified: b.modified, Go: runtime.Version(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, Cgo: b.cgo}
 
 	// Threads 0: report the library's own setting; a worker sets its own.
 	be, why := nn.NewBestCPU(0)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -102,6 +103,7 @@ func runVersion(stdout io.Writer) error {
 type build struct {
 	version, revision string // "(devel)", "unknown" when not stamped
 	modified          bool   // built from a tree with uncommitted changes
+	cgo               bool   // built with CGO_ENABLED=1
 }
 
 func readBuild() build {
@@ -119,7 +121,19 @@ func readBuild() build {
 			b.revision = s.Value
 		case "vcs.modified":
 			b.modified = s.Value == "true"
+		case "CGO_ENABLED":
+			b.cgo = s.Value == "1"
 		}
 	}
 	return b
+}
+
+// printJSONLine writes v to w as one line of JSON.
+func printJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
