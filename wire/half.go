@@ -86,22 +86,6 @@ func bfloat16Bits(f float32) uint16 {
 // bfloat16Float32 returns the float32 value of the bfloat16 bits h.
 func bfloat16Float32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
-// roundFloat16 returns f rounded to the nearest half-precision value:
-// float16Float32(float16Bits(f)), with the common case done on the
-// float32 bits directly.
-func roundFloat16(f float32) float32 {
-	u := math.Float32bits(f)
-	a := u &^ 0x80000000
-	if a-f16MinNormal < f16Overflow-f16MinNormal {
-		r := (a + 0xfff + (a>>13)&1) &^ 0x1fff
-		if r >= f16Overflow {
-			r = f32Inf
-		}
-		return math.Float32frombits(u&0x80000000 | r)
-	}
-	return float16Float32(float16BitsRare(u))
-}
-
 // roundBFloat16 returns f rounded to the nearest bfloat16 value.
 func roundBFloat16(f float32) float32 { return bfloat16Float32(bfloat16Bits(f)) }
 
@@ -146,7 +130,9 @@ func getBFloat16(dst []float32, src []byte) {
 // value.
 func quantizeFloat16(x []float32) {
 	for i, v := range x {
-		// roundFloat16, inlined by hand.
+		// float16Float32(float16Bits(v)), with the common case done on
+		// the float32 bits directly: round the mantissa to 10 bits as
+		// float16Bits does, keeping the float32 exponent.
 		u := math.Float32bits(v)
 		a := u &^ 0x80000000
 		if a-f16MinNormal < f16Overflow-f16MinNormal {
