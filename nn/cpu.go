@@ -60,22 +60,17 @@ func (*CPU) Name() string { return "cpu/gonum" }
 // gonum does, on a negative dimension, a leading dimension too small for
 // its matrix, or a slice too short.
 func (c *CPU) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, cm []float32, ldc int) {
+	// gonum would only scale C for an empty product too, but for a large
+	// C it would do so after entering its parallel path.
+	if gemmTrivial(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, cm, ldc) {
+		return
+	}
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if tA {
 		ta = blas.Trans
 	}
 	if tB {
 		tb = blas.Trans
-	}
-	checkGemm(tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(cm))
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		// gonum would only scale C here, but for a large C it would do
-		// so after entering its parallel path.
-		scale(beta, cm, m, n, ldc)
-		return
 	}
 	mb, nb, kb := c.tiles()
 	if blocks(m, gonumBlock)*blocks(n, gonumBlock) < gonumMinPB && k <= kb {
@@ -112,6 +107,21 @@ func (c *CPU) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int
 			}
 		}
 	}
+}
+
+// gemmTrivial checks a Gemm's operands (see checkGemm) and computes the
+// products that multiply nothing: for m or n zero there is nothing to do,
+// for k or alpha zero C = beta·C. It reports whether it did the product.
+func gemmTrivial(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	checkGemm(tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
+	if m == 0 || n == 0 {
+		return true
+	}
+	if k == 0 || alpha == 0 {
+		scale(beta, c, m, n, ldc)
+		return true
+	}
+	return false
 }
 
 // checkGemm panics, as gonum does, on a negative dimension, a leading

@@ -255,12 +255,7 @@ func (o *OpenBLAS) SetThreads(n int) { o.lib.setThreads(max(n, 1)) }
 // leading dimension too small for its matrix, or a slice too short, and on
 // a dimension beyond OpenBLAS's 32-bit int.
 func (o *OpenBLAS) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	checkGemm(tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scale(beta, c, m, n, ldc)
+	if gemmTrivial(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	for _, v := range [...]int{m, n, k, lda, ldb, ldc} {
