@@ -10,16 +10,7 @@ import (
 
 // benchBatch returns a reproducible batch of n random samples for m.
 func benchBatch(m Model, n int) ([]float32, []int32) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, n*m.InputSize())
-	for i := range x {
-		x[i] = rng.Float32()
-	}
-	labels := make([]int32, n)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(m.Classes()))
-	}
-	return x, labels
+	return randBatch(rand.New(rand.NewPCG(1, 2)), n, m)
 }
 
 // BenchmarkForwardBackward measures one training step's model work (no
@@ -27,14 +18,9 @@ func benchBatch(m Model, n int) ([]float32, []int32) {
 func BenchmarkForwardBackward(b *testing.B) {
 	for _, arch := range []string{"mlp", "cnn"} {
 		b.Run(arch, func(b *testing.B) {
-			m, err := New(Spec{Arch: arch}, NewCPU())
-			if err != nil {
-				b.Fatal(err)
-			}
+			m, params := model(b, Spec{Arch: arch})
 			const batch = 64
-			params := make([]float32, m.Layout().Size())
 			grads := make([]float32, len(params))
-			m.Init(params, 1)
 			x, labels := benchBatch(m, batch)
 			m.ForwardBackward(params, grads, x, labels) // size the buffers
 			for b.Loop() {
@@ -49,13 +35,8 @@ func BenchmarkForwardBackward(b *testing.B) {
 func BenchmarkEvaluate(b *testing.B) {
 	for _, arch := range []string{"mlp", "cnn"} {
 		b.Run(arch, func(b *testing.B) {
-			m, err := New(Spec{Arch: arch}, NewCPU())
-			if err != nil {
-				b.Fatal(err)
-			}
+			m, params := model(b, Spec{Arch: arch})
 			const batch = 256
-			params := make([]float32, m.Layout().Size())
-			m.Init(params, 1)
 			x, labels := benchBatch(m, batch)
 			m.Evaluate(params, x, labels) // size the buffers
 			for b.Loop() {

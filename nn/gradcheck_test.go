@@ -160,6 +160,25 @@ func distinct(rng *rand.Rand, n int) []float32 {
 	return v
 }
 
+// denseLayer, convLayer and withReLU make the build funcs of
+// TestLayerGradients' table.
+func denseLayer(in, out int) func(Backend, *Layout) layer {
+	return func(be Backend, lay *Layout) layer { return newDense(be, lay, "fc", in, out) }
+}
+
+func convLayer(in shape, outC, kh, kw, pad int) func(Backend, *Layout) layer {
+	return func(be Backend, lay *Layout) layer { return newConv2D(be, lay, "conv", in, outC, kh, kw, pad) }
+}
+
+// withReLU fuses a ReLU into the layer build makes.
+func withReLU(build func(Backend, *Layout) layer) func(Backend, *Layout) layer {
+	return func(be Backend, lay *Layout) layer {
+		l := build(be, lay)
+		l.(actLayer).fuseReLU()
+		return l
+	}
+}
+
 func TestLayerGradients(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -167,32 +186,16 @@ func TestLayerGradients(t *testing.T) {
 		n     int
 		input func(*rand.Rand, int) []float32
 	}{
-		{"dense", func(be Backend, lay *Layout) layer { return newDense(be, lay, "fc", 5, 3) }, 4, uniformInput},
-		{"dense batch 1", func(be Backend, lay *Layout) layer { return newDense(be, lay, "fc", 9, 6) }, 1, uniformInput},
-		{"dense+relu", func(be Backend, lay *Layout) layer {
-			d := newDense(be, lay, "fc", 6, 4)
-			d.fuseReLU()
-			return d
-		}, 3, uniformInput},
+		{"dense", denseLayer(5, 3), 4, uniformInput},
+		{"dense batch 1", denseLayer(9, 6), 1, uniformInput},
+		{"dense+relu", withReLU(denseLayer(6, 4)), 3, uniformInput},
 		{"relu", func(Backend, *Layout) layer { return newReLU(shape{2, 3, 3}) }, 2, awayFromZero},
 		{"flatten", func(Backend, *Layout) layer { return newFlatten(shape{2, 3, 4}) }, 2, uniformInput},
-		{"conv 3x3 pad 1", func(be Backend, lay *Layout) layer {
-			return newConv2D(be, lay, "conv", shape{2, 5, 6}, 3, 3, 3, 1)
-		}, 2, uniformInput},
-		{"conv 3x3 no pad", func(be Backend, lay *Layout) layer {
-			return newConv2D(be, lay, "conv", shape{2, 6, 5}, 2, 3, 3, 0)
-		}, 2, uniformInput},
-		{"conv 2x3 pad 2", func(be Backend, lay *Layout) layer {
-			return newConv2D(be, lay, "conv", shape{1, 4, 5}, 2, 2, 3, 2)
-		}, 3, uniformInput},
-		{"conv 1x1", func(be Backend, lay *Layout) layer {
-			return newConv2D(be, lay, "conv", shape{3, 4, 4}, 2, 1, 1, 0)
-		}, 2, uniformInput},
-		{"conv 3x3 pad 1 +relu", func(be Backend, lay *Layout) layer {
-			c := newConv2D(be, lay, "conv", shape{2, 5, 5}, 3, 3, 3, 1)
-			c.fuseReLU()
-			return c
-		}, 2, uniformInput},
+		{"conv 3x3 pad 1", convLayer(shape{2, 5, 6}, 3, 3, 3, 1), 2, uniformInput},
+		{"conv 3x3 no pad", convLayer(shape{2, 6, 5}, 2, 3, 3, 0), 2, uniformInput},
+		{"conv 2x3 pad 2", convLayer(shape{1, 4, 5}, 2, 2, 3, 2), 3, uniformInput},
+		{"conv 1x1", convLayer(shape{3, 4, 4}, 2, 1, 1, 0), 2, uniformInput},
+		{"conv 3x3 pad 1 +relu", withReLU(convLayer(shape{2, 5, 5}, 3, 3, 3, 1)), 2, uniformInput},
 		{"maxpool 2", func(Backend, *Layout) layer { return newMaxPool2D(shape{2, 6, 7}, 2) }, 2, distinct},
 		{"maxpool 3", func(Backend, *Layout) layer { return newMaxPool2D(shape{1, 7, 6}, 3) }, 2, distinct},
 	}
@@ -348,6 +351,11 @@ func perturbedInit(m Model, seed uint64, rng *rand.Rand) []float32 {
 	return p
 }
 
+// randBatch returns n inputs for m with values in [-1, 1) and n labels.
+func randBatch(rng *rand.Rand, n int, m Model) ([]float32, []int32) {
+	return randVec(rng, n*m.InputSize()), randLabels(rng, n, m.Classes())
+}
+
 func randLabels(rng *rand.Rand, n, classes int) []int32 {
 	l := make([]int32, n)
 	for i := range l {
@@ -363,8 +371,7 @@ func TestModelGradients(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(ti), 7))
 				m := tc.m(NewCPU(), fuse)
 				p := perturbedInit(m, 1, rng)
-				x := randVec(rng, tc.n*m.InputSize())
-				labels := randLabels(rng, tc.n, m.Classes())
+				x, labels := randBatch(rng, tc.n, m)
 
 				g := nanVec(len(p))
 				loss, _ := m.ForwardBackward(p, g, x, labels)
@@ -394,8 +401,7 @@ func TestFusedMatchesUnfused(t *testing.T) {
 			require.Less(t, len(fused.layers), len(plain.layers))
 			require.True(t, fused.Layout().Equal(plain.Layout()))
 			p := perturbedInit(fused, 2, rng)
-			x := randVec(rng, tc.n*fused.InputSize())
-			labels := randLabels(rng, tc.n, fused.Classes())
+			x, labels := randBatch(rng, tc.n, fused)
 			g1, g2 := make([]float32, len(p)), make([]float32, len(p))
 			l1, c1 := fused.ForwardBackward(p, g1, x, labels)
 			l2, c2 := plain.ForwardBackward(p, g2, x, labels)

@@ -133,11 +133,18 @@ func TestInit(t *testing.T) {
 	}
 }
 
-// model returns an initialised small-batch fixture for arch.
-func model(t *testing.T, spec Spec) (Model, []float32) {
-	t.Helper()
-	m, err := New(spec, NewCPU())
-	require.NoError(t, err)
+// model returns the model spec describes on the gonum CPU backend and its
+// parameters, initialised with seed 1.
+func model(tb testing.TB, spec Spec) (Model, []float32) {
+	tb.Helper()
+	return modelOn(tb, NewCPU(), spec)
+}
+
+// modelOn is model on the backend be.
+func modelOn(tb testing.TB, be Backend, spec Spec) (Model, []float32) {
+	tb.Helper()
+	m, err := New(spec, be)
+	require.NoError(tb, err)
 	p := make([]float32, m.Layout().Size())
 	m.Init(p, 1)
 	return m, p
@@ -154,8 +161,7 @@ func TestBatchSizeChanges(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, 11))
 			size := len(p)
 			for _, n := range []int{16, 3, 1, 16, 23, 8} {
-				x := randVec(rng, n*m.InputSize())
-				labels := randLabels(rng, n, m.Classes())
+				x, labels := randBatch(rng, n, m)
 				g := nanVec(size)
 				loss, correct := m.ForwardBackward(p, g, x, labels)
 				requireFinite(t, "grads", g)
@@ -259,8 +265,7 @@ func TestInputsUnmodified(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			m, p := model(t, Spec{Arch: arch, Height: 8, Width: 8})
 			rng := rand.New(rand.NewPCG(2, 2))
-			x := randVec(rng, 5*m.InputSize())
-			labels := randLabels(rng, 5, m.Classes())
+			x, labels := randBatch(rng, 5, m)
 			p0, x0, l0 := slices.Clone(p), slices.Clone(x), slices.Clone(labels)
 			g := make([]float32, len(p))
 			m.ForwardBackward(p, g, x, labels)
@@ -282,8 +287,7 @@ func TestModelsShareParams(t *testing.T) {
 	m1, p := model(t, spec)
 	m2, _ := model(t, spec)
 	rng := rand.New(rand.NewPCG(3, 3))
-	x := randVec(rng, 8*m1.InputSize())
-	labels := randLabels(rng, 8, m1.Classes())
+	x, labels := randBatch(rng, 8, m1)
 	g1, g2 := make([]float32, len(p)), make([]float32, len(p))
 	var wg sync.WaitGroup
 	for _, w := range []struct {
@@ -411,8 +415,7 @@ func TestForwardBackwardNotify(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			m, p := model(t, Spec{Arch: arch, Height: 8, Width: 8})
 			rng := rand.New(rand.NewPCG(3, 3))
-			x := randVec(rng, 6*m.InputSize())
-			labels := randLabels(rng, 6, m.Classes())
+			x, labels := randBatch(rng, 6, m)
 			want := make([]float32, len(p))
 			wantLoss, wantCorrect := m.ForwardBackward(p, want, x, labels)
 

@@ -192,37 +192,45 @@ func TestBackendGemmPanicsOnBadArguments(t *testing.T) {
 // step with SGD momentum, on each backend and compares the loss, the
 // gradients and the updated parameters with the gonum backend's.
 func TestBackendModelsMatchGonum(t *testing.T) {
+	forEachBackendModel(t, func(t *testing.T, be Backend, spec Spec) {
+		ref, p := model(t, spec)
+		m, err := New(spec, be)
+		require.NoError(t, err)
+		x, labels := benchBatch(ref, 8)
+		gRef, g := make([]float32, len(p)), nanVec(len(p))
+		lRef, cRef := ref.ForwardBackward(p, gRef, x, labels)
+		l, c := m.ForwardBackward(p, g, x, labels)
+		assert.InDelta(t, lRef, l, 1e-4)
+		assert.Equal(t, cRef, c)
+		requireClose(t, ref.Layout(), "grads", gRef, g, 1e-4)
+
+		// One SGD-momentum step from each, then a second forward-backward
+		// at the new parameters.
+		pRef, p2 := append([]float32(nil), p...), append([]float32(nil), p...)
+		oRef, o := momentum(t, len(p)), momentum(t, len(p))
+		require.NoError(t, oRef.Step(pRef, gRef))
+		require.NoError(t, o.Step(p2, g))
+		requireClose(t, ref.Layout(), "params after a step", pRef, p2, 1e-4)
+		lRef, _ = ref.ForwardBackward(pRef, gRef, x, labels)
+		l, _ = m.ForwardBackward(p2, g, x, labels)
+		assert.InDelta(t, lRef, l, 1e-4, "loss after a step")
+		requireClose(t, ref.Layout(), "grads after a step", gRef, g, 1e-4)
+	})
+}
+
+// computeSpecs are the models of `shoal bench compute`.
+func computeSpecs() []Spec {
+	return []Spec{{Arch: "mlp", Hidden: []int{512, 512}}, {Arch: "cnn"}}
+}
+
+// forEachBackendModel runs f as subtest backend/arch for each backend and
+// each of computeSpecs.
+func forEachBackendModel(t *testing.T, f func(t *testing.T, be Backend, spec Spec)) {
 	for _, bk := range backends() {
 		t.Run(bk.name, func(t *testing.T) {
 			be := bk.be(t)
-			for _, spec := range []Spec{{Arch: "mlp", Hidden: []int{512, 512}}, {Arch: "cnn"}} {
-				t.Run(spec.Arch, func(t *testing.T) {
-					ref, err := New(spec, NewCPU())
-					require.NoError(t, err)
-					m, err := New(spec, be)
-					require.NoError(t, err)
-					p := make([]float32, ref.Layout().Size())
-					ref.Init(p, 3)
-					x, labels := benchBatch(ref, 8)
-					gRef, g := make([]float32, len(p)), nanVec(len(p))
-					lRef, cRef := ref.ForwardBackward(p, gRef, x, labels)
-					l, c := m.ForwardBackward(p, g, x, labels)
-					assert.InDelta(t, lRef, l, 1e-4)
-					assert.Equal(t, cRef, c)
-					requireClose(t, ref.Layout(), "grads", gRef, g, 1e-4)
-
-					// One SGD-momentum step from each, then a second
-					// forward-backward at the new parameters.
-					pRef, p2 := append([]float32(nil), p...), append([]float32(nil), p...)
-					oRef, o := momentum(t, len(p)), momentum(t, len(p))
-					require.NoError(t, oRef.Step(pRef, gRef))
-					require.NoError(t, o.Step(p2, g))
-					requireClose(t, ref.Layout(), "params after a step", pRef, p2, 1e-4)
-					lRef, _ = ref.ForwardBackward(pRef, gRef, x, labels)
-					l, _ = m.ForwardBackward(p2, g, x, labels)
-					assert.InDelta(t, lRef, l, 1e-4, "loss after a step")
-					requireClose(t, ref.Layout(), "grads after a step", gRef, g, 1e-4)
-				})
+			for _, spec := range computeSpecs() {
+				t.Run(spec.Arch, func(t *testing.T) { f(t, be, spec) })
 			}
 		})
 	}
@@ -249,30 +257,20 @@ func momentum(t testing.TB, n int) *optim.Optimizer {
 // ForwardBackward and an optimizer step, allocates nothing on every
 // backend.
 func TestTrainingStepZeroAllocs(t *testing.T) {
-	for _, bk := range backends() {
-		t.Run(bk.name, func(t *testing.T) {
-			be := bk.be(t)
-			for _, spec := range []Spec{{Arch: "mlp", Hidden: []int{512, 512}}, {Arch: "cnn"}} {
-				t.Run(spec.Arch, func(t *testing.T) {
-					m, err := New(spec, be)
-					require.NoError(t, err)
-					p := make([]float32, m.Layout().Size())
-					g := make([]float32, len(p))
-					m.Init(p, 1)
-					o := momentum(t, len(p))
-					x, labels := benchBatch(m, 16)
-					step := func() {
-						m.ForwardBackward(p, g, x, labels)
-						if err := o.Step(p, g); err != nil {
-							t.Fatal(err)
-						}
-					}
-					step() // warm up
-					assert.Zero(t, testing.AllocsPerRun(3, step), "allocations per training step")
-				})
+	forEachBackendModel(t, func(t *testing.T, be Backend, spec Spec) {
+		m, p := modelOn(t, be, spec)
+		g := make([]float32, len(p))
+		o := momentum(t, len(p))
+		x, labels := benchBatch(m, 16)
+		step := func() {
+			m.ForwardBackward(p, g, x, labels)
+			if err := o.Step(p, g); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+		}
+		step() // warm up
+		assert.Zero(t, testing.AllocsPerRun(3, step), "allocations per training step")
+	})
 }
 
 func TestBLASSearchOrder(t *testing.T) {
@@ -413,17 +411,11 @@ func TestNewBestCPU(t *testing.T) {
 // models of `shoal bench compute`.
 func BenchmarkTrainStep(b *testing.B) {
 	for _, bk := range backends() {
-		for _, spec := range []Spec{{Arch: "mlp", Hidden: []int{512, 512}}, {Arch: "cnn"}} {
+		for _, spec := range computeSpecs() {
 			b.Run(bk.name+"/"+spec.Arch, func(b *testing.B) {
-				be := bk.be(b)
-				m, err := New(spec, be)
-				if err != nil {
-					b.Fatal(err)
-				}
+				m, p := modelOn(b, bk.be(b), spec)
 				const batch = 64
-				p := make([]float32, m.Layout().Size())
 				g := make([]float32, len(p))
-				m.Init(p, 1)
 				o := momentum(b, len(p))
 				x, labels := benchBatch(m, batch)
 				m.ForwardBackward(p, g, x, labels)
