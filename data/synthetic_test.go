@@ -50,18 +50,23 @@ func TestSyntheticDeterministic(t *testing.T) {
 
 	other := cfg
 	other.Seed = 43
-	train3, _, err := Synthetic(other)
-	require.NoError(t, err)
-	x3, _ := gatherAll(train3)
+	x3, _ := syntheticTrain(t, other)
 	assert.NotEqual(t, x1, x3, "another seed, other data")
 
 	bigger := cfg
 	bigger.Test = 500
-	train4, _, err := Synthetic(bigger)
-	require.NoError(t, err)
-	x4, y4 := gatherAll(train4)
+	x4, y4 := syntheticTrain(t, bigger)
 	assert.Equal(t, x1, x4, "the test size does not change the training set")
 	assert.Equal(t, y1, y4)
+}
+
+// syntheticTrain returns the images and labels of the training set
+// Synthetic(cfg) makes.
+func syntheticTrain(t *testing.T, cfg SyntheticConfig) ([]float32, []int32) {
+	t.Helper()
+	train, _, err := Synthetic(cfg)
+	require.NoError(t, err)
+	return gatherAll(train)
 }
 
 // The default synthetic set is learnable: even a nearest-class-mean
