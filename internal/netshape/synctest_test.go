@@ -79,19 +79,7 @@ func TestVirtualEgressRate(t *testing.T) {
 func TestVirtualSharedEgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := nicIn(t, mbps1)
-		start := time.Now()
-		var wg sync.WaitGroup
-		took := make([]time.Duration, 2)
-		for i := range took {
-			a, b := net.Pipe()
-			go sendAll(t, n.Conn(a), 550_000)
-			wg.Go(func() {
-				var got int
-				got, took[i] = receiveAll(t, b, start)
-				assert.Equal(t, 550_000, got)
-			})
-		}
-		wg.Wait()
+		took := twoFlows(t, func(a, b net.Conn) (net.Conn, net.Conn) { return n.Conn(a), b })
 		assert.InDelta(t, time.Second, max(took[0], took[1]), float64(time.Millisecond))
 		// Within one 64 KiB piece (65 ms) of each other.
 		assert.Greater(t, min(took[0], took[1]), 900*time.Millisecond)
@@ -103,24 +91,34 @@ func TestVirtualSharedEgress(t *testing.T) {
 func TestVirtualSharedIngress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := nicIn(t, mbps1)
-		start := time.Now()
-		var wg sync.WaitGroup
-		took := make([]time.Duration, 2)
-		for i := range took {
-			a, b := net.Pipe()
-			go sendAll(t, b, 550_000)
-			wg.Go(func() {
-				r := n.Conn(a)
-				defer r.Close()
-				var got int
-				got, took[i] = receiveAll(t, r, start)
-				assert.Equal(t, 550_000, got)
-			})
-		}
-		wg.Wait()
+		took := twoFlows(t, func(a, b net.Conn) (net.Conn, net.Conn) { return b, n.Conn(a) })
 		assert.InDelta(t, time.Second, max(took[0], took[1]), float64(time.Millisecond))
 		assert.Equal(t, int64(1_100_000), n.Received())
 	})
+}
+
+// twoFlows sends 550,000 bytes over each of two pipes at once and returns
+// when each receiver had them all. Of a new pipe's ends a and b, ends
+// returns the conn to send on and the one to receive on, either of them
+// shaped by a NIC; twoFlows closes both.
+func twoFlows(t *testing.T, ends func(a, b net.Conn) (send, recv net.Conn)) [2]time.Duration {
+	start := time.Now()
+	var (
+		wg   sync.WaitGroup
+		took [2]time.Duration
+	)
+	for i := range took {
+		send, recv := ends(net.Pipe())
+		go sendAll(t, send, 550_000)
+		wg.Go(func() {
+			defer recv.Close()
+			var got int
+			got, took[i] = receiveAll(t, recv, start)
+			assert.Equal(t, 550_000, got)
+		})
+	}
+	wg.Wait()
+	return took
 }
 
 // TestVirtualRTT: a request and its reply between two NICs take one RTT.
