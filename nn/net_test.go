@@ -133,6 +133,19 @@ func TestInit(t *testing.T) {
 	}
 }
 
+// eachArch runs f as a subtest per architecture, mlp and cnn, on a model
+// of spec with that Arch (see model).
+func eachArch(t *testing.T, spec Spec, f func(t *testing.T, m Model, p []float32)) {
+	for _, arch := range []string{"mlp", "cnn"} {
+		t.Run(arch, func(t *testing.T) {
+			s := spec
+			s.Arch = arch
+			m, p := model(t, s)
+			f(t, m, p)
+		})
+	}
+}
+
 // model returns the model spec describes on the gonum CPU backend and its
 // parameters, initialised with seed 1.
 func model(tb testing.TB, spec Spec) (Model, []float32) {
@@ -203,22 +216,19 @@ func TestBatchSizeChanges(t *testing.T) {
 }
 
 func TestZeroAllocsWhenWarm(t *testing.T) {
-	for _, arch := range []string{"mlp", "cnn"} {
-		t.Run(arch, func(t *testing.T) {
-			m, p := model(t, Spec{Arch: arch})
-			const batch = 64
-			g := make([]float32, len(p))
-			x, labels := benchBatch(m, batch)
-			m.ForwardBackward(p, g, x, labels) // warm up
-			allocs := testing.AllocsPerRun(3, func() { m.ForwardBackward(p, g, x, labels) })
-			assert.Zero(t, allocs, "ForwardBackward")
-			allocs = testing.AllocsPerRun(3, func() { m.Evaluate(p, x, labels) })
-			assert.Zero(t, allocs, "Evaluate")
-			// A smaller batch (the last of an epoch) fits in the buffers.
-			allocs = testing.AllocsPerRun(3, func() { m.ForwardBackward(p, g, x[:10*m.InputSize()], labels[:10]) })
-			assert.Zero(t, allocs, "ForwardBackward, smaller batch")
-		})
-	}
+	eachArch(t, Spec{}, func(t *testing.T, m Model, p []float32) {
+		const batch = 64
+		g := make([]float32, len(p))
+		x, labels := benchBatch(m, batch)
+		m.ForwardBackward(p, g, x, labels) // warm up
+		allocs := testing.AllocsPerRun(3, func() { m.ForwardBackward(p, g, x, labels) })
+		assert.Zero(t, allocs, "ForwardBackward")
+		allocs = testing.AllocsPerRun(3, func() { m.Evaluate(p, x, labels) })
+		assert.Zero(t, allocs, "Evaluate")
+		// A smaller batch (the last of an epoch) fits in the buffers.
+		allocs = testing.AllocsPerRun(3, func() { m.ForwardBackward(p, g, x[:10*m.InputSize()], labels[:10]) })
+		assert.Zero(t, allocs, "ForwardBackward, smaller batch")
+	})
 }
 
 func TestCallerErrorsPanic(t *testing.T) {
@@ -261,23 +271,20 @@ func TestEmptyBatch(t *testing.T) {
 // TestInputsUnmodified checks that ForwardBackward and Evaluate leave
 // params, x and labels alone and keep no reference to them.
 func TestInputsUnmodified(t *testing.T) {
-	for _, arch := range []string{"mlp", "cnn"} {
-		t.Run(arch, func(t *testing.T) {
-			m, p := model(t, Spec{Arch: arch, Height: 8, Width: 8})
-			rng := rand.New(rand.NewPCG(2, 2))
-			x, labels := randBatch(rng, 5, m)
-			p0, x0, l0 := slices.Clone(p), slices.Clone(x), slices.Clone(labels)
-			g := make([]float32, len(p))
-			m.ForwardBackward(p, g, x, labels)
-			m.Evaluate(p, x, labels)
-			assert.Equal(t, p0, p)
-			assert.Equal(t, x0, x)
-			assert.Equal(t, l0, labels)
-			for _, a := range m.(*net).acts {
-				assert.Nil(t, a)
-			}
-		})
-	}
+	eachArch(t, Spec{Height: 8, Width: 8}, func(t *testing.T, m Model, p []float32) {
+		rng := rand.New(rand.NewPCG(2, 2))
+		x, labels := randBatch(rng, 5, m)
+		p0, x0, l0 := slices.Clone(p), slices.Clone(x), slices.Clone(labels)
+		g := make([]float32, len(p))
+		m.ForwardBackward(p, g, x, labels)
+		m.Evaluate(p, x, labels)
+		assert.Equal(t, p0, p)
+		assert.Equal(t, x0, x)
+		assert.Equal(t, l0, labels)
+		for _, a := range m.(*net).acts {
+			assert.Nil(t, a)
+		}
+	})
 }
 
 // TestModelsShareParams runs two models on one params vector from two
@@ -411,41 +418,38 @@ func quadrants(rng *rand.Rand, n int, m Model) ([]float32, []int32) {
 // to layer down to 0 at each parameter layer's first tensor, and that when
 // ready(off) is called grads[off:] already holds its final values.
 func TestForwardBackwardNotify(t *testing.T) {
-	for _, arch := range []string{"mlp", "cnn"} {
-		t.Run(arch, func(t *testing.T) {
-			m, p := model(t, Spec{Arch: arch, Height: 8, Width: 8})
-			rng := rand.New(rand.NewPCG(3, 3))
-			x, labels := randBatch(rng, 6, m)
-			want := make([]float32, len(p))
-			wantLoss, wantCorrect := m.ForwardBackward(p, want, x, labels)
+	eachArch(t, Spec{Height: 8, Width: 8}, func(t *testing.T, m Model, p []float32) {
+		rng := rand.New(rand.NewPCG(3, 3))
+		x, labels := randBatch(rng, 6, m)
+		want := make([]float32, len(p))
+		wantLoss, wantCorrect := m.ForwardBackward(p, want, x, labels)
 
-			g := randVec(rng, len(p)) // garbage: every value must be overwritten
-			var offs []int
-			loss, correct := m.(GradNotifier).ForwardBackwardNotify(p, g, x, labels, func(off int) {
-				end := len(p)
-				if len(offs) > 0 {
-					end = offs[len(offs)-1]
-				}
-				require.Less(t, off, end, "offsets must fall")
-				assert.Equal(t, want[off:end], g[off:end], "grads[%d:%d] not final at ready(%d)", off, end, off)
-				offs = append(offs, off)
-			})
-			assert.Equal(t, wantLoss, loss)
-			assert.Equal(t, wantCorrect, correct)
-			assert.Equal(t, want, g)
-			var firsts []int // the offset of each layer's weight, last layer first
-			for _, tn := range m.Layout().Tensors {
-				if len(tn.Shape) > 1 {
-					firsts = append([]int{tn.Offset}, firsts...)
-				}
+		g := randVec(rng, len(p)) // garbage: every value must be overwritten
+		var offs []int
+		loss, correct := m.(GradNotifier).ForwardBackwardNotify(p, g, x, labels, func(off int) {
+			end := len(p)
+			if len(offs) > 0 {
+				end = offs[len(offs)-1]
 			}
-			assert.Equal(t, firsts, offs)
-			assert.Equal(t, 0, offs[len(offs)-1])
-
-			offs = offs[:0]
-			m.(GradNotifier).ForwardBackwardNotify(p, g, x[:0], labels[:0], func(off int) { offs = append(offs, off) })
-			assert.Equal(t, []int{0}, offs, "an empty batch reports the whole vector at once")
-			assert.Equal(t, make([]float32, len(p)), g)
+			require.Less(t, off, end, "offsets must fall")
+			assert.Equal(t, want[off:end], g[off:end], "grads[%d:%d] not final at ready(%d)", off, end, off)
+			offs = append(offs, off)
 		})
-	}
+		assert.Equal(t, wantLoss, loss)
+		assert.Equal(t, wantCorrect, correct)
+		assert.Equal(t, want, g)
+		var firsts []int // the offset of each layer's weight, last layer first
+		for _, tn := range m.Layout().Tensors {
+			if len(tn.Shape) > 1 {
+				firsts = append([]int{tn.Offset}, firsts...)
+			}
+		}
+		assert.Equal(t, firsts, offs)
+		assert.Equal(t, 0, offs[len(offs)-1])
+
+		offs = offs[:0]
+		m.(GradNotifier).ForwardBackwardNotify(p, g, x[:0], labels[:0], func(off int) { offs = append(offs, off) })
+		assert.Equal(t, []int{0}, offs, "an empty batch reports the whole vector at once")
+		assert.Equal(t, make([]float32, len(p)), g)
+	})
 }
