@@ -1,12 +1,35 @@
 """What the peer scripts share. They run as scripts from this folder, so
 Python finds this module next to them."""
 
+import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+
+
+def add_training_args(p, hidden, per, data):
+    """Adds the arguments every training peer has to the parser p: hidden
+    is --hidden's default, per what --batch, --steps and --threads count
+    per ("rank", "worker"), data --data's default. The hidden --rank and
+    --result are how the launcher starts a child and gets its result."""
+    p.add_argument("--hidden", default=hidden, help="MLP hidden widths, comma-separated")
+    p.add_argument("--batch", type=int, default=64, help="batch per " + per)
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (constant)")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--steps", type=int, default=None, help="steps per " + per)
+    p.add_argument("--epochs", type=int, default=None, help="epochs (when --steps is not given; default 1)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", default=data, help="folder of the four Fashion-MNIST idx files")
+    p.add_argument("--norm", choices=["standard", "unit"], default="standard",
+                   help="pixel scaling: (p/255-0.2860)/0.3530 as Shoal's default, or p/255")
+    p.add_argument("--threads", type=int, default=0, help="threads per %s (0: CPUs // workers, at least 1)" % per)
+    p.add_argument("--json", action="store_true", help="print one JSON record")
+    p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--result", default="", help=argparse.SUPPRESS)
 
 
 def check_training_args(p, args, bad, hidden_example):
@@ -43,6 +66,31 @@ def check_training_args(p, args, bad, hidden_example):
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
         args.threads = max(1, cpus // args.workers)
+
+
+def set_threads(n):
+    """Sets the thread counts of PyTorch's kernels, OpenMP and the BLAS to
+    n. The libraries read them when they load: call it before importing
+    torch."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago, for the
+    processes of a run to meet on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_result(path, result):
+    """Writes a child's result as JSON to path, atomically: the launcher
+    reads either all of it or no file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
 
 
 def blas_name():

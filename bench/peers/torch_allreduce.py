@@ -10,13 +10,14 @@ Needs Debian's python3-torch (PyTorch 1.13, CPU, gloo).
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from peerlib import free_port
 
 
 def parse_sizes(text):
@@ -72,10 +73,7 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(run, args=(args, port), nprocs=args.np, join=True)
+    mp.spawn(run, args=(args, free_port()), nprocs=args.np, join=True)
 
 
 if __name__ == "__main__":

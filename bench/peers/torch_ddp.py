@@ -78,7 +78,8 @@ import sys
 import tempfile
 import time
 
-from peerlib import blas_name, check_training_args, run_children
+from peerlib import add_training_args, blas_name, check_training_args, free_port, run_children, set_threads, \
+    write_result
 from peerlib import main as peer_main
 
 PEER = "pytorch-ddp-gloo"
@@ -102,25 +103,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2, help="DDP processes")
     p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    p.add_argument("--hidden", default="256,128", help="MLP hidden widths, comma-separated")
-    p.add_argument("--batch", type=int, default=64, help="per-rank batch")
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate (constant)")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--steps", type=int, default=None, help="steps per rank")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (when --steps is not given; default 1)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--data", default=DEFAULT_DATA, help="folder of the four Fashion-MNIST idx files")
-    p.add_argument("--norm", choices=["standard", "unit"], default="standard",
-                   help="pixel scaling: (p/255-0.2860)/0.3530 as Shoal's default, or p/255")
+    add_training_args(p, "256,128", "rank", DEFAULT_DATA)
     p.add_argument("--eval-every", type=int, default=0, help="rank 0 evaluates every that many steps (0: only at the end)")
     p.add_argument("--target-accuracy", type=float, default=0.0, help="test accuracy to time (0: none)")
     p.add_argument("--stop-at-accuracy", type=float, default=0.0,
                    help="with --eval-every: stop once rank 0 measures this test accuracy (0: never); rank 0 broadcasts the decision")
-    p.add_argument("--threads", type=int, default=0, help="threads per rank (0: CPUs // workers, at least 1)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for process-group init and each collective")
-    p.add_argument("--json", action="store_true", help="print one JSON record")
-    p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
-    p.add_argument("--result", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     bad = []
     if args.eval_every < 0:
@@ -184,6 +172,34 @@ def load_set(torch, folder, images_base, labels_base):
     if int(y.max()) >= CLASSES:
         raise ValueError("%s: a label >= %d" % (lpath, CLASSES))
     return x, y
+
+
+def batches(torch, sampler, batch):
+    """The index batches of an endless run of epochs: the sampler's order,
+    reseeded with each epoch, in batches of batch, the last short batch of
+    an epoch kept. A new epoch's permutation is drawn when its first batch
+    is asked for."""
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(iter(sampler)), dtype=torch.long)
+        for pos in range(0, len(order), batch):
+            yield order[pos:pos + batch]
+        epoch += 1
+
+
+def evaluate(torch, model, test_x, test_y, lut):
+    """Accuracy and mean cross-entropy of model on the whole test set, in
+    batches of EVAL_BATCH."""
+    correct, loss_sum = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, test_x.shape[0], EVAL_BATCH):
+            x = lut[test_x[i:i + EVAL_BATCH].long()].view(-1, 1, SIDE, SIDE)
+            y = test_y[i:i + EVAL_BATCH]
+            out = model(x)
+            loss_sum += torch.nn.functional.cross_entropy(out, y, reduction="sum").item()
+            correct += int((out.argmax(1) == y).sum())
+    return correct / test_x.shape[0], loss_sum / test_x.shape[0]
 
 
 def pixel_table(torch, norm):
@@ -270,9 +286,7 @@ def tcp_bytes():
 # ---- one rank -------------------------------------------------------------
 
 def rank_main(args):
-    # The libraries read the thread counts when they load: set them first.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
+    set_threads(args.threads)
     import datetime
 
     import torch
@@ -313,33 +327,17 @@ def rank_main(args):
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def evaluate():
-        correct, loss_sum = 0, 0.0
-        with torch.no_grad():
-            for i in range(0, test_x.shape[0], EVAL_BATCH):
-                x = lut[test_x[i:i + EVAL_BATCH].long()].view(-1, 1, SIDE, SIDE)
-                y = test_y[i:i + EVAL_BATCH]
-                out = model(x)
-                loss_sum += torch.nn.functional.cross_entropy(out, y, reduction="sum").item()
-                correct += int((out.argmax(1) == y).sum())
-        return correct / test_x.shape[0], loss_sum / test_x.shape[0]
-
     phases = {"step": [], "data": [], "compute": [], "reduce": [], "optimizer": []}
     curve = []
     samples = 0
-    order, pos, epoch = None, 0, -1
+    next_batch = batches(torch, sampler, args.batch)
     dist.barrier()
     io0 = tcp_bytes()
     start = time.perf_counter()
     eval_spent = 0.0
     for step in range(1, total + 1):
         t0 = time.perf_counter()
-        if order is None or pos >= len(order):
-            epoch += 1
-            sampler.set_epoch(epoch)
-            order, pos = torch.tensor(list(iter(sampler)), dtype=torch.long), 0
-        idx = order[pos:pos + args.batch]
-        pos += args.batch
+        idx = next(next_batch)
         x = lut[train_x[idx].long()].view(-1, 1, SIDE, SIDE)
         y = train_y[idx]
         t1 = time.perf_counter()
@@ -363,7 +361,7 @@ def rank_main(args):
         reached = False
         if rank == 0 and ((args.eval_every and step % args.eval_every == 0) or step == total):
             t_eval = time.perf_counter()
-            acc, tl = evaluate()
+            acc, tl = evaluate(torch, model, test_x, test_y, lut)
             # The curve's clock leaves the evaluations out, as Shoal's does.
             curve.append({"seconds": t_eval - start - eval_spent, "step": step, "accuracy": acc, "loss": tl})
             eval_spent += time.perf_counter() - t_eval
@@ -388,10 +386,7 @@ def rank_main(args):
         "traffic": traffic, "curve": curve, "parameters": params, "threads": args.threads,
         "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
     }
-    tmp = args.result + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, args.result)
+    write_result(args.result, result)
 
 
 # ---- the launcher ---------------------------------------------------------
@@ -425,11 +420,7 @@ def preflight(args, fail):
             find_idx(args.data, base)
     except FileNotFoundError as e:
         fail("fashion-mnist: %s" % e)
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return port
+    return free_port()
 
 
 def launch(args, argv):

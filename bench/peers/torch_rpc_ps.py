@@ -72,9 +72,9 @@ import tempfile
 import threading
 import time
 
-from peerlib import blas_name, check_training_args, run_children
+from peerlib import add_training_args, blas_name, check_training_args, run_children, set_threads, write_result
 from peerlib import main as peer_main
-from torch_ddp import EVAL_BATCH, TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, build, load_set, \
+from torch_ddp import TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, batches, build, evaluate, load_set, \
     pixel_table, preflight, quantiles
 
 PEER = "pytorch-rpc-ps"
@@ -89,24 +89,11 @@ def fail(msg):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2, help="worker processes (the server is one more)")
-    p.add_argument("--hidden", default="512,512", help="MLP hidden widths, comma-separated")
-    p.add_argument("--batch", type=int, default=64, help="batch per worker")
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate (constant)")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--epochs", type=int, default=None, help="epochs (when --steps is not given; default 1)")
-    p.add_argument("--steps", type=int, default=None, help="steps per worker")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--data", default=DEFAULT_DATA, help="folder of the four Fashion-MNIST idx files")
-    p.add_argument("--norm", choices=["standard", "unit"], default="standard",
-                   help="pixel scaling: (p/255-0.2860)/0.3530 as Shoal's default, or p/255")
-    p.add_argument("--threads", type=int, default=0, help="threads per worker (0: CPUs // workers, at least 1)")
+    add_training_args(p, "512,512", "worker", DEFAULT_DATA)
     p.add_argument("--transport", choices=["tcp", "auto"], default="tcp",
                    help="tcp: TensorPipe's uv transport and basic channel only; auto: TensorPipe's choice")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for init and each update RPC")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--result", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     bad = []
     check_training_args(p, args, bad, "512,512")
@@ -171,15 +158,7 @@ def server_main(args, torch, rpc):
     wall = time.perf_counter() - wall0
 
     test_x, test_y = load_set(torch, args.data, *TEST_FILES)
-    lut = pixel_table(torch, args.norm)
-    correct, loss_sum = 0, 0.0
-    with torch.no_grad():
-        for i in range(0, test_x.shape[0], EVAL_BATCH):
-            x = lut[test_x[i:i + EVAL_BATCH].long()].view(-1, SIDE * SIDE)
-            y = test_y[i:i + EVAL_BATCH]
-            out = ps.model(x)
-            loss_sum += torch.nn.functional.cross_entropy(out, y, reduction="sum").item()
-            correct += int((out.argmax(1) == y).sum())
+    accuracy, loss = evaluate(torch, ps.model, test_x, test_y, pixel_table(torch, args.norm))
     rpc.shutdown()
     return {
         "per_worker": per_worker,
@@ -187,8 +166,8 @@ def server_main(args, torch, rpc):
         "lock": ps.lock_seconds,
         "apply": ps.apply_seconds,
         "loop_wall_seconds": wall,
-        "test_accuracy": correct / test_x.shape[0],
-        "test_loss": loss_sum / test_x.shape[0],
+        "test_accuracy": accuracy,
+        "test_loss": loss,
         "parameters": sum(p.numel() for p in ps.params),
         "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
     }
@@ -231,17 +210,12 @@ def worker_loop(ps_rref, index, conf):
 
     phases = {"step": [], "data": [], "compute": [], "rpc": [], "copy": []}
     samples = 0
-    order, pos, epoch = None, 0, -1
+    next_batch = batches(torch, sampler, args.batch)
     start = time.perf_counter()
     load(rpc.rpc_sync(owner, ParameterServer.get_weights, args=(ps_rref,)))
     for step in range(total):
         t0 = time.perf_counter()
-        if order is None or pos >= len(order):
-            epoch += 1
-            sampler.set_epoch(epoch)
-            order, pos = torch.tensor(list(iter(sampler)), dtype=torch.long), 0
-        idx = order[pos:pos + args.batch]
-        pos += args.batch
+        idx = next(next_batch)
         x = lut[train_x[idx].long()]
         y = train_y[idx]
         t1 = time.perf_counter()
@@ -271,10 +245,7 @@ def worker_main(args, torch, rpc):
 
 
 def process_main(args):
-    # The libraries read the thread counts when they load: set them first.
-    threads = 1 if args.rank == 0 else args.threads
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
+    set_threads(1 if args.rank == 0 else args.threads)
     import torch
     import torch.distributed.rpc as rpc
     if not rpc.is_available():
@@ -282,11 +253,7 @@ def process_main(args):
     if args.rank > 0:
         worker_main(args, torch, rpc)
         return
-    result = server_main(args, torch, rpc)
-    tmp = args.result + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, args.result)
+    write_result(args.result, server_main(args, torch, rpc))
 
 
 # ---- the launcher ---------------------------------------------------------

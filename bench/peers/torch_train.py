@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The peer of `shoal bench compute`: one worker's training step in PyTorch.
 
-Same models as Shoal's nn package (layer for layer: mlp 784-H...-10 with
-ReLU; cnn conv 1->16 3x3 pad 1, ReLU, maxpool 2, conv 16->32 3x3 pad 1,
-ReLU, maxpool 2, fc 1568->128, ReLU, fc 128->10), same batch of random
+Same models as Shoal's nn package, built as the DDP peer builds them
+(torch_ddp.build, layer for layer: mlp 784-H...-10 with ReLU; cnn conv
+1->16 3x3 pad 1, ReLU, maxpool 2, conv 16->32 3x3 pad 1, ReLU, maxpool 2,
+fc 1568->128, ReLU, fc 128->10, with Shoal's init), same batch of random
 inputs, SGD with momentum 0.9 at lr 0.01, the same warm-up and timed steps,
 on --threads threads. Prints one JSON object with the keys of
 `shoal bench compute --json` (model, hidden, batch, threads, backend, steps,
@@ -16,11 +17,11 @@ Needs Debian's python3-torch (PyTorch 1.13, CPU); run it with /usr/bin/python3.
 """
 import argparse
 import json
-import os
 import sys
 import time
 
-from peerlib import blas_name
+from peerlib import blas_name, set_threads
+from torch_ddp import build
 
 
 def parse_args():
@@ -35,28 +36,15 @@ def parse_args():
     return p.parse_args()
 
 
-def build(torch, args):
-    nn = torch.nn
-    if args.model == "mlp":
-        widths = [784] + [int(h) for h in args.hidden.split(",")]
-        layers = [nn.Flatten()]
-        for a, b in zip(widths, widths[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
-        layers.append(nn.Linear(widths[-1], 10))
-        return nn.Sequential(*layers)
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
-    )
-
-
 def main():
     args = parse_args()
     if args.threads < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
         sys.exit("torch_train.py: want threads, batch, steps >= 1 and warmup >= 0")
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
+    try:
+        args.hidden_widths = [int(h) for h in args.hidden.split(",")]
+    except ValueError:
+        sys.exit("torch_train.py: want --hidden like 512,512")
+    set_threads(args.threads)
     import torch  # after the environment: the libraries read it when loaded
 
     torch.set_num_threads(args.threads)
@@ -82,7 +70,7 @@ def main():
     secs = time.perf_counter() - start
     print(json.dumps({
         "model": args.model,
-        "hidden": [int(h) for h in args.hidden.split(",")] if args.model == "mlp" else [],
+        "hidden": args.hidden_widths if args.model == "mlp" else [],
         "batch": args.batch,
         "threads": args.threads,
         "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
