@@ -19,9 +19,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/lockedio"
@@ -186,6 +183,21 @@ func (p *proc) next(t testing.TB, ctx context.Context, what string, ok func(laun
 	}
 }
 
+// exit waits until the process has exited and returns its error (nil
+// for a clean exit), which stays there for a later exit and the cleanup.
+// what names the process in the failure when ctx ends first.
+func (p *proc) exit(t *testing.T, ctx context.Context, what string) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-ctx.Done():
+		t.Fatalf("%s did not exit before the deadline; stderr:\n%s", what, p.stderr)
+		return nil
+	}
+}
+
 // TestKillingAWorkerDoesNotDisturbTheServer kills one of two async workers
 // mid-run with SIGKILL and checks that the other keeps training and the
 // server keeps serving.
@@ -205,9 +217,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	w0.next(t, ctx, "progress of worker 0", isProgress)
 
 	require.NoError(t, w1.cmd.Process.Kill())
-	err := <-w1.done
-	require.Error(t, err, "worker 1 should have died of SIGKILL")
-	w1.done <- err // for the cleanup
+	require.Error(t, w1.exit(t, ctx, "worker 1"), "worker 1 should have died of SIGKILL")
 
 	// Worker 0 keeps training: it reports progress beyond where it was.
 	mark := w0.next(t, ctx, "progress of worker 0", isProgress)
@@ -216,12 +226,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	})
 
 	// The server still answers: health SERVING, a pull of finite values.
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	assertServing(t, ctx, addr)
 	cl, err := client.Dial(ctx, []string{addr})
 	require.NoError(t, err)
 	defer cl.Close()
@@ -233,13 +238,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	// Both stop cleanly on SIGTERM.
 	require.NoError(t, w0.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, ps.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-ps.done:
-		assert.NoError(t, err, "ps exit; stderr:\n%s", ps.stderr)
-		ps.done <- err
-	case <-ctx.Done():
-		t.Fatal("ps did not stop on SIGTERM")
-	}
+	assert.NoError(t, ps.exit(t, ctx, "ps after SIGTERM"), "ps exit; stderr:\n%s", ps.stderr)
 }
 
 // TestInterruptLeavesNoProcess sends SIGINT to shoal train mid-run and
@@ -395,8 +394,7 @@ func serverRestart(t *testing.T, journal bool) {
 	w.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" && e.Step >= 70 })
 
 	require.NoError(t, ps1.cmd.Process.Kill())
-	require.Error(t, <-ps1.done)
-	ps1.done <- nil
+	require.Error(t, ps1.exit(t, ctx, "the killed server"))
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries, "no checkpoint written before the kill")
@@ -405,13 +403,7 @@ func serverRestart(t *testing.T, journal bool) {
 	ps2.next(t, ctx, "listening event of the restarted server", func(e launch.Event) bool { return e.Event == "listening" })
 	done := w.next(t, ctx, "the worker's done event", func(e launch.Event) bool { return e.Event == "done" })
 	assert.Equal(t, int64(1500), done.Steps)
-	select {
-	case err := <-w.done:
-		require.NoError(t, err, "worker stderr:\n%s", w.stderr)
-		w.done <- nil
-	case <-ctx.Done():
-		t.Fatal("the worker did not exit")
-	}
+	require.NoError(t, w.exit(t, ctx, "the worker"), "worker stderr:\n%s", w.stderr)
 	assert.Contains(t, ps2.stderr.String(), "resumed from checkpoint")
 	cl, err := client.Dial(ctx, []string{addr})
 	require.NoError(t, err)
@@ -444,16 +436,10 @@ func TestKillingARingRank(t *testing.T) {
 		p.next(t, ctx, "progress", func(e launch.Event) bool { return e.Event == "progress" })
 	}
 	require.NoError(t, ranks[2].cmd.Process.Kill())
-	ranks[2].done <- <-ranks[2].done
+	require.Error(t, ranks[2].exit(t, ctx, "rank 2"))
 	for _, r := range []int{0, 1, 3} {
 		p := ranks[r]
-		select {
-		case err := <-p.done:
-			require.Error(t, err, "rank %d must fail", r)
-			p.done <- err
-		case <-ctx.Done():
-			t.Fatalf("rank %d did not exit", r)
-		}
+		require.Error(t, p.exit(t, ctx, fmt.Sprintf("rank %d", r)), "rank %d must fail", r)
 		msg := p.stderr.String()
 		assert.True(t, strings.Contains(msg, ": rank 2: ") || strings.Contains(msg, "the first failure: rank 2,"),
 			"rank %d does not name the killed rank 2:\n%s", r, msg)

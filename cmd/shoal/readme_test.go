@@ -536,9 +536,7 @@ func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
 			t.Fatalf("%s printed no address before the deadline; stderr:\n%s", cmd, stderr)
 		}
 	}
-	h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	assertServing(t, ctx, addr)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	for l := range lines {
@@ -639,6 +637,15 @@ func dialT(t *testing.T, addr string) *grpc.ClientConn {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// assertServing checks that the gRPC server at addr answers its health
+// check with SERVING.
+func assertServing(t *testing.T, ctx context.Context, addr string) {
+	t.Helper()
+	h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
 }
 
 // listServices asks the server's reflection service for its services, as
