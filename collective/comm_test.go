@@ -17,10 +17,8 @@ import (
 // when the test ends.
 func newComms(t *testing.T, n int, cfg Config) []*Communicator {
 	t.Helper()
-	ts := NewMemGroup(n)
 	cs := make([]*Communicator, n)
-	for i, tr := range ts {
-		t.Cleanup(func() { _ = tr.Close() })
+	for i, tr := range memTransports(t, n) {
 		c, err := New(tr, cfg)
 		require.NoError(t, err)
 		cs[i] = c
@@ -347,10 +345,7 @@ func (s *signalTransport) Recv(ctx context.Context, peer int, buf []byte) error 
 }
 
 func TestConcurrentCallRefused(t *testing.T) {
-	ts := NewMemGroup(2)
-	for _, tr := range ts {
-		t.Cleanup(func() { _ = tr.Close() })
-	}
+	ts := memTransports(t, 2)
 	st := &signalTransport{Transport: ts[0], entered: make(chan struct{})}
 	c, err := New(st, DefaultConfig())
 	require.NoError(t, err)

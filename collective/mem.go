@@ -76,19 +76,17 @@ type memTransport struct {
 func (t *memTransport) Rank() int { return t.rank }
 func (t *memTransport) Size() int { return len(t.g.pipes) }
 
-func (t *memTransport) check(peer int) error {
+// check fails a call to peer when peer is not one or ctx is done.
+func (t *memTransport) check(ctx context.Context, peer int) error {
 	if peer < 0 || peer >= len(t.g.pipes) || peer == t.rank {
 		return fmt.Errorf("mem transport: rank %d cannot talk to peer %d (want 0..%d, not itself)", t.rank, peer, len(t.g.pipes)-1)
 	}
-	return nil
+	return ctx.Err()
 }
 
 // Send appends a copy of buf to the stream to peer; it never blocks.
 func (t *memTransport) Send(ctx context.Context, peer int, buf []byte) error {
-	if err := t.check(peer); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.check(ctx, peer); err != nil {
 		return err
 	}
 	p := t.g.pipes[t.rank][peer]
@@ -116,10 +114,7 @@ func (t *memTransport) Send(ctx context.Context, peer int, buf []byte) error {
 
 // Recv fills buf from the stream from peer, waiting for bytes as needed.
 func (t *memTransport) Recv(ctx context.Context, peer int, buf []byte) error {
-	if err := t.check(peer); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.check(ctx, peer); err != nil {
 		return err
 	}
 	p := t.g.pipes[peer][t.rank]

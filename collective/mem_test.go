@@ -8,13 +8,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMemGroup(t *testing.T) {
-	ts := NewMemGroup(3)
-	defer func() {
+// memTransports returns the transports of NewMemGroup(n), closed when the
+// test ends.
+func memTransports(t *testing.T, n int) []Transport {
+	ts := NewMemGroup(n)
+	t.Cleanup(func() {
 		for _, tr := range ts {
 			assert.NoError(t, tr.Close())
 		}
-	}()
+	})
+	return ts
+}
+
+func TestMemGroup(t *testing.T) {
+	ts := memTransports(t, 3)
 	ctx := t.Context()
 	for i, tr := range ts {
 		assert.Equal(t, i, tr.Rank())
@@ -55,12 +62,7 @@ func TestMemGroup(t *testing.T) {
 // TestMemStreamCompacts: a long-lived stream reuses its buffer instead of
 // growing with everything ever sent.
 func TestMemStreamCompacts(t *testing.T) {
-	ts := NewMemGroup(2)
-	defer func() {
-		for _, tr := range ts {
-			assert.NoError(t, tr.Close())
-		}
-	}()
+	ts := memTransports(t, 2)
 	ctx := t.Context()
 	msg := make([]byte, 1000)
 	got := make([]byte, 700)
