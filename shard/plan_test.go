@@ -7,11 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// planCase is a table row: the arguments of one call to New.
+type planCase struct {
+	name              string
+	n, servers, chunk int
+}
+
 func TestPlanProperties(t *testing.T) {
-	for _, tc := range []struct {
-		name              string
-		n, servers, chunk int
-	}{
+	for _, tc := range []planCase{
 		{"one server", 1000, 1, 400},
 		{"exact chunks", 1024, 4, 64},
 		{"ragged last chunk", 1001, 3, 40},
@@ -72,10 +75,7 @@ func TestPlanProperties(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name              string
-		n, servers, chunk int
-	}{
+	for _, tc := range []planCase{
 		{"empty vector", 0, 1, 64},
 		{"no servers", 10, 0, 64},
 		{"chunk under a float", 10, 1, 3},
