@@ -188,6 +188,19 @@ def batches(torch, sampler, batch):
         epoch += 1
 
 
+def training_share(torch, args, rank, ranks):
+    """What rank of ranks trains on: the training images and labels, the
+    pixel table, the generator of its index batches (its
+    DistributedSampler's, see batches) and how many steps it runs (--steps,
+    or --epochs over its share)."""
+    from torch.utils.data.distributed import DistributedSampler
+    train_x, train_y = load_set(torch, args.data, *TRAIN_FILES)
+    sampler = DistributedSampler(range(train_x.shape[0]), num_replicas=ranks, rank=rank, shuffle=True,
+                                 seed=args.seed, drop_last=False)
+    total = args.steps if args.steps is not None else args.epochs * math.ceil(len(sampler) / args.batch)
+    return train_x, train_y, pixel_table(torch, args.norm), batches(torch, sampler, args.batch), total
+
+
 def evaluate(torch, model, test_x, test_y, lut):
     """Accuracy and mean cross-entropy of model on the whole test set, in
     batches of EVAL_BATCH."""
@@ -293,7 +306,6 @@ def rank_main(args):
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data.distributed import DistributedSampler
 
     rank, world = args.rank, args.workers
     if not dist.is_available() or not dist.is_gloo_available():
@@ -302,16 +314,10 @@ def rank_main(args):
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout))
 
-    train_x, train_y = load_set(torch, args.data, *TRAIN_FILES)
+    train_x, train_y, lut, next_batch, total = training_share(torch, args, rank, world)
     test_x = test_y = None
     if rank == 0:
         test_x, test_y = load_set(torch, args.data, *TEST_FILES)
-    lut = pixel_table(torch, args.norm)
-    n = train_x.shape[0]
-    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True,
-                                 seed=args.seed, drop_last=False)
-    per_epoch = math.ceil(len(sampler) / args.batch)
-    total = args.steps if args.steps is not None else args.epochs * per_epoch
 
     torch.manual_seed(args.seed)
     model = build(torch, args)
@@ -330,7 +336,6 @@ def rank_main(args):
     phases = {"step": [], "data": [], "compute": [], "reduce": [], "optimizer": []}
     curve = []
     samples = 0
-    next_batch = batches(torch, sampler, args.batch)
     dist.barrier()
     io0 = tcp_bytes()
     start = time.perf_counter()

@@ -74,8 +74,8 @@ import time
 
 from peerlib import add_training_args, blas_name, check_training_args, run_children, set_threads, write_result
 from peerlib import main as peer_main
-from torch_ddp import TEST_FILES, TRAIN_FILES, DEFAULT_DATA, SIDE, batches, build, evaluate, load_set, \
-    pixel_table, preflight, quantiles
+from torch_ddp import TEST_FILES, DEFAULT_DATA, SIDE, build, evaluate, load_set, pixel_table, preflight, quantiles, \
+    training_share
 
 PEER = "pytorch-rpc-ps"
 PROG = "torch_rpc_ps.py"
@@ -188,16 +188,9 @@ def worker_loop(ps_rref, index, conf):
     its step times and counts."""
     import torch
     import torch.distributed.rpc as rpc
-    from torch.utils.data.distributed import DistributedSampler
 
     args = argparse.Namespace(**conf)
-    train_x, train_y = load_set(torch, args.data, *TRAIN_FILES)
-    lut = pixel_table(torch, args.norm)
-    n = train_x.shape[0]
-    sampler = DistributedSampler(range(n), num_replicas=args.workers, rank=index, shuffle=True,
-                                 seed=args.seed, drop_last=False)
-    per_epoch = math.ceil(len(sampler) / args.batch)
-    total = args.steps if args.steps is not None else args.epochs * per_epoch
+    train_x, train_y, lut, next_batch, total = training_share(torch, args, index, args.workers)
     model = build(torch, args)  # its weights are replaced by the server's before the first step
     params = list(model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -210,7 +203,6 @@ def worker_loop(ps_rref, index, conf):
 
     phases = {"step": [], "data": [], "compute": [], "rpc": [], "copy": []}
     samples = 0
-    next_batch = batches(torch, sampler, args.batch)
     start = time.perf_counter()
     load(rpc.rpc_sync(owner, ParameterServer.get_weights, args=(ps_rref,)))
     for step in range(total):
