@@ -799,23 +799,9 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 // the most workers, then the most servers, so that a plot has one line per
 // mode.
 func representatives(runs []*Record) []*Record {
-	best := map[string]*Record{}
-	var order []string
-	for _, rec := range runs {
-		k := rec.System()
-		b, ok := best[k]
-		if !ok {
-			order = append(order, k)
-		}
-		if !ok || rec.Workers > b.Workers || (rec.Workers == b.Workers && rec.Servers > b.Servers) {
-			best[k] = rec
-		}
-	}
-	out := make([]*Record, len(order))
-	for i, k := range order {
-		out[i] = best[k]
-	}
-	return out
+	return bestPer(runs, (*Record).System, func(rec, b *Record) bool {
+		return rec.Workers > b.Workers || (rec.Workers == b.Workers && rec.Servers > b.Servers)
+	})
 }
 
 // curveRepresentatives picks, per system and network, the run with the
@@ -827,15 +813,24 @@ func curveRepresentatives(runs []*Record) []*Record {
 		system string
 		nic    float64
 	}
-	best := map[key]*Record{}
-	var order []key
+	return bestPer(runs, func(rec *Record) key { return key{rec.System(), rec.NICGbps} }, func(rec, b *Record) bool {
+		return len(rec.Curve) > len(b.Curve) || (len(rec.Curve) == len(b.Curve) && rec.Workers > b.Workers)
+	})
+}
+
+// bestPer keeps, for each value of key, the best of the runs with it
+// (better(rec, b) reports whether rec beats b; of equals, the earliest),
+// in the order the keys first appear in runs.
+func bestPer[K comparable](runs []*Record, key func(*Record) K, better func(rec, b *Record) bool) []*Record {
+	best := map[K]*Record{}
+	var order []K
 	for _, rec := range runs {
-		k := key{rec.System(), rec.NICGbps}
+		k := key(rec)
 		b, ok := best[k]
 		if !ok {
 			order = append(order, k)
 		}
-		if !ok || len(rec.Curve) > len(b.Curve) || (len(rec.Curve) == len(b.Curve) && rec.Workers > b.Workers) {
+		if !ok || better(rec, b) {
 			best[k] = rec
 		}
 	}
