@@ -186,7 +186,7 @@ func (p *proc) next(t testing.TB, ctx context.Context, what string, ok func(laun
 // exit waits until the process has exited and returns its error (nil
 // for a clean exit), which stays there for a later exit and the cleanup.
 // what names the process in the failure when ctx ends first.
-func (p *proc) exit(t *testing.T, ctx context.Context, what string) error {
+func (p *proc) exit(t testing.TB, ctx context.Context, what string) error {
 	t.Helper()
 	select {
 	case err := <-p.done:

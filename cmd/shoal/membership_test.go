@@ -119,7 +119,7 @@ func TestARestartedWorkerRejoins(t *testing.T) {
 			w1.next(t, ctx, "progress of worker 1", isProgress)
 
 			require.NoError(t, w1.cmd.Process.Kill())
-			w1.done <- <-w1.done
+			require.Error(t, w1.exit(t, ctx, "worker 1"), "worker 1 should have died of SIGKILL")
 			died := ps.next(t, ctx, "worker 1's death", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 && e.Change != "joined" })
 			assert.Equal(t, "died", died.Change)
 			assert.Equal(t, 1, died.Live)
@@ -134,13 +134,7 @@ func TestARestartedWorkerRejoins(t *testing.T) {
 				if i == 1 {
 					assert.Less(t, done.Samples, 1500*64, "the restarted worker did not begin at step 0")
 				}
-				select {
-				case err := <-w.done:
-					require.NoError(t, err, "stderr:\n%s", w.stderr)
-					w.done <- err
-				case <-ctx.Done():
-					t.Fatal("a worker did not exit")
-				}
+				require.NoError(t, w.exit(t, ctx, fmt.Sprintf("worker %d", i)), "stderr:\n%s", w.stderr)
 			}
 			assert.Contains(t, again.stderr.String(), "joining a run under way", "the restarted worker begins where the run is")
 		})
