@@ -219,8 +219,15 @@ type ckptFile struct {
 
 // listCheckpoints returns this shard's checkpoint files, newest first.
 func (s *Server) listCheckpoints() ([]ckptFile, error) {
-	prefix := fmt.Sprintf("shard-%d-of-%d-clock-", s.cfg.Shard, s.cfg.Plan.Servers)
-	entries, err := os.ReadDir(s.ckpt.dir)
+	files, err := listNumbered(s.ckpt.dir, fmt.Sprintf("shard-%d-of-%d-clock-", s.cfg.Shard, s.cfg.Plan.Servers), ".safetensors")
+	sort.Slice(files, func(i, j int) bool { return files[i].clock > files[j].clock })
+	return files, err
+}
+
+// listNumbered returns the files of dir named prefix, a number, suffix,
+// with that number as their clock; a missing dir has none.
+func listNumbered(dir, prefix, suffix string) ([]ckptFile, error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
@@ -230,16 +237,15 @@ func (s *Server) listCheckpoints() ([]ckptFile, error) {
 	var files []ckptFile
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".safetensors") {
+		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) {
 			continue
 		}
-		c, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), ".safetensors"), 10, 64)
+		c, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix), 10, 64)
 		if err != nil {
 			continue
 		}
-		files = append(files, ckptFile{filepath.Join(s.ckpt.dir, name), c})
+		files = append(files, ckptFile{filepath.Join(dir, name), c})
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].clock > files[j].clock })
 	return files, nil
 }
 

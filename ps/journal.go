@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 )
 
 // The journal (Config.Journal) makes every acknowledged update survive the
@@ -115,35 +113,12 @@ func (s *Server) journalLocked(rec journalRecord) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-type journalFile struct {
-	path  string
-	after int64
-}
-
-// listJournals returns this shard's journal files, oldest first.
-func (s *Server) listJournals() ([]journalFile, error) {
-	prefix := fmt.Sprintf("shard-%d-of-%d-journal-after-", s.cfg.Shard, s.cfg.Plan.Servers)
-	entries, err := os.ReadDir(s.ckpt.dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var files []journalFile
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".log") {
-			continue
-		}
-		c, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), ".log"), 10, 64)
-		if err != nil {
-			continue
-		}
-		files = append(files, journalFile{filepath.Join(s.ckpt.dir, name), c})
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].after < files[j].after })
-	return files, nil
+// listJournals returns this shard's journal files, oldest first; a
+// file's clock is the one it follows.
+func (s *Server) listJournals() ([]ckptFile, error) {
+	files, err := listNumbered(s.ckpt.dir, fmt.Sprintf("shard-%d-of-%d-journal-after-", s.cfg.Shard, s.cfg.Plan.Servers), ".log")
+	sort.Slice(files, func(i, j int) bool { return files[i].clock < files[j].clock })
+	return files, err
 }
 
 // replayJournal applies, in order, the journaled updates past the shard's
@@ -156,7 +131,7 @@ func (s *Server) replayJournal() (int, error) {
 	}
 	n := 0
 	for _, jf := range files {
-		if jf.after > s.clock {
+		if jf.clock > s.clock {
 			break // a gap: the updates between were never journaled here
 		}
 		f, err := os.Open(jf.path)
@@ -268,7 +243,7 @@ func (d *metaReader) u32() uint32 {
 func (s *Server) removeOldJournals(oldest int64) {
 	files, _ := s.listJournals()
 	for i, f := range files {
-		if i+1 < len(files) && files[i+1].after <= oldest {
+		if i+1 < len(files) && files[i+1].clock <= oldest {
 			os.Remove(f.path)
 		}
 	}
