@@ -15,7 +15,8 @@ import (
 // which kind it is; each kind uses the fields noted beside them.
 type Event struct {
 	Event string `json:"event"`
-	// listening; Gossip is the server's membership address, if any
+	// listening; Gossip is the process's membership address, if any (a
+	// PS worker reports only that)
 	Addr   string `json:"addr,omitempty"`
 	Shard  int    `json:"shard,omitempty"`
 	Gossip string `json:"gossip,omitempty"`
@@ -52,7 +53,7 @@ type Event struct {
 
 // The kinds of Event.
 const (
-	Listening = "listening" // a server or rendezvous is up at Addr
+	Listening = "listening" // a server or rendezvous is up at Addr, or gossip at Gossip
 	Progress  = "progress"  // a worker's running totals
 	Eval      = "eval"      // rank 0 measured the test set during the run
 	Done      = "done"      // a worker finished its run

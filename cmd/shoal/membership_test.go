@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,14 +23,16 @@ import (
 
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/nn"
 )
 
 const fashionDir = "/usr/share/datasets/fashion-mnist"
 
-// trainJSON runs shoal train with args and --json. With kill, it SIGKILLs
-// worker 1 once the first epoch line shows. It returns the run's summary
+// trainJSON runs shoal train with args and --json. With kill (a flag and
+// its value, e.g. "--rank", "1"), it SIGKILLs the child started with it
+// once the first epoch line shows. It returns the run's summary
 // and its stdout.
-func trainJSON(t *testing.T, kill bool, args ...string) (launch.Result, string) {
+func trainJSON(t *testing.T, kill []string, args ...string) (launch.Result, string) {
 	t.Helper()
 	ctx := ctxT(t, 4*time.Minute)
 	cmd := exec.CommandContext(ctx, shoalBin, append([]string{"train", "--json"}, args...)...)
@@ -41,11 +44,11 @@ func trainJSON(t *testing.T, kill bool, args ...string) (launch.Result, string) 
 	var lines []string
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	killed := !kill
+	killed := kill == nil
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 		if !killed && strings.HasPrefix(sc.Text(), "epoch 1/") {
-			require.NoError(t, syscall.Kill(childWith(t, cmd.Process.Pid, "--rank", "1"), syscall.SIGKILL))
+			require.NoError(t, syscall.Kill(childWith(t, cmd.Process.Pid, kill[0], kill[1]), syscall.SIGKILL))
 			killed = true
 		}
 	}
@@ -71,8 +74,8 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 	for _, mode := range []string{"sync", "ssp", "async"} {
 		t.Run(mode, func(t *testing.T) {
 			args := []string{"--mode", mode, "--workers", "3", "--epochs", "3", "--hidden", "128", "--lr", "0.02"}
-			undisturbed, _ := trainJSON(t, false, args...)
-			res, out := trainJSON(t, true, args...)
+			undisturbed, _ := trainJSON(t, nil, args...)
+			res, out := trainJSON(t, []string{"--rank", "1"}, args...)
 			assert.Empty(t, undisturbed.MembershipEvents)
 			assert.Contains(t, out, "worker 1 was killed (signal: killed)")
 			if mode == "async" && len(res.MembershipEvents) == 0 {
@@ -272,4 +275,35 @@ func TestAShardRestartedElsewhereIsFollowed(t *testing.T) {
 	}
 	assert.Contains(t, w.stderr.String(), "shard moved")
 	assert.Contains(t, again.stderr.String(), "resumed from checkpoint")
+}
+
+// TestShoalTrainRestartsAKilledShard SIGKILLs shard 1 of 2 halfway through a
+// sync run with --journal: shoal train starts it again on its address, it
+// replays its checkpoint and journal, and the run ends at the weights of
+// the same run undisturbed.
+func TestShoalTrainRestartsAKilledShard(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the launcher's children through /proc, which only Linux has")
+	}
+	args := []string{"--mode", "sync", "--workers", "2", "--servers", "2", "--dataset", "synthetic", "--hidden", "32", "--steps", "400",
+		"--optimizer", "momentum", "--lr", "0.05", "--checkpoint-every", "50", "--journal"}
+	dir := t.TempDir()
+	want := trainSave(t, append(args, "--checkpoint-dir", filepath.Join(dir, "undisturbed"))...)
+	save := filepath.Join(dir, "w.safetensors")
+	res, out := trainJSON(t, []string{"--shard", "1"}, append(args, "--checkpoint-dir", filepath.Join(dir, "killed"), "--save", save)...)
+	assert.Contains(t, out, "ps 1 was killed (signal: killed); restarted from its checkpoint on 127.0.0.1:")
+	require.NotEmpty(t, res.MembershipEvents)
+	assert.Equal(t, "restarted", res.MembershipEvents[0].Change)
+	assert.Equal(t, int64(400), res.Steps)
+	_, got, _, err := nn.LoadSafetensors(save)
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	t.Logf("relative error against the undisturbed run: %.2e", math.Sqrt(num/den))
+	assert.LessOrEqual(t, math.Sqrt(num/den), 1e-5, "no update lost or applied twice")
 }

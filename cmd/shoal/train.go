@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,10 +48,11 @@ type trainRun struct {
 	testEval   bool
 	callTime   time.Duration
 
-	ring  bool
-	model nn.Model
-	test  data.Dataset
-	ocfg  optim.Config
+	ring   bool
+	shards []*shardProc
+	model  nn.Model
+	test   data.Dataset
+	ocfg   optim.Config
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -64,7 +66,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer l.Shutdown()
-	addrs, gossip, psKids, err := t.startServers(ctx, l)
+	addrs, gossip, err := t.startServers(ctx, l)
 	if err != nil {
 		return err
 	}
@@ -117,8 +119,8 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
-	for _, c := range psKids {
-		c.Stop()
+	for _, sp := range t.shards {
+		sp.child.Stop()
 	}
 	l.Shutdown()
 	sum.WallSeconds = time.Since(wall).Seconds()
@@ -205,29 +207,74 @@ func (t *trainRun) common() []string {
 	return append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), "--events")
 }
 
+// shardProc is one server shard that shoal train runs.
+type shardProc struct {
+	idx      int
+	addr     string // gRPC
+	gossip   string
+	child    *launch.Child
+	restarts int
+}
+
+// maxRestarts bounds how often shoal train restarts one shard: a shard
+// that keeps dying has a cause that restarting will not cure.
+const maxRestarts = 3
+
 // startServers starts the parameter-server shards one after the other,
-// each on a free loopback port, and returns their addresses.
-// The servers form the job's gossip cluster on loopback, each joining the
-// first; the workers join them.
-func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) (addrs, gossip []string, kids []*launch.Child, err error) {
+// each on a free loopback port, and returns their addresses and gossip
+// addresses. The servers form the job's gossip cluster on loopback, each
+// joining the first; the workers join them.
+func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) (addrs, gossip []string, err error) {
 	for i := range t.servers {
-		args := append([]string{"ps", "--listen", "127.0.0.1:0", "--shard", strconv.Itoa(i), "--servers", strconv.Itoa(t.servers),
-			"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
-			"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-			"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--journal=" + strconv.FormatBool(t.journal)},
-			append(t.common(), t.of.args()...)...)
-		args = append(args, gossipArgs(gossip[:min(len(gossip), 1)])...)
-		c, err := l.Start(ctx, fmt.Sprintf("ps %d", i), i, nil, args...)
-		if err != nil {
-			return nil, nil, nil, err
+		sp := &shardProc{idx: i}
+		if err := t.startShard(ctx, l, sp, "127.0.0.1:0", gossip[:min(len(gossip), 1)]); err != nil {
+			return nil, nil, err
 		}
-		ev, err := l.WaitFor(ctx, c, t.startup, isListening)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		addrs, gossip, kids = append(addrs, ev.Addr), append(gossip, ev.Gossip), append(kids, c)
+		t.shards = append(t.shards, sp)
+		addrs, gossip = append(addrs, sp.addr), append(gossip, sp.gossip)
 	}
-	return addrs, gossip, kids, nil
+	return addrs, gossip, nil
+}
+
+// startShard starts shard sp.idx listening on listen, joining the gossip
+// cluster through join, and waits until it serves.
+func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shardProc, listen string, join []string) error {
+	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(sp.idx), "--servers", strconv.Itoa(t.servers),
+		"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
+		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
+		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--journal=" + strconv.FormatBool(t.journal)},
+		append(t.common(), t.of.args()...)...)
+	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join)...)...)
+	if err != nil {
+		return err
+	}
+	ev, err := l.WaitFor(ctx, c, t.startup, isListening)
+	if err != nil {
+		return err
+	}
+	sp.addr, sp.gossip, sp.child = ev.Addr, ev.Gossip, c
+	return nil
+}
+
+// restartable says whether shoal train starts a dead shard again: killed
+// from outside (not a failure of its own), with checkpoints to resume
+// from, and either a journal (no update lost, every mode) or async mode
+// (where a lost update is like a dropped push), at most maxRestarts times.
+func (t *trainRun) restartable(ctx context.Context, sp *shardProc) bool {
+	return ctx.Err() == nil && sp.child.Signal() != "" && t.ckptDir != "" &&
+		(t.journal || t.tf.mode == consistency.Async) && sp.restarts < maxRestarts
+}
+
+// restartShard starts a killed shard again on its address, from its
+// checkpoint (and journal), joining the gossip of everyone else.
+func (t *trainRun) restartShard(ctx context.Context, l *launch.Launcher, sp *shardProc, peers []string) error {
+	cause := sp.child.Err()
+	join := slices.DeleteFunc(slices.Clone(peers), func(p string) bool { return p == sp.gossip })
+	sp.restarts++
+	if err := t.startShard(ctx, l, sp, sp.addr, join); err != nil {
+		return fmt.Errorf("ps %d was killed (%v) and could not be restarted: %w", sp.idx, cause, err)
+	}
+	return nil
 }
 
 func isListening(e launch.Event) bool { return e.Event == launch.Listening }
@@ -297,7 +344,11 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 	var ringTest *launch.Event
 	var failures []string
 	cause := map[int]string{} // rank → how its process ended
-	done := map[int]bool{}    // ranks that finished their run
+	var peers []string        // gossip addresses, for a restarted shard to join
+	for _, sp := range t.shards {
+		peers = append(peers, sp.gossip)
+	}
+	done := map[int]bool{} // ranks that finished their run
 	for running := t.workers; running > 0; {
 		m, err := l.Next(ctx)
 		if err != nil {
@@ -320,11 +371,25 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 				}
 			}
 		case m.Exit:
+			if r := m.From.Rank(); r < len(t.shards) && t.shards[r].child == m.From && t.restartable(ctx, t.shards[r]) {
+				sp := t.shards[r]
+				if err := t.restartShard(ctx, l, sp, peers); err != nil {
+					return nil, nil, err
+				}
+				peers = append(peers, sp.gossip)
+				me := launch.MembershipEvent{Role: "ps", Rank: sp.idx, Change: "restarted", Seconds: time.Since(start).Seconds(), Cause: m.From.Err().Error()}
+				tally.Result.MembershipEvents = append(tally.Result.MembershipEvents, me)
+				board.clearBar()
+				fmt.Fprintf(stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", sp.idx, m.From.Err(), sp.addr)
+				break
+			}
 			// A server died: nothing can finish without it.
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
 			return nil, nil, errors.New(m.From.Failure())
+		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
+			peers = append(peers, m.Event.Gossip)
 		case m.Event.Event == launch.Progress:
 			board.update(launch.ProgressOf(m.Event))
 		case m.Event.Event == launch.Member:

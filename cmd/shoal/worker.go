@@ -244,6 +244,9 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if m != nil {
 		// The servers follow the workers' membership; a worker only has
 		// to be seen, and to be seen leaving when it is done.
+		if w.events { // a shard the launcher restarts joins the gossip here too
+			launch.Emit(stdout, launch.Event{Event: launch.Listening, Rank: w.id.Rank, Gossip: m.Addr()})
+		}
 		addrs, fp := strings.Split(w.servers, ","), fingerprint(w.model.Layout())
 		defer follow(m, w.log, func(views <-chan cluster.View) {
 			for v := range views {
