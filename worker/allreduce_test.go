@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/worker"
@@ -83,7 +84,7 @@ func TestRingEquivalence(t *testing.T) {
 			got, errs := ringRun(t, n, b, steps, worker.ReduceAverage, train, nil)
 			require.NoError(t, errors.Join(errs...))
 			for r := range n {
-				e := relErr(got[r], ref[0])
+				e := testcluster.RelErr(got[r], ref[0])
 				t.Logf("rank %d: relative error %.2e", r, e)
 				assert.LessOrEqual(t, e, 1e-5)
 			}
@@ -173,7 +174,7 @@ func TestRingFusionMatchesOneAllreduce(t *testing.T) {
 			require.NoError(t, errors.Join(errs...))
 			for r := range 3 {
 				assert.Equal(t, got[0], got[r], "rank %d's replica differs", r)
-				e := relErr(got[r], ref[0])
+				e := testcluster.RelErr(got[r], ref[0])
 				t.Logf("rank %d: relative error %.2e", r, e)
 				assert.LessOrEqual(t, e, 1e-6)
 			}

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -81,17 +80,6 @@ func runPS(t *testing.T, mode consistency.Mode, staleness int64, workers, server
 	return final
 }
 
-// relErr is ‖a−b‖/‖b‖.
-func relErr(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
-}
-
 // TestSyncEquivalence is the correctness test of the synchronous path: N
 // workers of batch b through S shards see, step by step, exactly the
 // samples one worker of batch N·b sees, and must end at the same weights.
@@ -104,13 +92,13 @@ func TestSyncEquivalence(t *testing.T) {
 	// The comparison can tell runs apart: half the batch ends elsewhere.
 	other := runPS(t, consistency.Sync, 0, 1, 1, 2*b, steps, train)
 	ref := runPS(t, consistency.Sync, 0, 1, 1, 4*b, steps, train)
-	require.Greater(t, relErr(other, ref), 1e-3)
+	require.Greater(t, testcluster.RelErr(other, ref), 1e-3)
 	for _, n := range []int{1, 2, 4} {
 		for _, s := range []int{1, 3} {
 			t.Run(fmt.Sprintf("N=%d S=%d", n, s), func(t *testing.T) {
 				want := runPS(t, consistency.Sync, 0, 1, 1, n*b, steps, train)
 				got := runPS(t, consistency.Sync, 0, n, s, b, steps, train)
-				e := relErr(got, want)
+				e := testcluster.RelErr(got, want)
 				t.Logf("relative error %.2e", e)
 				assert.LessOrEqual(t, e, 1e-5)
 			})
@@ -125,7 +113,7 @@ func TestSSPWithZeroStalenessMatchesSync(t *testing.T) {
 	require.NoError(t, err)
 	sync := runPS(t, consistency.Sync, 0, 2, 3, 8, 30, train)
 	ssp := runPS(t, consistency.SSP, 0, 2, 3, 8, 30, train)
-	e := relErr(ssp, sync)
+	e := testcluster.RelErr(ssp, sync)
 	t.Logf("relative error %.2e", e)
 	assert.LessOrEqual(t, e, 1e-5)
 }

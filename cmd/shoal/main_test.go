@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/lockedio"
+	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/shard"
@@ -323,14 +323,9 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 			t.Run(fmt.Sprintf("N=%d S=%d", n, s), func(t *testing.T) {
 				got := trainSave(t, append(common, "--workers", fmt.Sprint(n), "--servers", fmt.Sprint(s), "--batch", "16")...)
 				require.Len(t, got, len(one))
-				var num, den float64
-				for i := range one {
-					d := float64(got[i]) - float64(one[i])
-					num += d * d
-					den += float64(one[i]) * float64(one[i])
-				}
-				t.Logf("relative error %.2e", math.Sqrt(num/den))
-				assert.LessOrEqual(t, math.Sqrt(num/den), 1e-5)
+				rel := testcluster.RelErr(got, one)
+				t.Logf("relative error %.2e", rel)
+				assert.LessOrEqual(t, rel, 1e-5)
 			})
 		}
 	}

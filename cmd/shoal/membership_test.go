@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/internal/lockedio"
+	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 )
@@ -298,12 +298,7 @@ func TestShoalTrainRestartsAKilledShard(t *testing.T) {
 	_, got, _, err := nn.LoadSafetensors(save)
 	require.NoError(t, err)
 	require.Len(t, got, len(want))
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	t.Logf("relative error against the undisturbed run: %.2e", math.Sqrt(num/den))
-	assert.LessOrEqual(t, math.Sqrt(num/den), 1e-5, "no update lost or applied twice")
+	rel := testcluster.RelErr(got, want)
+	t.Logf("relative error against the undisturbed run: %.2e", rel)
+	assert.LessOrEqual(t, rel, 1e-5, "no update lost or applied twice")
 }

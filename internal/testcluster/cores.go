@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"math"
 	"testing"
 
 	"github.com/shoalml/shoal/nn"
@@ -79,4 +80,16 @@ func NewCoresWith(cfg ps.Config, l nn.Layout, initial []float32, servers, chunkF
 		cores = append(cores, core)
 	}
 	return cores, nil
+}
+
+// RelErr is ‖a−b‖/‖b‖, the relative error of a against b (of equal
+// length), in float64.
+func RelErr(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
 }

@@ -2,7 +2,6 @@ package testcluster_test
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -292,7 +291,7 @@ func TestDrop(t *testing.T) {
 				require.NoError(t, err)
 			}
 			got, ref := weights(ctx, t, s), weights(ctx, t, want)
-			assert.LessOrEqual(t, relErr(got, ref), 1e-6, "the weights of a run without losses")
+			assert.LessOrEqual(t, testcluster.RelErr(got, ref), 1e-6, "the weights of a run without losses")
 		})
 	}
 }
@@ -308,15 +307,4 @@ func weights(ctx context.Context, t *testing.T, s *testcluster.Scenario) []float
 	_, err = cl.Pull(ctx, v)
 	require.NoError(t, err)
 	return v
-}
-
-// relErr is ‖a−b‖/‖b‖.
-func relErr(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
