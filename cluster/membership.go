@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -205,6 +206,10 @@ type Membership struct {
 	closed  bool
 
 	closeOnce sync.Once
+	// stopping is set by Leave and Close: memberlist's errors from then
+	// on (sends on the sockets it is closing) are expected, and logged at
+	// debug level.
+	stopping atomic.Bool
 }
 
 // New validates cfg, starts gossip on its address and returns the
@@ -261,7 +266,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.DeadNodeReclaimTime = d.DeadNodeReclaimTime
 	mc.Delegate = (*metaDelegate)(m)
 	mc.Events = (*eventDelegate)(m)
-	mc.Logger = log.New(slogWriter{logger}, "", 0)
+	mc.Logger = log.New(slogWriter{l: logger, stopping: &m.stopping}, "", 0)
 	if cfg.KeyFile != "" {
 		if mc.SecretKey, err = readGossipKey(cfg.KeyFile); err != nil {
 			return nil, fmt.Errorf("membership config: %w", err)
@@ -387,6 +392,7 @@ func (m *Membership) SetMeta(meta Meta, timeout time.Duration) error {
 // set, then memberlist's leave message, waiting up to timeout for each to
 // go out. Call Close afterwards.
 func (m *Membership) Leave(timeout time.Duration) error {
+	m.stopping.Store(true)
 	m.mu.Lock()
 	meta, err := DecodeMeta(m.meta)
 	m.mu.Unlock()
@@ -408,6 +414,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 // every goroutine it started and closes the Views channel. It is safe to
 // call more than once.
 func (m *Membership) Close() error {
+	m.stopping.Store(true)
 	var err error
 	m.closeOnce.Do(func() {
 		err = m.ml.Shutdown()
@@ -526,8 +533,12 @@ func (d *metaDelegate) LocalState(join bool) []byte                { return nil 
 func (d *metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// slog records at the matching level.
-type slogWriter struct{ l *slog.Logger }
+// slog records at the matching level; once the node is stopping, at most
+// debug.
+type slogWriter struct {
+	l        *slog.Logger
+	stopping *atomic.Bool
+}
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
@@ -546,6 +557,9 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	msg = strings.TrimPrefix(msg, "memberlist: ")
+	if w.stopping != nil && w.stopping.Load() {
+		level = min(level, slog.LevelDebug)
+	}
 	w.l.Log(context.Background(), level, msg)
 	return len(p), nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,11 +183,14 @@ func TestLANDetectionIsValid(t *testing.T) {
 func TestSlogWriterLevels(t *testing.T) {
 	tests := []struct {
 		name, line, want string
+		stopping         bool
 	}{
-		{"debug", "[DEBUG] memberlist: Stream connection\n", "level=DEBUG msg=\"Stream connection\""},
-		{"warn", "[WARN] memberlist: Refuting a suspect message\n", "level=WARN msg=\"Refuting a suspect message\""},
-		{"error", "[ERR] memberlist: Conflicting address\n", "level=ERROR msg=\"Conflicting address\""},
-		{"no level", "something else\n", "level=INFO msg=\"something else\""},
+		{"debug", "[DEBUG] memberlist: Stream connection\n", "level=DEBUG msg=\"Stream connection\"", false},
+		{"warn", "[WARN] memberlist: Refuting a suspect message\n", "level=WARN msg=\"Refuting a suspect message\"", false},
+		{"error", "[ERR] memberlist: Conflicting address\n", "level=ERROR msg=\"Conflicting address\"", false},
+		{"no level", "something else\n", "level=INFO msg=\"something else\"", false},
+		{"error while stopping", "[ERR] memberlist: Failed to send gossip: use of closed network connection\n",
+			"level=DEBUG msg=\"Failed to send gossip: use of closed network connection\"", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,7 +199,9 @@ func TestSlogWriterLevels(t *testing.T) {
 				Level:       slog.LevelDebug,
 				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) },
 			})
-			n, err := slogWriter{slog.New(h)}.Write([]byte(tt.line))
+			var stopping atomic.Bool
+			stopping.Store(tt.stopping)
+			n, err := slogWriter{l: slog.New(h), stopping: &stopping}.Write([]byte(tt.line))
 			require.NoError(t, err)
 			assert.Equal(t, len(tt.line), n)
 			assert.Equal(t, tt.want+"\n", out.String())
