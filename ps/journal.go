@@ -179,8 +179,8 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 		return journalRecord{}, err // io.EOF: the end
 	}
 	size := binary.LittleEndian.Uint32(frame[:])
-	if max := 64 + 32*uint32(s.cfg.Workers+1) + 4*uint32(s.floats); size > max {
-		return journalRecord{}, fmt.Errorf("a record of %d bytes, more than the %d this shard can write", size, max)
+	if limit := 64 + 32*uint32(s.cfg.Workers+1) + 4*uint32(s.floats); size > limit {
+		return journalRecord{}, fmt.Errorf("a record of %d bytes, more than the %d this shard can write", size, limit)
 	}
 	body := make([]byte, size+4)
 	if _, err := io.ReadFull(r, body); err != nil {
@@ -190,7 +190,7 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return journalRecord{}, errors.New("a record's checksum does not match")
 	}
-	d := &metaReader{b: body}
+	d := &bodyReader{b: body}
 	rec := journalRecord{clock: int64(d.u64())}
 	for _, pairs := range []*[][2]int64{&rec.steps, &rec.progress} {
 		n := d.u32()
@@ -212,13 +212,13 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 	return rec, nil
 }
 
-// metaReader reads little-endian integers, noting a short read.
-type metaReader struct {
+// bodyReader reads a record body's little-endian integers, noting a short read.
+type bodyReader struct {
 	b   []byte
 	err error
 }
 
-func (d *metaReader) u64() uint64 {
+func (d *bodyReader) u64() uint64 {
 	if len(d.b) < 8 {
 		d.err = io.ErrUnexpectedEOF
 		return 0
@@ -228,7 +228,7 @@ func (d *metaReader) u64() uint64 {
 	return v
 }
 
-func (d *metaReader) u32() uint32 {
+func (d *bodyReader) u32() uint32 {
 	if len(d.b) < 4 {
 		d.err = io.ErrUnexpectedEOF
 		return 0

@@ -80,8 +80,8 @@ func (s *Server) Join(w, notBefore int64) (int64, error) {
 	if err := s.checkWorker(w); err != nil {
 		return 0, err
 	}
-	if notBefore < 0 {
-		return 0, fmt.Errorf("%w: join of worker %d not before step %d: want >= 0", ErrInvalidArgument, w, notBefore)
+	if notBefore < 0 || notBefore > maxStep {
+		return 0, fmt.Errorf("%w: join of worker %d not before step %d: want 0..%d", ErrInvalidArgument, w, notBefore, int64(maxStep))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,6 +126,10 @@ func (s *Server) Join(w, notBefore int64) (int64, error) {
 	s.notifyLocked()
 	return next, nil
 }
+
+// maxStep bounds the steps a join names, far beyond any run, so that step
+// arithmetic (the SSP bound adds to it) cannot overflow.
+const maxStep = 1 << 62
 
 // checkLiveLocked refuses, in sync and SSP, a worker membership took out.
 func (s *Server) checkLiveLocked(w int64) error {

@@ -565,6 +565,8 @@ func TestJoinWorkerAndTheLiveSet(t *testing.T) {
 	}{
 		{"unknown worker", &pb.JoinWorkerRequest{WorkerId: 7}, codes.InvalidArgument, "worker 7"},
 		{"wrong plan", &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: 99}, codes.FailedPrecondition, "plan version 99"},
+		{"negative step", &pb.JoinWorkerRequest{WorkerId: 0, NotBefore: -1}, codes.InvalidArgument, "not before step -1"},
+		{"step from the far future", &pb.JoinWorkerRequest{WorkerId: 0, NotBefore: math.MaxInt64}, codes.InvalidArgument, "want 0.."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := cl.JoinWorker(ctxT(t), tc.req)
