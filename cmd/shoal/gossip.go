@@ -122,6 +122,17 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	if h, port, err := net.SplitHostPort(meta.GRPCAddr); err == nil && (h == "" || net.ParseIP(h).IsUnspecified()) {
+		// Serving on every interface: peers reach it at the host the
+		// gossip advertises. Set before joining, so that the first
+		// address anyone sees is the one that stays.
+		gh, _, _ := net.SplitHostPort(m.Addr())
+		meta.GRPCAddr = net.JoinHostPort(gh, port)
+		if err := m.SetMeta(meta, g.timeout); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("membership: %w", err)
+		}
+	}
 	if peers := g.peers(); len(peers) > 0 {
 		if err := joinRetrying(ctx, m, peers, g.timeout); err != nil {
 			m.Close()
@@ -187,20 +198,26 @@ func logChanges(v cluster.View, log *slog.Logger) {
 	}
 }
 
-// followShards moves the client's connection to a shard that membership
-// shows serving at another address than addrs holds for it (a shard
-// restarted elsewhere), and records the move in addrs.
-func followShards(v cluster.View, fp uint64, addrs []string, c *client.Client, log *slog.Logger) {
+// followShards moves the client's connection to a shard whose gossiped
+// gRPC address changed (a shard restarted elsewhere). seen holds the
+// address each shard gossiped last; the first one a shard gossips is only
+// recorded: it may name the same server as --servers in other words (an
+// IP for a host name, one interface for another).
+func followShards(v cluster.View, fp uint64, seen []string, c *client.Client, log *slog.Logger) {
 	for _, m := range v.Members {
 		meta := m.Meta
-		if meta.Role != cluster.RolePS || meta.ModelFingerprint != fp || meta.Rank >= len(addrs) || meta.GRPCAddr == "" || meta.GRPCAddr == addrs[meta.Rank] {
+		if meta.Role != cluster.RolePS || meta.ModelFingerprint != fp || meta.Rank >= len(seen) || meta.GRPCAddr == "" || meta.GRPCAddr == seen[meta.Rank] {
+			continue
+		}
+		old := seen[meta.Rank]
+		seen[meta.Rank] = meta.GRPCAddr
+		if old == "" {
 			continue
 		}
 		if err := c.SetShardAddr(meta.Rank, meta.GRPCAddr); err != nil {
 			log.Warn("shard moved to an address that does not parse", "component", "membership", "shard", meta.Rank, "addr", meta.GRPCAddr, "err", err)
 			continue
 		}
-		log.Warn("shard moved", "component", "membership", "shard", meta.Rank, "from", addrs[meta.Rank], "to", meta.GRPCAddr)
-		addrs[meta.Rank] = meta.GRPCAddr
+		log.Warn("shard moved", "component", "membership", "shard", meta.Rank, "from", old, "to", meta.GRPCAddr)
 	}
 }

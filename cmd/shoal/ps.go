@@ -55,37 +55,12 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	fp := fingerprint(p.cfg.Layout)
-	meta := cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr, ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}
-	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), meta, log)
+	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, addr, stdout)
 	if err != nil {
 		lis.Close()
 		return err
 	}
-	var gossip string
-	if m != nil {
-		gossip = m.Addr()
-		if host, port, _ := net.SplitHostPort(addr); host == "" || net.ParseIP(host).IsUnspecified() {
-			// Listening on every interface: workers reach it at the
-			// address the gossip advertises.
-			gh, _, _ := net.SplitHostPort(gossip)
-			meta.GRPCAddr = net.JoinHostPort(gh, port)
-			if err := m.SetMeta(meta, 5*time.Second); err != nil {
-				log.Warn("gossiping the gRPC address", "component", "membership", "err", err)
-			}
-		}
-		emit := func(launch.Event) {}
-		if p.events && idx == 0 { // one shard speaks for the job
-			stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
-			emit = func(e launch.Event) { launch.Emit(stdout, e) }
-		}
-		report := func(r cluster.Report) {
-			rank := r.Change.Member.Meta.Rank
-			log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
-			emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-		}
-		defer follow(m, log, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })()
-	}
+	defer leaveGossip()
 	log.Info("serving", "component", "ps", "addr", addr, "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {
@@ -110,6 +85,34 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
 	return nil
+}
+
+// joinGossip puts the shard into the job's gossip cluster, when gossip is
+// on, and follows the workers' membership: deaths and leaves go to the
+// shard, and with --events shard 0 reports every change. It returns the
+// gossip address ("" when off), the stdout to write events to from now on
+// (locked when a second goroutine writes it too), and what ends gossip.
+func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, stdout io.Writer) (string, io.Writer, func(), error) {
+	log, idx := p.cfg.Logger, p.cfg.Shard
+	fp := fingerprint(p.cfg.Layout)
+	meta := cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr, ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}
+	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), meta, log)
+	if err != nil || m == nil {
+		return "", stdout, func() {}, err
+	}
+	gossip := m.Addr()
+	emit := func(launch.Event) {}
+	if p.events && idx == 0 { // one shard speaks for the job
+		stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
+		emit = func(e launch.Event) { launch.Emit(stdout, e) }
+	}
+	report := func(r cluster.Report) {
+		rank := r.Change.Member.Meta.Rank
+		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
+		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
+	}
+	stop := follow(m, log, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
+	return gossip, stdout, stop, nil
 }
 
 // parsePS reads and checks shoal ps's flags into the shard's config and

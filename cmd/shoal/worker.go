@@ -236,25 +236,11 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		return err
 	}
 	defer ps.Close()
-	m, err := w.gf.start(ctx, fmt.Sprintf("worker-%d", w.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: w.id.Rank,
-		ModelFingerprint: fingerprint(w.model.Layout()), PlanVersion: uint64(shard.Version)}, w.log)
+	leaveGossip, err := w.joinGossip(ctx, ps, stdout)
 	if err != nil {
 		return err
 	}
-	if m != nil {
-		// The servers follow the workers' membership; a worker only has
-		// to be seen, and to be seen leaving when it is done.
-		if w.events { // a shard the launcher restarts joins the gossip here too
-			launch.Emit(stdout, launch.Event{Event: launch.Listening, Rank: w.id.Rank, Gossip: m.Addr()})
-		}
-		addrs, fp := strings.Split(w.servers, ","), fingerprint(w.model.Layout())
-		defer follow(m, w.log, func(views <-chan cluster.View) {
-			for v := range views {
-				logChanges(v, w.log)
-				followShards(v, fp, addrs, ps, w.log)
-			}
-		})()
-	}
+	defer leaveGossip()
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
 	jctx, cancel := context.WithTimeout(ctx, w.connect)
@@ -327,6 +313,29 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.test.Name())
 	return nil
+}
+
+// joinGossip puts the worker into the job's gossip cluster, when gossip
+// is on: the servers follow the workers' membership, so a worker only has
+// to be seen, and seen leaving when it is done; it follows the shards' gRPC
+// addresses (a shard restarted elsewhere). It returns what ends gossip.
+func (w *workerRun) joinGossip(ctx context.Context, ps *client.Client, stdout io.Writer) (func(), error) {
+	fp := fingerprint(w.model.Layout())
+	m, err := w.gf.start(ctx, fmt.Sprintf("worker-%d", w.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: w.id.Rank,
+		ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}, w.log)
+	if err != nil || m == nil {
+		return func() {}, err
+	}
+	if w.events { // a shard the launcher restarts joins the gossip here too
+		launch.Emit(stdout, launch.Event{Event: launch.Listening, Rank: w.id.Rank, Gossip: m.Addr()})
+	}
+	seen := make([]string, ps.Info().Plan.Servers)
+	return follow(m, w.log, func(views <-chan cluster.View) {
+		for v := range views {
+			logChanges(v, w.log)
+			followShards(v, fp, seen, ps, w.log)
+		}
+	}), nil
 }
 
 // dial connects to the servers through nic and checks that they hold this
