@@ -58,7 +58,20 @@ type RingConfig struct {
 	// whole vector in one call after backward. Only for average and sum:
 	// AdaSum's combination depends on the whole vector's dot products.
 	FusionBytes int
+	// Synced says the ranks' replicas already hold the same weights (an
+	// elastic re-form broadcast them): there is no initial broadcast, and
+	// Initial is not needed.
+	Synced bool
+	// Interrupt, when set, is asked by rank 0 before every step but the
+	// first whether the ring must stop (a member waits to join); rank 0
+	// broadcasts the answer, so that every rank stops at the same step
+	// boundary, with ErrInterrupted from Params.
+	Interrupt func() bool
 }
+
+// ErrInterrupted: rank 0's RingConfig.Interrupt asked the ring to stop
+// at a step boundary; every step before it is complete on every rank.
+var ErrInterrupted = errors.New("ring interrupted at a step boundary")
 
 // Ring is data-parallel SGD with ring allreduce and no server (Horovod's
 // design): the gradients are combined across ranks and every rank applies
@@ -76,6 +89,8 @@ type Ring struct {
 	// the part of the vector not yet handed to the reducer ends; buckets
 	// feed one goroutine that reduces them in order and reports on done.
 	sent    int
+	flag    []float32 // Interrupt's answer, broadcast by rank 0
+	checked bool      // Params has run once: later calls check Interrupt
 	buckets chan []float32
 	done    chan error
 	cancel  context.CancelFunc
@@ -99,14 +114,15 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 	if cfg.FusionBytes < 0 {
 		return nil, fmt.Errorf("ring: fusion bytes %d: want >= 0", cfg.FusionBytes)
 	}
-	if comm.Rank() == 0 && len(cfg.Initial) != n {
+	if comm.Rank() == 0 && !cfg.Synced && len(cfg.Initial) != n {
 		return nil, fmt.Errorf("ring: rank 0's initial vector has %d floats, want %d", len(cfg.Initial), n)
 	}
 	opt, err := optim.New(cfg.Optimizer, n)
 	if err != nil {
 		return nil, fmt.Errorf("ring: %w", err)
 	}
-	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size()), n: n, sent: n}
+	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size()), n: n, sent: n,
+		started: cfg.Synced, flag: make([]float32, 1)}
 	for i := range r.counts {
 		r.counts[i] = 8
 	}
@@ -114,8 +130,24 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 }
 
 // Params broadcasts rank 0's initial weights before the first step; after
-// that the replica is already up to date.
+// that the replica is already up to date. With Interrupt, every later
+// call first agrees with the other ranks whether to stop here.
 func (r *Ring) Params(ctx context.Context, _ int64, params []float32) error {
+	if r.cfg.Interrupt != nil {
+		if r.checked {
+			r.flag[0] = 0
+			if r.comm.Rank() == 0 && r.cfg.Interrupt() {
+				r.flag[0] = 1
+			}
+			if err := r.comm.Broadcast(ctx, r.flag, 0); err != nil {
+				return fmt.Errorf("agreeing whether to stop: %w", err)
+			}
+			if r.flag[0] != 0 {
+				return ErrInterrupted
+			}
+		}
+		r.checked = true
+	}
 	if r.started {
 		return nil
 	}
@@ -217,6 +249,13 @@ func (r *Ring) abort() {
 	r.cancel()
 	_ = r.endStep()
 }
+
+// State returns a copy of the optimizer's state (momentum, step count…).
+func (r *Ring) State() optim.State { return r.opt.State() }
+
+// Restore replaces the optimizer's state, as State returned it on a
+// rank whose state the ring adopts.
+func (r *Ring) Restore(s optim.State) error { return r.opt.Restore(s) }
 
 // Finish has nothing pending.
 func (r *Ring) Finish(context.Context) error { return nil }

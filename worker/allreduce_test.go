@@ -188,3 +188,36 @@ func TestRingRejectsNegativeFusion(t *testing.T) {
 	_, err = worker.NewRing(comm, 4, worker.RingConfig{Optimizer: optim.DefaultConfig(), Initial: make([]float32, 4), FusionBytes: -1})
 	require.ErrorContains(t, err, "fusion bytes -1")
 }
+
+// A step whose allreduce breaks (a peer died mid-call) is not applied:
+// the weights and the optimizer state stay those of the last whole step,
+// which is what an elastic re-form takes up.
+func TestABrokenAllreduceLeavesTheStepUnapplied(t *testing.T) {
+	for _, fusion := range []int{0, 64} {
+		t.Run(fmt.Sprint("fusion ", fusion), func(t *testing.T) {
+			group := collective.NewMemGroup(2)
+			defer group[0].Close()
+			comm, err := collective.New(group[0], collective.DefaultConfig())
+			require.NoError(t, err)
+			cfg := worker.RingConfig{Optimizer: optim.DefaultConfig(), Synced: true, FusionBytes: fusion}
+			cfg.Optimizer.Algorithm, cfg.Optimizer.LR, cfg.Optimizer.Momentum = optim.Momentum, 0.1, 0.9
+			const n = 1000
+			ring, err := worker.NewRing(comm, n, cfg)
+			require.NoError(t, err)
+			params, grads := make([]float32, n), make([]float32, n)
+			for i := range params {
+				params[i], grads[i] = float32(i), 1
+			}
+			before, state := append([]float32(nil), params...), ring.State()
+			// The peer sends half of its first message and dies.
+			require.NoError(t, group[1].Send(context.Background(), 0, make([]byte, 40)))
+			require.NoError(t, group[1].Close())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = ring.Apply(ctx, 0, params, grads)
+			require.ErrorIs(t, err, collective.ErrPeer)
+			assert.Equal(t, before, params, "a broken step changed the weights")
+			assert.Equal(t, state, ring.State(), "a broken step changed the optimizer state")
+		})
+	}
+}

@@ -71,6 +71,11 @@ type Config struct {
 	// wrapping ErrStop ends the run there, cleanly (Result.Stopped).
 	Eval      func(ctx context.Context, steps int64, params []float32) error
 	EvalEvery int64
+	// Params, when set, is the parameter vector the worker trains in
+	// place (elastic training carries one vector across the workers of
+	// its generations); it must hold the model's Layout().Size() floats.
+	// Nil: the worker allocates its own.
+	Params []float32
 }
 
 // StepTimes is where one step's time went. Step is the whole step; Data
@@ -218,9 +223,16 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := model.Layout().Size()
+	params := cfg.Params
+	if params == nil {
+		params = make([]float32, n)
+	} else if len(params) != n {
+		loader.Close()
+		return nil, fmt.Errorf("worker: Config.Params has %d floats, model %s has %d", len(params), model.Name(), n)
+	}
 	wk := &Worker{
 		cfg: cfg, model: model, strategy: s, loader: loader,
-		params: make([]float32, n), grads: make([]float32, n),
+		params: params, grads: make([]float32, n),
 		log: log.With("component", "worker", "rank", cfg.Rank),
 	}
 	if cfg.BackwardPasses > 1 {

@@ -289,6 +289,183 @@ func (x *JoinResponse) GetRanks() []*RankInfo {
 	return nil
 }
 
+type ReformRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// job_id must be the coordinator's.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// member is the caller's stable id (its launch rank), >= 0.
+	Member int32 `protobuf:"varint,2,opt,name=member,proto3" json:"member,omitempty"`
+	// generation is the last generation the caller trained in (0: none,
+	// it is joining).
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// reason says why the caller left its generation, for the log.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// step is the number of steps the caller's weights hold.
+	Step          int64 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReformRequest) Reset() {
+	*x = ReformRequest{}
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReformRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReformRequest) ProtoMessage() {}
+
+func (x *ReformRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReformRequest.ProtoReflect.Descriptor instead.
+func (*ReformRequest) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReformRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReformRequest) GetMember() int32 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *ReformRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReformRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReformRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+type ReformResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// generation is the new generation's number.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// members are the member ids of the new generation in rank order: the
+	// caller's rank is its index.
+	Members []int32 `protobuf:"varint,2,rep,packed,name=members,proto3" json:"members,omitempty"`
+	// master is the address of the generation's rendezvous (collnet), which
+	// the new rank 0 serves.
+	Master string `protobuf:"bytes,3,opt,name=master,proto3" json:"master,omitempty"`
+	// left names the members of the previous generation that are not in
+	// the new one.
+	Left []int32 `protobuf:"varint,4,rep,packed,name=left,proto3" json:"left,omitempty"`
+	// root is the rank whose weights, optimizer state and data position
+	// every rank adopts: the lowest rank that trained in the latest
+	// generation.
+	Root int32 `protobuf:"varint,5,opt,name=root,proto3" json:"root,omitempty"`
+	// step is the number of steps root's weights hold.
+	Step          int64 `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReformResponse) Reset() {
+	*x = ReformResponse{}
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReformResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReformResponse) ProtoMessage() {}
+
+func (x *ReformResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_collective_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReformResponse.ProtoReflect.Descriptor instead.
+func (*ReformResponse) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_collective_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReformResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReformResponse) GetMembers() []int32 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ReformResponse) GetMaster() string {
+	if x != nil {
+		return x.Master
+	}
+	return ""
+}
+
+func (x *ReformResponse) GetLeft() []int32 {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+func (x *ReformResponse) GetRoot() int32 {
+	if x != nil {
+		return x.Root
+	}
+	return 0
+}
+
+func (x *ReformResponse) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
 var File_proto_shoalpb_collective_proto protoreflect.FileDescriptor
 
 const file_proto_shoalpb_collective_proto_rawDesc = "" +
@@ -312,11 +489,30 @@ const file_proto_shoalpb_collective_proto_rawDesc = "" +
 	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\x12\x17\n" +
 	"\ahost_id\x18\x03 \x01(\tR\x06hostId\"8\n" +
 	"\fJoinResponse\x12(\n" +
-	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks2\x7f\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks\"\x8a\x01\n" +
+	"\rReformRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\x05R\x06member\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\x03R\x04step\"\x9e\x01\n" +
+	"\x0eReformResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\x05R\amembers\x12\x16\n" +
+	"\x06master\x18\x03 \x01(\tR\x06master\x12\x12\n" +
+	"\x04left\x18\x04 \x03(\x05R\x04left\x12\x12\n" +
+	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x12\n" +
+	"\x04step\x18\x06 \x01(\x03R\x04step2\x7f\n" +
 	"\n" +
 	"Rendezvous\x125\n" +
 	"\x04Join\x12\x15.shoal.v1.JoinRequest\x1a\x16.shoal.v1.JoinResponse\x12:\n" +
-	"\x06Report\x12\x17.shoal.v1.FailureReport\x1a\x17.shoal.v1.FailureReportB(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
+	"\x06Report\x12\x17.shoal.v1.FailureReport\x1a\x17.shoal.v1.FailureReport2F\n" +
+	"\aElastic\x12;\n" +
+	"\x06Reform\x12\x17.shoal.v1.ReformRequest\x1a\x18.shoal.v1.ReformResponseB(Z&github.com/shoalml/shoal/proto/shoalpbb\x06proto3"
 
 var (
 	file_proto_shoalpb_collective_proto_rawDescOnce sync.Once
@@ -330,21 +526,25 @@ func file_proto_shoalpb_collective_proto_rawDescGZIP() []byte {
 	return file_proto_shoalpb_collective_proto_rawDescData
 }
 
-var file_proto_shoalpb_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_proto_shoalpb_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_proto_shoalpb_collective_proto_goTypes = []any{
-	(*FailureReport)(nil), // 0: shoal.v1.FailureReport
-	(*JoinRequest)(nil),   // 1: shoal.v1.JoinRequest
-	(*RankInfo)(nil),      // 2: shoal.v1.RankInfo
-	(*JoinResponse)(nil),  // 3: shoal.v1.JoinResponse
+	(*FailureReport)(nil),  // 0: shoal.v1.FailureReport
+	(*JoinRequest)(nil),    // 1: shoal.v1.JoinRequest
+	(*RankInfo)(nil),       // 2: shoal.v1.RankInfo
+	(*JoinResponse)(nil),   // 3: shoal.v1.JoinResponse
+	(*ReformRequest)(nil),  // 4: shoal.v1.ReformRequest
+	(*ReformResponse)(nil), // 5: shoal.v1.ReformResponse
 }
 var file_proto_shoalpb_collective_proto_depIdxs = []int32{
 	2, // 0: shoal.v1.JoinResponse.ranks:type_name -> shoal.v1.RankInfo
 	1, // 1: shoal.v1.Rendezvous.Join:input_type -> shoal.v1.JoinRequest
 	0, // 2: shoal.v1.Rendezvous.Report:input_type -> shoal.v1.FailureReport
-	3, // 3: shoal.v1.Rendezvous.Join:output_type -> shoal.v1.JoinResponse
-	0, // 4: shoal.v1.Rendezvous.Report:output_type -> shoal.v1.FailureReport
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
+	4, // 3: shoal.v1.Elastic.Reform:input_type -> shoal.v1.ReformRequest
+	3, // 4: shoal.v1.Rendezvous.Join:output_type -> shoal.v1.JoinResponse
+	0, // 5: shoal.v1.Rendezvous.Report:output_type -> shoal.v1.FailureReport
+	5, // 6: shoal.v1.Elastic.Reform:output_type -> shoal.v1.ReformResponse
+	4, // [4:7] is the sub-list for method output_type
+	1, // [1:4] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -361,9 +561,9 @@ func file_proto_shoalpb_collective_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_collective_proto_rawDesc), len(file_proto_shoalpb_collective_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_proto_shoalpb_collective_proto_goTypes,
 		DependencyIndexes: file_proto_shoalpb_collective_proto_depIdxs,

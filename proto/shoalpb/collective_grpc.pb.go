@@ -193,3 +193,119 @@ var Rendezvous_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "proto/shoalpb/collective.proto",
 }
+
+const (
+	Elastic_Reform_FullMethodName = "/shoal.v1.Elastic/Reform"
+)
+
+// ElasticClient is the client API for Elastic service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Elastic re-forms the ring of an elastic job after a member dies or
+// joins. Every member serves it; the live member with the lowest member
+// id (as membership sees it) coordinates, and the others refuse with
+// FailedPrecondition naming it. Reform waits, within the caller's
+// deadline, until every live member has asked for the same next
+// generation, then answers each with its place in it.
+type ElasticClient interface {
+	Reform(ctx context.Context, in *ReformRequest, opts ...grpc.CallOption) (*ReformResponse, error)
+}
+
+type elasticClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewElasticClient(cc grpc.ClientConnInterface) ElasticClient {
+	return &elasticClient{cc}
+}
+
+func (c *elasticClient) Reform(ctx context.Context, in *ReformRequest, opts ...grpc.CallOption) (*ReformResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReformResponse)
+	err := c.cc.Invoke(ctx, Elastic_Reform_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ElasticServer is the server API for Elastic service.
+// All implementations must embed UnimplementedElasticServer
+// for forward compatibility.
+//
+// Elastic re-forms the ring of an elastic job after a member dies or
+// joins. Every member serves it; the live member with the lowest member
+// id (as membership sees it) coordinates, and the others refuse with
+// FailedPrecondition naming it. Reform waits, within the caller's
+// deadline, until every live member has asked for the same next
+// generation, then answers each with its place in it.
+type ElasticServer interface {
+	Reform(context.Context, *ReformRequest) (*ReformResponse, error)
+	mustEmbedUnimplementedElasticServer()
+}
+
+// UnimplementedElasticServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedElasticServer struct{}
+
+func (UnimplementedElasticServer) Reform(context.Context, *ReformRequest) (*ReformResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reform not implemented")
+}
+func (UnimplementedElasticServer) mustEmbedUnimplementedElasticServer() {}
+func (UnimplementedElasticServer) testEmbeddedByValue()                 {}
+
+// UnsafeElasticServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ElasticServer will
+// result in compilation errors.
+type UnsafeElasticServer interface {
+	mustEmbedUnimplementedElasticServer()
+}
+
+func RegisterElasticServer(s grpc.ServiceRegistrar, srv ElasticServer) {
+	// If the following call panics, it indicates UnimplementedElasticServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Elastic_ServiceDesc, srv)
+}
+
+func _Elastic_Reform_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReformRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElasticServer).Reform(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Elastic_Reform_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElasticServer).Reform(ctx, req.(*ReformRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Elastic_ServiceDesc is the grpc.ServiceDesc for Elastic service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Elastic_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "shoal.v1.Elastic",
+	HandlerType: (*ElasticServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Reform",
+			Handler:    _Elastic_Reform_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "proto/shoalpb/collective.proto",
+}

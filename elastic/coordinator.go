@@ -1,0 +1,310 @@
+package elastic
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+)
+
+// Member is one live member of an elastic job as membership sees it.
+type Member struct {
+	// ID is the member's stable id, its launch rank.
+	ID int
+	// Addr is the host:port of its Elastic service.
+	Addr string
+}
+
+// Roster tells who is alive (from gossip, in Shoal).
+type Roster interface {
+	// Live returns the live members, sorted by ID.
+	Live() []Member
+}
+
+// CoordinatorConfig configures a member's Elastic service.
+type CoordinatorConfig struct {
+	// JobID names the job; requests for another are refused.
+	JobID string
+	// Self is this member's id.
+	Self int
+	// Initial is the size of the first generation: it forms once that many
+	// members have come.
+	Initial int
+	// MinWorkers is the smallest generation after the first (≥ 1).
+	MinWorkers int
+	// RejoinTimeout is how long a round short of MinWorkers waits for more
+	// members before it fails.
+	RejoinTimeout time.Duration
+	// Roster says who is alive.
+	Roster Roster
+	// Listen opens the listener on which this member, as a new
+	// generation's rank 0, serves that generation's rendezvous.
+	Listen func() (net.Listener, error)
+	// Logger receives the rounds; nil discards.
+	Logger *slog.Logger
+}
+
+// Coordinator is a member's Elastic service. Only the live member with
+// the lowest id coordinates a round: it waits until every live member
+// (and any member that asks, such as one that restarted) has asked for a
+// new generation, then answers each with its rank in it.
+type Coordinator struct {
+	pb.UnimplementedElasticServer
+	cfg CoordinatorConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	waiting map[int]*waiter // by member id
+	changed chan struct{}   // closed and replaced when waiting or the roster changes
+	short   time.Time       // when the round fell short of its minimum; zero when not
+	last    []int           // the members of the latest generation formed here
+}
+
+// waiter is one member's Reform call in progress.
+type waiter struct {
+	req  *pb.ReformRequest
+	done chan result // buffered: the round's answer
+	// lis is the listener of the generation's rendezvous, for rank 0 (this
+	// member) only.
+	lis net.Listener
+}
+
+type result struct {
+	resp *pb.ReformResponse
+	lis  net.Listener
+	err  error
+}
+
+var _ pb.ElasticServer = (*Coordinator)(nil)
+
+// NewCoordinator returns a member's Elastic service.
+func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+	switch {
+	case cfg.Initial < 1:
+		return nil, fmt.Errorf("elastic: initial size %d: want >= 1", cfg.Initial)
+	case cfg.MinWorkers < 1:
+		return nil, fmt.Errorf("elastic: --min-workers %d: want >= 1", cfg.MinWorkers)
+	case cfg.RejoinTimeout <= 0:
+		return nil, fmt.Errorf("elastic: --rejoin-timeout %v: want > 0", cfg.RejoinTimeout)
+	case cfg.Roster == nil || cfg.Listen == nil:
+		return nil, fmt.Errorf("elastic: a coordinator needs a Roster and a Listen function")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Coordinator{cfg: cfg, log: log.With("component", "elastic", "member", cfg.Self), waiting: map[int]*waiter{}, changed: make(chan struct{})}, nil
+}
+
+// Pending reports whether some member waits for a new generation: one
+// that joins, or one that left the current generation after a failure.
+func (c *Coordinator) Pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting) > 0
+}
+
+// RosterChanged tells the coordinator that the roster may have changed,
+// so that a round waiting for a member that died can close.
+func (c *Coordinator) RosterChanged() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wakeLocked()
+}
+
+func (c *Coordinator) wakeLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Reform is the RPC: it waits for the round that puts the caller into a
+// new generation.
+func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	res := c.reform(ctx, req)
+	if res.lis != nil {
+		// Only this member is a generation's rank 0; a remote caller
+		// never gets the listener.
+		res.lis.Close()
+		return nil, status.Errorf(codes.Internal, "elastic: member %d made rank 0 but asked remotely", req.Member)
+	}
+	return res.resp, res.err
+}
+
+// reform registers req and waits for its round, ctx, or the round's
+// failure. For this member itself, the result carries the listener of
+// the generation's rendezvous.
+func (c *Coordinator) reform(ctx context.Context, req *pb.ReformRequest) result {
+	if req.JobId != c.cfg.JobID {
+		return result{err: status.Errorf(codes.InvalidArgument, "elastic: job %q asks coordinator of job %q", req.JobId, c.cfg.JobID)}
+	}
+	if req.Member < 0 {
+		return result{err: status.Errorf(codes.InvalidArgument, "elastic: member id %d: want >= 0", req.Member)}
+	}
+	id := int(req.Member)
+	w := &waiter{req: req, done: make(chan result, 1)}
+	c.mu.Lock()
+	if err := c.coordinatingLocked(); err != nil {
+		c.mu.Unlock()
+		return result{err: err}
+	}
+	if old := c.waiting[id]; old != nil {
+		old.done <- result{err: status.Errorf(codes.Aborted, "elastic: member %d asked again", id)}
+	}
+	c.waiting[id] = w
+	c.log.Info("member waits for a new generation", "from", id, "generation", req.Generation, "reason", req.Reason)
+	c.wakeLocked()
+	c.mu.Unlock()
+
+	timer := time.NewTimer(c.cfg.RejoinTimeout)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		c.closeLocked(time.Now())
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case r := <-w.done:
+			return r
+		case <-changed:
+		case <-timer.C:
+			// Re-check the shortfall's clock; the loop fails the round
+			// once RejoinTimeout has passed since it fell short.
+			timer.Reset(c.cfg.RejoinTimeout / 4)
+		case <-ctx.Done():
+			c.mu.Lock()
+			if c.waiting[id] == w {
+				delete(c.waiting, id)
+				c.wakeLocked()
+			}
+			c.mu.Unlock()
+			select {
+			case r := <-w.done: // answered meanwhile
+				if r.lis != nil {
+					r.lis.Close()
+				}
+			default:
+			}
+			return result{err: status.FromContextError(ctx.Err()).Err()}
+		}
+	}
+}
+
+// coordinatingLocked returns nil when this member is the lowest live one,
+// else a FailedPrecondition naming the one that is.
+func (c *Coordinator) coordinatingLocked() error {
+	live := c.cfg.Roster.Live()
+	if len(live) > 0 && live[0].ID < c.cfg.Self {
+		return status.Errorf(codes.FailedPrecondition, "elastic: member %d does not coordinate: member %d at %s does", c.cfg.Self, live[0].ID, live[0].Addr)
+	}
+	return nil
+}
+
+// closeLocked closes the round when it can: every live member has asked,
+// and there are enough of them. A round short of members fails once it
+// has been short for RejoinTimeout.
+func (c *Coordinator) closeLocked(now time.Time) {
+	if len(c.waiting) == 0 {
+		c.short = time.Time{}
+		return
+	}
+	if err := c.coordinatingLocked(); err != nil {
+		c.failLocked(err)
+		return
+	}
+	if c.waiting[c.cfg.Self] == nil {
+		return // this member still trains: it will ask at its next step
+	}
+	for _, m := range c.cfg.Roster.Live() {
+		if c.waiting[m.ID] == nil {
+			return // alive and not yet asking
+		}
+	}
+	var gen uint64
+	var step int64
+	ids := make([]int, 0, len(c.waiting))
+	for id, w := range c.waiting {
+		ids = append(ids, id)
+		gen = max(gen, w.req.Generation)
+		step = max(step, w.req.Step)
+	}
+	slices.Sort(ids)
+	need := c.cfg.MinWorkers
+	if gen == 0 {
+		need = c.cfg.Initial // the first generation: everyone launched
+	}
+	if len(ids) < need {
+		if c.short.IsZero() {
+			c.short = now
+		}
+		if now.Sub(c.short) >= c.cfg.RejoinTimeout {
+			c.failLocked(status.Errorf(codes.ResourceExhausted, "elastic: %s; waited --rejoin-timeout %v for more", c.shortfall(ids, need, gen, step), c.cfg.RejoinTimeout))
+		}
+		return
+	}
+	c.short = time.Time{}
+	lis, err := c.cfg.Listen()
+	if err != nil {
+		c.failLocked(status.Errorf(codes.Unavailable, "elastic: listening for the new generation's rendezvous: %v", err))
+		return
+	}
+	resp := &pb.ReformResponse{Generation: gen + 1, Master: lis.Addr().String(), Root: -1}
+	for rank, id := range ids {
+		resp.Members = append(resp.Members, int32(id))
+		if req := c.waiting[id].req; resp.Root < 0 && req.Generation == gen {
+			resp.Root, resp.Step = int32(rank), req.Step
+		}
+	}
+	for _, id := range c.last {
+		if c.waiting[id] == nil {
+			resp.Left = append(resp.Left, int32(id))
+		}
+	}
+	c.last = ids
+	c.log.Info("generation formed", "generation", resp.Generation, "members", ids, "left", resp.Left, "root", resp.Root, "step", resp.Step)
+	for id, w := range c.waiting {
+		r := result{resp: resp}
+		if id == c.cfg.Self {
+			r.lis = lis
+		}
+		w.done <- r
+	}
+	clear(c.waiting)
+	c.wakeLocked()
+}
+
+// shortfall says who is missing from a round of ids that needs need.
+func (c *Coordinator) shortfall(ids []int, need int, gen uint64, step int64) string {
+	var gone []string
+	for _, id := range c.last {
+		if !slices.Contains(ids, id) {
+			gone = append(gone, fmt.Sprint(id))
+		}
+	}
+	what := fmt.Sprintf("%d member(s) %v of the %d that --min-workers needs", len(ids), ids, need)
+	if gen == 0 {
+		what = fmt.Sprintf("%d member(s) %v of the %d launched", len(ids), ids, need)
+	}
+	if len(gone) > 0 {
+		what += fmt.Sprintf("; member(s) %s of generation %d left at step %d", strings.Join(gone, ", "), gen, step)
+	}
+	return "only " + what
+}
+
+// failLocked answers every waiting member with err.
+func (c *Coordinator) failLocked(err error) {
+	for _, w := range c.waiting {
+		w.done <- result{err: err}
+	}
+	clear(c.waiting)
+	c.short = time.Time{}
+	c.wakeLocked()
+}

@@ -1,0 +1,271 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// roster is an in-memory Roster: the test says who is alive, and tells
+// the coordinators.
+type roster struct {
+	mu    sync.Mutex
+	live  []Member
+	coord []*Coordinator
+}
+
+func (r *roster) Live() []Member {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.live)
+}
+
+func (r *roster) set(ids ...int) {
+	r.mu.Lock()
+	r.live = r.live[:0]
+	for _, id := range ids {
+		r.live = append(r.live, Member{ID: id, Addr: fmt.Sprint("member-", id)})
+	}
+	coords := slices.Clone(r.coord)
+	r.mu.Unlock()
+	for _, c := range coords {
+		c.RosterChanged()
+	}
+}
+
+// hub hands out in-memory transports: one group per generation.
+type hub struct {
+	mu     sync.Mutex
+	groups map[string][]collective.Transport
+}
+
+func (h *hub) connect(_ context.Context, rank, size int, _ string, lis net.Listener, job string) (collective.Transport, error) {
+	if lis != nil {
+		lis.Close()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[job]
+	if g == nil {
+		g = collective.NewMemGroup(size)
+		h.groups[job] = g
+	}
+	if len(g) != size {
+		return nil, fmt.Errorf("generation %s has %d ranks, asked for %d", job, len(g), size)
+	}
+	return g[rank], nil
+}
+
+type fakeListener struct{ addr string }
+
+func (l fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
+func (l fakeListener) Close() error              { return nil }
+func (l fakeListener) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+// job is an in-process elastic job over a small MLP and synthetic data.
+type job struct {
+	t      *testing.T
+	roster *roster
+	hub    *hub
+	coords map[string]*Coordinator
+	train  data.Dataset
+	spec   nn.Spec
+	min    int
+	rejoin time.Duration
+	steps  int64
+	epochs int
+}
+
+func newJob(t *testing.T, initial int) *job {
+	train, _, err := data.Synthetic(data.SyntheticConfig{Train: 600, Test: 10, C: 1, H: 4, W: 4, Classes: 3, Seed: 3, Noise: 0.5})
+	require.NoError(t, err)
+	return &job{t: t, roster: &roster{}, hub: &hub{groups: map[string][]collective.Transport{}}, coords: map[string]*Coordinator{}, train: train,
+		spec: nn.Spec{Arch: "mlp", Hidden: []int{8}, Channels: 1, Height: 4, Width: 4, Classes: 3}, min: 1, rejoin: time.Minute, epochs: 2, steps: 0}
+}
+
+// member returns member id's config and coordinator; initial is the first
+// generation's size.
+func (j *job) member(id, initial int) Config {
+	model, err := nn.New(j.spec, nn.NewCPU())
+	require.NoError(j.t, err)
+	coord, err := NewCoordinator(CoordinatorConfig{JobID: "test", Self: id, Initial: initial, MinWorkers: j.min, RejoinTimeout: j.rejoin, Roster: j.roster,
+		Listen: func() (net.Listener, error) { return fakeListener{}, nil }})
+	require.NoError(j.t, err)
+	j.roster.mu.Lock()
+	j.roster.coord = append(j.roster.coord, coord)
+	j.coords[fmt.Sprint("member-", id)] = coord
+	j.roster.mu.Unlock()
+	initialW := make([]float32, model.Layout().Size())
+	model.Init(initialW, 5)
+	ocfg := optim.DefaultConfig()
+	ocfg.Algorithm, ocfg.LR, ocfg.Momentum = optim.Momentum, 0.05, 0.9
+	return Config{
+		Member: id, JobID: "test", Coordinator: coord, Roster: j.roster, Connect: j.hub.connect, Comm: collective.DefaultConfig(),
+		Model: model, Train: j.train, Initial: initialW,
+		Ring:          worker.RingConfig{Optimizer: ocfg, DesyncEvery: 5},
+		Worker:        worker.Config{Batch: 10, Epochs: j.epochs, Steps: j.steps, Seed: 9},
+		ReformTimeout: time.Minute,
+		Ask: func(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+			j.roster.mu.Lock()
+			c := j.coords[addr]
+			j.roster.mu.Unlock()
+			if c == nil {
+				return nil, status.Errorf(codes.Unavailable, "no member at %s", addr)
+			}
+			return c.Reform(ctx, req)
+		},
+	}
+}
+
+type outcome struct {
+	out *Outcome
+	err error
+}
+
+// run starts cfg's member; its outcome arrives on the returned channel,
+// its transport already closed.
+func run(ctx context.Context, cfg Config) <-chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		out, err := Run(ctx, cfg)
+		if out != nil {
+			out.Close()
+		}
+		ch <- outcome{out, err}
+	}()
+	return ch
+}
+
+// A member that dies after step 6 leaves two that re-form, share the rest
+// of the epoch, and finish with the same weights.
+func TestSurvivorsReformAndFinish(t *testing.T) {
+	j := newJob(t, 3)
+	j.roster.set(0, 1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfgs := []Config{j.member(0, 3), j.member(1, 3), j.member(2, 3)}
+	kctx, kill := context.WithCancel(ctx)
+	cfgs[2].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+		if step == 5 { // after its 6th step
+			kill()
+		}
+	}
+	var gens [2][]Generation
+	for i := range 2 {
+		cfgs[i].OnGeneration = func(g Generation) { gens[i] = append(gens[i], g) }
+	}
+	a, b, dead := run(ctx, cfgs[0]), run(ctx, cfgs[1]), run(kctx, cfgs[2])
+	d := <-dead
+	require.ErrorIs(t, d.err, context.Canceled)
+	j.roster.set(0, 1) // gossip declares member 2 dead
+	ra, rb := <-a, <-b
+	require.NoError(t, ra.err)
+	require.NoError(t, rb.err)
+	// 6 steps of 3 ranks × 10 samples, then the 420 left of the epoch
+	// over 2 ranks (21 steps), then a whole epoch of 2 (30).
+	assert.Equal(t, int64(6+21+30), ra.out.Steps)
+	assert.Equal(t, ra.out.Steps, rb.out.Steps)
+	assert.Equal(t, 2, ra.out.Generations)
+	assert.Equal(t, ra.out.Params, rb.out.Params, "the survivors' weights differ")
+	require.Len(t, gens[0], 2)
+	assert.Equal(t, []int{2}, gens[0][1].Left)
+	assert.Equal(t, []int{0, 1}, gens[0][1].Members)
+	assert.Equal(t, int64(6), gens[0][1].Step)
+	for _, v := range ra.out.Params {
+		require.False(t, v != v, "NaN weight")
+	}
+}
+
+// A member that starts while two train is taken in at a step boundary,
+// takes up their state, and all three finish alike.
+func TestAJoiningMemberIsTakenIn(t *testing.T) {
+	j := newJob(t, 2)
+	j.roster.set(0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfgs := []Config{j.member(0, 2), j.member(1, 2), j.member(2, 2)}
+	joined := make(chan (<-chan outcome), 1)
+	var once sync.Once
+	cfgs[0].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+		if step == 3 {
+			once.Do(func() {
+				j.roster.set(0, 1, 2)
+				joined <- run(ctx, cfgs[2])
+			})
+		}
+	}
+	a, b := run(ctx, cfgs[0]), run(ctx, cfgs[1])
+	c := <-joined
+	ra, rb, rc := <-a, <-b, <-c
+	require.NoError(t, ra.err)
+	require.NoError(t, rb.err)
+	require.NoError(t, rc.err)
+	assert.Equal(t, 2, ra.out.Generations)
+	assert.Equal(t, 1, rc.out.Generations)
+	assert.Equal(t, ra.out.Steps, rc.out.Steps)
+	assert.Equal(t, ra.out.Params, rb.out.Params)
+	assert.Equal(t, ra.out.Params, rc.out.Params, "the joiner's weights differ")
+	assert.Equal(t, 3, rc.out.Size)
+}
+
+// Below --min-workers the survivor waits --rejoin-timeout, then stops
+// saying who left and when.
+func TestBelowMinWorkersTheJobStops(t *testing.T) {
+	j := newJob(t, 2)
+	j.min, j.rejoin = 2, 300*time.Millisecond
+	j.roster.set(0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfgs := []Config{j.member(0, 2), j.member(1, 2)}
+	kctx, kill := context.WithCancel(ctx)
+	cfgs[1].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+		if step == 2 {
+			kill()
+		}
+	}
+	a, dead := run(ctx, cfgs[0]), run(kctx, cfgs[1])
+	<-dead
+	j.roster.set(0)
+	ra := <-a
+	require.Error(t, ra.err)
+	assert.Contains(t, ra.err.Error(), "--min-workers")
+	assert.Contains(t, ra.err.Error(), "member(s) 1 of generation 1 left at step 3")
+	assert.Contains(t, ra.err.Error(), "--rejoin-timeout")
+}
+
+// Only the lowest live member coordinates; the others name it.
+func TestOnlyTheLowestLiveMemberCoordinates(t *testing.T) {
+	r := &roster{}
+	r.set(0, 1)
+	c, err := NewCoordinator(CoordinatorConfig{JobID: "j", Self: 1, Initial: 2, MinWorkers: 1, RejoinTimeout: time.Minute, Roster: r,
+		Listen: func() (net.Listener, error) { return fakeListener{}, nil }})
+	require.NoError(t, err)
+	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: 1})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.Contains(t, err.Error(), "member 0 at member-0 does")
+	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "other", Member: 1})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: -3})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.False(t, errors.Is(err, context.Canceled))
+}

@@ -1,0 +1,281 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/worker"
+)
+
+// Config configures one member's elastic ring training.
+type Config struct {
+	// Member is this member's id (its launch rank); JobID names the job.
+	Member int
+	JobID  string
+	// Coordinator is this member's own Elastic service, which the caller
+	// also serves over gRPC; Roster says who is alive.
+	Coordinator *Coordinator
+	Roster      Roster
+	// Connect joins one generation's ring as rank of size, through the
+	// rendezvous at master that rank 0 serves on lis (nil on the other
+	// ranks); jobID names the generation.
+	Connect func(ctx context.Context, rank, size int, master string, lis net.Listener, jobID string) (collective.Transport, error)
+	// Comm configures each generation's communicator.
+	Comm collective.Config
+	// Model and Train are what every member trains; Initial the weights
+	// it starts from (the same on every member: the model's seeded
+	// initialisation).
+	Model   nn.Model
+	Train   data.Dataset
+	Initial []float32
+	// Ring configures the strategy (optimizer, reduce op, fusion, desync
+	// check); Synced and Interrupt are set here.
+	Ring worker.RingConfig
+	// Worker configures the training (Batch, Epochs or Steps, Seed,
+	// BackwardPasses, Progress, OnStep, Logger); Rank, WorldSize,
+	// StartStep, Params and Eval are set here.
+	Worker worker.Config
+	// Ask sends a Reform to another member's Elastic service at addr;
+	// nil: over gRPC, without TLS.
+	Ask func(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error)
+	// ReformTimeout bounds each re-form: finding the coordinator and
+	// waiting for the round.
+	ReformTimeout time.Duration
+	// OnGeneration, when set, hears of every generation this member is in.
+	OnGeneration func(Generation)
+	Logger       *slog.Logger
+}
+
+// Generation is one formation of the ring, as one member sees it.
+type Generation struct {
+	Number  uint64
+	Members []int // member ids in rank order
+	Rank    int   // this member's rank
+	// Left and Joined compare with this member's previous generation (all
+	// members are "joined" in its first).
+	Left, Joined []int
+	// Step is where the generation starts: the steps its weights hold.
+	Step int64
+	// Reason is why this member left its previous generation.
+	Reason string
+}
+
+// Outcome is a member's finished training: its last generation's ring,
+// still connected, for the final evaluation. Close releases it.
+type Outcome struct {
+	Steps, Samples int64
+	Elapsed        time.Duration
+	Last           worker.Progress
+	Generations    int
+	Rank, Size     int
+	Comm           *collective.Communicator
+	Ring           *worker.Ring
+	Params         []float32
+	transport      collective.Transport
+}
+
+// Close closes the last generation's transport.
+func (o *Outcome) Close() error { return o.transport.Close() }
+
+// position is where training stands: the steps done, the epoch, and, in
+// an epoch that a change of world size split, the samples of it still to
+// visit (nil: the whole epoch).
+type position struct {
+	step  int64
+	epoch int
+	rest  []int
+}
+
+type member struct {
+	cfg     Config
+	log     *slog.Logger
+	params  []float32
+	pos     position
+	samples int64
+	last    worker.Progress
+	per     int    // samples per step and rank
+	synced  uint64 // the generation whose state this member holds
+}
+
+// Run trains as one member of an elastic ring: it joins a generation,
+// adopts the root's weights, optimizer state and data position, trains
+// until the end or until the ring breaks (a member died) or is
+// interrupted (a member joins), and then joins the next generation. A
+// step that a failure interrupts is not applied anywhere but where it
+// completed, and the root's state is the one every rank takes up, so no
+// rank goes on from a half-done step.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &member{cfg: cfg, log: log.With("component", "elastic", "member", cfg.Member), params: slices.Clone(cfg.Initial), per: cfg.Worker.Batch * max(cfg.Worker.BackwardPasses, 1)}
+	start := time.Now()
+	var gen uint64
+	var prev []int
+	reason := "start"
+	for n := 1; ; n++ {
+		resp, lis, err := m.reform(ctx, gen, reason)
+		if err != nil {
+			return nil, err
+		}
+		out, err := m.generation(ctx, resp, lis, prev, reason)
+		if err == nil {
+			out.Elapsed, out.Generations = time.Since(start), n
+			return out, nil
+		}
+		if !recoverable(ctx, err) {
+			return nil, err
+		}
+		m.log.Info("left the generation", "generation", resp.Generation, "step", m.pos.step, "err", err)
+		if m.trained(resp) {
+			gen = resp.Generation
+		}
+		prev, reason = toInts(resp.Members), err.Error()
+	}
+}
+
+func (cfg Config) check() error {
+	switch {
+	case cfg.Coordinator == nil || cfg.Roster == nil || cfg.Connect == nil:
+		return errors.New("elastic: Run needs a Coordinator, a Roster and a Connect function")
+	case cfg.Model == nil || cfg.Train == nil:
+		return errors.New("elastic: Run needs a Model and a Train dataset")
+	case len(cfg.Initial) != cfg.Model.Layout().Size():
+		return fmt.Errorf("elastic: initial weights have %d floats, model %s has %d", len(cfg.Initial), cfg.Model.Name(), cfg.Model.Layout().Size())
+	case cfg.Worker.Batch < 1:
+		return fmt.Errorf("elastic: batch %d: want >= 1", cfg.Worker.Batch)
+	case cfg.Worker.Steps <= 0 && cfg.Worker.Epochs < 1:
+		return fmt.Errorf("elastic: epochs %d: want >= 1 (or steps > 0)", cfg.Worker.Epochs)
+	case cfg.ReformTimeout <= 0:
+		return fmt.Errorf("elastic: reform timeout %v: want > 0", cfg.ReformTimeout)
+	}
+	return nil
+}
+
+// recoverable says whether err ends a generation rather than the run: the
+// ring broke (a peer died or timed out) or stopped for a re-form.
+func recoverable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, worker.ErrInterrupted) || errors.Is(err, collective.ErrPeer) || errors.Is(err, collective.ErrBroken) ||
+		errors.Is(err, context.DeadlineExceeded) || errConnect(err)
+}
+
+// connectError marks a failure to connect a generation's ring.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+func errConnect(err error) bool {
+	var ce *connectError
+	return errors.As(err, &ce)
+}
+
+// trained says whether this member's state is that of generation resp:
+// it synced with the root (so its position is the generation's).
+func (m *member) trained(resp *pb.ReformResponse) bool { return m.synced == resp.Generation }
+
+// reform gets this member into a new generation: it asks the live member
+// with the lowest id, trying again (the roster may still name a member
+// that died, or not yet name the coordinator) until ReformTimeout.
+func (m *member) reform(ctx context.Context, gen uint64, reason string) (*pb.ReformResponse, net.Listener, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReformTimeout)
+	defer cancel()
+	req := &pb.ReformRequest{JobId: m.cfg.JobID, Member: int32(m.cfg.Member), Generation: gen, Reason: reason, Step: m.pos.step}
+	backoff := 20 * time.Millisecond
+	var lastErr error
+	for {
+		resp, lis, err := m.ask(ctx, req)
+		if err == nil {
+			if err := checkResponse(resp, m.cfg.Member); err != nil {
+				if lis != nil {
+					lis.Close()
+				}
+				return nil, nil, err
+			}
+			return resp, lis, nil
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.ResourceExhausted:
+			return nil, nil, err
+		}
+		lastErr = err
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, fmt.Errorf("elastic: member %d found no new generation within --rejoin-timeout %v: %w", m.cfg.Member, m.cfg.ReformTimeout, lastErr)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// ask sends req to the member the roster says coordinates.
+func (m *member) ask(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResponse, net.Listener, error) {
+	live := m.cfg.Roster.Live()
+	if len(live) == 0 || live[0].ID >= m.cfg.Member {
+		r := m.cfg.Coordinator.reform(ctx, req)
+		return r.resp, r.lis, r.err
+	}
+	ask := m.cfg.Ask
+	if ask == nil {
+		ask = askGRPC
+	}
+	resp, err := ask(ctx, live[0].Addr, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator %d at %s: %w", live[0].ID, live[0].Addr, err)
+	}
+	return resp, nil, nil
+}
+
+func askGRPC(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	defer conn.Close()
+	return pb.NewElasticClient(conn).Reform(ctx, req)
+}
+
+// checkResponse refuses an answer this member cannot act on.
+func checkResponse(resp *pb.ReformResponse, self int) error {
+	if resp.Master == "" || len(resp.Members) == 0 {
+		return fmt.Errorf("elastic: the coordinator answered with no members or no rendezvous address")
+	}
+	if !slices.Contains(resp.Members, int32(self)) {
+		return fmt.Errorf("elastic: generation %d has members %v, not this member %d", resp.Generation, resp.Members, self)
+	}
+	if resp.Root < 0 || int(resp.Root) >= len(resp.Members) {
+		return fmt.Errorf("elastic: generation %d names root rank %d of %d", resp.Generation, resp.Root, len(resp.Members))
+	}
+	return nil
+}
+
+func toInts(v []int32) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
