@@ -27,8 +27,10 @@ type subset struct {
 	pool sync.Pool // *[]int scratch for Gather's mapped indices
 }
 
-func (s *subset) Name() string { return fmt.Sprintf("%s[%d of %d]", s.Dataset.Name(), len(s.idx), s.Dataset.Len()) }
-func (s *subset) Len() int     { return len(s.idx) }
+func (s *subset) Name() string {
+	return fmt.Sprintf("%s[%d of %d]", s.Dataset.Name(), len(s.idx), s.Dataset.Len())
+}
+func (s *subset) Len() int { return len(s.idx) }
 
 func (s *subset) Gather(idx []int, x []float32, y []int32) {
 	p, _ := s.pool.Get().(*[]int)
