@@ -72,7 +72,7 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 	if _, err := os.Stat(fashionDir + "/train-images-idx3-ubyte.gz"); err != nil {
 		t.Skipf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): %v", err)
 	}
-	for _, mode := range []string{"sync", "ssp", "async"} {
+	for _, mode := range []string{"sync", "ssp", "async", "ring"} {
 		t.Run(mode, func(t *testing.T) {
 			args := []string{"--mode", mode, "--workers", "3", "--epochs", "3", "--hidden", "128", "--lr", "0.02"}
 			undisturbed, _ := trainJSON(t, nil, args...)
@@ -92,7 +92,15 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 				assert.Contains(t, out, fmt.Sprintf("worker 1 died at step %d (signal: killed); 2 workers go on", ev.Step))
 			}
 			assert.Equal(t, []int{1}, res.FailedWorkers)
-			assert.Equal(t, undisturbed.Steps, res.Steps, "the survivors ran the whole run")
+			if mode == "ring" {
+				// The ring re-formed with 2 ranks at the kill's step k
+				// and shared the rest of that epoch between them: each
+				// epoch's 60,000 samples are seen once, so the step count
+				// follows from k alone.
+				assert.Equal(t, ringStepsAfterKill(res.MembershipEvents[0].Step, 60000, 64, 3, 2, 3), res.Steps, "steps of the re-formed ring")
+			} else {
+				assert.Equal(t, undisturbed.Steps, res.Steps, "the survivors ran the whole run")
+			}
 			if mode != "async" {
 				// The bar for the synchronous modes. Async runs
 				// differ from run to run by more than a point under load
@@ -104,6 +112,18 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 			t.Logf("%s: test accuracy %.4f undisturbed, %.4f with worker 1 killed: %+v", mode, undisturbed.TestAccuracy, res.TestAccuracy, res.MembershipEvents)
 		})
 	}
+}
+
+// ringStepsAfterKill is the step count of a ring of before ranks that
+// loses some at step k and goes on with after ranks, sharing the rest of
+// the epoch: epochs of n samples, batch b per rank.
+func ringStepsAfterKill(k int64, n, b, before, after, epochs int) int64 {
+	steps := func(samples, world int) int64 { return int64(((samples+world-1)/world + b - 1) / b) }
+	per := steps(n, before)
+	epoch := k / per
+	used := int(k-epoch*per) * b * before
+	total := k + steps(n-used, after)
+	return total + int64(epochs-int(epoch)-1)*steps(n, after)
 }
 
 // TestARestartedWorkerRejoins runs a shard and two workers by hand, joined
@@ -149,6 +169,50 @@ func TestARestartedWorkerRejoins(t *testing.T) {
 			}
 			assert.Contains(t, again.stderr.String(), "joining a run under way", "the restarted worker begins where the run is")
 		})
+	}
+}
+
+// TestARestartedRingRankRejoins runs three ring ranks by hand, joined
+// through gossip, SIGKILLs rank 1 mid-run, waits for rank 0 to report the
+// ring re-formed without it, starts it again with the same flags, and
+// checks that it is taken back in where the run is and that all three
+// finish the run with the same step count.
+func TestARestartedRingRankRejoins(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	args := func(rank int, join string) []string {
+		a := []string{"worker", "--mode", "ring", "--rank", fmt.Sprint(rank), "--world-size", "3", "--events", "--hidden", "128",
+			"--dataset", "synthetic", "--steps", "1500", "--eval=false", "--log-level", "info", "--gossip-addr", "127.0.0.1:0"}
+		if join != "" {
+			a = append(a, "--join", join)
+		}
+		return a
+	}
+	r0 := startProc(t, args(0, "")...)
+	up := r0.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	require.NotEmpty(t, up.Gossip, "rank 0 gossips")
+	r1 := startProc(t, args(1, up.Gossip)...)
+	r2 := startProc(t, args(2, up.Gossip)...)
+	isProgress := func(e launch.Event) bool { return e.Event == launch.Progress }
+	r1.next(t, ctx, "progress of rank 1", isProgress)
+
+	require.NoError(t, r1.cmd.Process.Kill())
+	require.Error(t, r1.exit(t, ctx, "rank 1"), "rank 1 should have died of SIGKILL")
+	died := r0.next(t, ctx, "rank 1's death", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 })
+	assert.Equal(t, "died", died.Change)
+	assert.Equal(t, 2, died.Live)
+
+	again := startProc(t, args(1, up.Gossip)...)
+	back := r0.next(t, ctx, "rank 1's return", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 })
+	assert.Equal(t, "rejoined", back.Change)
+	assert.Equal(t, 3, back.Live)
+	assert.Greater(t, back.Steps, died.Steps)
+	for i, w := range []*proc{r0, again, r2} {
+		done := w.next(t, ctx, "done", func(e launch.Event) bool { return e.Event == launch.Done })
+		assert.Equal(t, int64(1500), done.Steps, "rank %d ends with the run", i)
+		if w == again {
+			assert.Less(t, done.Samples, 1500*64, "the restarted rank did not begin at step 0")
+		}
+		require.NoError(t, w.exit(t, ctx, fmt.Sprintf("rank %d", i)), "stderr:\n%s", w.stderr)
 	}
 }
 

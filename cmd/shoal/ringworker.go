@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -31,6 +32,10 @@ type ringFlags struct {
 	sharedMemory bool
 	jobID        string
 	fusionBytes  int
+	// The elastic ring (gossip on).
+	elastic       bool
+	minWorkers    int
+	rejoinTimeout time.Duration
 }
 
 func (r *ringFlags) register(fs *flag.FlagSet) {
@@ -42,13 +47,28 @@ func (r *ringFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.scaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
 	fs.BoolVar(&r.sharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
 	fs.StringVar(&r.jobID, "job-id", "shoal", "ring: a name every rank of one job shares")
+	fs.BoolVar(&r.elastic, "elastic", true, "ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run")
+	fs.IntVar(&r.minWorkers, "min-workers", 1, "elastic ring: the fewest ranks it goes on with; below it the job waits --rejoin-timeout for ranks to join, then stops")
+	fs.DurationVar(&r.rejoinTimeout, "rejoin-timeout", 60*time.Second, "elastic ring: how long a re-form may take (a short ring waits this long for ranks to join)")
 	fs.IntVar(&r.fusionBytes, "fusion-bytes", 64<<10, "ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only")
 }
 
 func (r *ringFlags) args() []string {
 	return []string{"--reduce-op", r.reduceOp, "--compression", r.compression, "--desync-every", strconv.FormatInt(r.desyncEvery, 10),
 		"--scale-lr=" + strconv.FormatBool(r.scaleLR), "--shared-memory=" + strconv.FormatBool(r.sharedMemory), "--job-id", r.jobID,
-		"--fusion-bytes", strconv.Itoa(r.fusionBytes)}
+		"--fusion-bytes", strconv.Itoa(r.fusionBytes), "--elastic=" + strconv.FormatBool(r.elastic), "--min-workers", strconv.Itoa(r.minWorkers),
+		"--rejoin-timeout", r.rejoinTimeout.String()}
+}
+
+// validate checks the elastic ring's flags.
+func (r *ringFlags) validate() error {
+	if r.minWorkers < 1 {
+		return fmt.Errorf("--min-workers %d: want >= 1", r.minWorkers)
+	}
+	if r.rejoinTimeout <= 0 {
+		return fmt.Errorf("--rejoin-timeout %v: want > 0", r.rejoinTimeout)
+	}
+	return nil
 }
 
 func (r *ringFlags) compressionMode() (collective.Compression, error) {
@@ -98,10 +118,15 @@ type ringRun struct {
 	stdout  io.Writer
 	nf      nicFlags
 	sf      statFlags
+	gf      gossipFlags
+	log     *slog.Logger
 	eval    bool // evaluate the final weights on the test set
 }
 
 func runRing(ctx context.Context, r ringRun) error {
+	if r.rf.elastic && r.gf.on() {
+		return runElastic(ctx, r)
+	}
 	comp, err := r.rf.compressionMode()
 	if err != nil {
 		return err
@@ -164,12 +189,20 @@ func runRing(ctx context.Context, r ringRun) error {
 		}
 	}
 	if r.id.Rank == 0 && r.save != "" {
-		meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": r.tf.mode.String(), "test_accuracy": fmtFloat(ev.Accuracy)}
-		if err := nn.SaveSafetensors(r.save, r.model.Layout(), params, meta); err != nil {
-			return fmt.Errorf("--save %s: %w", r.save, err)
+		if err := r.saveParams(params, ev); err != nil {
+			return err
 		}
 	}
 	r.report(res, ev, &steps)
+	return nil
+}
+
+// saveParams writes the final weights to --save.
+func (r *ringRun) saveParams(params []float32, ev worker.Evaluation) error {
+	meta := map[string]string{"format": "pt", "shoal_model": describeModel(r.model), "shoal_mode": r.tf.mode.String(), "test_accuracy": fmtFloat(ev.Accuracy)}
+	if err := nn.SaveSafetensors(r.save, r.model.Layout(), params, meta); err != nil {
+		return fmt.Errorf("--save %s: %w", r.save, err)
+	}
 	return nil
 }
 

@@ -163,12 +163,14 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate} {
+	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate, t.rf.validate} {
 		if err := v(); err != nil {
 			return nil, err
 		}
 	}
 	t.ring = t.tf.mode == consistency.Ring
+	// The elastic ring does not run evaluations during training yet.
+	t.rf.elastic = t.ring && t.rf.elastic && t.sf.stopAt == 0 && t.sf.evalEvery == 0
 	if t.ring {
 		t.servers = 0 // no parameter server in ring mode
 	} else if t.servers < 1 {
@@ -284,6 +286,7 @@ func isListening(e launch.Event) bool { return e.Event == launch.Listening }
 func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, gossip []string) (map[*launch.Child]bool, error) {
 	isWorker := map[*launch.Child]bool{}
 	master := "127.0.0.1:0"
+	var ringGossip []string
 	for r := range t.workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
 			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
@@ -294,7 +297,11 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 		}
 		if t.ring {
 			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
-			if r == 0 && t.save != "" {
+			if t.rf.elastic {
+				// Rank 0 starts the gossip; the others join it.
+				args = append(args, gossipArgs(ringGossip)...)
+			}
+			if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
 				args = append(args, "--save", t.save)
 			}
 		}
@@ -324,6 +331,9 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 				return nil, err
 			}
 			master = ev.Addr
+			if ev.Gossip != "" {
+				ringGossip = []string{ev.Gossip}
+			}
 		}
 	}
 	return isWorker, nil
@@ -361,7 +371,7 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 				tally.Result.FailedWorkers = append(tally.Result.FailedWorkers, m.From.Rank())
 				board.markDead(m.From.Rank())
 				cause[m.From.Rank()] = m.From.Err().Error()
-				if m.From.Signal() != "" && !t.ring {
+				if m.From.Signal() != "" && (!t.ring || t.rf.elastic) {
 					// Killed from outside: a membership change the
 					// others go on after, reported when shard 0 sees it.
 					board.clearBar()
@@ -408,7 +418,10 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 				break
 			}
 			done[m.Event.Rank] = true
-			if t.ring && m.Event.Rank == 0 {
+			if t.ring && ringTest == nil {
+				// Every rank evaluates the whole test set together and
+				// reports the same metrics; the first will do (rank 0
+				// may have died in an elastic ring).
 				ev := m.Event
 				ringTest = &ev
 			}

@@ -151,7 +151,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate} {
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate} {
 		if err := v(); err != nil {
 			return nil, err
 		}
@@ -207,7 +207,7 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	return runRing(ctx, ringRun{id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
-		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, eval: w.eval})
+		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval})
 }
 
 // psStrategy is a parameter-server strategy and what it counts. The

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/collective/collnet"
+	"github.com/shoalml/shoal/elastic"
+	"github.com/shoalml/shoal/launch"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/worker"
+)
+
+// gossipRoster is the elastic ring's roster: the ring members of this
+// job's model that gossip says are alive.
+type gossipRoster struct {
+	fp    uint64
+	mu    sync.Mutex
+	live  []elastic.Member
+	coord *elastic.Coordinator
+}
+
+func (g *gossipRoster) Live() []elastic.Member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.live)
+}
+
+// see takes in a view and wakes the coordinator.
+func (g *gossipRoster) see(v cluster.View) {
+	var live []elastic.Member
+	for _, m := range v.Members {
+		if m.Meta.Role == cluster.RoleWorker && m.Meta.ModelFingerprint == g.fp && m.Meta.GRPCAddr != "" && !m.Meta.Leaving {
+			live = append(live, elastic.Member{ID: m.Meta.Rank, Addr: m.Meta.GRPCAddr})
+		}
+	}
+	slices.SortFunc(live, func(a, b elastic.Member) int { return a.ID - b.ID })
+	g.mu.Lock()
+	g.live = live
+	g.mu.Unlock()
+	g.coord.RosterChanged()
+}
+
+// hostOf is addr's host, or addr when it has no port.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// reachable replaces an unspecified host in addr ("0.0.0.0:7000") with
+// host, the one peers reach this process at.
+func reachable(addr, host string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil || (h != "" && !net.ParseIP(h).IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// runElastic trains as one member of an elastic ring (gossip on): the
+// ring re-forms when a member dies or joins, instead of ending.
+func runElastic(ctx context.Context, r ringRun) error {
+	if r.sf.stopAt > 0 || r.sf.evalEvery > 0 {
+		return errors.New("--stop-at-accuracy and --eval-every are not supported by the elastic ring yet; run with --elastic=false")
+	}
+	comp, err := r.rf.compressionMode()
+	if err != nil {
+		return err
+	}
+	log := r.log
+	host := hostOf(r.gf.bindAddr())
+	if r.rf.listen != "" {
+		host = hostOf(r.rf.listen)
+	}
+	// The Elastic service: every member serves it; the lowest live one
+	// coordinates.
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fmt.Errorf("elastic: listening for the Elastic service on %s: %w", host, err)
+	}
+	roster := &gossipRoster{fp: fingerprint(r.model.Layout())}
+	var advertised string // the host the gossip advertises, once joined
+	coord, err := elastic.NewCoordinator(elastic.CoordinatorConfig{
+		JobID: r.rf.jobID, Self: r.id.Rank, Initial: r.id.WorldSize, MinWorkers: r.rf.minWorkers, RejoinTimeout: r.rf.rejoinTimeout,
+		Roster: roster, Logger: log,
+		Listen: func() (net.Listener, error) {
+			l, err := collnet.ListenMaster(net.JoinHostPort(host, "0"))
+			if err != nil {
+				return nil, err
+			}
+			return addrListener{Listener: l, addr: reachable(l.Addr().String(), advertised)}, nil
+		},
+	})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	roster.coord = coord
+	srv := grpc.NewServer()
+	pb.RegisterElasticServer(srv, coord)
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
+		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
+	if err != nil {
+		return err
+	}
+	advertised = hostOf(m.Addr())
+	leave := follow(m, log, func(views <-chan cluster.View) {
+		for v := range views {
+			logChanges(v, log)
+			roster.see(v)
+		}
+	})
+	defer leave()
+	if r.events {
+		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
+	}
+
+	closeNIC := func() {}
+	var wrap func(net.Conn) net.Conn
+	if r.nf.shaped() {
+		nic, err := r.nf.nic()
+		if err != nil {
+			return err
+		}
+		closeNIC, wrap = func() { nic.Close() }, nic.Conn
+	}
+	defer closeNIC()
+
+	n := r.model.Layout().Size()
+	initial := make([]float32, n)
+	r.model.Init(initial, r.seed)
+	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
+	progress := board.update
+	if r.events {
+		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
+	}
+	steps := launch.StepLog{}
+	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
+		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: log}
+	if r.sf.stats {
+		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
+	}
+	var seen []int // every member any generation held, to tell a rejoin
+	out, err := elastic.Run(ctx, elastic.Config{
+		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: coord, Roster: roster,
+		Connect: func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
+			cctx, cancel := context.WithTimeout(ctx, r.timeout)
+			defer cancel()
+			cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
+				SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap}
+			return collnet.Connect(cctx, cfg)
+		},
+		Comm:  collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
+		Model: r.model, Train: r.train, Initial: initial,
+		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes},
+		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: log,
+		OnGeneration: func(g elastic.Generation) {
+			defer func() { seen = append(seen, g.Members...) }()
+			if g.Number == 1 || !r.events || g.Rank != 0 {
+				return
+			}
+			// The new rank 0 tells the launcher what changed.
+			for _, id := range g.Left {
+				launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: "died", Steps: g.Step, Live: len(g.Members)})
+			}
+			for _, id := range g.Joined {
+				change := "joined"
+				if slices.Contains(seen, id) {
+					change = "rejoined"
+				}
+				launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: change, Steps: g.Step, Live: len(g.Members)})
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("member %d of the elastic ring: %w", r.id.Rank, err)
+	}
+	defer out.Close()
+	res := worker.Result{Steps: out.Steps, Samples: out.Samples, Elapsed: out.Elapsed, Last: out.Last}
+	if err := out.Ring.CheckDesync(ctx, out.Steps, out.Params); err != nil {
+		return err
+	}
+	ev := worker.Evaluation{Accuracy: -1}
+	if r.eval {
+		if ev, err = worker.EvaluateShard(ctx, out.Comm, r.model, out.Params, r.test, 1000); err != nil {
+			return err
+		}
+	}
+	if out.Rank == 0 && r.save != "" {
+		if err := r.saveParams(out.Params, ev); err != nil {
+			return err
+		}
+	}
+	log.Info("elastic ring done", "component", "elastic", "generations", out.Generations, "rank", out.Rank, "size", out.Size)
+	r.report(res, ev, &steps)
+	return nil
+}
+
+// addrListener is a listener that reports the address peers reach it at.
+type addrListener struct {
+	net.Listener
+	addr string
+}
+
+func (l addrListener) Addr() net.Addr { return stringAddr(l.addr) }
+
+type stringAddr string
+
+func (a stringAddr) Network() string { return "tcp" }
+func (a stringAddr) String() string  { return string(a) }
