@@ -205,6 +205,11 @@ func (c *Coordinator) coordinatingLocked() error {
 	if len(live) > 0 && live[0].ID < c.cfg.Self {
 		return status.Errorf(codes.FailedPrecondition, "elastic: member %d does not coordinate: member %d at %s does", c.cfg.Self, live[0].ID, live[0].Addr)
 	}
+	if len(live) > 0 && !slices.ContainsFunc(live, func(m Member) bool { return m.ID == c.cfg.Self }) {
+		// Membership counts this member out (declared dead, or leaving):
+		// the others will find the next coordinator.
+		return status.Errorf(codes.FailedPrecondition, "elastic: member %d does not coordinate: membership does not count it alive", c.cfg.Self)
+	}
 	return nil
 }
 

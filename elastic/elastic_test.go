@@ -157,42 +157,51 @@ func run(ctx context.Context, cfg Config) <-chan outcome {
 }
 
 // A member that dies after step 6 leaves two that re-form, share the rest
-// of the epoch, and finish with the same weights.
+// of the epoch, and finish with the same weights. When the dead one is
+// member 0, the coordinator and root, member 1 takes over both.
 func TestSurvivorsReformAndFinish(t *testing.T) {
-	j := newJob(t, 3)
-	j.roster.set(0, 1, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfgs := []Config{j.member(0, 3), j.member(1, 3), j.member(2, 3)}
-	kctx, kill := context.WithCancel(ctx)
-	cfgs[2].Worker.OnStep = func(step int64, _ worker.StepTimes) {
-		if step == 5 { // after its 6th step
-			kill()
-		}
-	}
-	var gens [2][]Generation
-	for i := range 2 {
-		cfgs[i].OnGeneration = func(g Generation) { gens[i] = append(gens[i], g) }
-	}
-	a, b, dead := run(ctx, cfgs[0]), run(ctx, cfgs[1]), run(kctx, cfgs[2])
-	d := <-dead
-	require.ErrorIs(t, d.err, context.Canceled)
-	j.roster.set(0, 1) // gossip declares member 2 dead
-	ra, rb := <-a, <-b
-	require.NoError(t, ra.err)
-	require.NoError(t, rb.err)
-	// 6 steps of 3 ranks × 10 samples, then the 420 left of the epoch
-	// over 2 ranks (21 steps), then a whole epoch of 2 (30).
-	assert.Equal(t, int64(6+21+30), ra.out.Steps)
-	assert.Equal(t, ra.out.Steps, rb.out.Steps)
-	assert.Equal(t, 2, ra.out.Generations)
-	assert.Equal(t, ra.out.Params, rb.out.Params, "the survivors' weights differ")
-	require.Len(t, gens[0], 2)
-	assert.Equal(t, []int{2}, gens[0][1].Left)
-	assert.Equal(t, []int{0, 1}, gens[0][1].Members)
-	assert.Equal(t, int64(6), gens[0][1].Step)
-	for _, v := range ra.out.Params {
-		require.False(t, v != v, "NaN weight")
+	for _, victim := range []int{2, 0} {
+		t.Run(fmt.Sprint("member ", victim, " dies"), func(t *testing.T) {
+			j := newJob(t, 3)
+			j.roster.set(0, 1, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cfgs := []Config{j.member(0, 3), j.member(1, 3), j.member(2, 3)}
+			kctx, kill := context.WithCancel(ctx)
+			cfgs[victim].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+				if step == 5 { // after its 6th step
+					kill()
+				}
+			}
+			survivors := slices.DeleteFunc([]int{0, 1, 2}, func(id int) bool { return id == victim })
+			gens := make([][]Generation, 3)
+			runs := make([]<-chan outcome, 3)
+			for _, id := range survivors {
+				cfgs[id].OnGeneration = func(g Generation) { gens[id] = append(gens[id], g) }
+				runs[id] = run(ctx, cfgs[id])
+			}
+			dead := run(kctx, cfgs[victim])
+			d := <-dead
+			require.ErrorIs(t, d.err, context.Canceled)
+			j.roster.set(survivors...) // gossip declares the victim dead
+			ra, rb := <-runs[survivors[0]], <-runs[survivors[1]]
+			require.NoError(t, ra.err)
+			require.NoError(t, rb.err)
+			// 6 steps of 3 ranks × 10 samples, then the 420 left of the
+			// epoch over 2 ranks (21 steps), then a whole epoch of 2 (30).
+			assert.Equal(t, int64(6+21+30), ra.out.Steps)
+			assert.Equal(t, ra.out.Steps, rb.out.Steps)
+			assert.Equal(t, 2, ra.out.Generations)
+			assert.Equal(t, ra.out.Params, rb.out.Params, "the survivors' weights differ")
+			g := gens[survivors[0]]
+			require.Len(t, g, 2)
+			assert.Equal(t, []int{victim}, g[1].Left)
+			assert.Equal(t, survivors, g[1].Members)
+			assert.Equal(t, int64(6), g[1].Step)
+			for _, v := range ra.out.Params {
+				require.False(t, v != v, "NaN weight")
+			}
+		})
 	}
 }
 

@@ -68,20 +68,22 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 // position. Integers travel as the bits of float32s (a broadcast moves
 // them unchanged).
 func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *worker.Ring, root int) error {
-	var head [8]float32
+	var head [10]float32
 	st := ring.State()
 	if comm.Rank() == root {
 		putInt64(head[0:], m.pos.step)
 		putInt64(head[2:], int64(m.pos.epoch))
 		putInt64(head[4:], int64(len(m.pos.rest)))
 		putInt64(head[6:], st.Steps)
+		putInt64(head[8:], m.pos.inEpoch)
 	}
 	if err := comm.Broadcast(ctx, head[:], root); err != nil {
 		return err
 	}
-	step, epoch, nrest, optSteps := getInt64(head[0:]), getInt64(head[2:]), getInt64(head[4:]), getInt64(head[6:])
-	if step < 0 || epoch < 0 || nrest < 0 || nrest > int64(m.cfg.Train.Len()) || optSteps < 0 {
-		return fmt.Errorf("the root sent a position out of range (step %d, epoch %d, %d samples left, optimizer step %d)", step, epoch, nrest, optSteps)
+	step, epoch, nrest, optSteps, inEpoch := getInt64(head[0:]), getInt64(head[2:]), getInt64(head[4:]), getInt64(head[6:]), getInt64(head[8:])
+	if step < 0 || epoch < 0 || nrest < 0 || nrest > int64(m.cfg.Train.Len()) || optSteps < 0 || inEpoch < 0 || inEpoch > step {
+		return fmt.Errorf("the root sent a position out of range (step %d, epoch %d, %d samples left, optimizer step %d, %d steps into the epoch)",
+			step, epoch, nrest, optSteps, inEpoch)
 	}
 	rest := make([]float32, nrest)
 	if comm.Rank() == root {
@@ -110,7 +112,7 @@ func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *
 	if comm.Rank() == root {
 		return nil
 	}
-	pos := position{step: step, epoch: int(epoch)}
+	pos := position{step: step, epoch: int(epoch), inEpoch: inEpoch}
 	if nrest > 0 {
 		pos.rest = make([]int, nrest)
 		for i, f := range rest {
@@ -180,15 +182,19 @@ func (m *member) train(ctx context.Context, rank, size int, ring *worker.Ring) e
 		if s := m.cfg.Worker.Steps; s > 0 {
 			wc.Steps = min(wc.Steps, s-m.pos.step)
 		}
-		base, epoch := m.pos.step, m.pos.epoch
+		base, epoch, before := m.pos.step, m.pos.epoch, int(m.pos.inEpoch)
 		if on := m.cfg.Worker.OnStep; on != nil {
 			wc.OnStep = func(step int64, t worker.StepTimes) { on(base+step, t) }
 		}
+		// Progress counts the epoch's steps, those of earlier generations
+		// too.
+		relabel := func(pr worker.Progress) worker.Progress {
+			pr.Rank, pr.Epoch, pr.Epochs = m.cfg.Member, epoch, epochs
+			pr.Step, pr.EpochSteps = pr.Step+before, pr.EpochSteps+before
+			return pr
+		}
 		if p := m.cfg.Worker.Progress; p != nil {
-			wc.Progress = func(pr worker.Progress) {
-				pr.Rank, pr.Epoch, pr.Epochs = m.cfg.Member, epoch, epochs
-				p(pr)
-			}
+			wc.Progress = func(pr worker.Progress) { p(relabel(pr)) }
 		}
 		w, err := worker.New(wc, m.cfg.Model, ds, ring)
 		if err != nil {
@@ -202,8 +208,7 @@ func (m *member) train(ctx context.Context, rank, size int, ring *worker.Ring) e
 		if err != nil {
 			return err
 		}
-		res.Last.Rank, res.Last.Epoch, res.Last.Epochs = m.cfg.Member, epoch, epochs
-		m.last = res.Last
+		m.last = relabel(res.Last)
 		m.log.Debug("segment done", "epoch", epoch, "steps", res.Steps, "seconds", time.Since(t0).Seconds())
 	}
 	return nil
@@ -213,10 +218,11 @@ func (m *member) train(ctx context.Context, rank, size int, ring *worker.Ring) e
 // (seeded seed, as a one-epoch worker draws it).
 func (m *member) advance(ds data.Dataset, seed uint64, steps int64, size int) {
 	m.pos.step += steps
+	m.pos.inEpoch += steps
 	left := data.Remaining(ds.Len(), seed, 0, steps, m.per, size)
 	if left == nil {
 		m.pos.epoch++
-		m.pos.rest = nil
+		m.pos.rest, m.pos.inEpoch = nil, 0
 		return
 	}
 	if m.pos.rest != nil { // ds is a subset: map its indices back

@@ -95,9 +95,10 @@ func (o *Outcome) Close() error { return o.transport.Close() }
 // an epoch that a change of world size split, the samples of it still to
 // visit (nil: the whole epoch).
 type position struct {
-	step  int64
-	epoch int
-	rest  []int
+	step    int64
+	epoch   int
+	rest    []int
+	inEpoch int64 // steps done in this epoch
 }
 
 type member struct {

@@ -249,7 +249,7 @@ func TestGossipWithTheWrongKey(t *testing.T) {
 //
 // and read the median and max it reports (make bench-faults).
 func BenchmarkKillRecovery(b *testing.B) {
-	for _, mode := range []string{"sync", "ssp", "async"} {
+	for _, mode := range []string{"sync", "ssp", "async", "ring"} {
 		b.Run(mode, func(b *testing.B) {
 			var took []time.Duration
 			for range b.N {
@@ -266,12 +266,25 @@ func BenchmarkKillRecovery(b *testing.B) {
 func killAndRecover(b *testing.B, mode string) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ps := startProc(b, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "128", "--mode", mode, "--workers", "3", "--gossip-addr", "127.0.0.1:0")
-	up := ps.next(b, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	isUp := func(e launch.Event) bool { return e.Event == launch.Listening }
 	ws := make([]*proc, 3)
-	for r := range ws {
-		ws[r] = startProc(b, "worker", "--servers", up.Addr, "--join", up.Gossip, "--rank", fmt.Sprint(r), "--world-size", "3", "--events",
-			"--mode", mode, "--hidden", "128", "--dataset", "synthetic", "--steps", "100000000", "--eval=false", "--progress-every", "0", "--threads", "1")
+	args := func(r int) []string {
+		return []string{"worker", "--rank", fmt.Sprint(r), "--world-size", "3", "--events", "--mode", mode, "--hidden", "128",
+			"--dataset", "synthetic", "--steps", "100000000", "--eval=false", "--progress-every", "0", "--threads", "1", "--gossip-addr", "127.0.0.1:0"}
+	}
+	if mode == "ring" {
+		// No server: rank 0 starts the gossip, the others join it.
+		ws[0] = startProc(b, args(0)...)
+		up := ws[0].next(b, ctx, "listening event", isUp)
+		for r := 1; r < len(ws); r++ {
+			ws[r] = startProc(b, append(args(r), "--join", up.Gossip)...)
+		}
+	} else {
+		ps := startProc(b, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "128", "--mode", mode, "--workers", "3", "--gossip-addr", "127.0.0.1:0")
+		up := ps.next(b, ctx, "listening event", isUp)
+		for r := range ws {
+			ws[r] = startProc(b, append(args(r), "--servers", up.Addr, "--join", up.Gossip)...)
+		}
 	}
 	global := func(e launch.Event) int { return e.Epoch*e.EpochSteps + e.Step }
 	isProgress := func(e launch.Event) bool { return e.Event == launch.Progress }

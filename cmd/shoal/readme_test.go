@@ -183,6 +183,10 @@ var readmeRuns = map[string]readmeRun{
 		subst: map[string]string{":7070": "127.0.0.1:0", ":7946": "127.0.0.1:0", "gossip.key": "{dir}/gossip.key"}},
 	"shoal worker --servers ps1:7070 --mode sync --rank 0 --world-size 2 --join ps1:7946 --gossip-key-file gossip.key": gossipWorker(0),
 	"shoal worker --servers ps1:7070 --mode sync --rank 1 --world-size 2 --join ps1:7946 --gossip-key-file gossip.key": gossipWorker(1),
+	// The elastic ring by hand: the other rank is started on a free
+	// loopback gossip port (rank 0's line gossips there; rank 1's joins it).
+	"shoal worker --mode ring --rank 0 --world-size 2 --gossip-addr :7946 --gossip-key-file gossip.key": elasticRank(0),
+	"shoal worker --mode ring --rank 1 --world-size 2 --join node1:7946 --gossip-key-file gossip.key":   elasticRank(1),
 
 	// shoal bench allreduce: the optional [flags] are given; small sizes.
 	"shoal bench allreduce --np 4 --sizes 1MiB,4MiB,16MiB,64MiB --iters 20 [--json] [--op allgather]": {
@@ -688,5 +692,30 @@ func gossipWorker(rank int) readmeRun {
 		},
 		check: func(t *testing.T, _, stdout string) {
 			assert.Contains(t, stdout, fmt.Sprintf("worker %d of 2: 5 steps", rank))
+		}}
+}
+
+// elasticRank runs the README's elastic ring line of rank, with the other
+// rank of the two started first: rank 0 gossips on a free loopback
+// address that rank 1 joins.
+func elasticRank(rank int) readmeRun {
+	addr := map[int]string{0: ":7946", 1: "node1:7946"}[rank]
+	return readmeRun{setup: writeGossipKey, add: []string{"--steps", "5"},
+		subst: map[string]string{addr: "{gossip}", "gossip.key": "{dir}/gossip.key"},
+		start: func(t *testing.T, ctx context.Context, dir string) map[string]string {
+			gossip := freeLoopbackAddr(t)
+			flag := "--join"
+			if rank == 1 {
+				flag = "--gossip-addr"
+			}
+			startProc(t, "worker", "--mode", "ring", "--rank", fmt.Sprint(1-rank), "--world-size", "2", flag, gossip,
+				"--gossip-key-file", filepath.Join(dir, "gossip.key"), "--steps", "5")
+			return map[string]string{"{gossip}": gossip}
+		},
+		check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, fmt.Sprintf("rank %d of 2: 5 steps", rank))
+			if rank == 0 {
+				assert.Contains(t, stdout, "test: loss", "the ranks evaluate together; rank 0 prints it")
+			}
 		}}
 }
