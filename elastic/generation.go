@@ -58,6 +58,9 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	if m.cfg.OnGeneration != nil {
 		m.cfg.OnGeneration(g)
 	}
+	if m.start.IsZero() {
+		m.start = time.Now()
+	}
 	if err := m.train(ctx, rank, size, ring); err != nil {
 		return closeOnErr(err)
 	}

@@ -78,7 +78,7 @@ type Generation struct {
 // still connected, for the final evaluation. Close releases it.
 type Outcome struct {
 	Steps, Samples int64
-	Elapsed        time.Duration
+	Elapsed        time.Duration // from the first generation's first step, re-forms included
 	Last           worker.Progress
 	Generations    int
 	Rank, Size     int
@@ -110,6 +110,10 @@ type member struct {
 	last    worker.Progress
 	per     int    // samples per step and rank
 	synced  uint64 // the generation whose state this member holds
+	// start is when this member's first generation began to train: the
+	// run's elapsed time counts from there (re-forms included, the first
+	// formation not).
+	start time.Time
 }
 
 // Run trains as one member of an elastic ring: it joins a generation,
@@ -128,7 +132,6 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &member{cfg: cfg, log: log.With("component", "elastic", "member", cfg.Member), params: slices.Clone(cfg.Initial), per: cfg.Worker.Batch * max(cfg.Worker.BackwardPasses, 1)}
-	start := time.Now()
 	var gen uint64
 	var prev []int
 	reason := "start"
@@ -139,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		out, err := m.generation(ctx, resp, lis, prev, reason)
 		if err == nil {
-			out.Elapsed, out.Generations = time.Since(start), n
+			out.Elapsed, out.Generations = time.Since(m.start), n
 			return out, nil
 		}
 		if !recoverable(ctx, err) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -117,7 +118,11 @@ func runElastic(ctx context.Context, r ringRun) error {
 		return err
 	}
 	advertised = hostOf(m.Addr())
-	leave := follow(m, log, func(views <-chan cluster.View) {
+	// The ranks of a ring finish together: when one leaves, the others
+	// are leaving too and may not be there to hear it, and nobody needs
+	// to (a leave mid-run is a failure, seen as a death). So the news
+	// gets a short wait.
+	leave := follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
 		for v := range views {
 			logChanges(v, log)
 			roster.see(v)

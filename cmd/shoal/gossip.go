@@ -145,16 +145,17 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 
 // follow runs consume over m's views on a goroutine of its own and
 // returns the function that ends it: it leaves the gossip cluster
-// gracefully (the others see "left", not "died"), stops gossip, which
-// closes the views, and waits for consume to return.
-func follow(m *cluster.Membership, log *slog.Logger, consume func(<-chan cluster.View)) (leave func()) {
+// gracefully (the others see "left", not "died"), waiting up to
+// leaveTimeout for the news to go out, stops gossip, which closes the
+// views, and waits for consume to return.
+func follow(m *cluster.Membership, log *slog.Logger, leaveTimeout time.Duration, consume func(<-chan cluster.View)) (leave func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		consume(m.Views())
 	}()
 	return func() {
-		if err := m.Leave(2 * time.Second); err != nil {
+		if err := m.Leave(leaveTimeout); err != nil {
 			level := slog.LevelWarn
 			if strings.Contains(err.Error(), "timeout waiting for leave broadcast") {
 				// Nobody acknowledged: at the end of a run the others

@@ -111,7 +111,7 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
 		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
 	}
-	stop := follow(m, log, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
+	stop := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
 	return gossip, stdout, stop, nil
 }
 
