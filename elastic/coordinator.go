@@ -86,6 +86,13 @@ type result struct {
 
 var _ pb.ElasticServer = (*Coordinator)(nil)
 
+// maxReason caps the reason a request carries, which goes to the log;
+// maxGeneration keeps generation numbers far from overflowing.
+const (
+	maxReason     = 1 << 10
+	maxGeneration = 1 << 62
+)
+
 // NewCoordinator returns a member's Elastic service.
 func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	switch {
@@ -149,12 +156,25 @@ func (c *Coordinator) reform(ctx context.Context, req *pb.ReformRequest) result 
 	if req.Member < 0 {
 		return result{err: status.Errorf(codes.InvalidArgument, "elastic: member id %d: want >= 0", req.Member)}
 	}
+	if req.Generation > maxGeneration || req.Step < 0 {
+		return result{err: status.Errorf(codes.InvalidArgument, "elastic: generation %d, step %d: want 0..%d and >= 0", req.Generation, req.Step, uint64(maxGeneration))}
+	}
+	if len(req.Reason) > maxReason {
+		req.Reason = req.Reason[:maxReason] + "…"
+	}
 	id := int(req.Member)
 	w := &waiter{req: req, done: make(chan result, 1)}
 	c.mu.Lock()
 	if err := c.coordinatingLocked(); err != nil {
 		c.mu.Unlock()
 		return result{err: err}
+	}
+	if live := c.cfg.Roster.Live(); len(live) > 0 && !slices.ContainsFunc(live, func(m Member) bool { return m.ID == id }) {
+		// Only members that gossip admitted (with the job's key, when
+		// there is one) take part; a joiner asks again once its gossip
+		// has spread.
+		c.mu.Unlock()
+		return result{err: status.Errorf(codes.FailedPrecondition, "elastic: member %d is not in the job's membership (yet): join the gossip first", id)}
 	}
 	if old := c.waiting[id]; old != nil {
 		old.done <- result{err: status.Errorf(codes.Aborted, "elastic: member %d asked again", id)}

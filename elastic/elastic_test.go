@@ -276,5 +276,15 @@ func TestOnlyTheLowestLiveMemberCoordinates(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: -3})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: 0, Generation: 1 << 63})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	// A member gossip does not know (a client that never joined, or one
+	// whose gossip has not spread yet) is refused, even by the
+	// coordinator.
+	r.set(1, 2)
+	_, err = c.Reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: 7})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.Contains(t, err.Error(), "member 7 is not in the job's membership")
+	assert.False(t, c.Pending(), "a refused request does not interrupt the ring")
 	assert.False(t, errors.Is(err, context.Canceled))
 }

@@ -100,6 +100,11 @@ func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *
 	if err := comm.Broadcast(ctx, m.params, root); err != nil {
 		return err
 	}
+	for i, v := range m.params {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("the root sent weight %d = %v: want finite", i, v)
+		}
+	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range st.Slots {
 			if !yield(k) {
