@@ -73,15 +73,14 @@ type Coordinator struct {
 type waiter struct {
 	req  *pb.ReformRequest
 	done chan result // buffered: the round's answer
-	// lis is the listener of the generation's rendezvous, for rank 0 (this
-	// member) only.
-	lis net.Listener
 }
 
 type result struct {
 	resp *pb.ReformResponse
-	lis  net.Listener
-	err  error
+	// lis is the listener of the generation's rendezvous, for rank 0 (this
+	// member) only.
+	lis net.Listener
+	err error
 }
 
 var _ pb.ElasticServer = (*Coordinator)(nil)

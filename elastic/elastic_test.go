@@ -76,7 +76,7 @@ func (h *hub) connect(_ context.Context, rank, size int, _ string, lis net.Liste
 	return g[rank], nil
 }
 
-type fakeListener struct{ addr string }
+type fakeListener struct{}
 
 func (l fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
 func (l fakeListener) Close() error              { return nil }
