@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster
 
 all: build
 
@@ -21,10 +21,24 @@ run: build
 	@scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) train --data $(DATA_DIR)
 
-test: lint verify-generate test-nocgo test-race
+test: lint verify-generate test-nocgo test-race test-cluster
 
+# Everything but the docker-compose cluster, which test-cluster runs on its
+# own (its containers would load the machine under the timing-sensitive
+# tests of the other packages).
 test-race:
-	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+	$(GO) test -race -shuffle=on -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/clustertest)
+
+# The fault-injection tests across containers: a worker killed in each
+# mode, a server killed and restarted. They build the image themselves and
+# skip, saying why, where no Docker engine answers.
+test-cluster:
+	$(GO) test -count=1 -timeout 15m -v ./internal/clustertest
+
+# Shoal's container image, FROM scratch: the binary (cgo, OpenBLAS), the
+# libraries it loads, the Fashion-MNIST files. docker-compose.yml runs it.
+images:
+	scripts/image.sh shoal:latest
 
 # The static build (containers): no cgo, OpenBLAS unavailable, gonum used.
 test-nocgo:

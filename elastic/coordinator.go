@@ -127,6 +127,14 @@ func (c *Coordinator) RosterChanged() {
 	c.wakeLocked()
 }
 
+// changes returns a channel that is closed at the next change of the
+// roster or of the waiting members.
+func (c *Coordinator) changes() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
 func (c *Coordinator) wakeLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -21,12 +22,24 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	members := toInts(resp.Members)
 	rank := slices.Index(members, m.cfg.Member)
 	size := len(members)
+	// A member that membership declares dead ends the generation at once:
+	// a peer whose host vanished sends no reset, and a collective would
+	// otherwise wait out its whole call timeout for it.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go m.watch(ctx, members, cancel)
 	tr, err := m.cfg.Connect(ctx, rank, size, resp.Master, lis, fmt.Sprintf("%s#%d", m.cfg.JobID, resp.Generation))
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%v: %w", cause, err)
+		}
 		return nil, &connectError{fmt.Errorf("connecting generation %d (%d members): %w", resp.Generation, size, err)}
 	}
 	closeOnErr := func(err error) (*Outcome, error) {
 		tr.Close()
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%v: %w", cause, err) // say why the generation ended
+		}
 		return nil, err
 	}
 	comm, err := collective.New(tr, m.cfg.Comm)
@@ -65,6 +78,38 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 		return closeOnErr(err)
 	}
 	return &Outcome{Steps: m.pos.step, Samples: m.samples, Last: m.last, Rank: rank, Size: size, Comm: comm, Ring: ring, Params: m.params, transport: tr}, nil
+}
+
+// errMemberLost is the cause of a generation ended because membership
+// declared one of its members dead.
+type errMemberLost struct{ id int }
+
+func (e errMemberLost) Error() string {
+	return fmt.Sprintf("member %d is no longer alive, as membership sees it", e.id)
+}
+
+// watch cancels the generation of members when one of them, once seen
+// alive, leaves the roster, until ctx ends. (A member this one's gossip
+// has not seen yet is not judged: gossip may still be spreading.)
+func (m *member) watch(ctx context.Context, members []int, cancel context.CancelCauseFunc) {
+	seen := map[int]bool{}
+	for {
+		changed := m.cfg.Coordinator.changes()
+		live := m.cfg.Roster.Live()
+		for _, id := range members {
+			alive := slices.ContainsFunc(live, func(l Member) bool { return l.ID == id })
+			if seen[id] && !alive {
+				cancel(errMemberLost{id})
+				return
+			}
+			seen[id] = seen[id] || alive
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // sync makes every rank hold the root's weights, optimizer state and data
@@ -215,6 +260,10 @@ func (m *member) train(ctx context.Context, rank, size int, ring *worker.Ring) e
 		m.samples += res.Samples
 		if err != nil {
 			return err
+		}
+		if res.Steps == 0 && m.pos.epoch == epoch && !m.done() {
+			// Never loop without progress.
+			return fmt.Errorf("epoch %d: a worker over %d samples took no step", epoch, ds.Len())
 		}
 		m.last = relabel(res.Last)
 		m.log.Debug("segment done", "epoch", epoch, "steps", res.Steps, "seconds", time.Since(t0).Seconds())

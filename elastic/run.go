@@ -180,8 +180,9 @@ func recoverable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	var lost errMemberLost
 	return errors.Is(err, worker.ErrInterrupted) || errors.Is(err, collective.ErrPeer) || errors.Is(err, collective.ErrBroken) ||
-		errors.Is(err, context.DeadlineExceeded) || errConnect(err)
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &lost) || errConnect(err)
 }
 
 // connectError marks a failure to connect a generation's ring.

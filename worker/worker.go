@@ -142,6 +142,11 @@ func (p Progress) Accuracy() float64 { return float64(p.Correct) / float64(max(p
 // cleanly: a target was reached.
 var ErrStop = errors.New("stop requested")
 
+// errEpochDone: the epoch had no batch left. It is its own value, never
+// wrapped, because an error of the network can wrap io.EOF (a peer that
+// closed): only the loader's end of the epoch ends it.
+var errEpochDone = errors.New("epoch done")
+
 // ErrRunComplete, from a strategy, says the servers have applied every
 // step of the run: there is nothing left for this worker to compute. A
 // sync worker with backup workers gets it when its late pushes were
@@ -324,7 +329,7 @@ func (w *Worker) train(ctx context.Context) (Result, error) {
 		epochStart, lastReport := time.Now(), time.Now()
 		for p.Step < p.EpochSteps {
 			n, loss, correct, err := w.step(ctx, res.Steps)
-			if errors.Is(err, io.EOF) {
+			if err == errEpochDone {
 				break
 			}
 			if errors.Is(err, ErrRunComplete) {
@@ -368,7 +373,7 @@ func (w *Worker) train(ctx context.Context) (Result, error) {
 
 // step runs one step: BackwardPasses batches forward and backward, their
 // mean gradient handed to the strategy. It returns the samples, the summed
-// loss and the correct predictions, or io.EOF if the epoch had no batch
+// loss and the correct predictions, or errEpochDone if the epoch had no batch
 // left.
 func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum float64, correct int, err error) {
 	var t StepTimes
@@ -424,7 +429,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		correct += c
 	}
 	if passes == 0 {
-		return 0, 0, 0, io.EOF
+		return 0, 0, 0, errEpochDone
 	}
 	if passes > 1 {
 		inv := 1 / float32(passes)

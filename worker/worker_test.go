@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -120,6 +121,24 @@ func synthetic(t *testing.T) (data.Dataset, data.Dataset) {
 	train, test, err := data.Synthetic(cfg)
 	require.NoError(t, err)
 	return train, test
+}
+
+// A peer that closed its connection shows as an error wrapping io.EOF: it
+// fails the run, and is not taken for the end of the epoch's data (which
+// once ended the epoch early, with no error).
+func TestAnErrorWrappingEOFIsNotTheEndOfTheEpoch(t *testing.T) {
+	model := newModel(t)
+	train, _ := synthetic(t)
+	f := &fakePS{params: make([]float32, model.Layout().Size()), failPush: fmt.Errorf("recv from rank 1: %w", io.EOF)}
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	res, err := w.Run(ctxT(t))
+	require.ErrorIs(t, err, io.EOF)
+	assert.ErrorContains(t, err, "step 0: recv from rank 1")
+	assert.Zero(t, res.Steps)
 }
 
 func TestWorkerPushErrorStopsRun(t *testing.T) {

@@ -157,7 +157,7 @@ func follow(m *cluster.Membership, log *slog.Logger, leaveTimeout time.Duration,
 	return func() {
 		if err := m.Leave(leaveTimeout); err != nil {
 			level := slog.LevelWarn
-			if strings.Contains(err.Error(), "timeout waiting for leave broadcast") {
+			if strings.Contains(err.Error(), "timeout waiting for") {
 				// Nobody acknowledged: at the end of a run the others
 				// may well have gone first.
 				level = slog.LevelDebug

@@ -54,6 +54,7 @@ Commands:
   ps        run one parameter-server shard
   worker    run one training worker (parameter servers or ring allreduce)
   bench     benchmarks: collective bandwidth between local processes, one worker's compute
+  health    ask a server's gRPC health service whether it serves (exit 0 if so)
   info      print the build, the GEMM path (OpenBLAS or gonum), thread settings and GPU driver
   version   print the version
 
@@ -79,6 +80,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runBench(ctx, rest, stdout, stderr)
 	case "info":
 		return runInfo(ctx, rest, stdout, stderr)
+	case "health":
+		return runHealth(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

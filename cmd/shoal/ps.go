@@ -27,6 +27,9 @@ type psRun struct {
 	drain   time.Duration
 	nf      nicFlags
 	gf      gossipFlags
+	// exitWhenDone: stop once every worker has left the gossip
+	// gracefully (a cluster whose servers should end with the run).
+	exitWhenDone bool
 }
 
 func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,7 +58,9 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer()
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, addr, stdout)
+	ctx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, addr, stdout, endRun)
 	if err != nil {
 		lis.Close()
 		return err
@@ -92,7 +97,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // shard, and with --events shard 0 reports every change. It returns the
 // gossip address ("" when off), the stdout to write events to from now on
 // (locked when a second goroutine writes it too), and what ends gossip.
-func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, stdout io.Writer) (string, io.Writer, func(), error) {
+func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, stdout io.Writer, endRun func()) (string, io.Writer, func(), error) {
 	log, idx := p.cfg.Logger, p.cfg.Shard
 	fp := fingerprint(p.cfg.Layout)
 	meta := cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr, ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}
@@ -110,6 +115,10 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 		rank := r.Change.Member.Meta.Rank
 		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
 		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
+		if p.exitWhenDone && r.Live == 0 && r.Change.Kind == cluster.EventLeave {
+			log.Info("every worker has left: the run is over", "component", "ps", "clock", core.Clock())
+			endRun()
+		}
 	}
 	stop := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
 	return gossip, stdout, stop, nil
@@ -137,6 +146,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	)
 	p := &psRun{}
 	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
+	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every worker has left the gossip gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
 	p.nf.register(fs)
@@ -181,6 +191,9 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		if err := v(); err != nil {
 			return nil, err
 		}
+	}
+	if p.exitWhenDone && !p.gf.on() {
+		return nil, errors.New("--exit-when-done: the shard learns that the workers are done from gossip; set --gossip-addr or --join too")
 	}
 	return p, nil
 }
