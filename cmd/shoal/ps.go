@@ -111,11 +111,15 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 		stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
 		emit = func(e launch.Event) { launch.Emit(stdout, e) }
 	}
+	finished := false // some worker left gracefully: it ended its run
 	report := func(r cluster.Report) {
 		rank := r.Change.Member.Meta.Rank
 		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
 		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-		if p.exitWhenDone && r.Live == 0 && r.Change.Kind == cluster.EventLeave {
+		// The run is over when no worker is left and at least one ended
+		// its run (left gracefully); a straggler's death may come last.
+		finished = finished || r.Change.Kind == cluster.EventLeave
+		if p.exitWhenDone && r.Live == 0 && finished {
 			log.Info("every worker has left: the run is over", "component", "ps", "clock", core.Clock())
 			endRun()
 		}

@@ -132,7 +132,7 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 	needCluster(t)
 	for _, mode := range []string{"sync", "ssp", "async", "ring"} {
 		t.Run(mode, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			file := "docker-compose.yml"
 			if mode == "ring" {
@@ -165,7 +165,7 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 // count: no step lost, none applied twice.
 func TestAServerKilledAndRestartedLosesNothing(t *testing.T) {
 	needCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := newCluster(t, "docker-compose.yml", "sync")
 	restarted := false
