@@ -273,6 +273,18 @@ func (c *Coordinator) closeLocked(now time.Time) {
 	if gen == 0 {
 		need = c.cfg.Initial // the first generation: everyone launched
 	}
+	if err := quorum(c.waiting, gen); err != "" {
+		// Maybe the others are alive beyond a network partition and
+		// this side is the smaller: wait for them (or fail) rather than
+		// train a second ring beside theirs.
+		if c.short.IsZero() {
+			c.short = now
+		}
+		if now.Sub(c.short) >= c.cfg.RejoinTimeout {
+			c.failLocked(status.Errorf(codes.ResourceExhausted, "elastic: %s; waited --rejoin-timeout %v for them", err, c.cfg.RejoinTimeout))
+		}
+		return
+	}
 	if len(ids) < need {
 		if c.short.IsZero() {
 			c.short = now
@@ -311,6 +323,35 @@ func (c *Coordinator) closeLocked(now time.Time) {
 	}
 	clear(c.waiting)
 	c.wakeLocked()
+}
+
+// quorum says why the members waiting cannot form the generation after
+// gen, or "" when they can: they must be at least half of the members of
+// generation gen (as its survivors report them), and when exactly half,
+// hold its lowest member. Two sides of a partition thus never both go on.
+func quorum(waiting map[int]*waiter, gen uint64) string {
+	var prev []int32
+	for _, w := range waiting {
+		if w.req.Generation == gen && len(w.req.Previous) > 0 {
+			prev = w.req.Previous
+			break
+		}
+	}
+	if gen == 0 || len(prev) == 0 {
+		return ""
+	}
+	kept := 0
+	for _, id := range prev {
+		if waiting[int(id)] != nil {
+			kept++
+		}
+	}
+	lowest := slices.Min(prev)
+	if 2*kept > len(prev) || (2*kept == len(prev) && waiting[int(lowest)] != nil) {
+		return ""
+	}
+	return fmt.Sprintf("only %d of the %d members %v of generation %d are here, not a quorum (more than half, or half with member %d): the others may be alive beyond a network partition",
+		kept, len(prev), prev, gen, lowest)
 }
 
 // shortfall says who is missing from a round of ids that needs need.

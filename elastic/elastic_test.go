@@ -288,3 +288,30 @@ func TestOnlyTheLowestLiveMemberCoordinates(t *testing.T) {
 	assert.False(t, c.Pending(), "a refused request does not interrupt the ring")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
+
+// A member cut off from the others (a network partition: gossip says they
+// are dead) is not a quorum of its generation: it waits for them, and
+// fails after --rejoin-timeout, rather than train a ring of its own. Half
+// of a generation goes on only with its lowest member.
+func TestASmallerSideOfAPartitionDoesNotGoOn(t *testing.T) {
+	ask := func(self int, live []int, previous []int32) error {
+		r := &roster{}
+		r.set(live...)
+		c, err := NewCoordinator(CoordinatorConfig{JobID: "j", Self: self, Initial: 4, MinWorkers: 1, RejoinTimeout: 200 * time.Millisecond, Roster: r,
+			Listen: func() (net.Listener, error) { return fakeListener{}, nil }})
+		require.NoError(t, err)
+		res := c.reform(context.Background(), &pb.ReformRequest{JobId: "j", Member: int32(self), Generation: 1, Step: 10, Previous: previous})
+		if res.lis != nil {
+			res.lis.Close()
+		}
+		return res.err
+	}
+	err := ask(2, []int{2}, []int32{0, 1, 2, 3})
+	require.Error(t, err)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Contains(t, err.Error(), "only 1 of the 4 members [0 1 2 3] of generation 1 are here, not a quorum")
+	err = ask(1, []int{1}, []int32{0, 1})
+	assert.Contains(t, err.Error(), "not a quorum (more than half, or half with member 0)")
+	assert.NoError(t, ask(0, []int{0}, []int32{0, 1}), "half with the lowest member goes on")
+	assert.NoError(t, ask(0, []int{0}, []int32{0}), "a ring of one goes on alone")
+}

@@ -55,7 +55,7 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	if err := m.sync(ctx, comm, ring, int(resp.Root)); err != nil {
 		return closeOnErr(fmt.Errorf("taking up rank %d's state: %w", resp.Root, err))
 	}
-	m.synced = resp.Generation
+	m.synced, m.members = resp.Generation, resp.Members
 	g := Generation{Number: resp.Generation, Members: members, Rank: rank, Step: m.pos.step, Reason: reason}
 	for _, id := range prev {
 		if !slices.Contains(members, id) {

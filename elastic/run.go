@@ -110,6 +110,7 @@ type member struct {
 	last    worker.Progress
 	per     int    // samples per step and rank
 	synced  uint64 // the generation whose state this member holds
+	members []int32 // that generation's members
 	// start is when this member's first generation began to train: the
 	// run's elapsed time counts from there (re-forms included, the first
 	// formation not).
@@ -206,7 +207,7 @@ func (m *member) trained(resp *pb.ReformResponse) bool { return m.synced == resp
 func (m *member) reform(ctx context.Context, gen uint64, reason string) (*pb.ReformResponse, net.Listener, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReformTimeout)
 	defer cancel()
-	req := &pb.ReformRequest{JobId: m.cfg.JobID, Member: int32(m.cfg.Member), Generation: gen, Reason: reason, Step: m.pos.step}
+	req := &pb.ReformRequest{JobId: m.cfg.JobID, Member: int32(m.cfg.Member), Generation: gen, Reason: reason, Step: m.pos.step, Previous: m.members}
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
