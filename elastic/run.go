@@ -108,8 +108,8 @@ type member struct {
 	pos     position
 	samples int64
 	last    worker.Progress
-	per     int    // samples per step and rank
-	synced  uint64 // the generation whose state this member holds
+	per     int     // samples per step and rank
+	synced  uint64  // the generation whose state this member holds
 	members []int32 // that generation's members
 	// start is when this member's first generation began to train: the
 	// run's elapsed time counts from there (re-forms included, the first
