@@ -107,17 +107,18 @@ func runElastic(ctx context.Context, r ringRun) error {
 		return err
 	}
 	roster.coord = coord
+	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
+		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	// Set before the service answers anyone: Listen reads it.
+	advertised = hostOf(m.Addr())
 	srv := grpc.NewServer()
 	pb.RegisterElasticServer(srv, coord)
 	go srv.Serve(lis)
 	defer srv.Stop()
-
-	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
-		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
-	if err != nil {
-		return err
-	}
-	advertised = hostOf(m.Addr())
 	// The ranks of a ring finish together: when one leaves, the others
 	// are leaving too and may not be there to hear it, and nobody needs
 	// to (a leave mid-run is a failure, seen as a death). So the news
