@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -141,8 +142,13 @@ func (c *Coordinator) wakeLocked() {
 }
 
 // Reform is the RPC: it waits for the round that puts the caller into a
-// new generation.
+// new generation. A request must come from the host that membership
+// holds for its member id, so that another member of the gossip cannot
+// speak for a live rank.
 func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	if err := c.checkCaller(ctx, int(req.Member)); err != nil {
+		return nil, err
+	}
 	res := c.reform(ctx, req)
 	if res.lis != nil {
 		// Only this member is a generation's rank 0; a remote caller
@@ -151,6 +157,34 @@ func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.Re
 		return nil, status.Errorf(codes.Internal, "elastic: member %d made rank 0 but asked remotely", req.Member)
 	}
 	return res.resp, res.err
+}
+
+// checkCaller refuses a remote request for member id from a host other
+// than the one membership holds for it.
+func (c *Coordinator) checkCaller(ctx context.Context, id int) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil // in process
+	}
+	from, ok := p.Addr.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	for _, m := range c.cfg.Roster.Live() {
+		if m.ID != id {
+			continue
+		}
+		host, _, err := net.SplitHostPort(m.Addr)
+		if err != nil {
+			return nil
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || ip.Equal(from.IP) || (ip.IsLoopback() && from.IP.IsLoopback()) {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "elastic: member %d is at %s in the membership, but this request came from %s", id, host, from.IP)
+	}
+	return nil // not a member: reform says so
 }
 
 // reform registers req and waits for its round, ctx, or the round's

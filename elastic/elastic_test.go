@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/collective"
@@ -286,6 +287,15 @@ func TestOnlyTheLowestLiveMemberCoordinates(t *testing.T) {
 	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
 	assert.Contains(t, err.Error(), "member 7 is not in the job's membership")
 	assert.False(t, c.Pending(), "a refused request does not interrupt the ring")
+	// A request in member 2's name from another host than membership
+	// holds for member 2 (roster addresses are member-N: an IP here).
+	r.mu.Lock()
+	r.live[1].Addr = "10.0.0.2:7000"
+	r.mu.Unlock()
+	from := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 4000}})
+	_, err = c.Reform(from, &pb.ReformRequest{JobId: "j", Member: 2})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err))
+	assert.Contains(t, err.Error(), "member 2 is at 10.0.0.2 in the membership, but this request came from 10.0.0.9")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
 

@@ -222,7 +222,7 @@ func (m *member) reform(ctx context.Context, gen uint64, reason string) (*pb.Ref
 			return resp, lis, nil
 		}
 		switch status.Code(err) {
-		case codes.InvalidArgument, codes.ResourceExhausted:
+		case codes.InvalidArgument, codes.ResourceExhausted, codes.PermissionDenied:
 			return nil, nil, err
 		}
 		lastErr = err
