@@ -45,6 +45,10 @@ func needCluster(t *testing.T) {
 	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		skip("no Docker engine answers (docker info: %v: %s)", err, strings.TrimSpace(string(out)))
 	}
+	// The image holds the dataset (scripts/image.sh copies it in).
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err != nil {
+		skip("Fashion-MNIST is not installed, and the image holds it (apt-get install dataset-fashion-mnist): %v", err)
+	}
 	buildOnce.Do(func() {
 		wd, err := os.Getwd()
 		if err != nil {
