@@ -179,12 +179,32 @@ func (c *Coordinator) checkCaller(ctx context.Context, id int) error {
 			return nil
 		}
 		ip := net.ParseIP(host)
-		if ip == nil || ip.Equal(from.IP) || (ip.IsLoopback() && from.IP.IsLoopback()) {
+		if ip == nil || ip.Equal(from.IP) || (from.IP.IsLoopback() && localIP(ip)) {
+			// From that host; or from this host over loopback to a
+			// member that membership places on this host (it gossips on
+			// one of this machine's addresses and dialed another).
 			return nil
 		}
 		return status.Errorf(codes.PermissionDenied, "elastic: member %d is at %s in the membership, but this request came from %s", id, host, from.IP)
 	}
 	return nil // not a member: reform says so
+}
+
+// localIP says whether ip is loopback or an address of this machine.
+func localIP(ip net.IP) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // reform registers req and waits for its round, ctx, or the round's

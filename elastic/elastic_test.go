@@ -296,6 +296,17 @@ func TestOnlyTheLowestLiveMemberCoordinates(t *testing.T) {
 	_, err = c.Reform(from, &pb.ReformRequest{JobId: "j", Member: 2})
 	assert.Equal(t, codes.PermissionDenied, status.Code(err))
 	assert.Contains(t, err.Error(), "member 2 is at 10.0.0.2 in the membership, but this request came from 10.0.0.9")
+	// Over loopback, a member that gossips on one of this machine's
+	// addresses is this machine's.
+	r.mu.Lock()
+	r.live[1].Addr = "127.0.0.2:7000"
+	r.mu.Unlock()
+	lo := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4000}})
+	assert.NoError(t, c.checkCaller(lo, 2))
+	r.mu.Lock()
+	r.live[1].Addr = "192.0.2.1:7000" // TEST-NET-1: no machine's
+	r.mu.Unlock()
+	assert.Equal(t, codes.PermissionDenied, status.Code(c.checkCaller(lo, 2)), "loopback does not vouch for another machine's member")
 	assert.False(t, errors.Is(err, context.Canceled))
 }
 
