@@ -331,21 +331,11 @@ func (c *Coordinator) closeLocked(now time.Time) {
 		// Maybe the others are alive beyond a network partition and
 		// this side is the smaller: wait for them (or fail) rather than
 		// train a second ring beside theirs.
-		if c.short.IsZero() {
-			c.short = now
-		}
-		if now.Sub(c.short) >= c.cfg.RejoinTimeout {
-			c.failLocked(status.Errorf(codes.ResourceExhausted, "elastic: %s; waited --rejoin-timeout %v for them", err, c.cfg.RejoinTimeout))
-		}
+		c.waitShortLocked(now, err+"; waited --rejoin-timeout %v for them")
 		return
 	}
 	if len(ids) < need {
-		if c.short.IsZero() {
-			c.short = now
-		}
-		if now.Sub(c.short) >= c.cfg.RejoinTimeout {
-			c.failLocked(status.Errorf(codes.ResourceExhausted, "elastic: %s; waited --rejoin-timeout %v for more", c.shortfall(ids, need, gen, step), c.cfg.RejoinTimeout))
-		}
+		c.waitShortLocked(now, c.shortfall(ids, need, gen, step)+"; waited --rejoin-timeout %v for more")
 		return
 	}
 	c.short = time.Time{}
@@ -377,6 +367,18 @@ func (c *Coordinator) closeLocked(now time.Time) {
 	}
 	clear(c.waiting)
 	c.wakeLocked()
+}
+
+// waitShortLocked keeps a round that cannot form waiting, and fails it
+// with why (a format taking the timeout) once it has waited
+// RejoinTimeout.
+func (c *Coordinator) waitShortLocked(now time.Time, why string) {
+	if c.short.IsZero() {
+		c.short = now
+	}
+	if now.Sub(c.short) >= c.cfg.RejoinTimeout {
+		c.failLocked(status.Errorf(codes.ResourceExhausted, "elastic: "+why, c.cfg.RejoinTimeout))
+	}
 }
 
 // quorum says why the members waiting cannot form the generation after

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -30,17 +31,11 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	go m.watch(ctx, members, cancel)
 	tr, err := m.cfg.Connect(ctx, rank, size, resp.Master, lis, fmt.Sprintf("%s#%d", m.cfg.JobID, resp.Generation))
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%v: %w", cause, err)
-		}
-		return nil, &connectError{fmt.Errorf("connecting generation %d (%d members): %w", resp.Generation, size, err)}
+		return nil, &connectError{fmt.Errorf("connecting generation %d (%d members): %w", resp.Generation, size, withCause(ctx, err))}
 	}
 	closeOnErr := func(err error) (*Outcome, error) {
 		tr.Close()
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%v: %w", cause, err) // say why the generation ended
-		}
-		return nil, err
+		return nil, withCause(ctx, err)
 	}
 	comm, err := collective.New(tr, m.cfg.Comm)
 	if err != nil {
@@ -78,6 +73,16 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 		return closeOnErr(err)
 	}
 	return &Outcome{Steps: m.pos.step, Samples: m.samples, Last: m.last, Rank: rank, Size: size, Comm: comm, Ring: ring, Params: m.params, transport: tr}, nil
+}
+
+// withCause prefixes err with why ctx ended, when it ended for a reason
+// err does not already hold (a member lost): it says why the generation
+// ended.
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%v: %w", cause, err)
+	}
+	return err
 }
 
 // errMemberLost is the cause of a generation ended because membership
@@ -150,14 +155,7 @@ func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *
 			return fmt.Errorf("the root sent weight %d = %v: want finite", i, v)
 		}
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range st.Slots {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(st.Slots)) {
 		if err := comm.Broadcast(ctx, st.Slots[name], root); err != nil {
 			return err
 		}

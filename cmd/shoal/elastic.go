@@ -50,24 +50,6 @@ func (g *gossipRoster) see(v cluster.View) {
 	g.coord.RosterChanged()
 }
 
-// hostOf is addr's host, or addr when it has no port.
-func hostOf(addr string) string {
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		return h
-	}
-	return addr
-}
-
-// reachable replaces an unspecified host in addr ("0.0.0.0:7000") with
-// host, the one peers reach this process at.
-func reachable(addr, host string) string {
-	h, port, err := net.SplitHostPort(addr)
-	if err != nil || (h != "" && !net.ParseIP(h).IsUnspecified()) {
-		return addr
-	}
-	return net.JoinHostPort(host, port)
-}
-
 // runElastic trains as one member of an elastic ring (gossip on): the
 // ring re-forms when a member dies or joins, instead of ending.
 func runElastic(ctx context.Context, r ringRun) error {

@@ -122,12 +122,11 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	if h, port, err := net.SplitHostPort(meta.GRPCAddr); err == nil && (h == "" || net.ParseIP(h).IsUnspecified()) {
+	if addr := reachable(meta.GRPCAddr, hostOf(m.Addr())); addr != meta.GRPCAddr {
 		// Serving on every interface: peers reach it at the host the
 		// gossip advertises. Set before joining, so that the first
 		// address anyone sees is the one that stays.
-		gh, _, _ := net.SplitHostPort(m.Addr())
-		meta.GRPCAddr = net.JoinHostPort(gh, port)
+		meta.GRPCAddr = addr
 		if err := m.SetMeta(meta, g.timeout); err != nil {
 			m.Close()
 			return nil, fmt.Errorf("membership: %w", err)
@@ -227,4 +226,22 @@ func followShards(v cluster.View, fp uint64, seen []string, c *client.Client, lo
 		}
 		log.Warn("shard moved", "component", "membership", "shard", meta.Rank, "from", old, "to", meta.GRPCAddr)
 	}
+}
+
+// hostOf is addr's host, or addr when it has no port.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// reachable replaces an unspecified host in addr ("0.0.0.0:7000") with
+// host, the one peers reach this process at.
+func reachable(addr, host string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil || (h != "" && !net.ParseIP(h).IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(host, port)
 }
