@@ -169,8 +169,18 @@ func TestSurvivorsReformAndFinish(t *testing.T) {
 			defer cancel()
 			cfgs := []Config{j.member(0, 3), j.member(1, 3), j.member(2, 3)}
 			kctx, kill := context.WithCancel(ctx)
+			// The victim dies only once the survivors have finished step 5
+			// too: a ring member can finish a step before the others have
+			// its last chunk, and dying then would leave them at step 5.
+			survived := make(chan struct{}, 2)
 			cfgs[victim].Worker.OnStep = func(step int64, _ worker.StepTimes) {
 				if step == 5 { // after its 6th step
+					for range 2 {
+						select {
+						case <-survived:
+						case <-ctx.Done():
+						}
+					}
 					kill()
 				}
 			}
@@ -179,6 +189,11 @@ func TestSurvivorsReformAndFinish(t *testing.T) {
 			runs := make([]<-chan outcome, 3)
 			for _, id := range survivors {
 				cfgs[id].OnGeneration = func(g Generation) { gens[id] = append(gens[id], g) }
+				cfgs[id].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+					if step == 5 {
+						survived <- struct{}{}
+					}
+				}
 				runs[id] = run(ctx, cfgs[id])
 			}
 			dead := run(kctx, cfgs[victim])
