@@ -24,7 +24,11 @@
 //     LoopbackDetection (the default) declares a silent death in about
 //     1.3 s among three nodes, LANDetection aims at 5 s. A process
 //     restarted under its name at a new address is taken back once its old
-//     self has been dead for DeadNodeReclaimTime. Config.KeyFile turns on
+//     self has been dead for DeadNodeReclaimTime. A node cut off from the
+//     network for longer than GossipToTheDeadTime comes back when the
+//     network does: every ReconnectInterval each node tries to join one
+//     member it saw die (Serf's reconnect), so the two sides' views meet
+//     again. Config.KeyFile turns on
 //     AES-256 gossip encryption; a node with another key is not admitted.
 //   - Changes lists a view's joins, rejoins, leaves and deaths for one role
 //     of one job (by model Fingerprint), and FollowWorkers applies the
@@ -32,7 +36,8 @@
 //     arrive: pure code, tested with views from a channel.
 //
 // Concurrency and ownership: a Membership's methods may be called from any
-// goroutine. It owns memberlist's goroutines and one of its own that sends
+// goroutine. It owns memberlist's goroutines, the reconnect loop, and one
+// that sends
 // Views, in version order, on the channel Views returns; views queue while
 // the reader is busy, so someone must keep reading. Close stops everything
 // and closes the channel; call Leave first to be seen leaving rather than

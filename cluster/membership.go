@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -62,6 +63,15 @@ type Detection struct {
 	// process on a new port). A name whose old holder is still alive is
 	// never taken over.
 	DeadNodeReclaimTime time.Duration
+	// ReconnectInterval is how often a node tries to reach one member it
+	// saw die (not leave), and ReconnectTimeout how long after the death
+	// it keeps trying: Serf's reconnect, which heals a partition that
+	// outlasted GossipToTheDeadTime. Memberlist alone never contacts a
+	// dead member again, so a node cut off for longer would stay alone
+	// with every other node dead in its view, and they with it dead in
+	// theirs, though both sides run on.
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
 }
 
 // LoopbackDetection is tuned for processes on one machine: a silent death
@@ -84,6 +94,8 @@ func LoopbackDetection() Detection {
 		PushPullInterval:        2 * time.Second,
 		TCPTimeout:              2 * time.Second,
 		DeadNodeReclaimTime:     200 * time.Millisecond,
+		ReconnectInterval:       500 * time.Millisecond,
+		ReconnectTimeout:        time.Minute,
 	}
 }
 
@@ -103,6 +115,8 @@ func LANDetection() Detection {
 	d.PushPullInterval = 10 * time.Second
 	d.TCPTimeout = 5 * time.Second
 	d.DeadNodeReclaimTime = time.Second
+	d.ReconnectInterval = 2 * time.Second
+	d.ReconnectTimeout = 5 * time.Minute
 	return d
 }
 
@@ -115,6 +129,7 @@ func (d Detection) validate() error {
 		{"GossipInterval", d.GossipInterval}, {"GossipToTheDeadTime", d.GossipToTheDeadTime},
 		{"PushPullInterval", d.PushPullInterval}, {"TCPTimeout", d.TCPTimeout},
 		{"DeadNodeReclaimTime", d.DeadNodeReclaimTime},
+		{"ReconnectInterval", d.ReconnectInterval}, {"ReconnectTimeout", d.ReconnectTimeout},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("detection %s is %v, want > 0", f.name, f.v)
@@ -163,6 +178,11 @@ type Config struct {
 	// Logger receives memberlist's logs at their levels, with
 	// component=membership; nil discards them.
 	Logger *slog.Logger
+
+	// transport, when set, replaces memberlist's own UDP/TCP transport
+	// (tests cut a node off the network with it); BindPort must then be
+	// the port it listens on.
+	transport memberlist.Transport
 }
 
 // DefaultConfig gossips on an ephemeral loopback port with
@@ -193,6 +213,7 @@ func readGossipKey(path string) ([]byte, error) {
 // and one of its own that delivers views; Close stops them.
 type Membership struct {
 	ml     *memberlist.Memberlist
+	name   string
 	logger *slog.Logger
 	views  chan View
 	done   chan struct{}
@@ -204,6 +225,7 @@ type Membership struct {
 	pending []View // views not yet taken from the channel, oldest first
 	meta    []byte // this node's encoded Meta
 	closed  bool
+	dead    map[string]deadPeer // members seen to die, by name, until they come back
 
 	closeOnce sync.Once
 	// stopping is set by Leave and Close: memberlist's errors from then
@@ -236,12 +258,14 @@ func New(cfg Config) (*Membership, error) {
 	logger = logger.With("component", "membership", "node", cfg.Name)
 
 	m := &Membership{
+		name:    cfg.Name,
 		logger:  logger,
 		views:   make(chan View),
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		tracker: NewTracker(),
 		meta:    meta,
+		dead:    map[string]deadPeer{},
 	}
 
 	mc := memberlist.DefaultLANConfig()
@@ -264,6 +288,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.PushPullInterval = d.PushPullInterval
 	mc.TCPTimeout = d.TCPTimeout
 	mc.DeadNodeReclaimTime = d.DeadNodeReclaimTime
+	mc.Transport = cfg.transport
 	mc.Delegate = (*metaDelegate)(m)
 	mc.Events = (*eventDelegate)(m)
 	mc.Logger = log.New(slogWriter{l: logger, stopping: &m.stopping}, "", 0)
@@ -279,6 +304,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	m.ml = ml
 	m.wg.Go(m.deliver)
+	m.wg.Go(func() { m.reconnect(d.ReconnectInterval, d.ReconnectTimeout) })
 	return m, nil
 }
 
@@ -457,6 +483,56 @@ func (m *Membership) deliver() {
 	}
 }
 
+// deadPeer is a member seen to die: where it was, and since when.
+type deadPeer struct {
+	addr  string
+	since time.Time
+}
+
+// reconnect tries, every interval, to join one member seen to die within
+// timeout, chosen at random. A member that really died costs a failed
+// dial; one that was only cut off answers once the network is back, and
+// the push/pull of the join tells each side that the other declared it
+// dead: both refute, and the next join (by either side) brings the two
+// views together again.
+func (m *Membership) reconnect(interval, timeout time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var names []string
+		for name, p := range m.dead {
+			if time.Since(p.since) > timeout {
+				delete(m.dead, name)
+				continue
+			}
+			names = append(names, name)
+		}
+		var peer deadPeer
+		var name string
+		if len(names) > 0 {
+			name = names[rand.IntN(len(names))]
+			peer = m.dead[name]
+		}
+		m.mu.Unlock()
+		if name == "" || m.stopping.Load() || peer.addr == m.Addr() {
+			// (A container reconnected to its network may be given the
+			// address a dead member had.)
+			continue
+		}
+		if _, err := m.ml.Join([]string{peer.addr}); err != nil {
+			m.logger.Debug("reconnect to a member declared dead failed", "peer", name, "peer_addr", peer.addr, "err", err)
+			continue
+		}
+		m.logger.Info("reached a member declared dead", "peer", name, "peer_addr", peer.addr)
+	}
+}
+
 // step feeds one event to the tracker and queues the view it yields.
 // memberlist calls it from its own goroutines, possibly after Close.
 func (m *Membership) step(ev Event) {
@@ -464,6 +540,14 @@ func (m *Membership) step(ev Event) {
 	defer m.mu.Unlock()
 	if m.closed {
 		return
+	}
+	switch ev.Kind {
+	case EventDead:
+		if ev.Name != m.name {
+			m.dead[ev.Name] = deadPeer{addr: ev.Addr, since: time.Now()}
+		}
+	default:
+		delete(m.dead, ev.Name)
 	}
 	v, changed, err := m.tracker.Step(ev)
 	if err != nil {
