@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -322,6 +323,32 @@ func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
 		}
 		at = slices.Max(steps)
 	}
+}
+
+// NotMember reports whether err says that a shard took this worker out
+// of its live set (sync and SSP): membership declared it dead, for example
+// while it was cut off from the network, and the steps went on without
+// it. Such a worker is alive, and joins again: JoinWorker, then on from
+// the step it names. It looks through wrapped and joined errors, since
+// any one shard's answer is enough.
+func NotMember(err error) bool {
+	if err == nil {
+		return false
+	}
+	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		for _, d := range s.GRPCStatus().Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == pb.ErrorDomain && info.Reason == pb.ReasonNotMember {
+				return true
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return NotMember(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		return slices.ContainsFunc(u.Unwrap(), NotMember)
+	}
+	return false
 }
 
 // maxJoinRounds bounds JoinWorker's rounds: each moves the step forward,

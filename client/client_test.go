@@ -226,16 +226,21 @@ func TestPushPullAcrossShards(t *testing.T) {
 	assert.ErrorContains(t, err, "pull into 9 floats, the vector has 10")
 }
 
+// syncShards starts 2 sync shards of a vector of 8 zeros for workers.
+func syncShards(t *testing.T, workers int) *testcluster.Cluster {
+	var l nn.Layout
+	l.Add("w", 8)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers = consistency.Sync, workers
+	return testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 2, 4)...)
+}
+
 // TestJoinWorkerAgreesOnOneStep: worker 2's push of step 0 reached shard 0
 // and not yet shard 1, so the shards first name different steps for a
 // returning worker 1; JoinWorker asks again until both admit it at the
 // same step, where neither waits for it earlier.
 func TestJoinWorkerAgreesOnOneStep(t *testing.T) {
-	var l nn.Layout
-	l.Add("w", 8)
-	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers = consistency.Sync, 3
-	c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, 8), 2, 4)...)
+	c := syncShards(t, 3)
 	cores := []*ps.Server{c.Shard(0).Core, c.Shard(1).Core}
 	for _, core := range cores {
 		require.True(t, core.WorkerGone(1))
@@ -255,4 +260,32 @@ func TestJoinWorkerAgreesOnOneStep(t *testing.T) {
 		}
 		assert.Equal(t, int64(1), core.Clock(), "shard %d", i)
 	}
+}
+
+// TestNotMemberAfterTheShardsDroppedTheWorker: once membership took worker
+// 1 out of a sync job's live set, its push fails with an error NotMember
+// recognises through the client's wrapping and the join of the shards'
+// errors; other failures are not taken for it; and after JoinWorker the
+// worker pushes again at the step named.
+func TestNotMemberAfterTheShardsDroppedTheWorker(t *testing.T) {
+	c := syncShards(t, 2)
+	cl := dial(t, c)
+	for s := range 2 {
+		require.True(t, c.Shard(s).Core.WorkerGone(1))
+	}
+	_, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Step: 0, Grads: make([]float32, 8)})
+	require.Error(t, err)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.True(t, client.NotMember(err), "not recognised: %v", err)
+	assert.Contains(t, err.Error(), "has not joined again")
+
+	_, err = cl.Push(ctxT(t), client.PushArgs{WorkerID: 5, Step: 0, Grads: make([]float32, 8)})
+	require.Error(t, err, "worker 5 of 2")
+	assert.False(t, client.NotMember(err), "an invalid worker id is another failure: %v", err)
+	assert.False(t, client.NotMember(status.Error(codes.FailedPrecondition, "worker not in the live set")), "the text alone is not the detail")
+
+	step, err := cl.JoinWorker(ctxT(t), 1)
+	require.NoError(t, err)
+	_, err = cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Step: step, Grads: make([]float32, 8)})
+	require.NoError(t, err)
 }

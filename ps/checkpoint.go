@@ -128,9 +128,20 @@ func (s *Server) maybeCheckpoint() {
 		}
 		if err := s.writeCheckpoint(st); err != nil {
 			s.log.Error("checkpoint failed", "clock", st.clock, "err", err)
+			if !s.cfg.CheckpointErrorsWarn {
+				select {
+				case s.failed <- fmt.Errorf("checkpoint at clock %d into %s: %w", st.clock, s.ckpt.dir, err):
+				default: // the first one is reported
+				}
+			}
 		}
 	}
 }
+
+// Failed delivers the first checkpoint that could not be written during
+// the run, unless Config.CheckpointErrorsWarn is set; the shard's owner
+// should stop serving.
+func (s *Server) Failed() <-chan error { return s.failed }
 
 // Close closes the journal, if any; call it after the final Checkpoint.
 func (s *Server) Close() error {

@@ -163,3 +163,30 @@ func TestFinalCheckpointAndSyncConsistency(t *testing.T) {
 	res := push(t, r, 0, 1, 1, 5)
 	assert.False(t, res.Duplicate)
 }
+
+// TestACheckpointThatCannotBeWrittenIsReported: once the checkpoint
+// folder cannot be written (here it became a file), the failure is sent on
+// Failed for the shard's owner to stop it, not only logged while the run
+// goes on without checkpoints; with CheckpointErrorsWarn it is only logged.
+func TestACheckpointThatCannotBeWrittenIsReported(t *testing.T) {
+	for _, warn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warn=%v", warn), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			s, err := ckptServer(t, dir, 1, "w")
+			require.NoError(t, err)
+			s.cfg.CheckpointErrorsWarn = warn
+			ckptPush(t, s, 0) // written
+			require.NoError(t, os.RemoveAll(dir))
+			require.NoError(t, os.WriteFile(dir, nil, 0o644))
+			ckptPush(t, s, 1) // the push is applied; its checkpoint cannot be written
+			assert.Equal(t, int64(2), s.Clock())
+			select {
+			case err := <-s.Failed():
+				require.False(t, warn, "reported although warn was set: %v", err)
+				assert.ErrorContains(t, err, "checkpoint at clock 2 into "+dir)
+			default:
+				require.True(t, warn, "the failed checkpoint was not reported")
+			}
+		})
+	}
+}

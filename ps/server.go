@@ -62,6 +62,11 @@ type Config struct {
 	// CheckpointEvery updates and resumes from at start.
 	CheckpointDir   string
 	CheckpointEvery int64
+	// CheckpointErrorsWarn: a checkpoint that cannot be written during
+	// the run is logged and the shard serves on. Otherwise (the default)
+	// it is also sent on Failed, and the shard's owner stops it: a run
+	// that believes it is checkpointed must not go on without checkpoints.
+	CheckpointErrorsWarn bool
 	// Journal, with a CheckpointDir, appends every update to a journal
 	// there before applying it, and a starting shard replays what the
 	// journal holds past its newest checkpoint: a shard killed and
@@ -154,6 +159,8 @@ type Server struct {
 
 	ckpt checkpointer
 	jour *journal // with Config.Journal
+	// failed carries the first checkpoint error during the run (Failed).
+	failed chan error
 }
 
 // Stats are counters of a shard since it started.
@@ -192,7 +199,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	if len(initial) != cfg.Plan.VectorLen {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, changed: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, changed: make(chan struct{}), failed: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -521,7 +528,17 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if err := s.checkLiveLocked(in.WorkerID); err != nil {
 		return PushResult{}, err
 	}
-	if last, ok := s.lastStep[in.WorkerID]; ok && in.Step <= last {
+	last, ok := s.lastStep[in.WorkerID]
+	if !ok {
+		last = -1
+	}
+	if s.cfg.Mode == consistency.Async && in.Step > last+MaxStepGap {
+		// A step far past the worker's own would make every real push up
+		// to it a "duplicate": one forged push could stop a run learning.
+		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
+			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap)
+	}
+	if ok && in.Step <= last {
 		s.stats.Duplicates++
 		res := PushResult{Clock: s.clock, Duplicate: true}
 		if read != nil {
@@ -555,6 +572,13 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 		return s.applyLocked(in, in.Grads, read, nil), nil
 	}
 }
+
+// MaxStepGap bounds how far past a worker's last push (or past step 0,
+// for its first) an async push's step may be: Downpour's --push-every is
+// at most this, and a forged push cannot mark more than this many of the
+// worker's real pushes as duplicates. SSP's staleness bound and sync's
+// barrier bound steps more tightly.
+const MaxStepGap = 1024
 
 // applyLocked applies one update (async, ssp) and counts it; read, when
 // not nil, gets each chunk right after its update.

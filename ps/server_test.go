@@ -84,6 +84,8 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 		{"no ranges", Push{}, "names no ranges"},
 		{"nan", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: nan}, "index 7 is NaN"},
 		{"inf", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: inf}, "index 3 is -Inf"},
+		{"step from the far future", Push{Step: math.MaxInt64, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "more than 1024 steps past its last push (step -1)"},
+		{"first push past the gap", Push{Step: MaxStepGap, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "step 1024 from worker 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, 10, 1, 0, 4)
@@ -97,6 +99,26 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 			assert.Equal(t, int64(1), s.Stats().Rejected)
 		})
 	}
+}
+
+// TestAForgedFutureStepCannotStopTheRun: one async push with step
+// 2⁶³−1 made every later real push of that worker a "duplicate", so a
+// run went on without learning. It is refused, and the worker's next
+// real push, and one MaxStepGap steps past it (Downpour's largest
+// --push-every), are applied.
+func TestAForgedFutureStepCannotStopTheRun(t *testing.T) {
+	s := newTestServer(t, 8, 1, 0, 4)
+	p := Push{WorkerID: 0, Step: math.MaxInt64, Ranges: []shard.Range{{Off: 0, Len: 8}}, Grads: ones(8)}
+	_, err := s.Push(context.Background(), p)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	for _, step := range []int64{0, MaxStepGap} {
+		p.Step = step
+		res, err := s.Push(context.Background(), p)
+		require.NoError(t, err)
+		assert.False(t, res.Duplicate, "step %d", step)
+	}
+	assert.Equal(t, int64(2), s.Clock())
+	assert.Equal(t, Stats{Pushes: 2, Rejected: 1}, Stats{Pushes: s.Stats().Pushes, Rejected: s.Stats().Rejected})
 }
 
 func TestPushOfAnotherShardsChunk(t *testing.T) {

@@ -3,11 +3,15 @@ package rpc_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/rpc"
 )
 
 // benchModels are the vectors of Shoal's models whose step traffic the
@@ -72,6 +76,55 @@ func BenchmarkTransport(b *testing.B) {
 	}
 }
 
+// BenchmarkStreamIdleTimeout is the PushPull step over TCP with and
+// without shoal ps's stream idle limit (an interceptor that runs each
+// stream's handler in a goroutine of its own and watches its waits).
+func BenchmarkStreamIdleTimeout(b *testing.B) {
+	m := benchModels[1]
+	for _, idle := range []bool{false, true} {
+		b.Run(fmt.Sprintf("%s/idle-limit=%v", m.name, idle), func(b *testing.B) {
+			var opts []grpc.ServerOption
+			if idle {
+				opts = append(opts, grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(rpc.DefaultStreamIdle)))
+			}
+			g, h := rpc.NewGRPCServer(opts...)
+			rpc.RegisterPS(g, h, testcluster.Cores(b, m.n, 1, 1<<18, 1e-6)[0], nil)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			served := make(chan struct{})
+			go func() { defer close(served); _ = g.Serve(lis) }()
+			defer func() { g.Stop(); <-served }()
+			cl, err := client.Dial(context.Background(), []string{lis.Addr().String()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			pushPullLoop(b, cl, m.n)
+		})
+	}
+}
+
+// pushPullLoop times async PushPull steps of worker 1 against cl.
+func pushPullLoop(b *testing.B, cl *client.Client, n int) {
+	ctx := context.Background()
+	params, grads := make([]float32, n), make([]float32, n)
+	b.SetBytes(2 * 4 * int64(n))
+	b.ReportAllocs()
+	clocks, err := cl.Pull(ctx, params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for step := int64(0); b.Loop(); step++ {
+		res, err := cl.PushPull(ctx, client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: step, Clocks: clocks, Grads: grads}, Pull: true, Dst: params})
+		if err != nil {
+			b.Fatal(err)
+		}
+		clocks = res.PullClocks
+	}
+}
+
 func benchStep(b *testing.B, n int, tcp, pushPull bool) { benchStepWith(b, n, tcp, pushPull, nil) }
 
 func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
@@ -93,25 +146,14 @@ func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
 		b.Fatal(err)
 	}
 	defer cl.Close()
+	if pushPull {
+		pushPullLoop(b, cl, n)
+		return
+	}
 	params, grads := make([]float32, n), make([]float32, n)
 	b.SetBytes(2 * 4 * int64(n))
 	b.ReportAllocs()
 	step := int64(0)
-	if pushPull {
-		clocks, err := cl.Pull(ctx, params)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			res, err := cl.PushPull(ctx, client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: step, Clocks: clocks, Grads: grads}, Pull: true, Dst: params})
-			if err != nil {
-				b.Fatal(err)
-			}
-			clocks = res.PullClocks
-			step++
-		}
-		return
-	}
 	for b.Loop() {
 		clocks, err := cl.Pull(ctx, params)
 		if err != nil {

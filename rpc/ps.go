@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -97,7 +98,13 @@ func toStatus(err error) error {
 		return nil
 	case errors.Is(err, ps.ErrInvalidArgument):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ps.ErrWrongPlan), errors.Is(err, ps.ErrNotMember):
+	case errors.Is(err, ps.ErrNotMember):
+		st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: pb.ReasonNotMember, Domain: pb.ErrorDomain})
+		if derr != nil {
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		return st.Err()
+	case errors.Is(err, ps.ErrWrongPlan):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ps.ErrStale):
 		return status.Error(codes.Aborted, err.Error())
@@ -179,6 +186,28 @@ func toRange(r *pb.Range) (shard.Range, error) {
 	return shard.Range{Off: int(r.Offset), Len: int(r.Length)}, nil
 }
 
+// pullRanges converts the ranges a pull names, which must be increasing
+// and must not overlap: a reply then holds each float at most once and is
+// never larger than the shard, however the request is written (a request
+// naming the whole vector 2,000 times would otherwise make the shard send
+// it 2,000 times). Read checks that each lies inside the shard.
+func pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
+	rs := make([]shard.Range, len(ranges))
+	prevEnd := 0
+	for i, wr := range ranges {
+		r, err := toRange(wr)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 && r.Off < prevEnd {
+			return nil, fmt.Errorf("%w: pull range %v overlaps or precedes the previous one, which ends at %d: name each float at most once, in increasing order",
+				ps.ErrInvalidArgument, r, prevEnd)
+		}
+		rs[i], prevEnd = r, r.End()
+	}
+	return rs, nil
+}
+
 func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return toStatus(err)
@@ -196,9 +225,13 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 // wire.MaxPieceBytes. The first piece carries how long the wait took and,
 // for a PushPull, pushed.
 func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
+	rs, err := pullRanges(ranges)
+	if err != nil {
+		return toStatus(err)
+	}
 	wctx, cancel := deadline.Early(stream.Context())
 	start := time.Now()
-	err := s.core.WaitToRead(wctx, worker, step)
+	err = s.core.WaitToRead(wctx, worker, step)
 	cancel()
 	if err != nil {
 		return toStatus(err)
@@ -236,11 +269,7 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 		}
 		return nil
 	}
-	for _, wr := range ranges {
-		r, err := toRange(wr)
-		if err != nil {
-			return toStatus(err)
-		}
+	for _, r := range rs {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			piece := shard.Range{Off: off, Len: min(pieceFloats, r.End()-off)}
 			var clock int64

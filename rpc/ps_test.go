@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -367,6 +368,41 @@ func TestPullOfUnownedRange(t *testing.T) {
 	require.NoError(t, err)
 	_, err = stream.Recv()
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+}
+
+// TestPullOfOverlappingRangesIsRefused: a small request that names the
+// whole vector 2,000 times would make the shard send it 2,000 times; a
+// pull's ranges must be increasing and disjoint, so a reply is never
+// larger than the shard. Nothing is sent before the refusal.
+func TestPullOfOverlappingRangesIsRefused(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	ps := pb.NewParameterServerClient(dial(t, c, 0))
+	for name, ranges := range map[string][]*pb.Range{
+		"the whole vector 2,000 times": slices.Repeat([]*pb.Range{{Offset: 0, Length: 8}}, 2000),
+		"overlapping":                  {{Offset: 0, Length: 4}, {Offset: 2, Length: 4}},
+		"decreasing":                   {{Offset: 4, Length: 4}, {Offset: 0, Length: 4}},
+	} {
+		stream, err := ps.Pull(ctxT(t), &pb.PullRequest{Ranges: ranges})
+		require.NoError(t, err)
+		_, err = stream.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
+		assert.ErrorContains(t, err, "name each float at most once, in increasing order", name)
+	}
+	// Increasing, disjoint ranges are read.
+	stream, err := ps.Pull(ctxT(t), &pb.PullRequest{Ranges: []*pb.Range{{Offset: 1, Length: 2}, {Offset: 5, Length: 3}}})
+	require.NoError(t, err)
+	var got []float32
+	for {
+		p, err := stream.Recv()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		vals := make([]float32, len(p.Values)/4)
+		require.NoError(t, wire.Float32.Decode(vals, p.Values))
+		got = append(got, vals...)
+	}
+	assert.Equal(t, []float32{1, 2, 5, 6, 7}, got)
 }
 
 func TestMessageOverSizeLimit(t *testing.T) {

@@ -2,6 +2,8 @@ package rpc_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -15,7 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/shoalml/shoal/internal/testcluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 )
 
@@ -23,10 +27,15 @@ import (
 // bufconn; it returns a client, the cancel that starts the drain, and
 // Serve's result.
 func serveSync(t *testing.T, drain time.Duration) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
+	return serveCore(t, syncCores(t, 2)[0], drain)
+}
+
+// serveCore is serveSync for any shard and gRPC server options.
+func serveCore(t *testing.T, core *ps.Server, drain time.Duration, opts ...grpc.ServerOption) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	g, health := rpc.NewGRPCServer()
-	rpc.RegisterPS(g, health, syncCores(t, 2)[0], nil)
+	g, health := rpc.NewGRPCServer(opts...)
+	rpc.RegisterPS(g, health, core, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
@@ -100,4 +109,86 @@ func TestServeReportsAFailedListener(t *testing.T) {
 	g, health := rpc.NewGRPCServer()
 	err := rpc.Serve(ctxT(t), g, health, lis, time.Minute)
 	assert.ErrorContains(t, err, "serving on bufconn")
+}
+
+// idleServer serves core with the stream idle limit.
+func idleServer(t *testing.T, core *ps.Server, idle time.Duration) pb.ParameterServerClient {
+	t.Helper()
+	conn, _, _ := serveCore(t, core, time.Second, grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(idle)))
+	return pb.NewParameterServerClient(conn)
+}
+
+// TestIdleStreamsAreEnded: a push stream that sends nothing, or only its
+// header, no longer stays open until the client gives up: the server ends
+// it with DeadlineExceeded once it has waited the idle limit, and the
+// shard is unchanged. How long each took is logged.
+func TestIdleStreamsAreEnded(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		first *pb.PushPiece // nil: send nothing
+	}{
+		{"nothing sent", nil},
+		{"only the header", &pb.PushPiece{Header: header(0, [2]int64{0, 8})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cores := testcluster.Cores(t, 8, 1, 4, 0.5)
+			ps := idleServer(t, cores[0], idle)
+			stream, err := ps.Push(ctxT(t))
+			require.NoError(t, err)
+			start := time.Now()
+			if tc.first != nil {
+				require.NoError(t, stream.Send(tc.first))
+			}
+			var resp pb.PushResponse
+			err = stream.RecvMsg(&resp) // without closing: the server must end it
+			took := time.Since(start)
+			require.Error(t, err)
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+			assert.ErrorContains(t, err, "stream idle limit")
+			assert.GreaterOrEqual(t, took, idle)
+			assert.Equal(t, int64(0), cores[0].Clock(), "nothing applied")
+			t.Logf("%s: ended by the server %v after the stream opened (limit %v)", tc.name, took.Round(time.Millisecond), idle)
+		})
+	}
+}
+
+// TestAWaitForOtherWorkersIsNotIdle: a sync push-pull that waits at the
+// barrier for another worker longer than the idle limit is not ended: the
+// limit counts only time spent waiting on the client itself.
+func TestAWaitForOtherWorkersIsNotIdle(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	cores := syncCores(t, 2)
+	client := idleServer(t, cores[0], idle)
+	push := func(worker int64) error {
+		stream, err := client.PushPull(ctxT(t))
+		if err != nil {
+			return err
+		}
+		h := header(0, [2]int64{0, 8})
+		h.WorkerId, h.Pull, h.PullStep = worker, true, 1
+		if err := stream.Send(&pb.PushPiece{Header: h, Grads: floats(1, 1, 1, 1, 1, 1, 1, 1)}); err != nil {
+			return err
+		}
+		if err := stream.CloseSend(); err != nil {
+			return err
+		}
+		for {
+			if _, err := stream.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	late := make(chan error, 1)
+	start := time.Now()
+	// Worker 1 pushes after three idle limits; worker 0 waits for it.
+	timer := time.AfterFunc(3*idle, func() { late <- push(1) })
+	defer timer.Stop()
+	require.NoError(t, push(0), "worker 0's push-pull, held at the barrier")
+	assert.GreaterOrEqual(t, time.Since(start), 3*idle)
+	require.NoError(t, <-late)
+	assert.Equal(t, int64(1), cores[0].Clock())
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -27,14 +29,37 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 
 // parseFlags parses args and refuses positional arguments.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseOnly(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "shoal %s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
+
+// parseArgs parses fs's flags and wants exactly n arguments after them,
+// named by what ("one address HOST:PORT"); otherwise it says so on fs's
+// output and returns errUsage.
+func parseArgs(fs *flag.FlagSet, args []string, n int, what string) error {
+	if err := parseOnly(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != n {
+		fmt.Fprintf(fs.Output(), "shoal %s: want %s after the flags, got %d argument(s)\n", fs.Name(), what, fs.NArg())
+		return errUsage
+	}
+	return nil
+}
+
+// parseOnly parses fs's flags: -h is flag.ErrHelp, a bad flag errUsage
+// (the flag package has printed why).
+func parseOnly(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "shoal %s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
 		return errUsage
 	}
 	return nil
@@ -203,4 +228,46 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+}
+
+// writableFile checks, before any work, that flag's file path can be
+// written when the run ends: its folder exists and takes a new file, and
+// the path is not a folder. Finding out after hours of training loses the
+// weights.
+func writableFile(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s %s: is a directory, want a file path", flag, path)
+	}
+	if err := writeProbe(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%s %s: cannot write there: %w", flag, path, err)
+	}
+	return nil
+}
+
+// writableDir checks that flag's folder exists, or can be made, and takes
+// new files.
+func writableDir(flag, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, dir, err)
+	}
+	if err := writeProbe(dir); err != nil {
+		return fmt.Errorf("%s %s: cannot write there: %w", flag, dir, err)
+	}
+	return nil
+}
+
+// writeProbe creates a file in dir and removes it.
+func writeProbe(dir string) error {
+	f, err := os.CreateTemp(dir, ".shoal-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	return errors.Join(f.Close(), os.Remove(name))
 }

@@ -76,6 +76,17 @@ func TestCommandLineErrors(t *testing.T) {
 		{"ps mode without servers", []string{"ps", "--mode", "ring"}, "mode ring: not a parameter-server mode"},
 		{"unknown ps mode", []string{"ps", "--mode", "gossip"}, `--mode "gossip": unknown`},
 		{"no call deadline", []string{"train", "--dataset", "synthetic", "--call-timeout", "0s"}, "--call-timeout 0s: want > 0"},
+		{"health without an address", []string{"health"}, "shoal health: want one address HOST:PORT after the flags, got 0 argument(s)"},
+		{"push every too many steps", []string{"worker", "--mode", "async", "--push-every", "2000", "--dataset", "synthetic"}, "want --push-every 1..1024"},
+		// Where the weights or checkpoints cannot be written, before any
+		// training, not after it.
+		{"save into a missing folder", []string{"train", "--dataset", "synthetic", "--save", "/nonexistent-shoal/m.safetensors"},
+			"--save /nonexistent-shoal/m.safetensors: cannot write there"},
+		{"save onto a folder", []string{"train", "--dataset", "synthetic", "--save", os.TempDir()}, "is a directory, want a file path"},
+		{"ring rank 0 saves into a missing folder", []string{"worker", "--mode", "ring", "--dataset", "synthetic", "--save", "/nonexistent-shoal/m.safetensors"},
+			"--save /nonexistent-shoal/m.safetensors: cannot write there"},
+		{"checkpoint folder that cannot be made", []string{"train", "--dataset", "synthetic", "--checkpoint-dir", "/proc/shoal-ckpt"}, "--checkpoint-dir /proc/shoal-ckpt"},
+		{"shard checkpoint folder that cannot be made", []string{"ps", "--checkpoint-dir", "/proc/shoal-ckpt"}, "--checkpoint-dir /proc/shoal-ckpt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -472,4 +483,49 @@ func childWith(t *testing.T, parent int, flag, value string) int {
 	}
 	t.Fatalf("no child of %d with %s %s", parent, flag, value)
 	return 0
+}
+
+// TestServingBeyondLoopbackWarns: shoal ps serves on loopback unless
+// --listen says otherwise; beyond loopback it warns at start that there is
+// no TLS or authentication, unless --insecure says that is meant. (The
+// listener on all interfaces gets no traffic here.)
+func TestServingBeyondLoopbackWarns(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	for _, tc := range []struct {
+		args  []string
+		warns bool
+	}{
+		{[]string{"--listen", "127.0.0.1:0"}, false},
+		{[]string{"--listen", ":0"}, true},
+		{[]string{"--listen", ":0", "--insecure"}, false},
+	} {
+		p := startProc(t, append([]string{"ps", "--events", "--hidden", "16"}, tc.args...)...)
+		p.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" })
+		// Once it has exited, all it wrote to stderr has been read.
+		require.NoError(t, p.cmd.Process.Kill())
+		_ = p.exit(t, ctx, "shoal ps")
+		assert.Equal(t, tc.warns, strings.Contains(p.stderr.String(), "no TLS and no authentication"), "%v: %s", tc.args, p.stderr.String())
+	}
+}
+
+// TestAShardWhoseCheckpointsFailStops: an unwritable --checkpoint-dir
+// during the run (here the folder became a file) no longer leaves the
+// shard serving with only error lines in its log: it stops with exit 1
+// and says why, unless --checkpoint-errors warn.
+func TestAShardWhoseCheckpointsFailStops(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	p := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "16", "--checkpoint-dir", dir, "--checkpoint-every", "1")
+	addr := p.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.WriteFile(dir, nil, 0o644))
+	cl, err := client.Dial(ctx, []string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	_, err = cl.Push(ctx, client.PushArgs{WorkerID: 0, Step: 0, Grads: make([]float32, cl.Info().Plan.VectorLen)})
+	require.NoError(t, err, "the push itself is applied")
+	err = p.exit(t, ctx, "shoal ps")
+	require.Error(t, err, "the shard should stop")
+	assert.Contains(t, p.stderr.String(), "checkpoint at clock 1 into "+dir)
+	assert.Contains(t, p.stderr.String(), "the shard stopped (--checkpoint-errors warn")
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/lockedio"
@@ -25,11 +27,23 @@ type psRun struct {
 	listen  string
 	events  bool
 	drain   time.Duration
-	nf      nicFlags
-	gf      gossipFlags
+	// idle bounds how long a stream may leave the shard waiting on its
+	// client (rpc.StreamIdleTimeout).
+	idle time.Duration
+	// insecure: serving beyond loopback without TLS or authentication
+	// is meant; no warning.
+	insecure bool
+	nf       nicFlags
+	gf       gossipFlags
 	// exitWhenDone: stop once every worker has left the gossip
 	// gracefully (a cluster whose servers should end with the run).
 	exitWhenDone bool
+}
+
+// loopbackListener says whether a listens on a loopback address only.
+func loopbackListener(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,9 +69,13 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer nic.Close()
 		lis = nic.Listener(lis)
 	}
-	g, health := rpc.NewGRPCServer()
+	g, health := rpc.NewGRPCServer(grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(p.idle)))
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
+	if !p.insecure && !loopbackListener(lis.Addr()) {
+		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
+			"serve on 127.0.0.1, or on a private network you trust and say so with --insecure", "component", "ps", "addr", addr)
+	}
 	ctx, endRun := context.WithCancel(ctx)
 	defer endRun()
 	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, addr, stdout, endRun)
@@ -75,10 +93,29 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			idx, plan.Servers, p.model, addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
 
+	// A checkpoint that cannot be written ends the run (unless
+	// --checkpoint-errors warn): it must not go on believing it is
+	// checkpointed.
+	var failure error
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case failure = <-core.Failed():
+			endRun()
+		case <-ctx.Done():
+		}
+	}()
 	// Until ctx ends; then drain: report NOT_SERVING, let calls in flight
 	// finish, then stop.
-	if err := rpc.Serve(ctx, g, health, lis, p.drain); err != nil {
+	err = rpc.Serve(ctx, g, health, lis, p.drain)
+	endRun()
+	<-watched
+	if err != nil {
 		return err
+	}
+	if failure != nil {
+		return fmt.Errorf("%w: the shard stopped (--checkpoint-errors warn logs such failures and serves on)", failure)
 	}
 	if err := core.Checkpoint(); err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
@@ -142,6 +179,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
 		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+		ckptErrors = fs.String("checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (stop the shard, exit 1) or warn (log it and serve on)")
 		journal    = fs.Bool("journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
 		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 		shardIdx   = fs.Int("shard", 0, "this server's shard index")
@@ -152,7 +190,9 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
 	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every worker has left the gossip gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
-	fs.StringVar(&p.listen, "listen", ":7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one)")
+	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, anyone who reaches it can change the model (no TLS or authentication yet)")
+	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
+	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
 	p.gf.register(fs)
 	mf.register(fs)
@@ -163,6 +203,15 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	}
 	if *journal && *ckptDir == "" {
 		return nil, errors.New("--journal: needs --checkpoint-dir, where the shard writes it")
+	}
+	if err := writableDir("--checkpoint-dir", *ckptDir); err != nil {
+		return nil, err
+	}
+	if *ckptErrors != "fail" && *ckptErrors != "warn" {
+		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", *ckptErrors)
+	}
+	if p.idle <= 0 {
+		return nil, fmt.Errorf("--stream-idle-timeout %v: want > 0", p.idle)
 	}
 	m, err := consistency.Parse(*mode)
 	if err != nil {
@@ -189,7 +238,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	model.Init(initial, mf.seed)
 	p.cfg = ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
 		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
-		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, Journal: *journal, Logger: log}
+		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, CheckpointErrorsWarn: *ckptErrors == "warn", Journal: *journal, Logger: log}
 	p.initial, p.model = initial, describeModel(model)
 	for _, v := range []func() error{p.nf.validate, p.gf.validate} {
 		if err := v(); err != nil {

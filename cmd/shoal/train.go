@@ -44,6 +44,7 @@ type trainRun struct {
 	staleness  int64
 	ckptDir    string
 	ckptEvery  int64
+	ckptErrors string
 	journal    bool
 	testEval   bool
 	callTime   time.Duration
@@ -149,6 +150,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
 	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
+	fs.StringVar(&t.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, and the run with it) or warn (log it and go on)")
 	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
@@ -184,6 +186,12 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	if t.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
+	}
+	if t.ckptErrors != "fail" && t.ckptErrors != "warn" {
+		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
+	}
+	if err := errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir)); err != nil {
+		return nil, err
 	}
 	var err error
 	if t.model, err = t.mf.build(); err != nil {
@@ -244,7 +252,7 @@ func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shard
 	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(sp.idx), "--servers", strconv.Itoa(t.servers),
 		"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
 		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--journal=" + strconv.FormatBool(t.journal)},
+		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal)},
 		append(t.common(), t.of.args()...)...)
 	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join)...)...)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
@@ -57,6 +58,10 @@ func (t *trainFlags) validate() error {
 	t.mode = m
 	if t.mode != consistency.Async && (t.pushEvery != 1 || t.fetchEvery != 1) {
 		return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.pushEvery, t.fetchEvery, t.mode)
+	}
+	if t.pushEvery < 1 || t.pushEvery > ps.MaxStepGap || t.fetchEvery < 1 {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: want --push-every 1..%d (a shard refuses a push further past the last) and --fetch-every >= 1",
+			t.pushEvery, t.fetchEvery, ps.MaxStepGap)
 	}
 	if t.overlap && (t.mode != consistency.Async || t.pushEvery != 1 || t.fetchEvery != 1) {
 		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.mode, t.pushEvery, t.fetchEvery)
@@ -175,6 +180,9 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.threads < 1 {
 		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
 	}
+	if err := writableFile("--save", w.save); err != nil {
+		return nil, err
+	}
 	model, backend, err := w.mf.buildFast(w.threads)
 	if err != nil {
 		return nil, err
@@ -252,10 +260,6 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if startStep > 0 {
 		w.log.Warn("joining a run under way", "component", "worker", "rank", w.id.Rank, "step", startStep)
 	}
-	st, err := w.strategy(ps)
-	if err != nil {
-		return err
-	}
 	board := newBoard(stdout, 1, isTerminal(stdout))
 	progress := board.update
 	if w.events {
@@ -266,11 +270,6 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		Logger: w.log}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
-	wk, err := worker.New(wcfg, w.model, w.train, st.strategy)
-	if err != nil {
-		return err
-	}
-	defer wk.Close()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	if w.events {
@@ -281,7 +280,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		defer ctl.Close()
 	}
 	start := time.Now()
-	res, err := wk.Run(runCtx)
+	res, st, err := w.trainPS(runCtx, ps, wcfg)
 	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
 		// Stopped by the launcher: the run so far is the result.
 		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
@@ -303,7 +302,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if !w.eval || w.id.Rank != 0 {
 		return nil
 	}
-	params := wk.Params()
+	params := make([]float32, w.model.Layout().Size())
 	if _, err := ps.Pull(ctx, params); err != nil {
 		return fmt.Errorf("pulling the final weights: %w", err)
 	}
@@ -313,6 +312,45 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.test.Name())
 	return nil
+}
+
+// trainPS runs the worker's steps against the servers from cfg.StartStep
+// to the end. A worker the shards dropped from their live set (sync and
+// SSP: membership declared it dead while it was alive, say cut off from
+// the network for longer than failure detection allows) joins again at
+// the step the shards name and trains on from there; the steps it missed
+// were taken without it. The result counts every sample it trained on.
+func (w *workerRun) trainPS(ctx context.Context, ps *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
+	start := time.Now()
+	var samples int64
+	for joins := 0; ; joins++ {
+		st, err := w.strategy(ps)
+		if err != nil {
+			return worker.Result{}, st, err
+		}
+		wk, err := worker.New(cfg, w.model, w.train, st.strategy)
+		if err != nil {
+			return worker.Result{}, st, err
+		}
+		res, err := wk.Run(ctx)
+		wk.Close()
+		samples += res.Samples
+		if res.Samples = samples; joins > 0 {
+			res.Elapsed = time.Since(start)
+		}
+		if err == nil || !client.NotMember(err) || ctx.Err() != nil {
+			return res, st, err
+		}
+		w.log.Warn("the servers dropped this worker from their live set (membership declared it dead); joining again",
+			"component", "worker", "rank", w.id.Rank, "step", res.Steps, "err", err)
+		jctx, cancel := context.WithTimeout(ctx, w.connect)
+		cfg.StartStep, err = ps.JoinWorker(jctx, int64(w.id.Rank))
+		cancel()
+		if err != nil {
+			return res, st, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
+		}
+		w.log.Warn("joined again", "component", "worker", "rank", w.id.Rank, "step", cfg.StartStep, "missed", cfg.StartStep-res.Steps)
+	}
 }
 
 // joinGossip puts the worker into the job's gossip cluster, when gossip
