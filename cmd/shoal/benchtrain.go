@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -391,19 +389,10 @@ func describeMachine() bench.Machine {
 	return m
 }
 
-var errNoDiff = errors.New("shoal bench diff: want two results.json files")
-
 func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench diff", "Compares two results.json files of shoal bench train run by run (matched by id):\nshoal bench diff BEFORE/results.json AFTER/results.json", stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() != 2 {
-		fmt.Fprintln(stderr, errNoDiff)
-		return errUsage
+	if err := parseArgs(fs, args, 2, "two results.json files"); err != nil {
+		return err
 	}
 	a, err := bench.Load(fs.Arg(0))
 	if err != nil {
@@ -419,15 +408,8 @@ func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) er
 func runBenchReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench report", "Renders report.md and the plots again from a results.json of shoal bench train:\nshoal bench report [--out DIR] RESULTS.json", stderr)
 	out := fs.String("out", "", "folder for report.md and the plots (default: the results file's folder)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "shoal bench report: want one results.json file")
-		return errUsage
+	if err := parseArgs(fs, args, 1, "one results.json file"); err != nil {
+		return err
 	}
 	res, err := bench.Load(fs.Arg(0))
 	if err != nil {

@@ -60,62 +60,11 @@ func runElastic(ctx context.Context, r ringRun) error {
 	if err != nil {
 		return err
 	}
-	log := r.log
-	host := hostOf(r.gf.bindAddr())
-	if r.rf.listen != "" {
-		host = hostOf(r.rf.listen)
-	}
-	// The Elastic service: every member serves it; the lowest live one
-	// coordinates.
-	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	svc, err := startElastic(ctx, r)
 	if err != nil {
-		return fmt.Errorf("elastic: listening for the Elastic service on %s: %w", host, err)
-	}
-	roster := &gossipRoster{fp: fingerprint(r.model.Layout())}
-	var advertised string // the host the gossip advertises, once joined
-	coord, err := elastic.NewCoordinator(elastic.CoordinatorConfig{
-		JobID: r.rf.jobID, Self: r.id.Rank, Initial: r.id.WorldSize, MinWorkers: r.rf.minWorkers, RejoinTimeout: r.rf.rejoinTimeout,
-		Roster: roster, Logger: log,
-		Listen: func() (net.Listener, error) {
-			l, err := collnet.ListenMaster(net.JoinHostPort(host, "0"))
-			if err != nil {
-				return nil, err
-			}
-			return addrListener{Listener: l, addr: reachable(l.Addr().String(), advertised)}, nil
-		},
-	})
-	if err != nil {
-		lis.Close()
 		return err
 	}
-	roster.coord = coord
-	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
-		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
-	if err != nil {
-		lis.Close()
-		return err
-	}
-	// Set before the service answers anyone: Listen reads it.
-	advertised = hostOf(m.Addr())
-	srv := grpc.NewServer()
-	pb.RegisterElasticServer(srv, coord)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	// The ranks of a ring finish together: when one leaves, the others
-	// are leaving too and may not be there to hear it, and nobody needs
-	// to (a leave mid-run is a failure, seen as a death). So the news
-	// gets a short wait.
-	leave := follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
-		for v := range views {
-			logChanges(v, log)
-			roster.see(v)
-		}
-	})
-	defer leave()
-	if r.events {
-		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
-	}
-
+	defer svc.stop()
 	closeNIC := func() {}
 	var wrap func(net.Conn) net.Conn
 	if r.nf.shaped() {
@@ -137,13 +86,12 @@ func runElastic(ctx context.Context, r ringRun) error {
 	}
 	steps := launch.StepLog{}
 	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
-		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: log}
+		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log}
 	if r.sf.stats {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}
-	var seen []int // every member any generation held, to tell a rejoin
 	out, err := elastic.Run(ctx, elastic.Config{
-		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: coord, Roster: roster,
+		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: svc.coord, Roster: svc.roster,
 		Connect: func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
 			cctx, cancel := context.WithTimeout(ctx, r.timeout)
 			defer cancel()
@@ -154,35 +102,114 @@ func runElastic(ctx context.Context, r ringRun) error {
 		Comm:  collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
 		Model: r.model, Train: r.train, Initial: initial,
 		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes},
-		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: log,
-		OnGeneration: func(g elastic.Generation) {
-			defer func() { seen = append(seen, g.Members...) }()
-			if g.Number == 1 || !r.events || g.Rank != 0 {
-				return
-			}
-			// The new rank 0 tells the launcher what changed.
-			for _, id := range g.Left {
-				launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: "died", Steps: g.Step, Live: len(g.Members)})
-			}
-			for _, id := range g.Joined {
-				change := "joined"
-				if slices.Contains(seen, id) {
-					change = "rejoined"
-				}
-				launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: change, Steps: g.Step, Live: len(g.Members)})
-			}
-		},
+		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log,
+		OnGeneration: r.generationEvents(),
 	})
 	if err != nil {
 		return fmt.Errorf("member %d of the elastic ring: %w", r.id.Rank, err)
 	}
 	defer out.Close()
+	return r.finishElastic(ctx, out, &steps)
+}
+
+// elasticService is a member's side of the elastic ring's control plane:
+// the Elastic gRPC service (every member serves it; the lowest live one
+// coordinates) and the gossip that tells members apart.
+type elasticService struct {
+	coord  *elastic.Coordinator
+	roster *gossipRoster
+	stop   func()
+}
+
+// startElastic serves the Elastic service and joins the job's gossip.
+func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
+	log := r.log
+	host := hostOf(r.gf.bindAddr())
+	if r.rf.listen != "" {
+		host = hostOf(r.rf.listen)
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("elastic: listening for the Elastic service on %s: %w", host, err)
+	}
+	roster := &gossipRoster{fp: fingerprint(r.model.Layout())}
+	var advertised string // the host the gossip advertises, once joined
+	coord, err := elastic.NewCoordinator(elastic.CoordinatorConfig{
+		JobID: r.rf.jobID, Self: r.id.Rank, Initial: r.id.WorldSize, MinWorkers: r.rf.minWorkers, RejoinTimeout: r.rf.rejoinTimeout,
+		Roster: roster, Logger: log,
+		Listen: func() (net.Listener, error) {
+			l, err := collnet.ListenMaster(net.JoinHostPort(host, "0"))
+			if err != nil {
+				return nil, err
+			}
+			return addrListener{Listener: l, addr: reachable(l.Addr().String(), advertised)}, nil
+		},
+	})
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	roster.coord = coord
+	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
+		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	// Set before the service answers anyone: Listen reads it.
+	advertised = hostOf(m.Addr())
+	srv := grpc.NewServer()
+	pb.RegisterElasticServer(srv, coord)
+	go srv.Serve(lis)
+	// The ranks of a ring finish together: when one leaves, the others
+	// are leaving too and may not be there to hear it, and nobody needs
+	// to (a leave mid-run is a failure, seen as a death). So the news
+	// gets a short wait.
+	leave := follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
+		for v := range views {
+			logChanges(v, log)
+			roster.see(v)
+		}
+	})
+	if r.events {
+		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
+	}
+	return &elasticService{coord: coord, roster: roster, stop: func() { leave(); srv.Stop() }}, nil
+}
+
+// generationEvents tells the launcher, from the new rank 0 of each
+// generation after the first, which members left and which joined (or
+// came back).
+func (r ringRun) generationEvents() func(elastic.Generation) {
+	var seen []int // every member any generation held, to tell a rejoin
+	return func(g elastic.Generation) {
+		defer func() { seen = append(seen, g.Members...) }()
+		if g.Number == 1 || !r.events || g.Rank != 0 {
+			return
+		}
+		for _, id := range g.Left {
+			launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: "died", Steps: g.Step, Live: len(g.Members)})
+		}
+		for _, id := range g.Joined {
+			change := "joined"
+			if slices.Contains(seen, id) {
+				change = "rejoined"
+			}
+			launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: change, Steps: g.Step, Live: len(g.Members)})
+		}
+	}
+}
+
+// finishElastic checks the final weights agree, evaluates them, lets the
+// final rank 0 save them, and reports.
+func (r ringRun) finishElastic(ctx context.Context, out *elastic.Outcome, steps *launch.StepLog) error {
 	res := worker.Result{Steps: out.Steps, Samples: out.Samples, Elapsed: out.Elapsed, Last: out.Last}
 	if err := out.Ring.CheckDesync(ctx, out.Steps, out.Params); err != nil {
 		return err
 	}
 	ev := worker.Evaluation{Accuracy: -1}
 	if r.eval {
+		var err error
 		if ev, err = worker.EvaluateShard(ctx, out.Comm, r.model, out.Params, r.test, 1000); err != nil {
 			return err
 		}
@@ -192,8 +219,8 @@ func runElastic(ctx context.Context, r ringRun) error {
 			return err
 		}
 	}
-	log.Info("elastic ring done", "component", "elastic", "generations", out.Generations, "rank", out.Rank, "size", out.Size)
-	r.report(res, ev, &steps)
+	r.log.Info("elastic ring done", "component", "elastic", "generations", out.Generations, "rank", out.Rank, "size", out.Size)
+	r.report(res, ev, steps)
 	return nil
 }
 

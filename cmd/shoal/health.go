@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -20,14 +18,8 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("health", "Asks the gRPC health service at ADDR (a shoal ps) whether it serves; exits 0 if it\nanswers SERVING. Usage: shoal health [flags] HOST:PORT", stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	service := fs.String("service", "", "the service to ask about (empty: the server as a whole)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("shoal health: want one address HOST:PORT after the flags, got %d arguments", fs.NArg())
+	if err := parseArgs(fs, args, 1, "one address HOST:PORT"); err != nil {
+		return err
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want > 0", *timeout)
