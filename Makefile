@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster bench-cluster
 
 all: build
 
@@ -29,11 +29,12 @@ test: lint verify-generate test-nocgo test-race test-cluster
 test-race:
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/clustertest)
 
-# The fault-injection tests across containers: a worker killed in each
-# mode, a server killed and restarted. They build the image themselves and
-# skip, saying why, where no Docker engine answers.
+# The fault-injection tests across containers: a worker killed, or cut off
+# the network for 20 s, in each mode; a server killed and restarted; a
+# paused straggler in sync. About 12 minutes here. They build the image
+# themselves and skip, saying why, where no Docker engine answers.
 test-cluster:
-	$(GO) test -count=1 -timeout 15m -v ./internal/clustertest
+	$(GO) test -count=1 -timeout 25m -v ./internal/clustertest
 
 # Shoal's container image, FROM scratch: the binary (cgo, OpenBLAS), the
 # libraries it loads, the Fashion-MNIST files. docker-compose.yml runs it.
@@ -121,6 +122,11 @@ bench-ps: build
 # mode: 5 kills each on loopback (median and max in docs/BENCHMARKS.md).
 bench-faults:
 	$(GO) test -run '^$$' -bench KillRecovery -benchtime 5x ./cmd/shoal
+
+# The modes side by side across containers (docker-compose), into
+# docs/BENCHMARKS.md.
+bench-cluster: images
+	scripts/bench-cluster.sh
 
 clean:
 	rm -rf bin
