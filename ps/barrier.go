@@ -21,6 +21,7 @@ type barrier struct {
 	// the sum of their gradients.
 	arrived []int64
 	acc     []float32
+	gmax    float64 // the largest magnitude in their gradients
 	// short: a worker expected at the current step left after the step
 	// had begun and before it pushed.
 	short bool
@@ -63,10 +64,11 @@ func (b *barrier) complete(step int64) bool {
 // add adds w's gradient to step and reports whether the step is now
 // complete. The caller has checked that w is a member of step and has
 // not pushed it.
-func (b *barrier) add(w, step int64, grads []float32) bool {
+func (b *barrier) add(w, step int64, grads []float32, gmax float64) bool {
 	for i, g := range grads {
 		b.acc[i] += g
 	}
+	b.gmax = max(b.gmax, gmax)
 	b.arrived = append(b.arrived, w)
 	return b.complete(step)
 }
@@ -103,6 +105,7 @@ func (b *barrier) mean() []float32 {
 // reset starts the next step.
 func (b *barrier) reset() {
 	clear(b.acc)
+	b.gmax = 0
 	b.arrived = b.arrived[:0]
 	b.short = false
 }

@@ -354,6 +354,7 @@ func (s *Server) restore(st *ckptState) {
 	defer s.mu.Unlock()
 	for i := range s.chunks {
 		copy(s.chunks[i].values, st.values[i])
+		s.chunks[i].unbound()
 		if err := s.chunks[i].opt.Restore(st.opt[i]); err != nil {
 			panic(fmt.Sprintf("ps: restoring a checked checkpoint: %v", err))
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/shoalml/shoal/optim"
 )
 
 // The journal (Config.Journal) makes every acknowledged update survive the
@@ -154,7 +156,7 @@ func (s *Server) replayJournal() (int, error) {
 				f.Close()
 				return n, nil
 			}
-			s.stepLocked(rec.grads, nil)
+			s.stepLocked(rec.grads, optim.MaxAbs(rec.grads), nil)
 			for _, p := range rec.steps {
 				s.lastStep[p[0]] = p[1]
 			}

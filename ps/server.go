@@ -47,8 +47,11 @@ type Config struct {
 	Layout nn.Layout
 	// Optimizer is applied to each owned chunk with its own state.
 	Optimizer optim.Config
-	// Workers is the number of workers (ids 0..Workers-1) sync and ssp
-	// wait for; until membership arrives it comes from the launcher.
+	// Workers is the number of workers, ids 0..Workers-1: sync and ssp
+	// wait for them (until membership arrives it comes from the
+	// launcher), and every mode refuses pushes from other ids. Zero is 1
+	// in sync and ssp and MaxWorkers in async, whose workers may come and
+	// go unannounced; at most MaxWorkers.
 	Workers int
 	// BackupWorkers: sync applies a step once Workers−BackupWorkers pushed
 	// it; later pushes for it are dropped and counted.
@@ -79,7 +82,7 @@ type Config struct {
 // DefaultConfig is an async single shard with the default optimizer; Plan
 // and Layout must still be set.
 func DefaultConfig() Config {
-	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), Workers: 1, MaxWait: 10 * time.Minute}
+	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
 }
 
 func (c Config) validate() error {
@@ -98,8 +101,8 @@ func (c Config) validate() error {
 	if c.Layout.Size() != c.Plan.VectorLen {
 		return fmt.Errorf("layout holds %d floats, plan %d", c.Layout.Size(), c.Plan.VectorLen)
 	}
-	if c.Workers < 1 {
-		return fmt.Errorf("workers %d: want >= 1", c.Workers)
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		return fmt.Errorf("workers %d: want 1..%d", c.Workers, MaxWorkers)
 	}
 	if c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers {
 		return fmt.Errorf("backup workers %d: want 0..%d for %d workers", c.BackupWorkers, c.Workers-1, c.Workers)
@@ -128,6 +131,9 @@ type chunk struct {
 	r      shard.Range
 	values []float32
 	opt    *optim.Optimizer
+	// maxValue and maxState bound the magnitudes in values and in the
+	// optimizer's state (growth.go); +Inf until measured.
+	maxValue, maxState float64
 }
 
 // Server is one parameter-server shard.
@@ -192,6 +198,9 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 1
+		if cfg.Mode == consistency.Async {
+			cfg.Workers = MaxWorkers
+		}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parameter server: %w", err)
@@ -210,7 +219,9 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parameter server: %w", err)
 		}
-		s.chunks = append(s.chunks, chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o})
+		ch := chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o}
+		ch.unbound()
+		s.chunks = append(s.chunks, ch)
 		s.floats += r.Len
 	}
 	if cfg.Mode != consistency.Async {
@@ -295,9 +306,13 @@ func (s *Server) checkRange(r shard.Range) error {
 	return nil
 }
 
-// checkWorker refuses worker ids outside 0..Workers-1 in sync and ssp.
+// MaxWorkers bounds the worker ids a shard accepts (0..MaxWorkers-1),
+// and with them what it keeps per worker.
+const MaxWorkers = 1 << 16
+
+// checkWorker refuses worker ids outside 0..Workers-1.
 func (s *Server) checkWorker(w int64) error {
-	if s.cfg.Mode != consistency.Async && (w < 0 || w >= int64(s.cfg.Workers)) {
+	if w < 0 || w >= int64(s.cfg.Workers) {
 		return fmt.Errorf("%w: worker %d: this shard expects workers 0..%d", ErrInvalidArgument, w, s.cfg.Workers-1)
 	}
 	return nil
@@ -516,7 +531,8 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if total != s.floats {
 		return PushResult{}, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats)
 	}
-	if err := checkFinite(in.Grads, in.Ranges); err != nil {
+	gmax, err := checkFinite(in.Grads, in.Ranges)
+	if err != nil {
 		return PushResult{}, err
 	}
 	if err := s.checkWorker(in.WorkerID); err != nil {
@@ -550,7 +566,7 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	}
 	switch {
 	case s.bar != nil:
-		return s.pushSyncLocked(ctx, in)
+		return s.pushSyncLocked(ctx, in, gmax)
 	case s.cfg.Mode == consistency.SSP:
 		_, min := s.slowestLocked()
 		if in.Step > min+s.cfg.Staleness {
@@ -560,16 +576,23 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 		// Each push moves the weights by 1/N of its gradient, N the live
 		// workers, so that a round of pushes makes one mean step.
 		inv := 1 / float32(max(len(s.live), 1))
+		gmax *= float64(inv)
+		if err := s.checkGrowthLocked(in, gmax); err != nil {
+			return PushResult{}, err
+		}
 		for i, g := range in.Grads {
 			s.scratch[i] = g * inv
 		}
 		p := max(s.progress[in.WorkerID], in.Step+1)
-		res := s.applyLocked(in, s.scratch, nil, [][2]int64{{in.WorkerID, p}})
+		res := s.applyLocked(in, s.scratch, gmax, nil, [][2]int64{{in.WorkerID, p}})
 		s.progress[in.WorkerID] = p
 		s.notifyLocked()
 		return res, nil
 	default:
-		return s.applyLocked(in, in.Grads, read, nil), nil
+		if err := s.checkGrowthLocked(in, gmax); err != nil {
+			return PushResult{}, err
+		}
+		return s.applyLocked(in, in.Grads, gmax, read, nil), nil
 	}
 }
 
@@ -580,9 +603,10 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 // barrier bound steps more tightly.
 const MaxStepGap = 1024
 
-// applyLocked applies one update (async, ssp) and counts it; read, when
-// not nil, gets each chunk right after its update.
-func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader, progress [][2]int64) PushResult {
+// applyLocked applies one update (async, ssp), whose largest magnitude
+// is gmax, and counts it; read, when not nil, gets each chunk right after
+// its update.
+func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkReader, progress [][2]int64) PushResult {
 	s.journalLocked(journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads})
 	staleness := max(s.clock-in.Clock, 0)
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
@@ -590,7 +614,7 @@ func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader, progres
 	if read != nil {
 		after = func(ch *chunk) { read(res, ch.r, ch.values) }
 	}
-	s.stepLocked(grads, after)
+	s.stepLocked(grads, gmax, after)
 	s.lastStep[in.WorkerID] = in.Step
 	s.clock++
 	s.stats.Pushes++
@@ -600,11 +624,12 @@ func (s *Server) applyLocked(in Push, grads []float32, read ChunkReader, progres
 }
 
 // stepLocked runs the optimizer of every chunk over grads (the shard's
-// floats, chunk after chunk), calling after (when not nil) on each chunk
-// once it is updated.
-func (s *Server) stepLocked(grads []float32, after func(*chunk)) {
+// floats, chunk after chunk, none larger in magnitude than gmax), calling
+// after (when not nil) on each chunk once it is updated.
+func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	for i := range s.chunks {
 		ch := &s.chunks[i]
+		ch.maxValue, ch.maxState, _ = ch.opt.StepBound(ch.maxValue, ch.maxState, gmax)
 		if err := ch.opt.Step(ch.values, grads[:ch.r.Len]); err != nil {
 			// Lengths were checked on the way in; this is a bug.
 			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
@@ -616,7 +641,7 @@ func (s *Server) stepLocked(grads []float32, after func(*chunk)) {
 	}
 }
 
-func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error) {
+func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (PushResult, error) {
 	switch {
 	case in.Clock > s.clock+1:
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard is at step %d; a push may be at most one step ahead",
@@ -643,6 +668,11 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 	if s.bar.has(in.WorkerID) {
 		return PushResult{}, fmt.Errorf("%w: worker %d already pushed step %d (as its step %d)", ErrInvalidArgument, in.WorkerID, in.Clock, s.lastStep[in.WorkerID])
 	}
+	// The step's mean is no larger than its largest push, so a push the
+	// shard can take whole keeps the step safe too.
+	if err := s.checkGrowthLocked(in, gmax); err != nil {
+		return PushResult{}, err
+	}
 	if prev, ok := s.lastStep[in.WorkerID]; ok {
 		s.barPrev[in.WorkerID] = &prev
 	} else {
@@ -651,7 +681,7 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push) (PushResult, error
 	s.lastStep[in.WorkerID] = in.Step
 	s.stats.Pushes++
 	s.stats.Staleness.Add(0)
-	if s.bar.add(in.WorkerID, s.clock, in.Grads) {
+	if s.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
 		s.applyStepLocked()
 	}
 	return PushResult{Clock: s.clock}, nil
@@ -672,7 +702,7 @@ func (s *Server) applyStepLocked() {
 		}
 		s.journalLocked(rec)
 	}
-	s.stepLocked(mean, nil)
+	s.stepLocked(mean, s.bar.gmax, nil)
 	s.bar.reset()
 	clear(s.barPrev)
 	s.clock++
@@ -680,36 +710,46 @@ func (s *Server) applyStepLocked() {
 	s.notifyLocked()
 }
 
-func checkFinite(g []float32, rs []shard.Range) error {
-	i := firstNonFinite(g)
+// checkFinite returns the largest magnitude in g, the floats of ranges
+// rs, or an error naming the first NaN or ±Inf.
+func checkFinite(g []float32, rs []shard.Range) (float64, error) {
+	i, gmax := scanGradient(g)
 	if i < 0 {
-		return nil
+		return gmax, nil
 	}
-	// Name the vector index, not the offset in the message.
-	idx := i
-	for _, r := range rs {
-		if idx < r.Len {
-			idx += r.Off
-			break
-		}
-		idx -= r.Len
-	}
-	return fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, idx, g[i])
+	return 0, fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, vectorIndex(i, rs), g[i])
 }
 
-// firstNonFinite returns the index of the first NaN or ±Inf in g, or -1.
-// NaN and ±Inf are the float32s whose exponent bits are all set. It tests
-// two floats at a time in a 64-bit word, branch-free over blocks (adding
-// 1 to an all-ones exponent carries into the cleared sign bit), and looks
-// for the exact index only in a block that has one: every push is checked
-// whole before anything is applied, so this runs over every gradient.
-func firstNonFinite(g []float32) int {
+// vectorIndex turns index i into the floats of ranges rs into the
+// vector's index, for messages.
+func vectorIndex(i int, rs []shard.Range) int {
+	for _, r := range rs {
+		if i < r.Len {
+			return i + r.Off
+		}
+		i -= r.Len
+	}
+	return i
+}
+
+// scanGradient returns the index of the first NaN or ±Inf in g, or -1 and
+// the largest magnitude in g. NaN and ±Inf are the float32s whose
+// exponent bits are all set. It tests two floats at a time in a 64-bit
+// word, branch-free over blocks (adding 1 to an all-ones exponent carries
+// into the cleared sign bit), and looks for the exact index only in a
+// block that has one: every push is checked whole before anything is
+// applied, so this runs over every gradient. Without the sign, a larger
+// float32 pattern is a larger magnitude, so the largest is a maximum of
+// integers.
+func scanGradient(g []float32) (int, float64) {
 	const (
 		exp   = 0x7f8000007f800000
 		carry = 0x0080000000800000
 		sign  = 0x8000000080000000
-		block = 1024 // floats
+		mag   = 0x7fffffff // a float32's bits without the sign
+		block = 1024       // floats
 	)
+	var top uint32 // the largest magnitude's bits
 	for lo := 0; lo < len(g); lo += block {
 		b := g[lo:min(lo+block, len(g))]
 		var hit uint64
@@ -717,25 +757,28 @@ func firstNonFinite(g []float32) int {
 		// and one left over at the end are tested alone.
 		if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
 			hit |= (uint64(math.Float32bits(b[0]))&exp + carry) & sign
+			top = max(top, math.Float32bits(b[0])&mag)
 			b = b[1:]
 		}
 		if len(b) >= 2 {
 			words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
 			for _, w := range words {
 				hit |= (w&exp + carry) & sign
+				top = max(top, uint32(w)&mag, uint32(w>>32)&mag)
 			}
 		}
 		if len(b)%2 == 1 {
 			hit |= (uint64(math.Float32bits(b[len(b)-1]))&exp + carry) & sign
+			top = max(top, math.Float32bits(b[len(b)-1])&mag)
 		}
 		if hit == 0 {
 			continue
 		}
 		for j, v := range g[lo:min(lo+block, len(g))] {
 			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
-				return lo + j
+				return lo + j, 0
 			}
 		}
 	}
-	return -1
+	return -1, float64(math.Float32frombits(top))
 }

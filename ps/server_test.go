@@ -3,7 +3,9 @@ package ps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -47,6 +49,15 @@ func readAll(t *testing.T, s *Server) []float32 {
 	return out
 }
 
+// filled returns n floats of v.
+func filled(n int, v float32) []float32 {
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = v
+	}
+	return g
+}
+
 func ones(n int) []float32 {
 	g := make([]float32, n)
 	for i := range g {
@@ -86,6 +97,9 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 		{"inf", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: inf}, "index 3 is -Inf"},
 		{"step from the far future", Push{Step: math.MaxInt64, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "more than 1024 steps past its last push (step -1)"},
 		{"first push past the gap", Push{Step: MaxStepGap, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "step 1024 from worker 0"},
+		{"negative worker id", Push{WorkerID: -1, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "worker -1: this shard expects workers 0..65535"},
+		{"worker id past MaxWorkers", Push{WorkerID: MaxWorkers, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "worker 65536: this shard expects workers 0..65535"},
+		{"huge finite gradient", Push{WorkerID: 3, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: filled(10, 3e38)}, "from worker 3: its gradient reaches 3e+38 (at index 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, 10, 1, 0, 4)
@@ -321,4 +335,107 @@ func TestPushRead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, reads, "sync mode reads after its barrier, not in the push")
 	assert.Equal(t, int64(1), syncSrv.Clock())
+}
+
+// firstNonFinite is scanGradient's index alone.
+func firstNonFinite(g []float32) int {
+	i, _ := scanGradient(g)
+	return i
+}
+
+// A finite but huge gradient (3e38 in every element, three times) turned
+// every weight into -Inf, and the next worker blamed its learning rate.
+// In every mode and with every optimizer, such a push is refused whole,
+// changes nothing, and a normal push after it is applied; ordinary
+// gradients of any optimizer go through.
+func TestHugeGradientIsRefusedWhole(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 4000) // two chunks, one of them of 1000 floats: the word scan, and a chunk measured
+	plan, err := shard.New(4000, 1, 4*3000)
+	require.NoError(t, err)
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+		for _, alg := range optim.Algorithms() {
+			t.Run(fmt.Sprint(mode, " ", alg), func(t *testing.T) {
+				ocfg := optim.DefaultConfig()
+				ocfg.Algorithm = alg
+				srv, err := New(Config{Mode: mode, Staleness: 2, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 1}, filled(4000, 0.5))
+				require.NoError(t, err)
+				ctx := context.Background()
+				push := func(step int64, g []float32) error {
+					_, err := srv.Push(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: g})
+					return err
+				}
+				require.NoError(t, push(0, filled(4000, 0.1)))
+				before := readAll(t, srv)
+				huge := filled(4000, 0.1)
+				huge[2500] = -3e38
+				for range 3 {
+					err := push(1, huge)
+					require.ErrorIs(t, err, ErrInvalidArgument)
+					assert.Contains(t, err.Error(), "from worker 0: its gradient reaches -3e+38 (at index 2500)")
+					assert.Contains(t, err.Error(), "refused whole, nothing changed")
+					assert.Equal(t, before, readAll(t, srv), "a refused push changed the weights")
+					assert.Equal(t, int64(1), srv.Clock())
+				}
+				require.NoError(t, push(1, filled(4000, 0.1)), "the push after the refused ones")
+				assert.Equal(t, int64(2), srv.Clock())
+				assert.Equal(t, int64(3), srv.Stats().Rejected)
+				for i := range 200 { // ordinary training, also with large ordinary gradients
+					require.NoError(t, push(int64(2+i), filled(4000, float32(1+i))))
+				}
+				for i, v := range readAll(t, srv) {
+					require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "weight %d is %v", i, v)
+				}
+			})
+		}
+	}
+}
+
+// scanGradient's largest magnitude is MaxAbs's, wherever the largest
+// sits (either half of a word, an odd float at either end).
+func TestScanGradientLargest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, n := range []int{0, 1, 2, 3, 1023, 1024, 1025, 4099} {
+		g := make([]float32, n+1)
+		for i := range g {
+			g[i] = float32(rng.NormFloat64())
+		}
+		for _, v := range [][]float32{g[:n], g[1:]} {
+			for _, at := range []int{0, len(v) / 2, len(v) - 1} {
+				if at < 0 || len(v) == 0 {
+					continue
+				}
+				saved := v[at]
+				v[at] = -7e30
+				i, m := scanGradient(v)
+				assert.Equal(t, -1, i)
+				assert.Equal(t, optim.MaxAbs(v), m, "n=%d, largest at %d", len(v), at)
+				assert.Equal(t, float64(float32(7e30)), m)
+				v[at] = saved
+			}
+		}
+	}
+}
+
+// An async shard told its workers takes pushes from those ids only; one
+// told nothing takes ids up to MaxWorkers, so it holds at most that many
+// workers' deduplication state.
+func TestAsyncWorkerIDs(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 8)
+	plan, err := shard.New(8, 1, 32)
+	require.NoError(t, err)
+	srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), Workers: 2}, make([]float32, 8))
+	require.NoError(t, err)
+	for w, want := range map[int64]string{0: "", 1: "", 2: "worker 2: this shard expects workers 0..1"} {
+		_, err := srv.Push(context.Background(), Push{WorkerID: w, Ranges: srv.Ranges(), Grads: ones(8)})
+		if want == "" {
+			require.NoError(t, err, "worker %d", w)
+		} else {
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Contains(t, err.Error(), want)
+		}
+	}
+	_, err = New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), Workers: MaxWorkers + 1}, make([]float32, 8))
+	assert.ErrorContains(t, err, "workers 65537: want 1..65536")
 }

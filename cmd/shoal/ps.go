@@ -174,7 +174,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		of         optFlags
 		lf         logFlags
 		mode       = fs.String("mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
-		workers    = fs.Int("workers", 1, "sync, ssp: the number of workers (ranks 0..N-1) to wait for")
+		workers    = fs.Int("workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
 		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
 		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
