@@ -263,8 +263,20 @@ func TestBelowMinWorkersTheJobStops(t *testing.T) {
 	defer cancel()
 	cfgs := []Config{j.member(0, 2), j.member(1, 2)}
 	kctx, kill := context.WithCancel(ctx)
+	// Member 1 dies once member 0 has finished step 2 too (see
+	// TestSurvivorsReformAndFinish), so it left at step 3.
+	survived := make(chan struct{}, 1)
+	cfgs[0].Worker.OnStep = func(step int64, _ worker.StepTimes) {
+		if step == 2 {
+			survived <- struct{}{}
+		}
+	}
 	cfgs[1].Worker.OnStep = func(step int64, _ worker.StepTimes) {
 		if step == 2 {
+			select {
+			case <-survived:
+			case <-ctx.Done():
+			}
 			kill()
 		}
 	}
