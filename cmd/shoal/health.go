@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -18,14 +17,22 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("health", "Asks the gRPC health service at ADDR (a shoal ps) whether it serves; exits 0 if it\nanswers SERVING. Usage: shoal health [flags] HOST:PORT", stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	service := fs.String("service", "", "the service to ask about (empty: the server as a whole)")
+	var sec secFlags
+	sec.register(fs)
 	if err := parseArgs(fs, args, 1, "one address HOST:PORT"); err != nil {
+		return err
+	}
+	if err := sec.load(); err != nil {
+		return err
+	}
+	if err := sec.creds.CheckDial(fs.Arg(0)); err != nil {
 		return err
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want > 0", *timeout)
 	}
 	addr := fs.Arg(0)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, sec.creds.DialOptions()...)
 	if err != nil {
 		return fmt.Errorf("shoal health %s: %w", addr, err)
 	}

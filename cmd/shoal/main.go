@@ -55,6 +55,7 @@ Commands:
   worker    run one training worker (parameter servers or ring allreduce)
   bench     benchmarks: collective bandwidth between local processes, one worker's compute
   health    ask a server's gRPC health service whether it serves (exit 0 if so)
+  certs     write a throwaway CA, a node certificate and a token for a test cluster
   info      print the build, the GEMM path (OpenBLAS or gonum), thread settings and GPU driver
   version   print the version
 
@@ -82,6 +83,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runInfo(ctx, rest, stdout, stderr)
 	case "health":
 		return runHealth(ctx, rest, stdout, stderr)
+	case "certs":
+		return runCerts(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

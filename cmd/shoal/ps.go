@@ -16,6 +16,7 @@ import (
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
+	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/shard"
 )
 
@@ -38,6 +39,7 @@ type psRun struct {
 	// exitWhenDone: stop once every worker has left the gossip
 	// gracefully (a cluster whose servers should end with the run).
 	exitWhenDone bool
+	sec          secFlags
 }
 
 // loopbackListener says whether a listens on a loopback address only.
@@ -69,12 +71,20 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer nic.Close()
 		lis = nic.Listener(lis)
 	}
-	g, health := rpc.NewGRPCServer(grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(p.idle)))
+	if err := p.sec.creds.CheckListen(lis.Addr()); err != nil {
+		lis.Close()
+		return err
+	}
+	var refused secure.Refusals
+	// Authentication first: a call without the token reaches nothing else.
+	opts := append(p.sec.creds.ServerOptions(log, &refused), grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(p.idle)))
+	g, health := rpc.NewGRPCServer(opts...)
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	if !p.insecure && !loopbackListener(lis.Addr()) {
+	if !p.insecure && !loopbackListener(lis.Addr()) && !p.sec.creds.TLS() {
 		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
-			"serve on 127.0.0.1, or on a private network you trust and say so with --insecure", "component", "ps", "addr", addr)
+			"give --tls-cert, --tls-key, --tls-ca and --auth-token-file (shoal certs writes a set), serve on 127.0.0.1, "+
+			"or say with --insecure that this is a private network you trust", "component", "ps", "addr", addr)
 	}
 	ctx, endRun := context.WithCancel(ctx)
 	defer endRun()
@@ -84,7 +94,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer leaveGossip()
-	log.Info("serving", "component", "ps", "addr", addr, "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
+	log.Info("serving", "component", "ps", "addr", addr, "security", p.sec.creds.Describe(), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {
 		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx, Gossip: gossip})
@@ -124,7 +134,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("closing the journal: %w", err)
 	}
 	st := core.Stats()
-	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "pulls", st.Pulls,
+	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "unauthenticated", refused.Load(), "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
 	return nil
 }
@@ -195,10 +205,14 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
 	p.gf.register(fs)
+	p.sec.register(fs)
 	mf.register(fs)
 	of.register(fs, "none")
 	lf.register(fs, "info")
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := p.sec.load(); err != nil {
 		return nil, err
 	}
 	if *journal && *ckptDir == "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -48,6 +49,8 @@ type trainRun struct {
 	journal    bool
 	testEval   bool
 	callTime   time.Duration
+	tls        bool
+	sec        secFlags // with --tls: the run's throwaway credentials
 
 	ring   bool
 	shards []*shardProc
@@ -67,6 +70,19 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer l.Shutdown()
+	if t.tls {
+		dir, err := os.MkdirTemp("", "shoal-train-tls-")
+		if err != nil {
+			return fmt.Errorf("--tls: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if t.sec.files, err = secure.WriteTestPKI(dir, nil, 24*time.Hour); err != nil {
+			return fmt.Errorf("--tls: %w", err)
+		}
+		if err := t.sec.load(); err != nil {
+			return fmt.Errorf("--tls: %w", err)
+		}
+	}
 	addrs, gossip, err := t.startServers(ctx, l)
 	if err != nil {
 		return err
@@ -154,6 +170,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
+	fs.BoolVar(&t.tls, "tls", false, "servers and workers talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it (not in ring mode yet)")
 	t.nf.register(fs)
 	t.sf.register(fs)
 	t.mf.register(fs)
@@ -183,6 +200,9 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	if t.journal && t.ckptDir == "" {
 		return nil, errors.New("--journal: needs --checkpoint-dir, where the servers write it")
+	}
+	if t.tls && t.ring {
+		return nil, errors.New("--tls: ring mode's rendezvous and data plane do not speak TLS yet; the parameter-server modes do")
 	}
 	if t.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
@@ -214,7 +234,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 
 // common are the flags every child gets.
 func (t *trainRun) common() []string {
-	return append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), "--events")
+	return append(append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), t.sec.args()...), "--events")
 }
 
 // shardProc is one server shard that shoal train runs.
@@ -476,7 +496,7 @@ func (t *trainRun) finish(ctx context.Context, addrs []string, ringTest *launch.
 	case !t.testEval && t.save == "":
 		return ev, nil
 	}
-	params, err := pullFinal(ctx, addrs, t.model)
+	params, err := pullFinal(ctx, addrs, t.model, t.sec.creds)
 	if err != nil {
 		return ev, err
 	}
@@ -541,10 +561,10 @@ func totalUpdates(n, workers int, staleness int64, tf *trainFlags) int64 {
 }
 
 // pullFinal reads the final weights from the servers.
-func pullFinal(ctx context.Context, addrs []string, model nn.Model) ([]float32, error) {
+func pullFinal(ctx context.Context, addrs []string, model nn.Model, creds *secure.Credentials) ([]float32, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(dctx, addrs)
+	c, err := client.Dial(dctx, addrs, client.WithDialOptions(creds.DialOptions()...))
 	if err != nil {
 		return nil, fmt.Errorf("reading the final weights: %w", err)
 	}

@@ -105,6 +105,7 @@ type workerRun struct {
 	nf       nicFlags
 	sf       statFlags
 	gf       gossipFlags
+	sec      secFlags
 	save     string
 	threads  int
 	servers  string
@@ -125,7 +126,13 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	if w.tf.mode == consistency.Ring {
+		if err := w.sec.notInRing(); err != nil {
+			return err
+		}
 		return w.runRing(ctx, stdout)
+	}
+	if err := w.sec.checkDial(strings.Split(w.servers, ",")); err != nil {
+		return err
 	}
 	return w.runPS(ctx, stdin, stdout)
 }
@@ -147,6 +154,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	w.nf.register(fs)
 	w.sf.register(fs)
 	w.gf.register(fs)
+	w.sec.register(fs)
 	w.mf.register(fs)
 	w.df.register(fs)
 	w.tf.register(fs)
@@ -156,7 +164,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate} {
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
 		if err := v(); err != nil {
 			return nil, err
 		}
@@ -386,7 +394,7 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
 	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithPushEncoding(enc),
-		client.WithDialOptions(grpcDialer(nic)))
+		client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
 	}
