@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/shoalml/shoal/internal/testcluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/rpc"
+	"github.com/shoalml/shoal/secure"
 )
 
 // benchModels are the vectors of Shoal's models whose step traffic the
@@ -87,23 +89,55 @@ func BenchmarkStreamIdleTimeout(b *testing.B) {
 			if idle {
 				opts = append(opts, grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(rpc.DefaultStreamIdle)))
 			}
-			g, h := rpc.NewGRPCServer(opts...)
-			rpc.RegisterPS(g, h, testcluster.Cores(b, m.n, 1, 1<<18, 1e-6)[0], nil)
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			served := make(chan struct{})
-			go func() { defer close(served); _ = g.Serve(lis) }()
-			defer func() { g.Stop(); <-served }()
-			cl, err := client.Dial(context.Background(), []string{lis.Addr().String()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cl.Close()
-			pushPullLoop(b, cl, m.n)
+			pushPullLoop(b, tcpShard(b, m.n, nil, opts...), m.n)
 		})
 	}
+}
+
+// BenchmarkSecurity is the PushPull step over TCP in plaintext, over
+// mutual TLS, and over mutual TLS with a bearer token on every call, for
+// the MLP of the PyTorch comparison and the 25M model.
+func BenchmarkSecurity(b *testing.B) {
+	f, err := secure.WriteTestPKI(b.TempDir(), nil, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tlsOnly := f
+	tlsOnly.Token = ""
+	for _, m := range []int{1, 2} {
+		for _, tc := range []struct {
+			name  string
+			files secure.Files
+		}{{"plaintext", secure.Files{}}, {"tls", tlsOnly}, {"tls+token", f}} {
+			b.Run(benchModels[m].name+"/"+tc.name, func(b *testing.B) {
+				creds, err := secure.Load(tc.files)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pushPullLoop(b, tcpShard(b, benchModels[m].n, creds.DialOptions(), creds.ServerOptions(nil, nil)...), benchModels[m].n)
+			})
+		}
+	}
+}
+
+// tcpShard serves one async shard of n floats on 127.0.0.1 with gRPC
+// server options opts and returns a client of it that dials with dial.
+func tcpShard(b *testing.B, n int, dial []grpc.DialOption, opts ...grpc.ServerOption) *client.Client {
+	g, h := rpc.NewGRPCServer(opts...)
+	rpc.RegisterPS(g, h, testcluster.Cores(b, n, 1, 1<<18, 1e-6)[0], nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = g.Serve(lis) }()
+	b.Cleanup(func() { g.Stop(); <-served })
+	cl, err := client.Dial(context.Background(), []string{lis.Addr().String()}, client.WithDialOptions(dial...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cl.Close() })
+	return cl
 }
 
 // pushPullLoop times async PushPull steps of worker 1 against cl.
