@@ -732,24 +732,25 @@ func vectorIndex(i int, rs []shard.Range) int {
 	return i
 }
 
-// scanGradient returns the index of the first NaN or ±Inf in g, or -1 and
-// the largest magnitude in g. NaN and ±Inf are the float32s whose
-// exponent bits are all set. It tests two floats at a time in a 64-bit
-// word, branch-free over blocks (adding 1 to an all-ones exponent carries
-// into the cleared sign bit), and looks for the exact index only in a
-// block that has one: every push is checked whole before anything is
-// applied, so this runs over every gradient. Without the sign, a larger
-// float32 pattern is a larger magnitude, so the largest is a maximum of
-// integers.
+// scanGradient returns the index of the first NaN or ±Inf in g, or -1
+// and a bound on the magnitudes in g: the largest magnitude where that is
+// at least scanFloor, else scanFloor. NaN, ±Inf and every float32 of
+// magnitude scanFloor or more have an exponent of at least
+// scanFloorExp: adding (256 − scanFloorExp) to the exponent carries into
+// the cleared sign bit exactly then. It tests two floats at a time in a
+// 64-bit word, branch-free over blocks, and looks at a block float by
+// float (for the first NaN or ±Inf, and the largest magnitude) only when
+// the test hits: every push is checked whole before anything is applied,
+// so this runs over every gradient, and ordinary gradients, all below
+// scanFloor, cost no more than the finite check alone.
 func scanGradient(g []float32) (int, float64) {
 	const (
 		exp   = 0x7f8000007f800000
-		carry = 0x0080000000800000
+		carry = (256 - scanFloorExp) << 23 * (1 + 1<<32)
 		sign  = 0x8000000080000000
-		mag   = 0x7fffffff // a float32's bits without the sign
-		block = 1024       // floats
+		block = 1024 // floats
 	)
-	var top uint32 // the largest magnitude's bits
+	var top float32 // the largest magnitude in the blocks that hit
 	for lo := 0; lo < len(g); lo += block {
 		b := g[lo:min(lo+block, len(g))]
 		var hit uint64
@@ -757,19 +758,16 @@ func scanGradient(g []float32) (int, float64) {
 		// and one left over at the end are tested alone.
 		if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
 			hit |= (uint64(math.Float32bits(b[0]))&exp + carry) & sign
-			top = max(top, math.Float32bits(b[0])&mag)
 			b = b[1:]
 		}
 		if len(b) >= 2 {
 			words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
 			for _, w := range words {
 				hit |= (w&exp + carry) & sign
-				top = max(top, uint32(w)&mag, uint32(w>>32)&mag)
 			}
 		}
 		if len(b)%2 == 1 {
 			hit |= (uint64(math.Float32bits(b[len(b)-1]))&exp + carry) & sign
-			top = max(top, math.Float32bits(b[len(b)-1])&mag)
 		}
 		if hit == 0 {
 			continue
@@ -778,7 +776,16 @@ func scanGradient(g []float32) (int, float64) {
 			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
 				return lo + j, 0
 			}
+			top = max(top, float32(math.Abs(float64(v))))
 		}
 	}
-	return -1, float64(math.Float32frombits(top))
+	return -1, max(float64(top), scanFloor)
 }
+
+// scanFloor is the magnitude below which scanGradient does not look at
+// gradients float by float: 2^20, far above any ordinary gradient, and
+// far enough below MaxMagnitude to prove every update it bounds safe.
+const (
+	scanFloorExp = 127 + 20
+	scanFloor    = 1 << 20
+)

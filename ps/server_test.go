@@ -391,8 +391,9 @@ func TestHugeGradientIsRefusedWhole(t *testing.T) {
 	}
 }
 
-// scanGradient's largest magnitude is MaxAbs's, wherever the largest
-// sits (either half of a word, an odd float at either end).
+// scanGradient's bound is the largest magnitude, wherever it sits (either
+// half of a word, an odd float at either end), where that is at least
+// 2^20, and 2^20 below.
 func TestScanGradientLargest(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, n := range []int{0, 1, 2, 3, 1023, 1024, 1025, 4099} {
@@ -411,7 +412,12 @@ func TestScanGradientLargest(t *testing.T) {
 				assert.Equal(t, -1, i)
 				assert.Equal(t, optim.MaxAbs(v), m, "n=%d, largest at %d", len(v), at)
 				assert.Equal(t, float64(float32(7e30)), m)
+				v[at] = 1<<20 + 1
+				_, m = scanGradient(v)
+				assert.Equal(t, float64(1<<20+1), m, "n=%d, just past the floor at %d", len(v), at)
 				v[at] = saved
+				_, m = scanGradient(v)
+				assert.Equal(t, float64(1<<20), m, "n=%d, all below the floor", len(v))
 			}
 		}
 	}
