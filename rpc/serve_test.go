@@ -192,3 +192,81 @@ func TestAWaitForOtherWorkersIsNotIdle(t *testing.T) {
 	require.NoError(t, <-late)
 	assert.Equal(t, int64(1), cores[0].Clock())
 }
+
+// TestATricklingStreamIsEnded: a push that sends one float at a time,
+// each within the idle limit, is ended once it has been open longer than
+// the stream limit, and nothing is applied.
+func TestATricklingStreamIsEnded(t *testing.T) {
+	const idle, total = 300 * time.Millisecond, 600 * time.Millisecond
+	cores := testcluster.Cores(t, 8, 1, 4, 0.5)
+	conn, _, _ := serveCore(t, cores[0], time.Second, grpc.ChainStreamInterceptor(rpc.StreamTimeouts(idle, total)))
+	stream, err := pb.NewParameterServerClient(conn).Push(ctxT(t))
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, stream.Send(&pb.PushPiece{Header: header(0, [2]int64{0, 8}), Grads: floats(1)}))
+	tick := time.NewTicker(idle / 2)
+	defer tick.Stop()
+	ended := make(chan error, 1)
+	go func() {
+		var resp pb.PushResponse
+		ended <- stream.RecvMsg(&resp)
+	}()
+	var err2 error
+	for sent := 1; err2 == nil; {
+		select {
+		case err2 = <-ended:
+		case <-tick.C:
+			if sent < 8 {
+				if stream.Send(&pb.PushPiece{Grads: floats(1)}) == nil {
+					sent++
+				}
+			}
+		}
+	}
+	took := time.Since(start)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err2), "%v", err2)
+	assert.ErrorContains(t, err2, "open longer than 600ms (the stream limit")
+	assert.GreaterOrEqual(t, took, total)
+	assert.Equal(t, int64(0), cores[0].Clock(), "nothing applied")
+	t.Logf("ended by the server %v after the stream opened (limit %v)", took.Round(time.Millisecond), total)
+}
+
+// TestTheConnectionCap: one connection past the cap is closed at once;
+// once one closes, a new one is taken.
+func TestTheConnectionCap(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	lis := rpc.Limits{Conns: 2}.Listener(inner, nil)
+	defer lis.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var dialed []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		dialed = append(dialed, c)
+	}
+	first, second := <-accepted, <-accepted
+	// The third was closed by the server: reading it ends.
+	require.NoError(t, dialed[2].SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = dialed[2].Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the connection past the cap")
+	require.NoError(t, first.Close())
+	c, err := net.Dial("tcp", lis.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	fourth := <-accepted
+	assert.Equal(t, c.LocalAddr().String(), fourth.RemoteAddr().String(), "a place freed is taken")
+	second.Close()
+	fourth.Close()
+}

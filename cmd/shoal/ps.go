@@ -40,6 +40,7 @@ type psRun struct {
 	// gracefully (a cluster whose servers should end with the run).
 	exitWhenDone bool
 	sec          secFlags
+	limits       rpc.Limits
 }
 
 // loopbackListener says whether a listens on a loopback address only.
@@ -77,7 +78,12 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var refused secure.Refusals
 	// Authentication first: a call without the token reaches nothing else.
-	opts := append(p.sec.creds.ServerOptions(log, &refused), grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(p.idle)))
+	lis = p.limits.Listener(lis, log)
+	// A stream may wait for other workers up to --max-wait, and move the
+	// shard's floats both ways at no less than 1 MiB/s.
+	total := p.cfg.MaxWait + time.Duration(float64(8*core.Floats())/(1<<20)*float64(time.Second)) + p.idle
+	opts := append(p.sec.creds.ServerOptions(log, &refused), grpc.ChainStreamInterceptor(rpc.StreamTimeouts(p.idle, total)))
+	opts = append(opts, p.limits.ServerOptions()...)
 	g, health := rpc.NewGRPCServer(opts...)
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
@@ -94,7 +100,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer leaveGossip()
-	log.Info("serving", "component", "ps", "addr", addr, "security", p.sec.creds.Describe(), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
+	log.Info("serving", "component", "ps", "addr", addr, "security", p.sec.creds.Describe(), "stream_limit", total.Round(time.Second), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {
 		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx, Gossip: gossip})
@@ -202,6 +208,8 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, anyone who reaches it can change the model (no TLS or authentication yet)")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
+	fs.IntVar(&p.limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two)")
+	maxStreams := fs.Uint("max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
 	p.gf.register(fs)
@@ -224,6 +232,13 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	if *ckptErrors != "fail" && *ckptErrors != "warn" {
 		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", *ckptErrors)
 	}
+	if p.limits.Conns < 1 {
+		return nil, fmt.Errorf("--max-connections %d: want >= 1", p.limits.Conns)
+	}
+	if *maxStreams < 1 || *maxStreams > 1<<20 {
+		return nil, fmt.Errorf("--max-streams-per-conn %d: want 1..%d", *maxStreams, 1<<20)
+	}
+	p.limits.StreamsPerConn = uint32(*maxStreams)
 	if p.idle <= 0 {
 		return nil, fmt.Errorf("--stream-idle-timeout %v: want > 0", p.idle)
 	}
