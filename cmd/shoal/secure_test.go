@@ -3,18 +3,27 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/launch"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/shard"
 )
 
 // With shoal certs' files, a shard on a port beyond loopback serves a
@@ -85,4 +94,78 @@ func TestTrainOverTLS(t *testing.T) {
 	out, err := exec.CommandContext(ctxT(t, time.Minute), shoalBin, "train", "--tls", "--mode", "ring", "--dataset", "synthetic").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "ring mode's rendezvous and data plane do not speak TLS yet")
+}
+
+// Five hundred hostile push streams (ten connections of fifty, each
+// stream its header and then nothing) against a real shoal ps: a normal
+// worker's steps go on while they are open, the server ends every one of
+// them at its idle limit. The test logs the worker's median step and the
+// server's resident memory before, during and after (docs/BENCHMARKS.md).
+func TestFiveHundredHostileStreams(t *testing.T) {
+	const idle = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	p := startProc(t, "ps", "--events", "--listen", "127.0.0.1:0", "--stream-idle-timeout", idle.String(), "--log-level", "warn")
+	addr := p.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening }).Addr
+	rss := func() string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				return strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+			}
+		}
+		return "?"
+	}
+	cl, err := client.Dial(ctx, []string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	n := cl.Info().Plan.VectorLen
+	params, grads := make([]float32, n), make([]float32, n)
+	var step int64
+	steps := func(what string) time.Duration {
+		var took []time.Duration
+		for range 20 {
+			start := time.Now()
+			_, err := cl.PushPull(ctx, client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 0, Step: step, Grads: grads}, Pull: true, Dst: params})
+			require.NoError(t, err, "%s: step %d", what, step)
+			took = append(took, time.Since(start))
+			step++
+		}
+		slices.Sort(took)
+		return took[len(took)/2]
+	}
+	before, memBefore := steps("before"), rss()
+
+	ended := make(chan error, 500)
+	for range 10 {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		for range 50 {
+			stream, err := pb.NewParameterServerClient(conn).Push(ctx)
+			require.NoError(t, err)
+			require.NoError(t, stream.Send(&pb.PushPiece{Header: &pb.PushHeader{WorkerId: 1, PlanVersion: shard.Version, Ranges: []*pb.Range{{Offset: 0, Length: int64(n)}}}}))
+			go func() {
+				var resp pb.PushResponse
+				ended <- stream.RecvMsg(&resp)
+			}()
+		}
+	}
+	opened := time.Now()
+	during, memDuring := steps("during"), rss()
+	for i := range 500 {
+		select {
+		case err := <-ended:
+			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "hostile stream %d: %v", i, err)
+			require.ErrorContains(t, err, "stream idle limit")
+		case <-ctx.Done():
+			t.Fatalf("only %d of the 500 hostile streams were ended", i)
+		}
+	}
+	endedAfter := time.Since(opened)
+	after, memAfter := steps("after"), rss()
+	t.Logf("a worker's median PushPull of %d floats: %v before, %v with 500 hostile streams open, %v after; the server's resident memory %s, %s, %s; all 500 ended by the server %v after they opened (idle limit %v)",
+		n, before.Round(10*time.Microsecond), during.Round(10*time.Microsecond), after.Round(10*time.Microsecond), memBefore, memDuring, memAfter, endedAfter.Round(10*time.Millisecond), idle)
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, p.exit(t, ctx, "shoal ps"))
 }
