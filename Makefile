@@ -8,7 +8,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster bench-cluster
 
 all: build
 
@@ -21,7 +21,7 @@ run: build
 	@scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) train --data $(DATA_DIR)
 
-test: lint verify-generate test-nocgo test-race test-cluster
+test: lint verify-generate test-nocgo test-race fuzz-short test-cluster
 
 # Everything but the docker-compose cluster, which test-cluster runs on its
 # own (its containers would load the machine under the timing-sensitive
@@ -72,17 +72,18 @@ verify-generate:
 	$(MAKE) --no-print-directory generate >/dev/null && \
 	git diff --exit-code -- proto/ && echo "verify-generate: generated code is up to date"
 
-# Short fuzz runs of every parser of outside input.
+# Fuzz runs of every parser of outside input and of the shard's RPC
+# handlers, FUZZTIME each (make test runs them for 5s each).
+FUZZTIME ?= 30s
+FUZZ := FuzzReadIDX:./data/ FuzzReadSafetensors:./nn/ FuzzPush:./ps/ FuzzReadJournalRecord:./ps/ \
+	FuzzTensorUnmarshal:./proto/shoalpb/ FuzzReadHello:./collective/collnet/ FuzzReadOffer:./collective/collnet/ \
+	FuzzReadVerdict:./collective/collnet/ FuzzDecodeMeta:./cluster/ FuzzPushStream:./rpc/ FuzzPullRequest:./rpc/
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzReadIDX -fuzztime 30s ./data/
-	$(GO) test -run '^$$' -fuzz FuzzReadSafetensors -fuzztime 30s ./nn/
-	$(GO) test -run '^$$' -fuzz FuzzPush -fuzztime 30s ./ps/
-	$(GO) test -run '^$$' -fuzz FuzzReadJournalRecord -fuzztime 30s ./ps/
-	$(GO) test -run '^$$' -fuzz FuzzTensorUnmarshal -fuzztime 30s ./proto/shoalpb/
-	$(GO) test -run '^$$' -fuzz FuzzReadHello -fuzztime 30s ./collective/collnet/
-	$(GO) test -run '^$$' -fuzz FuzzReadOffer -fuzztime 30s ./collective/collnet/
-	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./collective/collnet/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 30s ./cluster/
+	@set -e; for t in $(FUZZ); do echo "fuzz $${t%%:*} $${t#*:} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:}; done
+
+fuzz-short:
+	$(MAKE) fuzz FUZZTIME=5s
 
 # The modes side by side (shoal bench train's built-in plan, about ten
 # minutes on 2 cores, NIC modelled at 1 Gbit/s) with the PyTorch DDP peer;

@@ -31,7 +31,7 @@ func serveSync(t *testing.T, drain time.Duration) (*grpc.ClientConn, context.Can
 }
 
 // serveCore is serveSync for any shard and gRPC server options.
-func serveCore(t *testing.T, core *ps.Server, drain time.Duration, opts ...grpc.ServerOption) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
+func serveCore(t testing.TB, core *ps.Server, drain time.Duration, opts ...grpc.ServerOption) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g, health := rpc.NewGRPCServer(opts...)

@@ -95,7 +95,7 @@ func (c tensorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	r := data.Reader()
 	defer r.Close()
 	in.Len, in.Placed = 0, false
-	var rest []byte // every field but the payload, as it came
+	var rest []byte // every field but the payload (varints and lengths re-encoded shortest)
 	seen := false
 	for r.Remaining() > 0 {
 		tag, err := binary.ReadUvarint(r)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalml/shoal/wire"
@@ -124,6 +125,40 @@ func FuzzTensorUnmarshal(f *testing.F) {
 			assert.True(t, bytes.Equal(std.Grads, payload), "payload")
 		}
 		std.Grads = nil
+		// The codec passes unknown top-level fields on re-encoded (varints
+		// and lengths in their shortest form), protobuf as they came: the same
+		// fields, maybe not the same bytes.
+		canonicalUnknown(t, &std)
+		canonicalUnknown(t, &p)
 		assert.True(t, proto.Equal(&std, &p), "fields: %v against %v", &p, &std)
 	})
+}
+
+// canonicalUnknown re-encodes m's unknown fields with shortest varints
+// (values and lengths).
+func canonicalUnknown(t *testing.T, m proto.Message) {
+	r := m.ProtoReflect()
+	var out []byte
+	for b := r.GetUnknown(); len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		require.GreaterOrEqual(t, n, 0)
+		b = b[n:]
+		out = protowire.AppendTag(out, num, typ)
+		switch typ {
+		case protowire.VarintType:
+			x, n := protowire.ConsumeVarint(b)
+			require.GreaterOrEqual(t, n, 0)
+			out, b = protowire.AppendVarint(out, x), b[n:]
+			continue
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			require.GreaterOrEqual(t, n, 0)
+			out, b = protowire.AppendBytes(out, v), b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		require.GreaterOrEqual(t, n, 0)
+		out, b = append(out, b[:n]...), b[n:]
+	}
+	r.SetUnknown(out)
 }
