@@ -52,6 +52,10 @@ type Config struct {
 	// Ask sends a Reform to another member's Elastic service at addr;
 	// nil: over gRPC, without TLS.
 	Ask func(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error)
+	// DialOptions are the gRPC options of the default Ask's calls (the
+	// credentials of the other members' Elastic services); default
+	// plaintext.
+	DialOptions []grpc.DialOption
 	// ReformTimeout bounds each re-form: finding the coordinator and
 	// waiting for the round.
 	ReformTimeout time.Duration
@@ -246,7 +250,7 @@ func (m *member) ask(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResp
 	}
 	ask := m.cfg.Ask
 	if ask == nil {
-		ask = askGRPC
+		ask = m.askGRPC
 	}
 	resp, err := ask(ctx, live[0].Addr, req)
 	if err != nil {
@@ -255,8 +259,9 @@ func (m *member) ask(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResp
 	return resp, nil, nil
 }
 
-func askGRPC(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (m *member) askGRPC(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, m.cfg.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}

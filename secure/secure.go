@@ -282,3 +282,14 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	}
 	return h(srv, ss)
 }
+
+// WithoutToken is c without its token (the same certificates), for a
+// client that is to be refused in tests, and for probes.
+func (c *Credentials) WithoutToken() *Credentials {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	d.token = ""
+	return &d
+}

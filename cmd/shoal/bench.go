@@ -15,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/internal/rawtcp"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/secure"
 )
 
 const benchUsage = `Usage: shoal bench <benchmark> [flags]
@@ -133,8 +134,14 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 		rank    = fs.Int("rank", -1, "internal: run as this rank")
 		master  = fs.String("master", "", "internal: rank 0's rendezvous address")
 		timeout = fs.Duration("timeout", 2*time.Minute, "deadline of each collective call")
+		tls     = fs.Bool("tls", false, "the rendezvous and the TCP links over mutual TLS, from a CA made for the run (shared memory stays as it is)")
+		sec     secFlags
 	)
+	sec.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := sec.load(); err != nil {
 		return err
 	}
 	sz, err := parseSizes(*sizes)
@@ -153,7 +160,7 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	if *rank >= 0 {
-		return benchRank(ctx, *rank, *np, *master, *op, sz, *iters, *warmup, *shm, compMode, *timeout, stdout)
+		return benchRank(ctx, *rank, *np, *master, *op, sz, *iters, *warmup, *shm, compMode, *timeout, sec.creds, stdout)
 	}
 
 	// The launcher: start the ranks, print what rank 0 reports.
@@ -162,8 +169,16 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	defer l.Shutdown()
+	if *tls {
+		remove, err := sec.throwaway()
+		if err != nil {
+			return err
+		}
+		defer remove()
+	}
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(*np), "--sizes", *sizes, "--iters", strconv.Itoa(*iters),
 		"--warmup", strconv.Itoa(*warmup), "--op", *op, "--shared-memory=" + strconv.FormatBool(*shm), "--compression", *comp, "--timeout", timeout.String()}
+	common = append(common, sec.args()...)
 	if err := startBenchRanks(ctx, l, *np, common); err != nil {
 		return err
 	}
@@ -230,8 +245,9 @@ func printBenchResults(ctx context.Context, l *launch.Launcher, np int, jsonOut 
 }
 
 // benchRank is one process of the benchmark.
-func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int64, iters, warmup int, shm bool, comp collective.Compression, timeout time.Duration, stdout io.Writer) error {
-	cfg := collnet.Config{Rank: rank, Size: np, Master: master, JobID: "shoal-bench", SharedMemory: shm}
+func benchRank(ctx context.Context, rank, np int, master, op string, sizes []int64, iters, warmup int, shm bool, comp collective.Compression, timeout time.Duration,
+	sec *secure.Credentials, stdout io.Writer) error {
+	cfg := collnet.Config{Rank: rank, Size: np, Master: master, JobID: "shoal-bench", SharedMemory: shm, Security: sec}
 	if rank == 0 {
 		lis, err := collnet.ListenMaster(master)
 		if err != nil {

@@ -96,13 +96,13 @@ func runElastic(ctx context.Context, r ringRun) error {
 			cctx, cancel := context.WithTimeout(ctx, r.timeout)
 			defer cancel()
 			cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
-				SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap}
+				SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap, Security: r.sec}
 			return collnet.Connect(cctx, cfg)
 		},
 		Comm:  collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
 		Model: r.model, Train: r.train, Initial: initial,
 		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes},
-		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log,
+		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(),
 		OnGeneration: r.generationEvents(),
 	})
 	if err != nil {
@@ -158,7 +158,7 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 	}
 	// Set before the service answers anyone: Listen reads it.
 	advertised = hostOf(m.Addr())
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(r.sec.ServerOptions(log, nil)...)
 	pb.RegisterElasticServer(srv, coord)
 	go srv.Serve(lis)
 	// The ranks of a ring finish together: when one leaves, the others

@@ -31,6 +31,7 @@ import (
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/secure"
 )
 
 // readmeRun says how TestREADME runs one command line of README.md, and
@@ -73,6 +74,9 @@ type readmeRun struct {
 	// serve: the line starts a server; it must print its address, answer
 	// the gRPC health check, and exit cleanly on SIGTERM.
 	serve bool
+	// tls: the line's folder holds shoal certs' files in certs/ before it
+	// runs, and a serve line's health check speaks TLS with them.
+	tls bool
 	// limit is the line's deadline (default 2 minutes).
 	limit time.Duration
 	// setup puts what the line reads into its folder.
@@ -175,6 +179,25 @@ var readmeRuns = map[string]readmeRun{
 				assert.Contains(t, stdout, fmt.Sprintf("rank %d of 4: 5 steps", r))
 			}
 		}},
+
+	// Security: the certificates in the line's folder; the shard a worker
+	// line talks to serves with them on loopback.
+	"shoal certs --out certs --hosts ps0,ps1": {check: func(t *testing.T, dir, stdout string) {
+		for _, f := range []string{"ca.pem", "node.pem", "node-key.pem", "token"} {
+			assert.FileExists(t, filepath.Join(dir, "certs", f))
+		}
+		assert.Contains(t, stdout, "--tls-cert certs/node.pem --tls-key certs/node-key.pem --tls-ca certs/ca.pem --auth-token-file certs/token")
+	}},
+	"shoal ps --listen :7070 --tls-cert certs/node.pem --tls-key certs/node-key.pem --tls-ca certs/ca.pem --auth-token-file certs/token": {serve: true, tls: true,
+		subst: map[string]string{":7070": "127.0.0.1:0"}},
+	"shoal worker --servers ps0:7070 --tls-cert certs/node.pem --tls-key certs/node-key.pem --tls-ca certs/ca.pem --auth-token-file certs/token": {tls: true,
+		subst: map[string]string{"ps0:7070": "{servers}"}, add: []string{"--steps", "5"},
+		start: func(t *testing.T, ctx context.Context, dir string) map[string]string {
+			ps := startProc(t, append([]string{"ps", "--listen", "127.0.0.1:0", "--events"}, certFlags(dir)...)...)
+			return map[string]string{"{servers}": ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == "listening" }).Addr}
+		},
+		check: func(t *testing.T, _, stdout string) { assert.Contains(t, stdout, "worker 0 of 1: 5 steps") }},
+	"shoal train --tls": {add: []string{"--steps", "5"}, check: trainTested},
 
 	// Membership by hand: loopback addresses for ps1 and the gossip
 	// port, a key in the line's folder. A worker line gets a sync shard
@@ -380,6 +403,10 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 		limit = 2 * time.Minute
 	}
 	ctx := ctxT(t, limit)
+	var creds *secure.Credentials
+	if rr.tls {
+		creds = writeCerts(t, dir)
+	}
 	if rr.setup != nil {
 		rr.setup(t, dir)
 	}
@@ -458,7 +485,7 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 	cmd.WaitDelay = 10 * time.Second
 	var stdout string
 	if rr.serve {
-		stdout = serveAndStop(t, ctx, cmd)
+		stdout = serveAndStop(t, ctx, cmd, creds)
 	} else {
 		stderr := lockedio.NewBuffer()
 		cmd.Stderr = stderr
@@ -510,7 +537,7 @@ func runRecipe(t *testing.T, ctx context.Context, root, dir, bin string, mk, add
 // serveAndStop starts a server, waits for its line "... serving ... on
 // ADDR, ...", checks that ADDR answers the gRPC health check, stops it with
 // SIGTERM and requires a clean exit. It returns what the server printed.
-func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
+func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd, creds *secure.Credentials) string {
 	stderr := lockedio.NewBuffer()
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
@@ -548,7 +575,7 @@ func serveAndStop(t *testing.T, ctx context.Context, cmd *exec.Cmd) string {
 			t.Fatalf("%s printed no address before the deadline; stderr:\n%s", cmd, stderr)
 		}
 	}
-	assertServing(t, ctx, addr)
+	assertServing(t, ctx, addr, creds.DialOptions()...)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	for l := range lines {
@@ -644,8 +671,8 @@ func freeLoopbackAddr(t *testing.T) string {
 	return addr
 }
 
-func dialT(t *testing.T, addr string) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func dialT(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
@@ -653,9 +680,9 @@ func dialT(t *testing.T, addr string) *grpc.ClientConn {
 
 // assertServing checks that the gRPC server at addr answers its health
 // check with SERVING.
-func assertServing(t *testing.T, ctx context.Context, addr string) {
+func assertServing(t *testing.T, ctx context.Context, addr string, opts ...grpc.DialOption) {
 	t.Helper()
-	h, err := healthpb.NewHealthClient(dialT(t, addr)).Check(ctx, &healthpb.HealthCheckRequest{})
+	h, err := healthpb.NewHealthClient(dialT(t, addr, opts...)).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
 }
@@ -678,6 +705,22 @@ func listServices(t *testing.T, ctx context.Context, addr string) []string {
 		names = append(names, s.GetName())
 	}
 	return names
+}
+
+// writeCerts writes what shoal certs writes into dir/certs and loads it.
+func writeCerts(t *testing.T, dir string) *secure.Credentials {
+	f, err := secure.WriteTestPKI(filepath.Join(dir, "certs"), nil, time.Hour)
+	require.NoError(t, err)
+	c, err := secure.Load(f)
+	require.NoError(t, err)
+	return c
+}
+
+// certFlags are the four flags of the credentials writeCerts wrote.
+func certFlags(dir string) []string {
+	d := filepath.Join(dir, "certs")
+	return []string{"--tls-cert", filepath.Join(d, "node.pem"), "--tls-key", filepath.Join(d, "node-key.pem"),
+		"--tls-ca", filepath.Join(d, "ca.pem"), "--auth-token-file", filepath.Join(d, "token")}
 }
 
 func writeGossipKey(t *testing.T, dir string) {

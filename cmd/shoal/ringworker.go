@@ -18,6 +18,7 @@ import (
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -121,6 +122,7 @@ type ringRun struct {
 	gf      gossipFlags
 	log     *slog.Logger
 	eval    bool // evaluate the final weights on the test set
+	sec     *secure.Credentials
 }
 
 func runRing(ctx context.Context, r ringRun) error {
@@ -216,7 +218,7 @@ func (r *ringRun) join(ctx context.Context) (collective.Transport, func(), error
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory}
+	ccfg := collnet.Config{Rank: r.id.Rank, Size: r.id.WorldSize, Master: master, Listen: r.rf.listen, JobID: r.rf.jobID, SharedMemory: r.rf.sharedMemory, Security: r.sec}
 	closeNIC := func() {}
 	if r.nf.shaped() {
 		// Every byte goes through the modelled NIC: no shared memory.

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -22,6 +22,25 @@ func (s *secFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.files.Key, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.StringVar(&s.files.CA, "tls-ca", "", "the CA that signed every node's certificate (PEM): peers are checked against it, and servers ask clients for a certificate")
 	fs.StringVar(&s.files.Token, "auth-token-file", "", "a file holding the job's token: servers refuse calls without it (Unauthenticated), clients send it (only over TLS or to loopback)")
+}
+
+// throwaway makes a CA, node certificate and token in a new temporary
+// folder, for one run on this machine (shoal train --tls, bench
+// allreduce --tls), and loads them; remove deletes the folder.
+func (s *secFlags) throwaway() (remove func(), err error) {
+	dir, err := os.MkdirTemp("", "shoal-tls-")
+	if err != nil {
+		return nil, fmt.Errorf("--tls: %w", err)
+	}
+	remove = func() { os.RemoveAll(dir) }
+	if s.files, err = secure.WriteTestPKI(dir, nil, 24*time.Hour); err == nil {
+		err = s.load()
+	}
+	if err != nil {
+		remove()
+		return nil, fmt.Errorf("--tls: %w", err)
+	}
+	return remove, nil
 }
 
 // load reads the files named (none: plaintext, no token).
@@ -49,16 +68,6 @@ func (s *secFlags) checkDial(addrs []string) error {
 		if err := s.creds.CheckDial(a); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// notInRing refuses credentials in ring mode, whose rendezvous and data
-// plane do not speak TLS yet: a ring told to be secure must not run in
-// the clear.
-func (s *secFlags) notInRing() error {
-	if s.creds.TLS() || s.creds.Token() {
-		return errors.New("--tls-cert/--auth-token-file: ring mode's rendezvous and data plane do not speak TLS yet; the parameter-server modes do")
 	}
 	return nil
 }

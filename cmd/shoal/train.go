@@ -71,17 +71,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer l.Shutdown()
 	if t.tls {
-		dir, err := os.MkdirTemp("", "shoal-train-tls-")
+		remove, err := t.sec.throwaway()
 		if err != nil {
-			return fmt.Errorf("--tls: %w", err)
+			return err
 		}
-		defer os.RemoveAll(dir)
-		if t.sec.files, err = secure.WriteTestPKI(dir, nil, 24*time.Hour); err != nil {
-			return fmt.Errorf("--tls: %w", err)
-		}
-		if err := t.sec.load(); err != nil {
-			return fmt.Errorf("--tls: %w", err)
-		}
+		defer remove()
 	}
 	addrs, gossip, err := t.startServers(ctx, l)
 	if err != nil {
@@ -170,7 +164,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
-	fs.BoolVar(&t.tls, "tls", false, "servers and workers talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it (not in ring mode yet)")
+	fs.BoolVar(&t.tls, "tls", false, "servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it")
 	t.nf.register(fs)
 	t.sf.register(fs)
 	t.mf.register(fs)
@@ -200,9 +194,6 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	if t.journal && t.ckptDir == "" {
 		return nil, errors.New("--journal: needs --checkpoint-dir, where the servers write it")
-	}
-	if t.tls && t.ring {
-		return nil, errors.New("--tls: ring mode's rendezvous and data plane do not speak TLS yet; the parameter-server modes do")
 	}
 	if t.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)

@@ -126,9 +126,6 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	if w.tf.mode == consistency.Ring {
-		if err := w.sec.notInRing(); err != nil {
-			return err
-		}
 		return w.runRing(ctx, stdout)
 	}
 	if err := w.sec.checkDial(strings.Split(w.servers, ",")); err != nil {
@@ -222,7 +219,7 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 			ocfg.Schedule.MinLR = ocfg.LR
 		}
 	}
-	return runRing(ctx, ringRun{id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
+	return runRing(ctx, ringRun{sec: w.sec.creds, id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
 		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval})
 }
 

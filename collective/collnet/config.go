@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/shoalml/shoal/secure"
 )
 
 // Defaults of Config.
@@ -84,6 +86,14 @@ type Config struct {
 	// model here. Links over shared memory do not use it: turn
 	// SharedMemory off to have every byte pass through it.
 	WrapData func(net.Conn) net.Conn
+	// Security, when it has TLS, makes the rendezvous a mutual-TLS gRPC
+	// server (with its token, when it has one) and runs every TCP
+	// data-plane link over mutual TLS once set up (the hello before it
+	// and shared-memory links stay as they are: rings are files only the
+	// two ranks' user can open, named over the link). Every rank is given
+	// credentials of one CA, and its certificate must name the host of
+	// its data address. Nil: plaintext.
+	Security *secure.Credentials
 	// Logger receives setup and failure events; nil discards them.
 	Logger *slog.Logger
 }

@@ -2,6 +2,8 @@ package collnet
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -53,7 +55,7 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 			}
 		}
 		rv = newRendezvous(cfg.JobID, cfg.Size, log)
-		stopRendezvous = serveRendezvous(rv, mlis)
+		stopRendezvous = serveRendezvous(rv, mlis, cfg.Security)
 		// It keeps serving Report for the whole job, until this rank's
 		// transport closes; stopped here only if Connect fails.
 		defer func() {
@@ -89,7 +91,7 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 			rv.fail(err)
 		}
 	} else {
-		resp, err = joinRemote(ctx, cfg.Master, req)
+		resp, err = joinRemote(ctx, cfg.Master, req, cfg.Security)
 	}
 	if err == nil {
 		err = checkResponse(resp, cfg.Size)
@@ -118,6 +120,12 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		t.Close()
 		return nil, fmt.Errorf("collnet: rank %d of %d: shared memory setup: %w", cfg.Rank, cfg.Size, err)
 	}
+	if cfg.Security.TLS() {
+		if err := t.secureLinks(ctx, cfg, resp); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("collnet: rank %d of %d: TLS: %w", cfg.Rank, cfg.Size, err)
+		}
+	}
 	for _, l := range t.links {
 		if l != nil && l.send != nil {
 			nshm++
@@ -125,7 +133,7 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		}
 	}
 	log.Info("connected", "data_address", advertise, "shm_peers", nshm, "tcp_peers", cfg.Size-1-nshm)
-	t.master, t.jobID = cfg.Master, cfg.JobID
+	t.master, t.jobID, t.sec = cfg.Master, cfg.JobID, cfg.Security
 	if rv != nil {
 		t.rv, t.stopRendezvous = rv, stopRendezvous
 	}
@@ -355,4 +363,41 @@ func (t *transport) setupError(ctx context.Context, peer int, err error) error {
 		err = fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return &collective.PeerError{Rank: peer, Err: err}
+}
+
+// secureLinks runs every TCP link over mutual TLS, all at once (each
+// handshake needs its peer): this rank is the client of the peers it
+// dialed (the higher ranks) and the server of the others. A client checks
+// that the peer's certificate names the host of its data address.
+func (t *transport) secureLinks(ctx context.Context, cfg Config, resp *pb.JoinResponse) error {
+	server := cfg.Security.ServerTLS()
+	// No session tickets: nothing is ever resumed, and none is sent.
+	server.SessionTicketsDisabled = true
+	errs := make([]error, len(t.links))
+	var wg sync.WaitGroup
+	for peer, l := range t.links {
+		if l == nil || l.send != nil {
+			continue // this rank, or shared memory
+		}
+		wg.Go(func() {
+			var c *tls.Conn
+			if peer > cfg.Rank {
+				host, _, err := net.SplitHostPort(resp.Ranks[peer].DataAddress)
+				if err != nil {
+					errs[peer] = &collective.PeerError{Rank: peer, Err: err}
+					return
+				}
+				c = tls.Client(l.data, cfg.Security.ClientTLS(host))
+			} else {
+				c = tls.Server(l.data, server)
+			}
+			if err := c.HandshakeContext(ctx); err != nil {
+				errs[peer] = &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake: %w", err)}
+				return
+			}
+			l.data, l.setRead, l.setWrite = c, c.SetReadDeadline, c.SetWriteDeadline
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

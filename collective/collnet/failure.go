@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shoalml/shoal/collective"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/secure"
 )
 
 // reportTimeout bounds FirstFailure's call to rank 0.
@@ -38,7 +38,7 @@ func FirstFailure(tr collective.Transport, err error) error {
 	if t.rv != nil {
 		first, rerr = t.rv.Report(ctx, req)
 	} else {
-		first, rerr = reportRemote(ctx, t.master, req)
+		first, rerr = reportRemote(ctx, t.master, req, t.sec)
 	}
 	switch {
 	case rerr != nil && t.rank != 0 && pe.Rank == 0:
@@ -51,8 +51,8 @@ func FirstFailure(tr collective.Transport, err error) error {
 	return fmt.Errorf("%w (the first failure: rank %d, reported by rank %d: %s)", err, first.FailedRank, first.Reporter, first.Message)
 }
 
-func reportRemote(ctx context.Context, master string, req *pb.FailureReport) (*pb.FailureReport, error) {
-	cc, err := grpc.NewClient(master, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func reportRemote(ctx context.Context, master string, req *pb.FailureReport, sec *secure.Credentials) (*pb.FailureReport, error) {
+	cc, err := grpc.NewClient(master, sec.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -13,13 +13,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalml/shoal/internal/deadline"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/secure"
 )
 
 // rendezvous is rank 0's Rendezvous service for one group: it collects
@@ -310,8 +310,8 @@ func (r *rendezvous) awaitReports(d time.Duration) {
 // serveRendezvous serves r on lis until the returned stop is called; stop
 // waits for answers in flight (at most a second) and for the server's
 // goroutine.
-func serveRendezvous(r *rendezvous, lis net.Listener) (stop func()) {
-	g := grpc.NewServer()
+func serveRendezvous(r *rendezvous, lis net.Listener, sec *secure.Credentials) (stop func()) {
+	g := grpc.NewServer(sec.ServerOptions(r.log, nil)...)
 	pb.RegisterRendezvousServer(g, r)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -338,9 +338,8 @@ func serveRendezvous(r *rendezvous, lis net.Listener) (stop func()) {
 
 // joinRemote joins the rendezvous served at master, waiting (within ctx)
 // for the server to come up.
-func joinRemote(ctx context.Context, master string, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	cc, err := grpc.NewClient(master,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+func joinRemote(ctx context.Context, master string, req *pb.JoinRequest, sec *secure.Credentials) (*pb.JoinResponse, error) {
+	cc, err := grpc.NewClient(master, append(sec.DialOptions(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  50 * time.Millisecond,
@@ -349,7 +348,7 @@ func joinRemote(ctx context.Context, master string, req *pb.JoinRequest) (*pb.Jo
 				MaxDelay:   time.Second,
 			},
 			MinConnectTimeout: 5 * time.Second,
-		}))
+		}))...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "master address %q: %v", master, err)
 	}

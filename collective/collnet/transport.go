@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/secure"
 )
 
 // ErrClosed is returned by calls on a transport after its Close (and by
@@ -45,6 +46,7 @@ type transport struct {
 	jobID          string
 	rv             *rendezvous
 	stopRendezvous func()
+	sec            *secure.Credentials
 }
 
 // link is the connection to one peer.
