@@ -113,9 +113,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	require.NoError(t, err, "stderr: %s", stderr.String())
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var sum map[string]any
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum), "last line: %s", lines[len(lines)-1])
+	sum := lastJSON(t, string(out))
 	for _, k := range []string{"mode", "model", "workers", "servers", "epochs", "steps", "test_accuracy", "test_loss", "samples_per_sec", "wall_seconds"} {
 		assert.Contains(t, sum, k)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -84,9 +83,7 @@ func TestTrainOverTLS(t *testing.T) {
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			require.NoError(t, err, "stderr: %s", stderr.String())
-			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-			var sum map[string]any
-			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
+			sum := lastJSON(t, string(out))
 			assert.Equal(t, mode, sum["mode"])
 			assert.Greater(t, sum["test_accuracy"], 0.3)
 			if mode != "ring" {
