@@ -147,6 +147,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	if abs, err := filepath.Abs(cfg.ShmDir); err == nil {
 		cfg.ShmDir = abs
 	}
+	if cfg.Size > 1 {
+		// A token goes to the rendezvous only over TLS or loopback.
+		master := cfg.Master
+		if cfg.MasterListener != nil {
+			master = cfg.MasterListener.Addr().String()
+		}
+		if err := cfg.Security.CheckDial(master); err != nil {
+			return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -83,3 +83,15 @@ func BenchmarkTLSSendRecv(b *testing.B) {
 		})
 	}
 }
+
+// A token without TLS goes to a loopback rendezvous only.
+func TestATokenIsNotSentInTheClear(t *testing.T) {
+	f, err := secure.WriteTestPKI(t.TempDir(), nil, time.Hour)
+	require.NoError(t, err)
+	tokenOnly, err := secure.Load(secure.Files{Token: f.Token})
+	require.NoError(t, err)
+	_, err = Connect(context.Background(), Config{Rank: 1, Size: 2, Master: "10.1.2.3:29500", Security: tokenOnly})
+	assert.ErrorIs(t, err, ErrConfig)
+	assert.ErrorContains(t, err, "in the clear")
+	group(t, 2, false, func(cfg *Config) { cfg.Security = tokenOnly }) // loopback: fine
+}
