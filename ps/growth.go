@@ -38,8 +38,8 @@ func (s *Server) checkGrowthLocked(in Push, gmax float64) error {
 		ch.maxValue, ch.maxState = optim.MaxAbs(ch.values), ch.opt.StateMaxAbs()
 		if _, _, peak := ch.opt.StepBound(ch.maxValue, ch.maxState, gmax); !(peak <= MaxMagnitude) {
 			at, g := largest(in.Grads)
-			return fmt.Errorf("%w: push for step %d from worker %d: its gradient reaches %v (at index %d), which could take chunk %v's weights (now at most %.3g in magnitude) or optimizer state (%.3g) past %.3g; refused whole, nothing changed",
-				ErrInvalidArgument, in.Step, in.WorkerID, g, vectorIndex(at, in.Ranges), ch.r, ch.maxValue, ch.maxState, float64(MaxMagnitude))
+			return refuse(RejectedMagnitude, fmt.Errorf("%w: push for step %d from worker %d: its gradient reaches %v (at index %d), which could take chunk %v's weights (now at most %.3g in magnitude) or optimizer state (%.3g) past %.3g; refused whole, nothing changed",
+				ErrInvalidArgument, in.Step, in.WorkerID, g, vectorIndex(at, in.Ranges), ch.r, ch.maxValue, ch.maxState, float64(MaxMagnitude)))
 		}
 	}
 	return nil

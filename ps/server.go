@@ -175,6 +175,9 @@ type Stats struct {
 	Duplicates int64
 	Dropped    int64
 	Rejected   int64
+	// RejectedBy counts the rejected pushes by reason (RejectedShape,
+	// RejectedNonFinite, …; "other" for any the shard did not tag).
+	RejectedBy map[string]int64
 	Pulls      int64
 	// ShortSteps counts sync steps applied with fewer pushes than
 	// expected because workers left during the step (WorkerGone); each
@@ -280,6 +283,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Staleness = maps.Clone(st.Staleness)
+	st.RejectedBy = maps.Clone(st.RejectedBy)
 	return st
 }
 
@@ -510,8 +514,17 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 		s.mu.Unlock()
 	}
 	if err != nil && errors.Is(err, ErrInvalidArgument) {
+		reason := "other"
+		var r *rejection
+		if errors.As(err, &r) {
+			reason = r.reason
+		}
 		s.mu.Lock()
 		s.stats.Rejected++
+		if s.stats.RejectedBy == nil {
+			s.stats.RejectedBy = map[string]int64{}
+		}
+		s.stats.RejectedBy[reason]++
 		s.mu.Unlock()
 	}
 	if err == nil && !res.Duplicate {
@@ -520,23 +533,52 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 	return res, err
 }
 
+// rejection is a refused push with the reason it is counted under
+// (Stats.RejectedBy).
+type rejection struct {
+	reason string
+	err    error
+}
+
+func (r *rejection) Error() string { return r.err.Error() }
+func (r *rejection) Unwrap() error { return r.err }
+
+// Reasons a push is refused for, as Stats.RejectedBy counts them.
+const (
+	RejectedShape     = "shape"      // ranges, length, coverage
+	RejectedNonFinite = "non-finite" // a NaN or ±Inf in the gradient
+	RejectedWorker    = "worker"     // a worker id outside the job's
+	RejectedStep      = "step"       // a step or clock outside what the mode allows
+	RejectedMagnitude = "magnitude"  // could take a weight past MaxMagnitude
+)
+
+// refuse tags a refusal (an ErrInvalidArgument not tagged yet) with its
+// reason; other errors and nil pass through.
+func refuse(reason string, err error) error {
+	var r *rejection
+	if err == nil || !errors.Is(err, ErrInvalidArgument) || errors.As(err, &r) {
+		return err
+	}
+	return &rejection{reason, err}
+}
+
 func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
 	total, err := s.ValidateRanges(in.Ranges)
 	if err != nil {
-		return PushResult{}, err
+		return PushResult{}, refuse(RejectedShape, err)
 	}
 	if len(in.Grads) != total {
-		return PushResult{}, fmt.Errorf("%w: push of %d floats, its ranges hold %d", ErrInvalidArgument, len(in.Grads), total)
+		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push of %d floats, its ranges hold %d", ErrInvalidArgument, len(in.Grads), total))
 	}
 	if total != s.floats {
-		return PushResult{}, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats)
+		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats))
 	}
 	gmax, err := checkFinite(in.Grads, in.Ranges)
 	if err != nil {
-		return PushResult{}, err
+		return PushResult{}, refuse(RejectedNonFinite, err)
 	}
 	if err := s.checkWorker(in.WorkerID); err != nil {
-		return PushResult{}, err
+		return PushResult{}, refuse(RejectedWorker, err)
 	}
 
 	s.mu.Lock()
@@ -551,8 +593,8 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if s.cfg.Mode == consistency.Async && in.Step > last+MaxStepGap {
 		// A step far past the worker's own would make every real push up
 		// to it a "duplicate": one forged push could stop a run learning.
-		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
-			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap)
+		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
+			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap))
 	}
 	if ok && in.Step <= last {
 		s.stats.Duplicates++
@@ -566,12 +608,13 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	}
 	switch {
 	case s.bar != nil:
-		return s.pushSyncLocked(ctx, in, gmax)
+		res, err := s.pushSyncLocked(ctx, in, gmax)
+		return res, refuse(RejectedStep, err)
 	case s.cfg.Mode == consistency.SSP:
 		_, min := s.slowestLocked()
 		if in.Step > min+s.cfg.Staleness {
-			return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
-				ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min)
+			return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
+				ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min))
 		}
 		// Each push moves the weights by 1/N of its gradient, N the live
 		// workers, so that a round of pushes makes one mean step.

@@ -111,8 +111,19 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 			assert.Equal(t, before, readAll(t, s), "a rejected push changed the values")
 			assert.Equal(t, int64(0), s.Clock())
 			assert.Equal(t, int64(1), s.Stats().Rejected)
+			assert.Equal(t, map[string]int64{reasonOf[tc.name]: 1}, s.Stats().RejectedBy, "counted by its reason")
 		})
 	}
+}
+
+// reasonOf is what TestPushRejectsAndLeavesValues's pushes are counted as.
+var reasonOf = map[string]string{
+	"wrong length": RejectedShape, "unknown range past the end": RejectedShape, "negative offset": RejectedShape,
+	"not whole chunks": RejectedShape, "overlapping ranges": RejectedShape, "no ranges": RejectedShape,
+	"nan": RejectedNonFinite, "inf": RejectedNonFinite,
+	"step from the far future": RejectedStep, "first push past the gap": RejectedStep,
+	"negative worker id": RejectedWorker, "worker id past MaxWorkers": RejectedWorker,
+	"huge finite gradient": RejectedMagnitude,
 }
 
 // TestAForgedFutureStepCannotStopTheRun: one async push with step
@@ -379,7 +390,7 @@ func TestHugeGradientIsRefusedWhole(t *testing.T) {
 				}
 				require.NoError(t, push(1, filled(4000, 0.1)), "the push after the refused ones")
 				assert.Equal(t, int64(2), srv.Clock())
-				assert.Equal(t, int64(3), srv.Stats().Rejected)
+				assert.Equal(t, map[string]int64{RejectedMagnitude: 3}, srv.Stats().RejectedBy)
 				for i := range 200 { // ordinary training, also with large ordinary gradients
 					require.NoError(t, push(int64(2+i), filled(4000, float32(1+i))))
 				}

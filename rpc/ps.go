@@ -142,7 +142,8 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		Floats:        int64(s.core.Floats()),
 	}
 	st := s.core.Stats()
-	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps}
+	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps,
+		RejectedBy: st.RejectedBy}
 	resp.LiveWorkers = s.core.LiveWorkers()
 	resp.Stats.StalenessHistogram = make([]int64, st.Staleness.Worst()+1)
 	for s, n := range st.Staleness.All() {

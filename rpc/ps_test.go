@@ -612,3 +612,16 @@ func TestJoinWorkerAndTheLiveSet(t *testing.T) {
 		})
 	}
 }
+
+// Info's stats count a refused push under its reason.
+func TestInfoCountsRefusalsByReason(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	ps := pb.NewParameterServerClient(dial(t, c, 0))
+	nan := float32(math.NaN())
+	_, err := pushRPCs[0].push(t, ps, []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, nan, 1, 1, 1, 1, 1)}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	info, err := ps.Info(ctxT(t), &pb.InfoRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), info.Stats.Rejected)
+	assert.Equal(t, map[string]int64{"non-finite": 1}, info.Stats.RejectedBy)
+}

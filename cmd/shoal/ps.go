@@ -140,7 +140,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("closing the journal: %w", err)
 	}
 	st := core.Stats()
-	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "unauthenticated", refused.Load(), "pulls", st.Pulls,
+	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "rejected_by", st.RejectedBy, "unauthenticated", refused.Load(), "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
 	return nil
 }

@@ -586,7 +586,10 @@ type Stats struct {
 	StalenessHistogram []int64 `protobuf:"varint,6,rep,packed,name=staleness_histogram,json=stalenessHistogram,proto3" json:"staleness_histogram,omitempty"`
 	// short_steps counts sync steps applied with fewer pushes than expected
 	// because workers died or left during the step.
-	ShortSteps    int64 `protobuf:"varint,7,opt,name=short_steps,json=shortSteps,proto3" json:"short_steps,omitempty"`
+	ShortSteps int64 `protobuf:"varint,7,opt,name=short_steps,json=shortSteps,proto3" json:"short_steps,omitempty"`
+	// rejected_by counts the rejected pushes by reason: shape, non-finite,
+	// worker, step, magnitude (ps.Rejected*).
+	RejectedBy    map[string]int64 `protobuf:"bytes,8,rep,name=rejected_by,json=rejectedBy,proto3" json:"rejected_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +671,13 @@ func (x *Stats) GetShortSteps() int64 {
 		return x.ShortSteps
 	}
 	return 0
+}
+
+func (x *Stats) GetRejectedBy() map[string]int64 {
+	if x != nil {
+		return x.RejectedBy
+	}
+	return nil
 }
 
 type PullRequest struct {
@@ -1109,7 +1119,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"not_before\x18\x03 \x01(\x03R\tnotBefore\">\n" +
 	"\x12JoinWorkerResponse\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
-	"\x05clock\x18\x02 \x01(\x03R\x05clock\"\xdd\x01\n" +
+	"\x05clock\x18\x02 \x01(\x03R\x05clock\"\xde\x02\n" +
 	"\x05Stats\x12\x16\n" +
 	"\x06pushes\x18\x01 \x01(\x03R\x06pushes\x12\x1e\n" +
 	"\n" +
@@ -1120,7 +1130,12 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05pulls\x18\x05 \x01(\x03R\x05pulls\x12/\n" +
 	"\x13staleness_histogram\x18\x06 \x03(\x03R\x12stalenessHistogram\x12\x1f\n" +
 	"\vshort_steps\x18\a \x01(\x03R\n" +
-	"shortSteps\"\x8a\x01\n" +
+	"shortSteps\x12@\n" +
+	"\vrejected_by\x18\b \x03(\v2\x1f.shoal.v1.Stats.RejectedByEntryR\n" +
+	"rejectedBy\x1a=\n" +
+	"\x0fRejectedByEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8a\x01\n" +
 	"\vPullRequest\x12'\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
@@ -1176,7 +1191,7 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_shoalpb_ps_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(Encoding)(0),              // 0: shoal.v1.Encoding
 	(*Range)(nil),              // 1: shoal.v1.Range
@@ -1192,32 +1207,34 @@ var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(*PushHeader)(nil),         // 11: shoal.v1.PushHeader
 	(*PushPiece)(nil),          // 12: shoal.v1.PushPiece
 	(*PushResponse)(nil),       // 13: shoal.v1.PushResponse
+	nil,                        // 14: shoal.v1.Stats.RejectedByEntry
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	2,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
 	3,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
 	1,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
 	8,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
-	1,  // 4: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	13, // 5: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
-	1,  // 6: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	0,  // 7: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
-	11, // 8: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	4,  // 9: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	9,  // 10: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	12, // 11: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	12, // 12: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
-	6,  // 13: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
-	5,  // 14: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	10, // 15: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	13, // 16: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	10, // 17: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
-	7,  // 18: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	14, // 4: shoal.v1.Stats.rejected_by:type_name -> shoal.v1.Stats.RejectedByEntry
+	1,  // 5: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
+	13, // 6: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
+	1,  // 7: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	0,  // 8: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
+	11, // 9: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	4,  // 10: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	9,  // 11: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	12, // 12: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	12, // 13: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
+	6,  // 14: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
+	5,  // 15: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	10, // 16: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	13, // 17: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	10, // 18: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
+	7,  // 19: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }
@@ -1231,7 +1248,7 @@ func file_proto_shoalpb_ps_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
