@@ -48,14 +48,14 @@ func (s *Server) checkGrowthLocked(in Push, gmax float64) error {
 // largest returns the index and value of g's element of largest
 // magnitude, for messages.
 func largest(g []float32) (int, float32) {
+	if len(g) == 0 {
+		return 0, 0
+	}
 	at := 0
 	for i, v := range g {
 		if math.Abs(float64(v)) > math.Abs(float64(g[at])) {
 			at = i
 		}
-	}
-	if len(g) == 0 {
-		return 0, 0
 	}
 	return at, g[at]
 }

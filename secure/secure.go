@@ -151,7 +151,7 @@ func (c *Credentials) ClientTLS(serverName string) *tls.Config {
 // CheckListen refuses to serve a token in the clear beyond loopback:
 // without TLS, only a listener on a loopback address may ask for one.
 func (c *Credentials) CheckListen(a net.Addr) error {
-	if c.Token() && !c.TLS() && !loopback(a.String()) {
+	if c.Token() && !c.TLS() && !Loopback(a.String()) {
 		return fmt.Errorf("--auth-token-file without --tls-cert on %s: the token would cross the network in the clear; serve on loopback or add TLS", a)
 	}
 	return nil
@@ -159,14 +159,15 @@ func (c *Credentials) CheckListen(a net.Addr) error {
 
 // CheckDial refuses to send the token in the clear beyond loopback.
 func (c *Credentials) CheckDial(addr string) error {
-	if c.Token() && !c.TLS() && !loopback(addr) {
+	if c.Token() && !c.TLS() && !Loopback(addr) {
 		return fmt.Errorf("--auth-token-file without --tls-cert, dialing %s: the token would cross the network in the clear; add TLS", addr)
 	}
 	return nil
 }
 
-// loopback says whether addr (host:port) names a loopback address.
-func loopback(addr string) bool {
+// Loopback says whether addr (host:port, or a host) names a loopback
+// address or localhost.
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		host = addr
@@ -283,8 +284,8 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	return h(srv, ss)
 }
 
-// WithoutToken is c without its token (the same certificates), for a
-// client that is to be refused in tests, and for probes.
+// WithoutToken is c without its token (the same certificates): a client
+// that a server with the token refuses, as tests need.
 func (c *Credentials) WithoutToken() *Credentials {
 	if c == nil {
 		return nil

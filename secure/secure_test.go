@@ -201,3 +201,10 @@ func readToken(t *testing.T, path string) string {
 	require.NoError(t, err)
 	return strings.TrimSpace(string(b))
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:7070": true, "[::1]:7070": true, "localhost:7070": true, "127.0.0.1": true,
+		"[::]:7070": false, "0.0.0.0:7070": false, ":7070": false, "10.1.2.3:7070": false, "ps0:7070": false} {
+		assert.Equal(t, want, secure.Loopback(addr), addr)
+	}
+}

@@ -43,12 +43,6 @@ type psRun struct {
 	limits       rpc.Limits
 }
 
-// loopbackListener says whether a listens on a loopback address only.
-func loopbackListener(a net.Addr) bool {
-	tcp, ok := a.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
-}
-
 func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p, err := parsePS(args, stderr)
 	if err != nil {
@@ -87,7 +81,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g, health := rpc.NewGRPCServer(opts...)
 	rpc.RegisterPS(g, health, core, log)
 	addr := lis.Addr().String()
-	if !p.insecure && !loopbackListener(lis.Addr()) && !p.sec.creds.TLS() {
+	if !p.insecure && !secure.Loopback(addr) && !p.sec.creds.TLS() {
 		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
 			"give --tls-cert, --tls-key, --tls-ca and --auth-token-file (shoal certs writes a set), serve on 127.0.0.1, "+
 			"or say with --insecure that this is a private network you trust", "component", "ps", "addr", addr)
