@@ -20,22 +20,27 @@ type Limits struct {
 	// Conns caps the connections open at once; one past it is closed as
 	// soon as it is accepted.
 	Conns int
+	// ConnIdle closes a connection that has had no stream open for this
+	// long (a GOAWAY: a gRPC client reconnects when it next calls), so
+	// that connections held open and unused do not fill Conns; 0 leaves
+	// them open.
+	ConnIdle time.Duration
 }
 
 // DefaultLimits are shoal ps's: a worker holds a few streams on each of
 // its two connections to a shard.
-var DefaultLimits = Limits{StreamsPerConn: 64, Conns: 1024}
+var DefaultLimits = Limits{StreamsPerConn: 64, Conns: 1024, ConnIdle: 5 * time.Minute}
 
 // ServerOptions are l's gRPC server options, with keepalive enforced: a
 // client may ping at most every 5 s (more often gets the connection
 // closed with "too many pings"), and the server pings a connection
 // quiet for a minute and closes it when the ping is not answered within
-// 20 s, so a peer that died does not hold it.
+// 20 s, so a peer that died does not hold it; and l.ConnIdle.
 func (l Limits) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.StreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second, MaxConnectionIdle: l.ConnIdle}),
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -269,4 +270,22 @@ func TestTheConnectionCap(t *testing.T) {
 	assert.Equal(t, c.LocalAddr().String(), fourth.RemoteAddr().String(), "a place freed is taken")
 	second.Close()
 	fourth.Close()
+}
+
+// TestAnIdleConnectionIsClosed: a connection with no stream open for the
+// idle limit is closed by the server (the client sees it leave READY),
+// and the client's next call reconnects.
+func TestAnIdleConnectionIsClosed(t *testing.T) {
+	l := rpc.Limits{StreamsPerConn: 8, Conns: 8, ConnIdle: 200 * time.Millisecond}
+	core := testcluster.Cores(t, 8, 1, 4, 0.5)[0]
+	conn, _, _ := serveCore(t, core, time.Second, l.ServerOptions()...)
+	ps := pb.NewParameterServerClient(conn)
+	_, err := ps.Info(ctxT(t), &pb.InfoRequest{})
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	for conn.GetState() == connectivity.Ready {
+		require.True(t, conn.WaitForStateChange(ctx, connectivity.Ready), "the idle connection was not closed before the deadline")
+	}
+	_, err = ps.Info(ctxT(t), &pb.InfoRequest{})
+	require.NoError(t, err, "a call after the close reconnects")
 }

@@ -203,6 +203,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, anyone who reaches it can change the model (no TLS or authentication yet)")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
 	fs.IntVar(&p.limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two)")
+	fs.DurationVar(&p.limits.ConnIdle, "conn-idle-timeout", rpc.DefaultLimits.ConnIdle, "close a connection that had no stream open this long (clients reconnect when they next call)")
 	maxStreams := fs.Uint("max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
@@ -225,6 +226,9 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	}
 	if *ckptErrors != "fail" && *ckptErrors != "warn" {
 		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", *ckptErrors)
+	}
+	if p.limits.ConnIdle <= 0 {
+		return nil, fmt.Errorf("--conn-idle-timeout %v: want > 0", p.limits.ConnIdle)
 	}
 	if p.limits.Conns < 1 {
 		return nil, fmt.Errorf("--max-connections %d: want >= 1", p.limits.Conns)
