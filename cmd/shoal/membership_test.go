@@ -86,10 +86,17 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 			} else {
 				require.Len(t, res.MembershipEvents, 1, "%s", out)
 				ev := res.MembershipEvents[0]
-				assert.Equal(t, launch.MembershipEvent{Role: "worker", Rank: 1, Change: "died", Step: ev.Step, Live: 2, Seconds: ev.Seconds, Cause: "signal: killed"}, ev)
+				live := 2
+				if mode == "async" && ev.Live < 2 {
+					// Nobody waits for a dead async worker: the others may
+					// have finished and left before gossip declared it dead.
+					t.Logf("async: shard 0 saw worker 1 die after %d of the others had left", 2-ev.Live)
+					live = ev.Live
+				}
+				assert.Equal(t, launch.MembershipEvent{Role: "worker", Rank: 1, Change: "died", Step: ev.Step, Live: live, Seconds: ev.Seconds, Cause: "signal: killed"}, ev)
 				assert.Positive(t, ev.Step)
 				assert.Less(t, ev.Step, res.Steps)
-				assert.Contains(t, out, fmt.Sprintf("worker 1 died at step %d (signal: killed); 2 workers go on", ev.Step))
+				assert.Contains(t, out, fmt.Sprintf("worker 1 died at step %d (signal: killed); %d workers go on", ev.Step, live))
 			}
 			assert.Equal(t, []int{1}, res.FailedWorkers)
 			if mode == "ring" {
