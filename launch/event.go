@@ -59,6 +59,7 @@ const (
 	Done      = "done"      // a worker finished its run
 	Measured  = "result"    // a benchmark measurement (Result)
 	Member    = "member"    // shard 0 saw a worker's membership change
+	Metrics   = "metrics"   // a process (Role, Rank) serves Prometheus metrics at Addr
 )
 
 // Emit writes e to w as one line.

@@ -73,3 +73,12 @@ type GradNotifier interface {
 	// return unless the caller synchronises.
 	ForwardBackwardNotify(params, grads, x []float32, labels []int32, ready func(off int)) (loss float64, correct int)
 }
+
+// Phased is a Model that says when its forward pass ends, for a
+// timeline of the step.
+type Phased interface {
+	// ForwardBackwardPhased is ForwardBackwardNotify, with ready
+	// optional, that also calls forwardDone, on the caller's goroutine,
+	// once the loss is computed and before backward begins.
+	ForwardBackwardPhased(params, grads, x []float32, labels []int32, forwardDone func(), ready func(off int)) (loss float64, correct int)
+}

@@ -221,21 +221,28 @@ func (m *net) Init(params []float32, seed uint64) {
 }
 
 func (m *net) ForwardBackward(params, grads, x []float32, labels []int32) (float64, int) {
-	return m.forwardBackward("ForwardBackward", params, grads, x, labels, nil)
+	return m.forwardBackward("ForwardBackward", params, grads, x, labels, nil, nil)
+}
+
+func (m *net) ForwardBackwardPhased(params, grads, x []float32, labels []int32, forwardDone func(), ready func(off int)) (float64, int) {
+	return m.forwardBackward("ForwardBackwardPhased", params, grads, x, labels, forwardDone, ready)
 }
 
 func (m *net) ForwardBackwardNotify(params, grads, x []float32, labels []int32, ready func(off int)) (float64, int) {
 	if ready == nil {
 		panic("nn: " + m.arch + ".ForwardBackwardNotify: nil ready")
 	}
-	return m.forwardBackward("ForwardBackwardNotify", params, grads, x, labels, ready)
+	return m.forwardBackward("ForwardBackwardNotify", params, grads, x, labels, nil, ready)
 }
 
-func (m *net) forwardBackward(method string, params, grads, x []float32, labels []int32, ready func(off int)) (float64, int) {
+func (m *net) forwardBackward(method string, params, grads, x []float32, labels []int32, forwardDone func(), ready func(off int)) (float64, int) {
 	n := m.checkBatch(method, params, x, labels)
 	m.checkVec(method, "grads", grads)
 	if n == 0 {
 		clear(grads)
+		if forwardDone != nil {
+			forwardDone()
+		}
 		if ready != nil {
 			ready(0)
 		}
@@ -243,6 +250,9 @@ func (m *net) forwardBackward(method string, params, grads, x []float32, labels 
 	}
 	z := m.forward(params, x, n)
 	sum, correct, dy := m.loss.forward(z, labels, true)
+	if forwardDone != nil {
+		forwardDone()
+	}
 	for i := len(m.layers) - 1; i >= m.first; i-- {
 		dy = m.layers[i].backward(params, grads, m.acts[i], m.acts[i+1], dy, n, i > m.first)
 		if p, ok := m.layers[i].(paramLayer); ok && ready != nil {

@@ -110,14 +110,23 @@ func (b *barrier) reset() {
 	b.short = false
 }
 
+// waitingFor lists the workers step still waits for, in order.
+func (b *barrier) waitingFor(step int64) []int64 {
+	var wait []int64
+	for _, w := range slices.Sorted(maps.Keys(b.entry)) {
+		if b.member(w, step) && !b.has(w) {
+			wait = append(wait, w)
+		}
+	}
+	return wait
+}
+
 // missing describes step's state for an error message, e.g.
 // "pushes from workers [0 2] of 4 arrived (4 needed), waiting for worker(s) 1, 3".
 func (b *barrier) missing(step int64) string {
 	var wait []string
-	for _, w := range slices.Sorted(maps.Keys(b.entry)) {
-		if b.member(w, step) && !b.has(w) {
-			wait = append(wait, fmt.Sprint(w))
-		}
+	for _, w := range b.waitingFor(step) {
+		wait = append(wait, fmt.Sprint(w))
 	}
 	got := slices.Clone(b.arrived)
 	slices.Sort(got)

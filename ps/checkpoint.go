@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -211,6 +212,10 @@ func (s *Server) writeCheckpoint(st *ckptState) error {
 		d.Close()
 	}
 	s.log.Info("checkpoint written", "path", path, "clock", st.clock)
+	s.mu.Lock()
+	s.stats.Checkpoints++
+	s.stats.LastCheckpoint, s.stats.LastCheckpointClock = time.Now(), st.clock
+	s.mu.Unlock()
 	files, _ := s.listCheckpoints()
 	for i, f := range files {
 		if i >= checkpointKeep {

@@ -52,6 +52,7 @@ func (s *Server) WorkerGone(w int64) bool {
 		return false
 	}
 	s.live = slices.Delete(s.live, i, i+1)
+	s.stats.Left++
 	s.log.Info("worker left the live set", "worker", w, "clock", s.clock, "live", s.live)
 	if s.bar != nil && s.bar.remove(w, s.clock) {
 		s.applyStepLocked()
@@ -96,6 +97,7 @@ func (s *Server) Join(w, notBefore int64) (int64, error) {
 	if !live {
 		s.live = append(s.live, w)
 		slices.Sort(s.live)
+		s.stats.Joined++
 		s.log.Info("worker joined the live set", "worker", w, "clock", s.clock, "live", s.live)
 	}
 	if s.bar != nil {

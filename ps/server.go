@@ -15,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/timeline"
 )
 
 // Errors a Server returns, wrapped with the details; branch with errors.Is.
@@ -77,6 +78,19 @@ type Config struct {
 	Journal bool
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
+	// StallWarning, when > 0, is how long pulls may wait for other
+	// workers before the shard logs, once per StallWarning while they
+	// wait, which workers it waits for, for which step, and since when
+	// (Stall reports the same).
+	StallWarning time.Duration
+	// Timeline, when set, records the shard's spans: each pull, push and
+	// push-pull (row worker+1), the waits for other workers, and the
+	// optimizer steps (row 0).
+	Timeline *timeline.Writer
+	// OnWait, when set, is called with the length of every wait a pull
+	// made for other workers (a sync barrier, the SSP bound), under the
+	// shard's lock: it must be quick and must not call the shard.
+	OnWait func(time.Duration)
 }
 
 // DefaultConfig is an async single shard with the default optimizer; Plan
@@ -163,6 +177,12 @@ type Server struct {
 	scratch []float32 // ssp: the scaled gradient
 	stats   Stats
 
+	// waiters counts the pulls waiting for other workers, waitSince is
+	// when the current spell of waiting began (some pull has waited ever
+	// since), stallLogged when the stall was last logged.
+	waiters                int
+	waitSince, stallLogged time.Time
+
 	ckpt checkpointer
 	jour *journal // with Config.Journal
 	// failed carries the first checkpoint error during the run (Failed).
@@ -186,6 +206,19 @@ type Stats struct {
 	// Staleness counts pushes by how many updates old their gradient was;
 	// StalenessBuckets-1 counts everything at or above it.
 	Staleness consistency.Staleness
+	// Waits counts the pulls that waited for other workers (a sync
+	// barrier, the SSP bound) and WaitSeconds their total wait.
+	Waits       int64
+	WaitSeconds float64
+	// Left and Joined count the live set's changes (sync and SSP): workers
+	// membership took out, and workers that came (back) into it after the
+	// start.
+	Left, Joined int64
+	// Checkpoints counts the checkpoints written; LastCheckpoint is when
+	// the newest was, at clock LastCheckpointClock (zero: none yet).
+	Checkpoints         int64
+	LastCheckpoint      time.Time
+	LastCheckpointClock int64
 }
 
 // StalenessBuckets bounds the staleness histogram: it counts stalenesses
@@ -327,18 +360,32 @@ func (s *Server) checkWorker(w int64) error {
 // first, the error is an ErrWaitTimeout that also wraps ctx's error
 // (context.Canceled, or context.DeadlineExceeded for a deadline or
 // MaxWait) and says what the shard was waiting for.
-func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool) error {
+func (s *Server) waitLocked(ctx context.Context, worker, step int64, what string, ready func() bool) error {
 	if ready() {
 		return nil
 	}
+	defer s.countWaitLocked(time.Now(), worker, step)
+	if s.waiters++; s.waiters == 1 {
+		s.waitSince = time.Now()
+	}
+	defer func() { s.waiters-- }()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
+	var stall <-chan time.Time
+	if s.cfg.StallWarning > 0 {
+		t := time.NewTicker(s.cfg.StallWarning)
+		defer t.Stop()
+		stall = t.C
+	}
 	for !ready() {
 		ch := s.changed
 		s.mu.Unlock()
 		select {
 		case <-ch:
 			s.mu.Lock()
+		case <-stall:
+			s.mu.Lock()
+			s.logStallLocked(what)
 		case <-ctx.Done():
 			s.mu.Lock()
 			if ready() {
@@ -348,6 +395,52 @@ func (s *Server) waitLocked(ctx context.Context, what string, ready func() bool)
 		}
 	}
 	return nil
+}
+
+// Stall is what a shard's waiting pulls wait for.
+type Stall struct {
+	// Step is the step the pulls wait to read: in sync mode the step
+	// whose pushes are missing; in SSP the slowest workers' next step.
+	Step int64
+	// Workers are the workers whose pushes would end the wait.
+	Workers []int64
+	// Since is when the pulls began waiting (some pull has waited
+	// without a break since then); Pulls is how many wait now.
+	Since time.Time
+	Pulls int
+}
+
+// Stall says what the shard's pulls wait for; ok is false when none
+// waits.
+func (s *Server) Stall() (st Stall, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stallLocked()
+}
+
+func (s *Server) stallLocked() (Stall, bool) {
+	if s.waiters == 0 {
+		return Stall{}, false
+	}
+	st := Stall{Since: s.waitSince, Pulls: s.waiters}
+	if s.bar != nil {
+		st.Step, st.Workers = s.clock, s.bar.waitingFor(s.clock)
+	} else {
+		st.Workers, st.Step = s.slowestLocked()
+	}
+	return st, true
+}
+
+// logStallLocked logs what the shard waits for, at most once per
+// StallWarning however many pulls wait.
+func (s *Server) logStallLocked(what string) {
+	st, ok := s.stallLocked()
+	if !ok || time.Since(s.stallLogged) < s.cfg.StallWarning*9/10 {
+		return
+	}
+	s.stallLogged = time.Now()
+	s.log.Warn("stalled: pulls are waiting for other workers", "waiting_for_workers", st.Workers, "step", st.Step,
+		"since", st.Since.UTC().Format(time.RFC3339Nano), "waited", time.Since(st.Since).Round(time.Millisecond), "pulls", st.Pulls, "state", s.waitingForLocked(), "first", what)
 }
 
 // waitingForLocked describes who the shard waits for.
@@ -392,12 +485,24 @@ func (s *Server) WaitToRead(ctx context.Context, worker, step int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bar != nil {
-		return s.waitLocked(ctx, fmt.Sprintf("pull for step %d", step), func() bool { return s.clock >= step })
+		return s.waitLocked(ctx, worker, step, fmt.Sprintf("pull for step %d", step), func() bool { return s.clock >= step })
 	}
-	return s.waitLocked(ctx, fmt.Sprintf("pull for step %d with staleness bound %d", step, s.cfg.Staleness), func() bool {
+	return s.waitLocked(ctx, worker, step, fmt.Sprintf("pull for step %d with staleness bound %d", step, s.cfg.Staleness), func() bool {
 		_, min := s.slowestLocked()
 		return step-min <= s.cfg.Staleness
 	})
+}
+
+// countWaitLocked counts a wait of worker's call for step that began at
+// start.
+func (s *Server) countWaitLocked(start time.Time, worker, step int64) {
+	d := time.Since(start)
+	s.cfg.Timeline.Span(int(worker)+1, "barrier wait", start, d, timeline.Arg{Key: "step", Val: step})
+	s.stats.Waits++
+	s.stats.WaitSeconds += d.Seconds()
+	if s.cfg.OnWait != nil {
+		s.cfg.OnWait(d)
+	}
 }
 
 // Read copies the values of r into dst (len r.Len) and returns the clock
@@ -514,7 +619,7 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 		s.mu.Unlock()
 	}
 	if err != nil && errors.Is(err, ErrInvalidArgument) {
-		reason := "other"
+		reason := RejectedOther
 		var r *rejection
 		if errors.As(err, &r) {
 			reason = r.reason
@@ -550,6 +655,7 @@ const (
 	RejectedWorker    = "worker"     // a worker id outside the job's
 	RejectedStep      = "step"       // a step or clock outside what the mode allows
 	RejectedMagnitude = "magnitude"  // could take a weight past MaxMagnitude
+	RejectedOther     = "other"      // a refusal no check above tagged
 )
 
 // refuse tags a refusal (an ErrInvalidArgument not tagged yet) with its
@@ -670,6 +776,7 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 // floats, chunk after chunk, none larger in magnitude than gmax), calling
 // after (when not nil) on each chunk once it is updated.
 func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
+	defer s.cfg.Timeline.Since(0, "optimizer step", time.Now(), timeline.Arg{Key: "clock", Val: s.clock})
 	for i := range s.chunks {
 		ch := &s.chunks[i]
 		ch.maxValue, ch.maxState, _ = ch.opt.StepBound(ch.maxValue, ch.maxState, gmax)
@@ -690,7 +797,7 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (Pus
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard is at step %d; a push may be at most one step ahead",
 			ErrInvalidArgument, in.Clock, in.WorkerID, s.clock)
 	case in.Clock == s.clock+1:
-		err := s.waitLocked(ctx, fmt.Sprintf("push for step %d", in.Clock), func() bool { return s.clock >= in.Clock })
+		err := s.waitLocked(ctx, in.WorkerID, in.Step, fmt.Sprintf("push for step %d", in.Clock), func() bool { return s.clock >= in.Clock })
 		if err != nil {
 			return PushResult{}, err
 		}

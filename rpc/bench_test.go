@@ -4,16 +4,23 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
+	"github.com/shoalml/shoal/metrics"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/secure"
+	"github.com/shoalml/shoal/timeline"
 )
 
 // benchModels are the vectors of Shoal's models whose step traffic the
@@ -89,7 +96,7 @@ func BenchmarkStreamIdleTimeout(b *testing.B) {
 			if idle {
 				opts = append(opts, grpc.ChainStreamInterceptor(rpc.StreamIdleTimeout(rpc.DefaultStreamIdle)))
 			}
-			pushPullLoop(b, tcpShard(b, m.n, nil, opts...), m.n)
+			pushPullLoop(b, tcpShard(b, m.n, nil, opts...), m.n, nil)
 		})
 	}
 }
@@ -114,17 +121,77 @@ func BenchmarkSecurity(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				pushPullLoop(b, tcpShard(b, benchModels[m].n, creds.DialOptions(), creds.ServerOptions(nil, nil)...), benchModels[m].n)
+				pushPullLoop(b, tcpShard(b, benchModels[m].n, creds.DialOptions(), creds.ServerOptions(nil, nil)...), benchModels[m].n, nil)
 			})
 		}
+	}
+}
+
+// BenchmarkObserved is the async PushPull step of the MLP of the PyTorch
+// comparison with nothing observed, with shoal ps's Prometheus metrics
+// (the shard's collector, the gRPC interceptors and byte counter, one
+// scrape per 100 steps), with its timeline, and with both.
+func BenchmarkObserved(b *testing.B) {
+	m := benchModels[1]
+	for _, tc := range []struct {
+		name              string
+		metrics, timeline bool
+	}{{"off", false, false}, {"metrics", true, false}, {"timeline", false, true}, {"both", true, true}} {
+		b.Run(m.name+"/"+tc.name, func(b *testing.B) {
+			cfg := ps.DefaultConfig()
+			cfg.Optimizer = optim.DefaultConfig()
+			cfg.Optimizer.LR = 1e-6
+			var opts []grpc.ServerOption
+			var reg *prometheus.Registry
+			var psm *metrics.PS
+			if tc.metrics {
+				reg = metrics.NewRegistry()
+				psm = metrics.NewPS(reg, 0)
+				gm := metrics.NewGRPC(reg)
+				cfg.OnWait = psm.ObserveWait
+				opts = gm.ServerOptions()
+			}
+			if tc.timeline {
+				w, err := timeline.Create(filepath.Join(b.TempDir(), "ps.json"), "ps 0", 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { w.Close() })
+				cfg.Timeline = w
+			}
+			var l nn.Layout
+			l.Add("w", m.n)
+			core := testcluster.CoresWith(b, cfg, l, make([]float32, m.n), 1, 1<<18)[0]
+			if psm != nil {
+				psm.Attach(core)
+			}
+			cl := serveShard(b, core, nil, opts...)
+			if reg == nil {
+				pushPullLoop(b, cl, m.n, nil)
+				return
+			}
+			pushPullLoop(b, cl, m.n, func(step int64) {
+				if step%100 == 0 {
+					if _, err := reg.Gather(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
 
 // tcpShard serves one async shard of n floats on 127.0.0.1 with gRPC
 // server options opts and returns a client of it that dials with dial.
 func tcpShard(b *testing.B, n int, dial []grpc.DialOption, opts ...grpc.ServerOption) *client.Client {
+	return serveShard(b, testcluster.Cores(b, n, 1, 1<<18, 1e-6)[0], dial, opts...)
+}
+
+// serveShard serves core on 127.0.0.1 with gRPC server options opts and
+// returns a client of it that dials with dial.
+func serveShard(b *testing.B, core *ps.Server, dial []grpc.DialOption, opts ...grpc.ServerOption) *client.Client {
 	g, h := rpc.NewGRPCServer(opts...)
-	rpc.RegisterPS(g, h, testcluster.Cores(b, n, 1, 1<<18, 1e-6)[0], nil)
+	rpc.RegisterPS(g, h, core, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -140,8 +207,9 @@ func tcpShard(b *testing.B, n int, dial []grpc.DialOption, opts ...grpc.ServerOp
 	return cl
 }
 
-// pushPullLoop times async PushPull steps of worker 1 against cl.
-func pushPullLoop(b *testing.B, cl *client.Client, n int) {
+// pushPullLoop times async PushPull steps of worker 1 against cl, calling
+// after (if set) after each.
+func pushPullLoop(b *testing.B, cl *client.Client, n int, after func(step int64)) {
 	ctx := context.Background()
 	params, grads := make([]float32, n), make([]float32, n)
 	b.SetBytes(2 * 4 * int64(n))
@@ -156,6 +224,9 @@ func pushPullLoop(b *testing.B, cl *client.Client, n int) {
 			b.Fatal(err)
 		}
 		clocks = res.PullClocks
+		if after != nil {
+			after(step)
+		}
 	}
 }
 
@@ -181,7 +252,7 @@ func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
 	}
 	defer cl.Close()
 	if pushPull {
-		pushPullLoop(b, cl, n)
+		pushPullLoop(b, cl, n, nil)
 		return
 	}
 	params, grads := make([]float32, n), make([]float32, n)

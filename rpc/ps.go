@@ -24,6 +24,7 @@ import (
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/wire"
 )
 
@@ -145,6 +146,9 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps,
 		RejectedBy: st.RejectedBy}
 	resp.LiveWorkers = s.core.LiveWorkers()
+	if stall, ok := s.core.Stall(); ok {
+		resp.Stall = &pb.Stall{Step: stall.Step, Workers: stall.Workers, SinceUnixNanos: stall.Since.UnixNano(), Pulls: int32(stall.Pulls)}
+	}
 	resp.Stats.StalenessHistogram = make([]int64, st.Staleness.Worst()+1)
 	for s, n := range st.Staleness.All() {
 		resp.Stats.StalenessHistogram[s] = n
@@ -218,6 +222,7 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 	if err := stream.SendHeader(nil); err != nil {
 		return err
 	}
+	defer s.core.Config().Timeline.Since(int(req.WorkerId)+1, "pull", time.Now(), timeline.Arg{Key: "step", Val: req.Step})
 	return s.pull(stream, req.WorkerId, req.Step, req.Ranges, nil)
 }
 
@@ -296,22 +301,26 @@ const (
 )
 
 func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.PushResponse]) error {
-	res, _, err := s.push(stream)
+	start := time.Now()
+	res, h, err := s.push(stream)
 	if err != nil {
 		return err
 	}
+	s.core.Config().Timeline.Since(int(h.WorkerId)+1, "push", start, timeline.Arg{Key: "step", Val: h.Step})
 	return stream.SendAndClose(res)
 }
 
 // PushPull is a push, then (when the header asks) a pull of every owned
 // range for the header's pull step, in one call.
 func (s *psService) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.PullPiece]) error {
+	start := time.Now()
 	pr := &pushReader{s: s}
 	defer pr.release()
 	if err := pr.recv(stream); err != nil {
 		return err
 	}
 	h := pr.h
+	defer s.core.Config().Timeline.Since(int(h.WorkerId)+1, "push-pull", start, timeline.Arg{Key: "step", Val: h.Step})
 	if h.Pull && s.core.Config().Mode == consistency.Async {
 		return s.pushRead(stream, pr)
 	}

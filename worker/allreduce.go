@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/timeline"
 )
 
 // Collective is what ring training needs from a collective.Communicator.
@@ -67,6 +69,9 @@ type RingConfig struct {
 	// broadcasts the answer, so that every rank stops at the same step
 	// boundary, with ErrInterrupted from Params.
 	Interrupt func() bool
+	// Timeline, when set, records each allreduce bucket (row 1 when it
+	// overlaps backward, else row 0) and each optimizer step (row 0).
+	Timeline *timeline.Writer
 }
 
 // ErrInterrupted: rank 0's RingConfig.Interrupt asked the ring to stop
@@ -167,22 +172,26 @@ func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) e
 	if r.overlaps() {
 		err = r.finishBuckets(ctx, grads)
 	} else {
-		err = r.reduce(ctx, grads)
+		err = r.reduce(ctx, 0, grads)
 	}
 	if err != nil {
 		return fmt.Errorf("allreduce of the gradients: %w", err)
 	}
+	to := time.Now()
 	if err := r.opt.Step(params, grads); err != nil {
 		return err
 	}
+	r.cfg.Timeline.Since(0, "optimizer step", to, timeline.Arg{Key: "step", Val: step})
 	if r.cfg.DesyncEvery > 0 && (step+1)%r.cfg.DesyncEvery == 0 {
 		return r.CheckDesync(ctx, step, params)
 	}
 	return nil
 }
 
-// reduce combines buf across the ranks with the configured op.
-func (r *Ring) reduce(ctx context.Context, buf []float32) error {
+// reduce combines buf across the ranks with the configured op; the
+// timeline shows it on row tid.
+func (r *Ring) reduce(ctx context.Context, tid int, buf []float32) error {
+	defer r.cfg.Timeline.Since(tid, "allreduce bucket", time.Now(), timeline.Arg{Key: "floats", Val: int64(len(buf))})
 	switch r.cfg.ReduceOp {
 	case ReduceSum:
 		return r.comm.Allreduce(ctx, buf, collective.Sum)
@@ -214,7 +223,7 @@ func (r *Ring) send(ctx context.Context, bucket []float32) {
 			var err error
 			for b := range r.buckets {
 				if err == nil {
-					err = r.reduce(ctx, b)
+					err = r.reduce(ctx, 1, b)
 				}
 			}
 			r.done <- err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/timeline"
 )
 
 // Strategy is how a worker obtains weights and hands over gradients; one
@@ -71,6 +72,11 @@ type Config struct {
 	// wrapping ErrStop ends the run there, cleanly (Result.Stopped).
 	Eval      func(ctx context.Context, steps int64, params []float32) error
 	EvalEvery int64
+	// Timeline, when set, records each step's spans on row 0: pull (and
+	// the barrier wait the servers reported within it), data, forward
+	// and backward (backward alone when the model cannot tell them
+	// apart: compute), and push; a ring's strategy records its own.
+	Timeline *timeline.Writer
 	// Params, when set, is the parameter vector the worker trains in
 	// place (elastic training carries one vector across the workers of
 	// its generations); it must hold the model's Layout().Size() floats.
@@ -84,9 +90,11 @@ type Config struct {
 // bound), Pull the rest of it; Push is the gradient push of the parameter
 // server modes, with the next step's weights when they come in the same
 // round trip (a push-pull: Pull is then near zero), Reduce the allreduce
-// and local update of ring mode.
+// and local update of ring mode. Samples is how many samples the step
+// computed gradients on.
 type StepTimes struct {
 	Step, Data, Compute, Wait, Pull, Push, Reduce time.Duration
+	Samples                                       int
 }
 
 // DefaultConfig is one worker of one, batch 64, one epoch.
@@ -188,6 +196,7 @@ type Worker struct {
 	overlap  overlapper
 	notifier nn.GradNotifier
 	reduces  bool
+	phased   nn.Phased // for the timeline's forward and backward
 }
 
 // New returns a worker training model on its shard of train. It allocates
@@ -244,6 +253,7 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 		wk.pass = make([]float32, n)
 	}
 	wk.waits, _ = s.(waitReporter)
+	wk.phased, _ = model.(nn.Phased)
 	if r, ok := s.(reducer); ok {
 		wk.reduces = r.allreduces()
 	}
@@ -386,12 +396,20 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		t.Wait = min(w.waits.lastWait(), t.Pull)
 		t.Pull -= t.Wait
 	}
+	tl, stepArg := w.cfg.Timeline, timeline.Arg{Key: "step", Val: step}
+	if tl != nil && !w.reduces {
+		tl.Span(0, "pull", t0, t.Pull+t.Wait, stepArg)
+		if t.Wait > 0 {
+			tl.Span(0, "barrier wait", t0, t.Wait, stepArg)
+		}
+	}
 	k := w.cfg.BackwardPasses
 	passes := 0
 	for ; passes < k; passes++ {
 		td := time.Now()
 		b, err := w.loader.Next(ctx)
 		t.Data += time.Since(td)
+		tl.Since(0, "data", td, stepArg)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -405,10 +423,22 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		tc := time.Now()
 		var loss float64
 		var c int
+		var ready func(int)
 		if w.overlap != nil {
-			loss, c = w.notifier.ForwardBackwardNotify(w.params, dst, b.X, b.Y, func(off int) { w.overlap.gradReady(ctx, dst, off) })
-		} else {
+			ready = func(off int) { w.overlap.gradReady(ctx, dst, off) }
+		}
+		switch {
+		case tl != nil && w.phased != nil:
+			var tf time.Time
+			loss, c = w.phased.ForwardBackwardPhased(w.params, dst, b.X, b.Y, func() { tf = time.Now() }, ready)
+			tl.Span(0, "forward", tc, tf.Sub(tc), stepArg)
+			tl.Since(0, "backward", tf, stepArg)
+		case ready != nil:
+			loss, c = w.notifier.ForwardBackwardNotify(w.params, dst, b.X, b.Y, ready)
+			tl.Since(0, "compute", tc, stepArg)
+		default:
 			loss, c = w.model.ForwardBackward(w.params, dst, b.X, b.Y)
+			tl.Since(0, "compute", tc, stepArg)
 		}
 		n := b.Len()
 		w.loader.Release(b)
@@ -445,14 +475,20 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		t.Reduce = time.Since(ta)
 	} else {
 		t.Push = time.Since(ta)
+		tl.Span(0, "push", ta, t.Push, stepArg)
 		if w.waits != nil { // a push-pull held at the barrier or bound
 			held := min(w.waits.lastWait(), t.Push)
+			if held > 0 {
+				// Where in the push-pull the servers held it is not known;
+				// the timeline shows the wait at its end.
+				tl.Span(0, "barrier wait", ta.Add(t.Push-held), held, stepArg)
+			}
 			t.Wait += held
 			t.Push -= held
 		}
 	}
 	if w.cfg.OnStep != nil {
-		t.Step = time.Since(t0)
+		t.Step, t.Samples = time.Since(t0), samples
 		w.cfg.OnStep(step, t)
 	}
 	return samples, lossSum, correct, nil

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/timeline"
+	"github.com/shoalml/shoal/worker"
 )
 
 // computeRecord is the result of `shoal bench compute`, the object
@@ -28,6 +31,16 @@ type computeRecord struct {
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	// Why says why this backend (the library loaded, or why not OpenBLAS).
 	Why string `json:"why"`
+	// Metrics and Timeline say the steps were observed as a worker with
+	// --metrics-addr and --timeline observes its own.
+	Metrics  bool `json:"metrics,omitempty"`
+	Timeline bool `json:"timeline,omitempty"`
+}
+
+// observer is what a worker observes of each step, when asked to.
+type observer struct {
+	metrics  *metrics.Worker
+	timeline *timeline.Writer
 }
 
 const benchComputeSynopsis = `Measures one worker's training compute, without communication: forward pass,
@@ -46,7 +59,10 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 		warmup  = fs.Int("warmup", 10, "untimed steps first")
 		backend = fs.String("backend", "auto", "GEMM path: auto (OpenBLAS when it loads, else gonum), openblas or gonum")
 		jsonOut = fs.Bool("json", false, "print one JSON object")
+		observe = fs.Bool("metrics", false, "observe each step into Prometheus metrics, as shoal worker --metrics-addr does (to measure their cost)")
 	)
+	var tlf timelineFlags
+	tlf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -66,10 +82,21 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	rec, err := benchCompute(ctx, model, *batch, *warmup, *steps, mf.seed)
+	var obs observer
+	if *observe {
+		obs.metrics = metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})
+	}
+	if obs.timeline, err = tlf.open("bench compute", "steps"); err != nil {
+		return err
+	}
+	rec, err := benchCompute(ctx, model, *batch, *warmup, *steps, mf.seed, obs)
+	if cerr := obs.timeline.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("--timeline: %w", cerr)
+	}
 	if err != nil {
 		return err
 	}
+	rec.Metrics, rec.Timeline = obs.metrics != nil, obs.timeline != nil
 	rec.Hidden = spec.Hidden
 	if rec.Hidden == nil {
 		rec.Hidden = []int{}
@@ -107,7 +134,7 @@ func computeBackend(name string, threads int) (nn.Backend, string, error) {
 }
 
 // benchCompute times training steps of model on one synthetic batch.
-func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int, seed uint64) (computeRecord, error) {
+func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int, seed uint64, obs observer) (computeRecord, error) {
 	spec := nn.DefaultSpec(model.Name())
 	cfg := data.DefaultSyntheticConfig()
 	cfg.Train, cfg.Test, cfg.Seed = batch, 1, seed
@@ -144,8 +171,27 @@ func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int,
 		// a while: about ten context switches per MLP step, and 3-15% more
 		// CPU per step on a busy machine.
 		runtime.Gosched()
-		model.ForwardBackward(params, grads, x, labels)
-		return opt.Step(params, grads)
+		if obs == (observer{}) {
+			model.ForwardBackward(params, grads, x, labels)
+			return opt.Step(params, grads)
+		}
+		// As worker.Worker and worker.Ring observe a step.
+		t0 := time.Now()
+		if phased, ok := model.(nn.Phased); ok && obs.timeline != nil {
+			var tf time.Time
+			phased.ForwardBackwardPhased(params, grads, x, labels, func() { tf = time.Now() }, nil)
+			obs.timeline.Span(0, "forward", t0, tf.Sub(t0))
+			obs.timeline.Since(0, "backward", tf)
+		} else {
+			model.ForwardBackward(params, grads, x, labels)
+		}
+		to := time.Now()
+		err := opt.Step(params, grads)
+		obs.timeline.Since(0, "optimizer step", to)
+		if obs.metrics != nil {
+			obs.metrics.Step(worker.StepTimes{Step: time.Since(t0), Compute: to.Sub(t0), Samples: batch})
+		}
+		return err
 	}
 	for range warmup {
 		if err := step(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,6 +17,7 @@ import (
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/elastic"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/metrics"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/worker"
 )
@@ -86,10 +88,18 @@ func runElastic(ctx context.Context, r ringRun) error {
 	}
 	steps := launch.StepLog{}
 	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
-		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log}
+		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
 	if r.sf.stats {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}
+	_, stopMetrics, err := r.mtf.workerMetrics(&wcfg, r.id.Rank, metrics.WorkerSources{Members: func() int { return len(svc.roster.Live()) }}, r.log, r.stdout, r.events)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	var current atomic.Pointer[countingTransport] // the generation's transport, for the stall inspector
+	stopStalls := watchStalls(&wcfg, r.stall, r.log, ringStalls(current.Load))
+	defer stopStalls()
 	out, err := elastic.Run(ctx, elastic.Config{
 		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: svc.coord, Roster: svc.roster,
 		Connect: func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
@@ -97,11 +107,17 @@ func runElastic(ctx context.Context, r ringRun) error {
 			defer cancel()
 			cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
 				SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap, Security: r.sec}
-			return collnet.Connect(cctx, cfg)
+			tr, err := collnet.Connect(cctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			ct := newCountingTransport(tr)
+			current.Store(ct)
+			return ct, nil
 		},
 		Comm:  collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
 		Model: r.model, Train: r.train, Initial: initial,
-		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes},
+		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes, Timeline: r.timeline},
 		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(),
 		OnGeneration: r.generationEvents(),
 	})

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
@@ -206,16 +207,25 @@ func (d *dataFlags) load(seed uint64) (train, test data.Dataset, err error) {
 type logFlags struct {
 	level  string
 	format string
+	// stall: how long a wait for other workers or ranks may last before
+	// the waiting process logs what it waits for (0: never).
+	stall time.Duration
 }
 
 func (l *logFlags) register(fs *flag.FlagSet, level string) {
 	fs.StringVar(&l.level, "log-level", level, "log level: debug, info, warn or error")
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.DurationVar(&l.stall, "stall-warning", 30*time.Second, "when a sync barrier, the SSP bound or an allreduce has waited this long, log (once per this interval) which workers or ranks it waits for, for which step, since when; 0: never")
 }
 
-func (l *logFlags) args() []string { return []string{"--log-level", l.level, "--log-format", l.format} }
+func (l *logFlags) args() []string {
+	return []string{"--log-level", l.level, "--log-format", l.format, "--stall-warning", l.stall.String()}
+}
 
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	if l.stall < 0 {
+		return nil, fmt.Errorf("--stall-warning %v: want >= 0 (0: never)", l.stall)
+	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)

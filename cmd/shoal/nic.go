@@ -74,9 +74,18 @@ func grpcDialer(nic *netshape.NIC) grpc.DialOption {
 type countingTransport struct {
 	collective.Transport
 	sent, received atomic.Int64
+	// The transfers under way, for the stall inspector.
+	send, recv pending
+}
+
+// newCountingTransport counts what t carries.
+func newCountingTransport(t collective.Transport) *countingTransport {
+	return &countingTransport{Transport: t, send: pending{what: "sending to it"}, recv: pending{what: "receiving from it"}}
 }
 
 func (c *countingTransport) Send(ctx context.Context, peer int, buf []byte) error {
+	c.send.begin(peer)
+	defer c.send.end()
 	err := c.Transport.Send(ctx, peer, buf)
 	if err == nil {
 		c.sent.Add(int64(len(buf)))
@@ -85,6 +94,8 @@ func (c *countingTransport) Send(ctx context.Context, peer int, buf []byte) erro
 }
 
 func (c *countingTransport) Recv(ctx context.Context, peer int, buf []byte) error {
+	c.recv.begin(peer)
+	defer c.recv.end()
 	err := c.Transport.Recv(ctx, peer, buf)
 	if err == nil {
 		c.received.Add(int64(len(buf)))

@@ -8,12 +8,14 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/secure"
@@ -41,18 +43,38 @@ type psRun struct {
 	exitWhenDone bool
 	sec          secFlags
 	limits       rpc.Limits
+	mtf          metricsFlags
+	tlf          timelineFlags
 }
 
-func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	p, err := parsePS(args, stderr)
 	if err != nil {
 		return err
+	}
+	rows := []string{"optimizer"}
+	for w := range min(p.cfg.Workers, 256) {
+		rows = append(rows, fmt.Sprintf("worker %d's calls", w))
+	}
+	if p.cfg.Timeline, err = p.tlf.open(fmt.Sprintf("ps %d", p.cfg.Shard), rows...); err != nil {
+		return err
+	}
+	defer closeTimeline(p.cfg.Timeline, &err)
+	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
+	var psm *metrics.PS
+	var grpcm *metrics.GRPC
+	ep, err := p.mtf.serve("ps", idx, func(reg prometheus.Registerer) { psm, grpcm = metrics.NewPS(reg, idx), metrics.NewGRPC(reg) }, log, stdout, p.events)
+	if err != nil {
+		return err
+	}
+	defer ep.close()
+	if psm != nil {
+		p.cfg.OnWait = psm.ObserveWait
 	}
 	core, err := ps.New(p.cfg, p.initial)
 	if err != nil {
 		return err
 	}
-	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
 	lis, err := net.Listen("tcp", p.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", p.listen, err)
@@ -78,8 +100,15 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	total := p.cfg.MaxWait + time.Duration(float64(8*core.Floats())/(1<<20)*float64(time.Second)) + p.idle
 	opts := append(p.sec.creds.ServerOptions(log, &refused), grpc.ChainStreamInterceptor(rpc.StreamTimeouts(p.idle, total)))
 	opts = append(opts, p.limits.ServerOptions()...)
+	if grpcm != nil {
+		opts = append(opts, grpcm.ServerOptions()...)
+	}
 	g, health := rpc.NewGRPCServer(opts...)
 	rpc.RegisterPS(g, health, core, log)
+	if psm != nil {
+		grpcm.Initialize(g)
+		psm.Attach(core)
+	}
 	addr := lis.Addr().String()
 	if !p.insecure && !secure.Loopback(addr) && !p.sec.creds.TLS() {
 		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
@@ -209,6 +238,8 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	p.nf.register(fs)
 	p.gf.register(fs)
 	p.sec.register(fs)
+	p.mtf.register(fs)
+	p.tlf.register(fs)
 	mf.register(fs)
 	of.register(fs, "none")
 	lf.register(fs, "info")
@@ -265,7 +296,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	model.Init(initial, mf.seed)
 	p.cfg = ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
 		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
-		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, CheckpointErrorsWarn: *ckptErrors == "warn", Journal: *journal, Logger: log}
+		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, CheckpointErrorsWarn: *ckptErrors == "warn", Journal: *journal, Logger: log, StallWarning: lf.stall}
 	p.initial, p.model = initial, describeModel(model)
 	for _, v := range []func() error{p.nf.validate, p.gf.validate} {
 		if err := v(); err != nil {

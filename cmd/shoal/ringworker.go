@@ -15,10 +15,12 @@ import (
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/secure"
+	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -105,24 +107,27 @@ func (r *ringFlags) masterAddr() (string, error) {
 
 // ringRun is everything a ring worker needs.
 type ringRun struct {
-	id      cluster.Identity
-	model   nn.Model
-	seed    uint64
-	ocfg    optim.Config
-	train   data.Dataset
-	test    data.Dataset
-	tf      trainFlags
-	rf      ringFlags
-	events  bool
-	save    string
-	timeout time.Duration
-	stdout  io.Writer
-	nf      nicFlags
-	sf      statFlags
-	gf      gossipFlags
-	log     *slog.Logger
-	eval    bool // evaluate the final weights on the test set
-	sec     *secure.Credentials
+	id       cluster.Identity
+	model    nn.Model
+	seed     uint64
+	ocfg     optim.Config
+	train    data.Dataset
+	test     data.Dataset
+	tf       trainFlags
+	rf       ringFlags
+	events   bool
+	save     string
+	timeout  time.Duration
+	stdout   io.Writer
+	nf       nicFlags
+	sf       statFlags
+	gf       gossipFlags
+	log      *slog.Logger
+	eval     bool // evaluate the final weights on the test set
+	sec      *secure.Credentials
+	mtf      metricsFlags
+	stall    time.Duration // --stall-warning
+	timeline *timeline.Writer
 }
 
 func runRing(ctx context.Context, r ringRun) error {
@@ -138,7 +143,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		return err
 	}
 	defer closeRing()
-	counted := &countingTransport{Transport: tr}
+	counted := newCountingTransport(tr)
 	// Every collective call gets its own deadline, so a silent peer ends
 	// the call instead of hanging it.
 	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout})
@@ -152,7 +157,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		r.model.Init(initial, r.seed)
 	}
 	ring, err := worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
-		FusionBytes: r.rf.fusionBytes})
+		FusionBytes: r.rf.fusionBytes, Timeline: r.timeline})
 	if err != nil {
 		return err
 	}
@@ -162,9 +167,16 @@ func runRing(ctx context.Context, r ringRun) error {
 		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
 	}
 	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond)}
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
 	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, comm)
+	_, stopMetrics, err := r.mtf.workerMetrics(&wcfg, r.id.Rank, metrics.WorkerSources{Bytes: steps.Counters}, r.log, r.stdout, r.events)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	stopStalls := watchStalls(&wcfg, r.stall, r.log, ringStalls(func() *countingTransport { return counted }))
+	defer stopStalls()
 	w, err := worker.New(wcfg, r.model, r.train, ring)
 	if err != nil {
 		return err
@@ -177,6 +189,7 @@ func runRing(ctx context.Context, r ringRun) error {
 		return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, collnet.FirstFailure(tr, err))
 	}
 	res, err := w.Run(ctx)
+	stopStalls()
 	if err != nil {
 		return fail(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/secure"
+	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -35,6 +37,8 @@ type trainRun struct {
 	rf         ringFlags
 	nf         nicFlags
 	sf         statFlags
+	metrics    bool
+	timeline   string // --timeline DIR
 	workers    int
 	servers    int
 	chunkBytes int
@@ -138,6 +142,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := t.report(stdout, sum, ev); err != nil {
 		return err
 	}
+	if err := t.mergeTimelines(stdout); err != nil {
+		return err
+	}
 	if len(failures) > 0 {
 		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), t.workers)
 	}
@@ -155,6 +162,8 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
+	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
+	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
 	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
 	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
@@ -201,7 +210,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	if t.ckptErrors != "fail" && t.ckptErrors != "warn" {
 		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
 	}
-	if err := errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir)); err != nil {
+	if err := errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline)); err != nil {
 		return nil, err
 	}
 	var err error
@@ -225,7 +234,11 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 
 // common are the flags every child gets.
 func (t *trainRun) common() []string {
-	return append(append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), t.sec.args()...), "--events")
+	args := append(append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), t.sec.args()...), "--events")
+	if t.metrics {
+		args = append(args, "--metrics-addr", "127.0.0.1:0")
+	}
+	return args
 }
 
 // shardProc is one server shard that shoal train runs.
@@ -265,6 +278,7 @@ func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shard
 		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
 		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal)},
 		append(t.common(), t.of.args()...)...)
+	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", sp.idx), sp.restarts)...)
 	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join)...)...)
 	if err != nil {
 		return err
@@ -311,6 +325,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
 			"--call-timeout", t.callTime.String()},
 			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)
+		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
 		if !t.ring {
 			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip)...)
 		}
@@ -419,6 +434,9 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 			return nil, nil, errors.New(m.From.Failure())
 		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
 			peers = append(peers, m.Event.Gossip)
+		case m.Event.Event == launch.Metrics:
+			board.clearBar()
+			fmt.Fprintf(stdout, "metrics: %s at http://%s/metrics\n", m.From.Name(), m.Event.Addr)
 		case m.Event.Event == launch.Progress:
 			board.update(launch.ProgressOf(m.Event))
 		case m.Event.Event == launch.Member:
@@ -534,6 +552,43 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 	}
 	_, err = fmt.Fprintf(stdout, "%s\n", b)
 	return err
+}
+
+// timelineArgs gives a child its --timeline file under --timeline DIR:
+// name.json, or name.restart-N.json for a restarted shard.
+func (t *trainRun) timelineArgs(name string, restart int) []string {
+	if t.timeline == "" {
+		return nil
+	}
+	if restart > 0 {
+		name = fmt.Sprintf("%s.restart-%d", name, restart)
+	}
+	return []string{"--timeline", filepath.Join(t.timeline, name+".json")}
+}
+
+// mergeTimelines merges the children's timelines into DIR/timeline.json.
+func (t *trainRun) mergeTimelines(stdout io.Writer) error {
+	if t.timeline == "" {
+		return nil
+	}
+	var files []string
+	for _, pattern := range []string{"ps-*.json", "worker-*.json"} {
+		m, err := filepath.Glob(filepath.Join(t.timeline, pattern))
+		if err != nil {
+			return err
+		}
+		files = append(files, m...)
+	}
+	out := filepath.Join(t.timeline, "timeline.json")
+	truncated, err := timeline.Merge(out, files)
+	if err != nil {
+		return fmt.Errorf("--timeline: %w", err)
+	}
+	if len(truncated) > 0 {
+		fmt.Fprintf(stdout, "timeline: %v ended early (killed?): the events they had not yet written out are missing\n", truncated)
+	}
+	fmt.Fprintf(stdout, "timeline: %s (%d processes; open it in ui.perfetto.dev or chrome://tracing)\n", out, len(files))
+	return nil
 }
 
 // totalUpdates is how many optimizer steps each server takes in a run:

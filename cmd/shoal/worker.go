@@ -17,9 +17,11 @@ import (
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
 )
@@ -106,6 +108,11 @@ type workerRun struct {
 	sf       statFlags
 	gf       gossipFlags
 	sec      secFlags
+	mtf      metricsFlags
+	tlf      timelineFlags
+	timeline *timeline.Writer // --timeline
+	// metrics, with --metrics-addr, takes the strategy's counters.
+	metrics  *metrics.Worker
 	save     string
 	threads  int
 	servers  string
@@ -120,11 +127,15 @@ type workerRun struct {
 	train, test data.Dataset
 }
 
-func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	w, err := parseWorker(args, stderr)
 	if err != nil {
 		return err
 	}
+	if w.timeline, err = w.tlf.open(fmt.Sprintf("worker %d", w.id.Rank), "steps", "allreduce (overlapping backward)"); err != nil {
+		return err
+	}
+	defer closeTimeline(w.timeline, &err)
 	if w.tf.mode == consistency.Ring {
 		return w.runRing(ctx, stdout)
 	}
@@ -152,6 +163,8 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	w.sf.register(fs)
 	w.gf.register(fs)
 	w.sec.register(fs)
+	w.mtf.register(fs)
+	w.tlf.register(fs)
 	w.mf.register(fs)
 	w.df.register(fs)
 	w.tf.register(fs)
@@ -220,7 +233,7 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	return runRing(ctx, ringRun{sec: w.sec.creds, id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
-		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval})
+		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval, mtf: w.mtf, stall: w.lf.stall, timeline: w.timeline})
 }
 
 // psStrategy is a parameter-server strategy and what it counts. The
@@ -272,9 +285,17 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
 		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
-		Logger: w.log}
+		Logger: w.log, Timeline: w.timeline}
 	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
+	var stopMetrics func()
+	w.metrics, stopMetrics, err = w.mtf.workerMetrics(&wcfg, w.id.Rank, metrics.WorkerSources{Bytes: steps.Counters}, w.log, stdout, w.events)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	stopStalls := watchStalls(&wcfg, w.lf.stall, w.log, psStalls(ps))
+	defer stopStalls()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	if w.events {
@@ -286,6 +307,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	start := time.Now()
 	res, st, err := w.trainPS(runCtx, ps, wcfg)
+	stopStalls()
 	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
 		// Stopped by the launcher: the run so far is the result.
 		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
@@ -332,6 +354,9 @@ func (w *workerRun) trainPS(ctx context.Context, ps *client.Client, cfg worker.C
 		st, err := w.strategy(ps)
 		if err != nil {
 			return worker.Result{}, st, err
+		}
+		if w.metrics != nil {
+			w.metrics.SetSources(metrics.WorkerSources{Staleness: st.staleness, Dropped: st.dropped})
 		}
 		wk, err := worker.New(cfg, w.model, w.train, st.strategy)
 		if err != nil {

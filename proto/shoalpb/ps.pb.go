@@ -328,7 +328,10 @@ type InfoResponse struct {
 	Floats int64 `protobuf:"varint,12,opt,name=floats,proto3" json:"floats,omitempty"`
 	// live_workers are the workers sync and ssp wait for now: 0..workers-1
 	// less those membership saw die or leave and that have not joined again.
-	LiveWorkers   []int64 `protobuf:"varint,13,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	LiveWorkers []int64 `protobuf:"varint,13,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	// stall, when pulls wait for other workers (a sync barrier, the SSP
+	// bound), says for whom; absent when none waits.
+	Stall         *Stall `protobuf:"bytes,14,opt,name=stall,proto3" json:"stall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +457,88 @@ func (x *InfoResponse) GetLiveWorkers() []int64 {
 	return nil
 }
 
+func (x *InfoResponse) GetStall() *Stall {
+	if x != nil {
+		return x.Stall
+	}
+	return nil
+}
+
+// Stall is what a shard's waiting pulls wait for.
+type Stall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step: sync, the step whose pushes are missing; ssp, the slowest
+	// workers' next step.
+	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// workers whose pushes would end the wait.
+	Workers []int64 `protobuf:"varint,2,rep,packed,name=workers,proto3" json:"workers,omitempty"`
+	// since_unix_nanos: when the pulls began waiting (some pull has waited
+	// without a break since).
+	SinceUnixNanos int64 `protobuf:"varint,3,opt,name=since_unix_nanos,json=sinceUnixNanos,proto3" json:"since_unix_nanos,omitempty"`
+	// pulls waiting now.
+	Pulls         int32 `protobuf:"varint,4,opt,name=pulls,proto3" json:"pulls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stall) Reset() {
+	*x = Stall{}
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stall) ProtoMessage() {}
+
+func (x *Stall) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stall.ProtoReflect.Descriptor instead.
+func (*Stall) Descriptor() ([]byte, []int) {
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Stall) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Stall) GetWorkers() []int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *Stall) GetSinceUnixNanos() int64 {
+	if x != nil {
+		return x.SinceUnixNanos
+	}
+	return 0
+}
+
+func (x *Stall) GetPulls() int32 {
+	if x != nil {
+		return x.Pulls
+	}
+	return 0
+}
+
 type JoinWorkerRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId    int64                  `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -467,7 +552,7 @@ type JoinWorkerRequest struct {
 
 func (x *JoinWorkerRequest) Reset() {
 	*x = JoinWorkerRequest{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +564,7 @@ func (x *JoinWorkerRequest) String() string {
 func (*JoinWorkerRequest) ProtoMessage() {}
 
 func (x *JoinWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[5]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +577,7 @@ func (x *JoinWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinWorkerRequest.ProtoReflect.Descriptor instead.
 func (*JoinWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{5}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinWorkerRequest) GetWorkerId() int64 {
@@ -530,7 +615,7 @@ type JoinWorkerResponse struct {
 
 func (x *JoinWorkerResponse) Reset() {
 	*x = JoinWorkerResponse{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +627,7 @@ func (x *JoinWorkerResponse) String() string {
 func (*JoinWorkerResponse) ProtoMessage() {}
 
 func (x *JoinWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[6]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +640,7 @@ func (x *JoinWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinWorkerResponse.ProtoReflect.Descriptor instead.
 func (*JoinWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{6}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinWorkerResponse) GetStep() int64 {
@@ -596,7 +681,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +693,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[7]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +706,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{7}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Stats) GetPushes() int64 {
@@ -698,7 +783,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +795,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[8]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +808,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{8}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PullRequest) GetRanges() []*Range {
@@ -773,7 +858,7 @@ type PullPiece struct {
 
 func (x *PullPiece) Reset() {
 	*x = PullPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +870,7 @@ func (x *PullPiece) String() string {
 func (*PullPiece) ProtoMessage() {}
 
 func (x *PullPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[9]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +883,7 @@ func (x *PullPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullPiece.ProtoReflect.Descriptor instead.
 func (*PullPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{9}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PullPiece) GetOffset() int64 {
@@ -863,7 +948,7 @@ type PushHeader struct {
 
 func (x *PushHeader) Reset() {
 	*x = PushHeader{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +960,7 @@ func (x *PushHeader) String() string {
 func (*PushHeader) ProtoMessage() {}
 
 func (x *PushHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[10]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +973,7 @@ func (x *PushHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushHeader.ProtoReflect.Descriptor instead.
 func (*PushHeader) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{10}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PushHeader) GetWorkerId() int64 {
@@ -962,7 +1047,7 @@ type PushPiece struct {
 
 func (x *PushPiece) Reset() {
 	*x = PushPiece{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1059,7 @@ func (x *PushPiece) String() string {
 func (*PushPiece) ProtoMessage() {}
 
 func (x *PushPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[11]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1072,7 @@ func (x *PushPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPiece.ProtoReflect.Descriptor instead.
 func (*PushPiece) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{11}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PushPiece) GetHeader() *PushHeader {
@@ -1022,7 +1107,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1119,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_shoalpb_ps_proto_msgTypes[12]
+	mi := &file_proto_shoalpb_ps_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1132,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{12}
+	return file_proto_shoalpb_ps_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PushResponse) GetClock() int64 {
@@ -1096,7 +1181,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\xa8\x03\n" +
+	"\vInfoRequest\"\xcf\x03\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -1111,7 +1196,13 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	" \x01(\x03R\tstaleness\x12%\n" +
 	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\x12\x16\n" +
 	"\x06floats\x18\f \x01(\x03R\x06floats\x12!\n" +
-	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\"r\n" +
+	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\x12%\n" +
+	"\x05stall\x18\x0e \x01(\v2\x0f.shoal.v1.StallR\x05stall\"u\n" +
+	"\x05Stall\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x18\n" +
+	"\aworkers\x18\x02 \x03(\x03R\aworkers\x12(\n" +
+	"\x10since_unix_nanos\x18\x03 \x01(\x03R\x0esinceUnixNanos\x12\x14\n" +
+	"\x05pulls\x18\x04 \x01(\x05R\x05pulls\"r\n" +
 	"\x11JoinWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12!\n" +
 	"\fplan_version\x18\x02 \x01(\rR\vplanVersion\x12\x1d\n" +
@@ -1191,7 +1282,7 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_shoalpb_ps_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(Encoding)(0),              // 0: shoal.v1.Encoding
 	(*Range)(nil),              // 1: shoal.v1.Range
@@ -1199,42 +1290,44 @@ var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(*Plan)(nil),               // 3: shoal.v1.Plan
 	(*InfoRequest)(nil),        // 4: shoal.v1.InfoRequest
 	(*InfoResponse)(nil),       // 5: shoal.v1.InfoResponse
-	(*JoinWorkerRequest)(nil),  // 6: shoal.v1.JoinWorkerRequest
-	(*JoinWorkerResponse)(nil), // 7: shoal.v1.JoinWorkerResponse
-	(*Stats)(nil),              // 8: shoal.v1.Stats
-	(*PullRequest)(nil),        // 9: shoal.v1.PullRequest
-	(*PullPiece)(nil),          // 10: shoal.v1.PullPiece
-	(*PushHeader)(nil),         // 11: shoal.v1.PushHeader
-	(*PushPiece)(nil),          // 12: shoal.v1.PushPiece
-	(*PushResponse)(nil),       // 13: shoal.v1.PushResponse
-	nil,                        // 14: shoal.v1.Stats.RejectedByEntry
+	(*Stall)(nil),              // 6: shoal.v1.Stall
+	(*JoinWorkerRequest)(nil),  // 7: shoal.v1.JoinWorkerRequest
+	(*JoinWorkerResponse)(nil), // 8: shoal.v1.JoinWorkerResponse
+	(*Stats)(nil),              // 9: shoal.v1.Stats
+	(*PullRequest)(nil),        // 10: shoal.v1.PullRequest
+	(*PullPiece)(nil),          // 11: shoal.v1.PullPiece
+	(*PushHeader)(nil),         // 12: shoal.v1.PushHeader
+	(*PushPiece)(nil),          // 13: shoal.v1.PushPiece
+	(*PushResponse)(nil),       // 14: shoal.v1.PushResponse
+	nil,                        // 15: shoal.v1.Stats.RejectedByEntry
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	2,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
 	3,  // 1: shoal.v1.InfoResponse.plan:type_name -> shoal.v1.Plan
 	1,  // 2: shoal.v1.InfoResponse.ranges:type_name -> shoal.v1.Range
-	8,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
-	14, // 4: shoal.v1.Stats.rejected_by:type_name -> shoal.v1.Stats.RejectedByEntry
-	1,  // 5: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	13, // 6: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
-	1,  // 7: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	0,  // 8: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
-	11, // 9: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	4,  // 10: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	9,  // 11: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	12, // 12: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	12, // 13: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
-	6,  // 14: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
-	5,  // 15: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	10, // 16: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	13, // 17: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	10, // 18: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
-	7,  // 19: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	9,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
+	6,  // 4: shoal.v1.InfoResponse.stall:type_name -> shoal.v1.Stall
+	15, // 5: shoal.v1.Stats.rejected_by:type_name -> shoal.v1.Stats.RejectedByEntry
+	1,  // 6: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
+	14, // 7: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
+	1,  // 8: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	0,  // 9: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
+	12, // 10: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	4,  // 11: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	10, // 12: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	13, // 13: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	13, // 14: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
+	7,  // 15: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
+	5,  // 16: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	11, // 17: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	14, // 18: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	11, // 19: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
+	8,  // 20: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }
@@ -1248,7 +1341,7 @@ func file_proto_shoalpb_ps_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
