@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/sim"
+)
+
+const benchPlanSynopsis = `Predicts, by simulation (package sim), how the modes compare for a job of
+--workers workers behind NICs of --nic-gbps: per mode and server count, the step
+time, samples/s, scaling efficiency (against the workers computing alone) and
+traffic, and which setup wins. The compute per step and the optimizer's speed are
+measured on this machine first (shoal bench compute's loop, one thread) unless
+--compute and --apply-gbps give them. Simulated, not measured: docs/BENCHMARKS.md
+says how close the simulator comes to measured runs.`
+
+// planRow is one simulated setup.
+type planRow struct {
+	Mode    string     `json:"mode"`
+	Servers int        `json:"servers"`
+	Result  sim.Result `json:"result"`
+}
+
+func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench plan", benchPlanSynopsis, stderr)
+	var mf modelFlags
+	mf.register(fs)
+	var (
+		workers   = fs.Int("workers", 64, "workers of the job")
+		servers   = fs.String("servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
+		modes     = fs.String("modes", "async,sync,ssp,ring", "modes to simulate")
+		batch     = fs.Int("batch", 64, "batch per worker")
+		gbps      = fs.Float64("nic-gbps", 25, "every process's NIC, Gbit/s per direction")
+		latency   = fs.Duration("latency", 25*time.Microsecond, "one-way network latency")
+		compute   = fs.Duration("compute", 0, "forward+backward time of one step (0: measure it here, one thread)")
+		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
+		fusion    = fs.Int64("fusion-bytes", 65536, "ring: bucket size (0: one allreduce after backward)")
+		chunk     = fs.Int64("chunk-bytes", 1<<20, "PS: the shard plan's chunk size")
+		staleness = fs.Int64("staleness", 1, "ssp: the bound")
+		backup    = fs.Int("backup-workers", 0, "sync: backup workers")
+		jitter    = fs.Float64("jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
+		steps     = fs.Int("steps", 10, "steps simulated per worker")
+		jsonOut   = fs.Bool("json", false, "print one JSON object per setup")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *workers < 1 || *batch < 1 || *steps < 1 || *gbps <= 0 || *latency < 0 || *compute < 0 || *apply < 0 || *jitter < 0 {
+		return fmt.Errorf("--workers %d, --batch %d, --steps %d, --nic-gbps %g, --latency %v, --compute %v, --apply-gbps %g, --jitter %g: want workers, batch, steps >= 1, a positive NIC rate, the rest >= 0",
+			*workers, *batch, *steps, *gbps, *latency, *compute, *apply, *jitter)
+	}
+	var ms []consistency.Mode
+	for _, s := range strings.Split(*modes, ",") {
+		m, err := consistency.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--modes: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	counts, err := serverCounts(*servers, *workers)
+	if err != nil {
+		return err
+	}
+	spec, err := mf.spec()
+	if err != nil {
+		return err
+	}
+	model, err := nn.New(spec, nn.NewCPU())
+	if err != nil {
+		return err
+	}
+	var layers []int64
+	for _, t := range model.Layout().Tensors {
+		layers = append(layers, 4*int64(t.Size()))
+	}
+	c, a := compute.Seconds(), *apply*1e9
+	if c == 0 {
+		fast, _, err := mf.buildFast(1)
+		if err != nil {
+			return err
+		}
+		rec, err := benchCompute(ctx, fast, *batch, 5, 30, mf.seed, observer{})
+		if err != nil {
+			return err
+		}
+		c = rec.Seconds / float64(rec.Steps)
+	}
+	if a == 0 {
+		a = sim.MeasureOptimizer(model.Layout().Size())
+	}
+	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers,
+		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: *jitter, Seed: mf.seed,
+		NICGbps: *gbps, Latency: latency.Seconds(), ApplyBytesPerSec: a}
+	if !*jsonOut {
+		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
+			describeModel(model), float64(model.Layout().Size())*4/1e6, *workers, *batch, *gbps, *latency, c*1e3, a/1e9, *steps)
+		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
+	}
+	var rows []planRow
+	for _, m := range ms {
+		ss := counts
+		if !m.UsesServers() {
+			ss = []int{0}
+		}
+		for _, s := range ss {
+			cfg := base
+			cfg.Mode, cfg.Servers = m, s
+			if s > model.Layout().Size() {
+				continue
+			}
+			r, err := sim.Run(cfg)
+			if err != nil {
+				return fmt.Errorf("%s with %d servers: %w", m, s, err)
+			}
+			rows = append(rows, planRow{Mode: m.String(), Servers: s, Result: r})
+			if *jsonOut {
+				if err := printJSONLine(stdout, rows[len(rows)-1]); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", m, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+				(r.BytesSent+r.BytesReceived)/1e6)
+		}
+	}
+	if *jsonOut || len(rows) == 0 {
+		return nil
+	}
+	best, second := rows[0], planRow{}
+	for _, r := range rows[1:] {
+		switch {
+		case r.Result.SamplesPerSec > best.Result.SamplesPerSec:
+			if r.Mode != best.Mode {
+				second = best
+			}
+			best = r
+		case r.Mode != best.Mode && r.Result.SamplesPerSec > second.Result.SamplesPerSec:
+			second = r
+		}
+	}
+	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.Mode, withServers(best.Servers), best.Result.SamplesPerSec)
+	if second.Mode != "" {
+		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
+	}
+	fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in")
+	return nil
+}
+
+func serversLabel(s int) string {
+	if s == 0 {
+		return "-"
+	}
+	return strconv.Itoa(s)
+}
+
+func withServers(s int) string {
+	if s == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with %d servers", s)
+}
+
+// serverCounts parses --servers, or gives 1 and then ×4 up to the
+// workers or 64.
+func serverCounts(s string, workers int) ([]int, error) {
+	if s == "" {
+		out := []int{1}
+		for n := 4; n <= min(workers, 64); n *= 4 {
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--servers %q: want counts like 1,4,16", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

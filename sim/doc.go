@@ -1,0 +1,27 @@
+// Package sim simulates one training job, event by event, to predict how
+// the modes compare past the processes one machine can run: N workers
+// that compute for a given time per step, S parameter-server shards that
+// apply updates at a given rate, and every process behind a NIC of B
+// Gbit/s per direction with a one-way latency, the harness's NIC model.
+//
+// It follows Shoal's own mechanics: the shard plan's chunks dealt over
+// the shards; async push-pull, each chunk sent back as soon as the shard
+// applied it; sync's barrier (the mean applied once the workers, less
+// the backup workers, pushed), then the weights to every waiting worker;
+// SSP's bound on the slowest worker's progress; the ring's
+// reduce-scatter and allgather, each of the 2(N−1) rounds passing 1/N of
+// a bucket to the next rank, the buckets cut at FusionBytes as backward
+// produces the gradients (last layers first) and reduced one after the
+// other while backward goes on.
+//
+// Messages travel in streams, as gRPC's do, in pieces of at most 1 MiB:
+// a piece leaves its sender's egress at the line rate and enters its
+// receiver's ingress at the line rate, each as soon as it is free (the
+// switch buffers between them), and a stream sends its next piece once
+// the receiver has begun taking the last. So the streams through one
+// NIC share it piece by piece: many workers pushing to one shard share
+// its ingress. A shard's chunks go in at most eight messages per push.
+// Nothing else is shared: every simulated process has a CPU of its own,
+// and what a message costs the CPUs (copies, framing) is not modelled.
+// docs/BENCHMARKS.md compares the predictions with measured runs.
+package sim

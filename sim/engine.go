@@ -1,0 +1,160 @@
+package sim
+
+// engine runs events in time order (seconds); events at the same time
+// run in the order they were scheduled. Its queue is a binary heap of its
+// own (container/heap's interface calls cost twice as much here, where a
+// thousand workers make millions of events).
+type engine struct {
+	now float64
+	q   []event
+	seq int
+}
+
+type event struct {
+	at  float64
+	seq int
+	fn  func()
+}
+
+func (a *event) before(b *event) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+// at schedules fn at time t (not before now).
+func (e *engine) at(t float64, fn func()) {
+	e.seq++
+	e.q = append(e.q, event{at: max(t, e.now), seq: e.seq, fn: fn})
+	for i := len(e.q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !e.q[i].before(&e.q[p]) {
+			break
+		}
+		e.q[i], e.q[p] = e.q[p], e.q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the earliest event.
+func (e *engine) pop() event {
+	q := e.q
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = event{}
+	q = q[:last]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < len(q) && q[l].before(&q[m]) {
+			m = l
+		}
+		if r := l + 1; r < len(q) && q[r].before(&q[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	e.q = q
+	return top
+}
+
+// run runs events until none is left or limit of them ran; it reports
+// whether the queue emptied.
+func (e *engine) run(limit int) bool {
+	for n := 0; len(e.q) > 0; n++ {
+		if n == limit {
+			return false
+		}
+		ev := e.pop()
+		e.now = ev.at
+		ev.fn()
+	}
+	return true
+}
+
+// nic is one process's network interface: each direction carries one
+// piece at a time.
+type nic struct {
+	egress, ingress float64 // when each direction is next free
+	sent, received  float64 // bytes
+}
+
+// network moves bytes between NICs.
+type network struct {
+	e       *engine
+	bps     float64 // bytes per second per direction; 0: infinite
+	latency float64 // one way, seconds
+	piece   float64 // bytes
+}
+
+// stream is one ordered flow of messages from a to b, as a gRPC stream
+// is, in pieces. A piece leaves a's egress at the line rate as soon as
+// the egress is free, and enters b's ingress at the line rate as soon as
+// that is free (the switch between them buffers it); the stream sends
+// its next piece once b has begun taking this one (a window of about a
+// piece, as flow control keeps it). So the streams that share a NIC
+// share it piece by piece, and neither side's queue holds up the other.
+type stream struct {
+	nw    *network
+	a, b  *nic
+	queue []message
+	busy  bool
+}
+
+type message struct {
+	left float64 // bytes not yet sent
+	done func()  // called when the last byte has arrived
+}
+
+func (nw *network) stream(a, b *nic) *stream { return &stream{nw: nw, a: a, b: b} }
+
+// send queues a message of n bytes; done is called when it has arrived.
+func (s *stream) send(n float64, done func()) {
+	s.queue = append(s.queue, message{left: n, done: done})
+	s.pump()
+}
+
+func (s *stream) pump() {
+	if s.busy || len(s.queue) == 0 {
+		return
+	}
+	nw, m := s.nw, &s.queue[0]
+	k := min(m.left, nw.piece)
+	d := 0.0
+	if nw.bps > 0 {
+		d = k / nw.bps
+	}
+	out := max(nw.e.now, s.a.egress)
+	s.a.egress = out + d
+	in := max(out, s.b.ingress)
+	arrived := max(out+d, in+d)
+	s.b.ingress = arrived
+	s.a.sent += k
+	s.b.received += k
+	m.left -= k
+	if m.left <= 0 {
+		nw.e.at(arrived+nw.latency, m.done)
+		s.queue = s.queue[1:]
+	}
+	s.busy = true
+	nw.e.at(max(out+d, in), func() {
+		s.busy = false
+		s.pump()
+	})
+}
+
+// cpu is a processor that does one thing at a time, first come first
+// served.
+type cpu struct{ free float64 }
+
+// run occupies c for d seconds from now (or when c is next free) and
+// calls done at the end.
+func (c *cpu) run(e *engine, d float64, done func()) {
+	c.free = max(e.now, c.free) + d
+	e.at(c.free, done)
+}

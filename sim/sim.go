@@ -1,0 +1,242 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+)
+
+// Config is one job to simulate. Times are seconds, sizes bytes.
+type Config struct {
+	Mode consistency.Mode
+	// Workers and Servers (PS modes); BackupWorkers (sync) and Staleness
+	// (SSP) as the flags of shoal train.
+	Workers, Servers int
+	BackupWorkers    int
+	Staleness        int64
+	// Batch is per worker and step; Steps is how many each worker runs.
+	Batch, Steps int
+	// Layers are the model's tensors' sizes in bytes, in layout order
+	// (the order of the parameter vector); their sum is the vector.
+	Layers []int64
+	// ChunkBytes is the shard plan's chunk size (default 1 MiB);
+	// FusionBytes the ring's bucket size (0: one allreduce after
+	// backward).
+	ChunkBytes, FusionBytes int64
+	// Forward and Backward are one step's compute; Jitter, when > 0, is
+	// the standard deviation of a log-normal factor on each step's
+	// compute (mean 1), drawn from Seed.
+	Forward, Backward float64
+	Jitter            float64
+	Seed              uint64
+	// NICGbps per direction of every process (0: infinite), Latency one
+	// way.
+	NICGbps, Latency float64
+	// ApplyBytesPerSec is how fast a shard, or a ring rank, applies the
+	// optimizer step to the weights (0: at once).
+	ApplyBytesPerSec float64
+}
+
+// Result is what a simulated job did.
+type Result struct {
+	// Seconds is when the last worker finished; StepSeconds the mean step
+	// of a worker (its steps over its time).
+	Seconds, StepSeconds float64
+	// SamplesPerSec counts every worker's samples over Seconds.
+	SamplesPerSec float64
+	// Efficiency is SamplesPerSec against N workers that only compute.
+	Efficiency float64
+	// ComputeSeconds and CommSeconds split a worker's mean step: its own
+	// compute, and the rest (communication and waiting).
+	ComputeSeconds, CommSeconds float64
+	// BytesSent and BytesReceived are per worker and step.
+	BytesSent, BytesReceived float64
+	// Staleness counts pushes by how many updates their shard had applied
+	// since the worker's values were read (async and SSP; shard 0).
+	Staleness consistency.Staleness
+}
+
+// VectorBytes is the sum of the layers.
+func (c Config) VectorBytes() int64 {
+	var n int64
+	for _, l := range c.Layers {
+		n += l
+	}
+	return n
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("sim: %d workers, want >= 1", c.Workers)
+	case c.Mode.UsesServers() && c.Servers < 1:
+		return fmt.Errorf("sim: %d servers, want >= 1 in %s mode", c.Servers, c.Mode)
+	case c.Batch < 1 || c.Steps < 1:
+		return fmt.Errorf("sim: batch %d, steps %d: want both >= 1", c.Batch, c.Steps)
+	case len(c.Layers) == 0 || c.VectorBytes() < 4:
+		return errors.New("sim: no layers: want the model's tensor sizes in bytes")
+	case c.Forward < 0 || c.Backward < 0 || c.Forward+c.Backward <= 0:
+		return fmt.Errorf("sim: forward %gs, backward %gs: want >= 0 and some compute", c.Forward, c.Backward)
+	case c.NICGbps < 0 || c.Latency < 0 || c.ApplyBytesPerSec < 0 || c.Jitter < 0:
+		return errors.New("sim: NIC rate, latency, apply rate and jitter must be >= 0")
+	case c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers:
+		return fmt.Errorf("sim: %d backup workers of %d, want 0..workers-1", c.BackupWorkers, c.Workers)
+	case c.Staleness < 0:
+		return fmt.Errorf("sim: staleness %d, want >= 0", c.Staleness)
+	}
+	for _, l := range c.Layers {
+		if l <= 0 || l%4 != 0 {
+			return fmt.Errorf("sim: a layer of %d bytes, want a positive multiple of 4 (float32)", l)
+		}
+	}
+	return nil
+}
+
+// maxEvents bounds a run, far above what the largest plan needs.
+const maxEvents = 1 << 31
+
+// Run simulates cfg.
+func Run(cfg Config) (Result, error) {
+	if cfg.ChunkBytes == 0 {
+		cfg.ChunkBytes = 1 << 20
+	}
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	j := &job{cfg: cfg, e: &engine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5349_4d55))}
+	j.net = &network{e: j.e, latency: cfg.Latency, piece: 1 << 20}
+	if cfg.NICGbps > 0 {
+		j.net.bps = cfg.NICGbps * 1e9 / 8
+	}
+	j.workers = make([]*simWorker, cfg.Workers)
+	for i := range j.workers {
+		j.workers[i] = &simWorker{id: i}
+	}
+	var err error
+	if cfg.Mode == consistency.Ring {
+		err = j.startRing()
+	} else {
+		err = j.startPS()
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if !j.e.run(maxEvents) {
+		return Result{}, errors.New("sim: the job did not end within its event budget")
+	}
+	return j.result()
+}
+
+// job is one simulation's state.
+type job struct {
+	cfg     Config
+	e       *engine
+	net     *network
+	rng     *rand.Rand
+	workers []*simWorker
+	shards  []*simShard
+	ps      []psWorker
+	stale   consistency.Staleness
+	// Ring: the buckets' sizes and when in backward each is ready.
+	bucketSizes, bucketReady []float64
+	ring                     *ringState
+}
+
+type simWorker struct {
+	id      int
+	nic     nic
+	cpu     cpu
+	step    int     // steps done
+	compute float64 // total compute time
+	end     float64 // when its last step ended
+}
+
+// computeTime is one step's forward and backward, with jitter.
+func (j *job) computeTime() (fwd, bwd float64) {
+	f := 1.0
+	if s := j.cfg.Jitter; s > 0 {
+		f = math.Exp(s*j.rng.NormFloat64() - s*s/2)
+	}
+	return j.cfg.Forward * f, j.cfg.Backward * f
+}
+
+func (j *job) result() (Result, error) {
+	var r Result
+	var steps, compute, sent, received float64
+	for _, w := range j.workers {
+		if w.step != j.cfg.Steps {
+			return Result{}, fmt.Errorf("sim: worker %d ended after %d of %d steps: the simulation deadlocked (a bug)", w.id, w.step, j.cfg.Steps)
+		}
+		r.Seconds = max(r.Seconds, w.end)
+		steps += float64(w.step)
+		compute += w.compute
+		sent += w.nic.sent
+		received += w.nic.received
+	}
+	n := float64(j.cfg.Workers)
+	perWorker := steps / n
+	r.StepSeconds = r.Seconds / perWorker
+	r.SamplesPerSec = steps * float64(j.cfg.Batch) / r.Seconds
+	r.Efficiency = r.SamplesPerSec / (n * float64(j.cfg.Batch) / (j.cfg.Forward + j.cfg.Backward))
+	r.ComputeSeconds = compute / steps
+	r.CommSeconds = max(r.StepSeconds-r.ComputeSeconds, 0)
+	r.BytesSent, r.BytesReceived = sent/steps, received/steps
+	r.Staleness = j.stale
+	return r, nil
+}
+
+// maxMessages bounds the messages of one push (or reply) to one shard:
+// a shard's chunks are grouped into at most this many, in order. A
+// chunk is the unit a shard applies and sends back in async mode, so
+// grouping coarsens that pipeline a little where a shard owns many
+// chunks, and keeps a job of a thousand workers and shards simulable.
+const maxMessages = 8
+
+// plan is the shard plan of the vector as shoal ps cuts it: each
+// shard's chunks, in bytes, grouped into at most maxMessages messages.
+func (c Config) plan() ([][]float64, error) {
+	p, err := shard.New(int(c.VectorBytes()/4), c.Servers, int(c.ChunkBytes))
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	out := make([][]float64, c.Servers)
+	for s := range out {
+		rs := p.Ranges(s)
+		groups := min(len(rs), maxMessages)
+		out[s] = make([]float64, groups)
+		for i, r := range rs {
+			out[s][i*groups/len(rs)] += 4 * float64(r.Len)
+		}
+	}
+	return out, nil
+}
+
+// MeasureOptimizer times momentum steps on a vector of floats floats (at
+// least 1M) here and returns the bytes of weights updated per second,
+// the best of three tries (the first touches fresh memory): the apply
+// rate of shards and ranks for Config.ApplyBytesPerSec.
+func MeasureOptimizer(floats int) float64 {
+	n := max(floats, 1<<20)
+	cfg := optim.DefaultConfig()
+	cfg.Algorithm = optim.Momentum
+	o, err := optim.New(cfg, n)
+	if err != nil {
+		panic(err) // a valid config
+	}
+	p, g := make([]float32, n), make([]float32, n)
+	best := 0.0
+	for range 3 {
+		start := time.Now()
+		for range 5 {
+			_ = o.Step(p, g)
+		}
+		best = max(best, 5*4*float64(n)/time.Since(start).Seconds())
+	}
+	return best
+}

@@ -1,0 +1,133 @@
+package sim_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/sim"
+)
+
+// job is a model of m bytes in one layer, compute c seconds a step split
+// a third forward, a NIC of 1 Gbit/s, no latency, no apply cost.
+func job(mode consistency.Mode, workers, servers int, m int64, c float64) sim.Config {
+	return sim.Config{Mode: mode, Workers: workers, Servers: servers, Batch: 64, Steps: 20, Layers: []int64{m},
+		Forward: c / 3, Backward: 2 * c / 3, NICGbps: 1}
+}
+
+const gbit = 1e9 / 8 // bytes per second
+
+func run(t *testing.T, cfg sim.Config) sim.Result {
+	t.Helper()
+	r, err := sim.Run(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// The ring's step is compute plus 2(N−1)/N·M/B without fusion.
+func TestTheRingMatchesItsFormula(t *testing.T) {
+	const m = 4 << 20
+	for _, n := range []int{2, 4, 16, 256} {
+		r := run(t, job(consistency.Ring, n, 0, m, 0.01))
+		want := 0.01 + 2*float64(n-1)/float64(n)*m/gbit
+		assert.InEpsilon(t, want, r.StepSeconds, 1e-9, "N=%d", n)
+		assert.InEpsilon(t, 2*float64(n-1)/float64(n)*m, r.BytesSent, 1e-9)
+	}
+}
+
+// One worker and one shard, the vector in one chunk: compute, the push,
+// the reply, one after the other.
+func TestOneWorkerPushesThenPulls(t *testing.T) {
+	const m = 1 << 20
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+		r := run(t, job(mode, 1, 1, m, 0.002))
+		assert.InEpsilon(t, 0.002+2*m/gbit, r.StepSeconds, 1e-9, "%s", mode)
+		assert.InEpsilon(t, float64(m), r.BytesSent, 1e-9)
+	}
+}
+
+// N workers on S shards: the busiest NIC carries max(M, N·M/S) each way
+// per step, so no step can be shorter than that one way; the harness's
+// analytic model, 2·max(M/B, N·M/(S·B)) plus compute, has the two
+// directions one after the other. The simulation lets a worker whose
+// weights came first compute and push while the shard still sends to the
+// others, so a sync step falls between the two (measured, 4 sync workers
+// on one shard at 1 Gbit/s took 54.4 ms a step against the model's 61.3).
+func TestManyWorkersShareAShardsNIC(t *testing.T) {
+	const m = 8 << 20 // 8 chunks
+	for _, tc := range []struct{ n, s int }{{2, 1}, {4, 1}, {8, 2}, {8, 8}, {16, 4}} {
+		r := run(t, job(consistency.Sync, tc.n, tc.s, m, 0.001))
+		oneWay := max(m/gbit, float64(tc.n)*m/(float64(tc.s)*gbit))
+		model := 0.001 + 2*oneWay
+		assert.True(t, r.StepSeconds >= oneWay && r.StepSeconds <= 1.03*model, "N=%d S=%d: step %.4fs, one way %.4fs, model %.4fs",
+			tc.n, tc.s, r.StepSeconds, oneWay, model)
+		assert.InEpsilon(t, float64(m), r.BytesSent, 1e-9)
+	}
+	// Without the shards' NICs as the bottleneck the step falls to the
+	// workers' own: one vector each way.
+	r := run(t, job(consistency.Sync, 4, 4, 8<<20, 0.001))
+	one := run(t, job(consistency.Sync, 4, 1, 8<<20, 0.001))
+	assert.Less(t, r.StepSeconds, one.StepSeconds/3)
+}
+
+// Fusion overlaps the allreduce of the last layers with the backward of
+// the first: the step is shorter than compute plus communication.
+func TestFusionOverlapsBackward(t *testing.T) {
+	cfg := job(consistency.Ring, 4, 0, 0, 0.03)
+	cfg.Layers = []int64{1 << 20, 1 << 20, 1 << 20, 1 << 20}
+	whole := run(t, cfg)
+	cfg.FusionBytes = 1 << 20
+	fused := run(t, cfg)
+	assert.Less(t, fused.StepSeconds, whole.StepSeconds)
+	assert.InEpsilon(t, whole.BytesSent, fused.BytesSent, 1e-9, "the same bytes")
+	// Each 1 MiB bucket's allreduce (1.5 MiB per rank on the wire) takes
+	// longer than the quarter of backward that makes the next: the first
+	// starts a quarter into backward and the four follow back to back.
+	assert.InEpsilon(t, 0.01+0.02/4+4*1.5*(1<<20)/gbit, fused.StepSeconds, 1e-6)
+}
+
+// Async workers of equal speed push in turn: each push finds the other
+// workers' pushes applied since its read, N−1 in the steady state; SSP
+// with bound 0 waits like sync and sees none.
+func TestStaleness(t *testing.T) {
+	r := run(t, job(consistency.Async, 4, 1, 1<<20, 0.001))
+	assert.InDelta(t, 3, r.Staleness.Mean(), 0.5, "%v", r.Staleness)
+	cfg := job(consistency.SSP, 4, 1, 1<<20, 0.001)
+	cfg.Jitter, cfg.Seed = 0.5, 7
+	tight := run(t, cfg)
+	cfg.Staleness = 8
+	loose := run(t, cfg)
+	assert.LessOrEqual(t, tight.StepSeconds, loose.StepSeconds*1.5)
+	assert.Less(t, loose.StepSeconds, tight.StepSeconds, "a looser bound waits less for the slowest")
+}
+
+// A backup worker lets sync steps go on without the slowest.
+func TestABackupWorkerHidesAStraggler(t *testing.T) {
+	cfg := job(consistency.Sync, 8, 2, 1<<20, 0.01)
+	cfg.Jitter, cfg.Seed = 0.8, 3
+	none := run(t, cfg)
+	cfg.BackupWorkers = 1
+	one := run(t, cfg)
+	assert.Less(t, one.StepSeconds, none.StepSeconds)
+}
+
+func TestBadConfigsAreRefused(t *testing.T) {
+	good := job(consistency.Sync, 2, 1, 1<<20, 0.01)
+	for name, mut := range map[string]func(*sim.Config){
+		"no workers":              func(c *sim.Config) { c.Workers = 0 },
+		"no servers":              func(c *sim.Config) { c.Servers = 0 },
+		"no layers":               func(c *sim.Config) { c.Layers = nil },
+		"odd layer":               func(c *sim.Config) { c.Layers = []int64{6} },
+		"no compute":              func(c *sim.Config) { c.Forward, c.Backward = 0, 0 },
+		"all backup":              func(c *sim.Config) { c.BackupWorkers = 2 },
+		"negative NIC":            func(c *sim.Config) { c.NICGbps = -1 },
+		"more shards than floats": func(c *sim.Config) { c.Layers, c.Servers = []int64{4}, 2 },
+	} {
+		cfg := good
+		mut(&cfg)
+		_, err := sim.Run(cfg)
+		assert.Error(t, err, name)
+	}
+}
