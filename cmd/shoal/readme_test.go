@@ -180,6 +180,37 @@ var readmeRuns = map[string]readmeRun{
 			}
 		}},
 
+	// Watching a run: five steps with every child's metrics and timeline;
+	// a shard with its endpoint on a free port (the serve check scrapes
+	// nothing, TestEveryChildServesItsMetrics does).
+	"shoal train --mode sync --workers 2 --servers 2 --metrics --timeline timeline": {add: []string{"--steps", "5"}, check: func(t *testing.T, dir, stdout string) {
+		trainTested(t, dir, stdout)
+		for _, child := range []string{"ps 0", "ps 1", "worker 0", "worker 1"} {
+			assert.Contains(t, stdout, "metrics: "+child+" at http://127.0.0.1:")
+		}
+		assert.FileExists(t, filepath.Join(dir, "timeline", "timeline.json"))
+	}},
+	"shoal ps --listen :7070 --metrics-addr 127.0.0.1:9100 --stall-warning 1m": {serve: true,
+		subst: map[string]string{":7070": "127.0.0.1:0", "127.0.0.1:9100": "127.0.0.1:0"}},
+
+	// shoal bench plan: simulated; the big model's line measures its
+	// compute first.
+	"shoal bench plan --workers 1024 --nic-gbps 25": {check: func(t *testing.T, _, stdout string) {
+		assert.Contains(t, stdout, "1024 workers of batch 64, NICs of 25 Gbit/s")
+		assert.Contains(t, stdout, "fastest: ")
+	}},
+	"shoal bench plan --workers 64 --nic-gbps 25 --hidden 16384,768 --batch 16": {check: func(t *testing.T, _, stdout string) {
+		assert.Contains(t, stdout, "mlp 784-16384-768-10 (101.8 MB), 64 workers of batch 16")
+		assert.Contains(t, stdout, "fastest: ")
+	}},
+
+	// Python: the job TestPythonWorker runs (the four processes at once,
+	// which this test's one-line-after-another cannot).
+	"shoal ps --listen 127.0.0.1:7070 --servers 2 --shard 0 --workers 2 --mode sync":                                                    {skip: pythonJob},
+	"shoal ps --listen 127.0.0.1:7071 --servers 2 --shard 1 --workers 2 --mode sync":                                                    {skip: pythonJob},
+	"shoal worker --servers 127.0.0.1:7070,127.0.0.1:7071 --mode sync --rank 0 --world-size 2 --steps 300":                              {skip: pythonJob},
+	"/usr/bin/python3 clients/python/examples/train_mlp.py --servers 127.0.0.1:7070,127.0.0.1:7071 --rank 1 --world-size 2 --steps 300": {skip: pythonJob},
+
 	// Security: the certificates in the line's folder; the shard a worker
 	// line talks to serves with them on loopback.
 	"shoal certs --out certs --hosts ps0,ps1": {check: func(t *testing.T, dir, stdout string) {
@@ -290,6 +321,9 @@ var readmeRuns = map[string]readmeRun{
 	"shoal info":    {check: func(t *testing.T, _, stdout string) { assert.Contains(t, stdout, "gemm:") }},
 	"shoal version": {check: func(t *testing.T, _, stdout string) { assert.Regexp(t, `^shoal \S+ revision \S+`, stdout) }},
 }
+
+// pythonJob says where the Python section's job runs.
+const pythonJob = "TestPythonWorker (cmd/shoal/python_test.go) runs this job: two sync shards, a Go worker and train_mlp.py, at once"
 
 // TestREADME runs every command line of README.md as readmeRuns says, one
 // after the other (the machine may have two cores), each within its own
