@@ -57,6 +57,7 @@ func (j *job) startPS() error {
 	}
 	j.ps = make([]psWorker, n)
 	for _, w := range j.workers {
+		j.trace(j.shards[0], Op{Worker: w.id, Step: 0, Read: true})
 		j.e.at(0, func() { j.psStep(w) })
 	}
 	return nil
@@ -111,6 +112,10 @@ func (j *job) arrive(s *simShard, w *simWorker, bytes float64) {
 		if s.left[w.id]--; s.left[w.id] == 0 {
 			s.clock++
 			moved = s.advance(w.id, int64(w.step)+1)
+			j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
+			if j.cfg.Mode == consistency.Async {
+				j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
+			}
 		}
 		if j.cfg.Mode == consistency.Async {
 			// The updated chunk goes straight back.
@@ -125,6 +130,7 @@ func (j *job) arrive(s *simShard, w *simWorker, bytes float64) {
 			s.held = append(s.held, h)
 		} else {
 			s.seen[w.id] = s.clock
+			j.trace(s, Op{Worker: w.id, Step: h.step, Read: true})
 			j.replyAll(s, w)
 		}
 		if moved {
@@ -170,6 +176,7 @@ func (j *job) releaseSSP(s *simShard) {
 	for _, h := range s.held {
 		if j.mayRead(s, h) {
 			s.seen[h.w.id] = s.clock
+			j.trace(s, Op{Worker: h.w.id, Step: h.step, Read: true})
 			j.replyAll(s, h.w)
 		} else {
 			keep = append(keep, h)
@@ -182,8 +189,11 @@ func (j *job) releaseSSP(s *simShard) {
 // workers less the backup workers pushed it; a later push is dropped and
 // answered at once.
 func (j *job) syncPushed(s *simShard, w *simWorker) {
+	j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
 	if int64(w.step) < s.clock {
-		j.replyAll(s, w) // late: dropped, the next step's weights are there
+		// Late: dropped, the next step's weights are there.
+		j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
+		j.replyAll(s, w)
 		return
 	}
 	s.arrived++
@@ -200,6 +210,7 @@ func (j *job) syncPushed(s *simShard, w *simWorker) {
 	s.clock++ // pushes for this step from now on are late
 	s.cpu.run(j.e, apply, func() {
 		for _, v := range waiting {
+			j.trace(s, Op{Worker: v.id, Step: int64(v.step) + 1, Read: true})
 			j.replyAll(s, v)
 		}
 	})

@@ -41,6 +41,18 @@ type Config struct {
 	// ApplyBytesPerSec is how fast a shard, or a ring rank, applies the
 	// optimizer step to the weights (0: at once).
 	ApplyBytesPerSec float64
+	// Trace records, in Result.Schedule, the order in which shard 0
+	// applied the pushes and answered the reads (PS modes).
+	Trace bool
+}
+
+// Op is one thing shard 0 did for a worker: applied (sync: took in) its
+// push of Step, or gave it the weights it computes Step with (Read).
+// Reads for a step past the last are not recorded.
+type Op struct {
+	Worker int   `json:"worker"`
+	Step   int64 `json:"step"`
+	Read   bool  `json:"read,omitempty"`
 }
 
 // Result is what a simulated job did.
@@ -60,6 +72,8 @@ type Result struct {
 	// Staleness counts pushes by how many updates their shard had applied
 	// since the worker's values were read (async and SSP; shard 0).
 	Staleness consistency.Staleness
+	// Schedule is shard 0's order of pushes and reads (Config.Trace).
+	Schedule []Op `json:"-"`
 }
 
 // VectorBytes is the sum of the layers.
@@ -109,6 +123,9 @@ func Run(cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
+	if cfg.Mode == consistency.SSP && cfg.Staleness == 0 {
+		cfg.Mode = consistency.Sync // as the shards do: SSP's bound 0 is the sync barrier
+	}
 	j := &job{cfg: cfg, e: &engine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5349_4d55))}
 	j.net = &network{e: j.e, latency: cfg.Latency, piece: 1 << 20}
 	if cfg.NICGbps > 0 {
@@ -146,6 +163,14 @@ type job struct {
 	// Ring: the buckets' sizes and when in backward each is ready.
 	bucketSizes, bucketReady []float64
 	ring                     *ringState
+	schedule                 []Op
+}
+
+// trace records op of shard s when the schedule is kept (shard 0 only).
+func (j *job) trace(s *simShard, op Op) {
+	if j.cfg.Trace && s.id == 0 && (!op.Read || op.Step < int64(j.cfg.Steps)) {
+		j.schedule = append(j.schedule, op)
+	}
 }
 
 type simWorker struct {
@@ -188,6 +213,7 @@ func (j *job) result() (Result, error) {
 	r.CommSeconds = max(r.StepSeconds-r.ComputeSeconds, 0)
 	r.BytesSent, r.BytesReceived = sent/steps, received/steps
 	r.Staleness = j.stale
+	r.Schedule = j.schedule
 	return r, nil
 }
 

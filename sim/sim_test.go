@@ -1,6 +1,9 @@
 package sim_test
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -129,5 +132,32 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		mut(&cfg)
 		_, err := sim.Run(cfg)
 		assert.Error(t, err, name)
+	}
+}
+
+func TestReadLayers(t *testing.T) {
+	l, err := sim.ReadLayers(strings.NewReader("# a model\n10\n\n 3 \n"))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{40, 12}, l)
+	for in, want := range map[string]string{
+		"10\nx\n":  `line 2: "x": want a tensor's number of floats`,
+		"0\n":      `line 1: "0"`,
+		"# only\n": "no tensor sizes",
+	} {
+		_, err := sim.ReadLayers(strings.NewReader(in))
+		assert.ErrorContains(t, err, want, in)
+	}
+	// The files in sim/models add up to the models' published sizes.
+	for file, floats := range map[string]int64{"vgg16.txt": 138357544, "resnet101.txt": 44549160, "inception_v3.txt": 27161264} {
+		f, err := os.Open(filepath.Join("models", file))
+		require.NoError(t, err)
+		l, err := sim.ReadLayers(f)
+		f.Close()
+		require.NoError(t, err, file)
+		var sum int64
+		for _, b := range l {
+			sum += b
+		}
+		assert.Equal(t, 4*floats, sum, file)
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/sim"
@@ -48,6 +51,8 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		jitter    = fs.Float64("jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
 		steps     = fs.Int("steps", 10, "steps simulated per worker")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per setup")
+		plotFile  = fs.String("plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
+		layerFile = fs.String("layers", "", "another model: a file of its tensors' sizes, floats one a line in parameter order (sim/models: vgg16.txt, resnet101.txt, inception_v3.txt); needs --compute")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -68,19 +73,18 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	spec, err := mf.spec()
+	layers, name, err := planLayers(mf, *layerFile)
 	if err != nil {
 		return err
 	}
-	model, err := nn.New(spec, nn.NewCPU())
-	if err != nil {
-		return err
-	}
-	var layers []int64
-	for _, t := range model.Layout().Tensors {
-		layers = append(layers, 4*int64(t.Size()))
+	var floats int64
+	for _, l := range layers {
+		floats += l / 4
 	}
 	c, a := compute.Seconds(), *apply*1e9
+	if c == 0 && *layerFile != "" {
+		return fmt.Errorf("--layers %s: give the model's --compute (forward+backward of one step at --batch): shoal measures only its own models", *layerFile)
+	}
 	if c == 0 {
 		fast, _, err := mf.buildFast(1)
 		if err != nil {
@@ -93,14 +97,14 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		c = rec.Seconds / float64(rec.Steps)
 	}
 	if a == 0 {
-		a = sim.MeasureOptimizer(model.Layout().Size())
+		a = sim.MeasureOptimizer(int(min(floats, 1<<24)))
 	}
 	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers,
 		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: *jitter, Seed: mf.seed,
 		NICGbps: *gbps, Latency: latency.Seconds(), ApplyBytesPerSec: a}
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
-			describeModel(model), float64(model.Layout().Size())*4/1e6, *workers, *batch, *gbps, *latency, c*1e3, a/1e9, *steps)
+			name, float64(floats)*4/1e6, *workers, *batch, *gbps, *latency, c*1e3, a/1e9, *steps)
 		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
 	}
 	var rows []planRow
@@ -112,7 +116,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		for _, s := range ss {
 			cfg := base
 			cfg.Mode, cfg.Servers = m, s
-			if s > model.Layout().Size() {
+			if int64(s) > floats {
 				continue
 			}
 			r, err := sim.Run(cfg)
@@ -128,6 +132,14 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", m, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
 				(r.BytesSent+r.BytesReceived)/1e6)
+		}
+	}
+	if *plotFile != "" {
+		if err := plotEfficiency(*plotFile, name, base, ms, *servers, floats); err != nil {
+			return err
+		}
+		if !*jsonOut {
+			fmt.Fprintf(stdout, "wrote %s\n", *plotFile)
 		}
 	}
 	if *jsonOut || len(rows) == 0 {
@@ -151,6 +163,84 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in")
 	return nil
+}
+
+// plotEfficiency simulates base at 2, 4, 8, ... workers up to its own
+// count, each mode at its best server count, and plots efficiency
+// against workers.
+func plotEfficiency(path, name string, base sim.Config, ms []consistency.Mode, servers string, floats int64) error {
+	var ns []int
+	for n := 2; n < base.Workers; n *= 2 {
+		ns = append(ns, n)
+	}
+	ns = append(ns, base.Workers)
+	var curves []bench.Curve
+	for _, m := range ms {
+		c := bench.Curve{Label: m.String(), Mode: m.String()}
+		if m == consistency.SSP {
+			c.Label = fmt.Sprintf("ssp (s = %d)", base.Staleness)
+		}
+		if m.UsesServers() {
+			c.Label += ", best server count"
+		}
+		for _, n := range ns {
+			ss := []int{0}
+			if m.UsesServers() {
+				var err error
+				if ss, err = serverCounts(servers, n); err != nil {
+					return err
+				}
+			}
+			best := 0.0
+			for _, s := range ss {
+				if int64(s) > floats {
+					continue
+				}
+				cfg := base
+				cfg.Mode, cfg.Workers, cfg.Servers, cfg.BackupWorkers = m, n, s, min(base.BackupWorkers, n-1)
+				r, err := sim.Run(cfg)
+				if err != nil {
+					return fmt.Errorf("%s, %d workers, %d servers: %w", m, n, s, err)
+				}
+				best = max(best, r.Efficiency)
+			}
+			c.X, c.Y = append(c.X, float64(n)), append(c.Y, 100*best)
+		}
+		curves = append(curves, c)
+	}
+	lp := bench.LinePlot{Title: fmt.Sprintf("Simulated: scaling efficiency, %s at %g Gbit/s", name, base.NICGbps),
+		XLabel: "workers", YLabel: "scaling efficiency (%)", LogX: true, Curves: curves}
+	return lp.Write(path)
+}
+
+// planLayers is the model's tensor sizes in bytes, from --layers or
+// Shoal's model flags, and its name.
+func planLayers(mf modelFlags, file string) ([]int64, string, error) {
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, "", fmt.Errorf("--layers: %w", err)
+		}
+		defer f.Close()
+		layers, err := sim.ReadLayers(f)
+		if err != nil {
+			return nil, "", fmt.Errorf("--layers %s: %w", file, err)
+		}
+		return layers, strings.TrimSuffix(filepath.Base(file), ".txt"), nil
+	}
+	spec, err := mf.spec()
+	if err != nil {
+		return nil, "", err
+	}
+	model, err := nn.New(spec, nn.NewCPU())
+	if err != nil {
+		return nil, "", err
+	}
+	var layers []int64
+	for _, t := range model.Layout().Tensors {
+		layers = append(layers, 4*int64(t.Size()))
+	}
+	return layers, describeModel(model), nil
 }
 
 func serversLabel(s int) string {
@@ -177,13 +267,5 @@ func serverCounts(s string, workers int) ([]int, error) {
 		}
 		return out, nil
 	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--servers %q: want counts like 1,4,16", s)
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	return positiveInts("--servers", s)
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/emulate"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/sim"
+)
+
+const benchEmulateSynopsis = `Emulates parameter-server jobs of --workers workers in this one process, to show
+what staleness does to accuracy at worker counts this machine cannot run: each
+worker's gradient is computed on the weights it would have read, in the order a
+simulated job (shoal bench plan's simulator) applies pushes and answers reads, by
+real workers against a real shard (package emulate). Prints each job's final test
+accuracy and staleness; --out DIR also writes results.json and one plot of
+accuracy against epochs per worker count. The run's timing is not emulated:
+shoal bench plan predicts it.`
+
+// emulateRun is one emulated job as --json and results.json write it.
+type emulateRun struct {
+	Mode      string                `json:"mode"`
+	Workers   int                   `json:"workers"`
+	Staleness int64                 `json:"staleness,omitempty"`
+	Model     string                `json:"model"`
+	Batch     int                   `json:"batch"`
+	Epochs    int                   `json:"epochs"`
+	Accuracy  float64               `json:"test_accuracy"`
+	Loss      float64               `json:"test_loss"`
+	Updates   int64                 `json:"updates"`
+	Pushes    consistency.Staleness `json:"staleness_histogram,omitempty"`
+	Curve     []emulate.Point       `json:"curve"`
+	Seconds   float64               `json:"seconds"`
+	// Simulated: the schedule's job, as shoal bench plan would print it.
+	StepSeconds float64 `json:"simulated_step_seconds"`
+}
+
+func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench emulate", benchEmulateSynopsis, stderr)
+	var (
+		mf modelFlags
+		of optFlags
+		df dataFlags
+	)
+	mf.register(fs)
+	of.register(fs, "cosine")
+	df.register(fs)
+	var (
+		workers   = fs.String("workers", "8,16,32,64", "worker counts, comma-separated")
+		modes     = fs.String("modes", "async,ssp,sync", "modes: async, ssp, sync")
+		bounds    = fs.String("staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
+		batch     = fs.Int("batch", 64, "batch per worker")
+		epochs    = fs.Int("epochs", 3, "epochs of the job")
+		servers   = fs.Int("servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
+		gbps      = fs.Float64("nic-gbps", 25, "the simulated job's NICs, Gbit/s per direction")
+		latency   = fs.Duration("latency", 25*time.Microsecond, "the simulated job's one-way latency")
+		compute   = fs.Duration("compute", 0, "forward+backward time of one step in the simulated job (0: measure it here, one thread)")
+		jitter    = fs.Float64("jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
+		evalEvery = fs.Int64("eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
+		out       = fs.String("out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
+		jsonOut   = fs.Bool("json", false, "print one JSON object per job")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ns, err := positiveInts("--workers", *workers)
+	if err != nil {
+		return err
+	}
+	ss, err := positiveInts("--staleness", *bounds)
+	if err != nil {
+		return err
+	}
+	var ms []consistency.Mode
+	for _, s := range strings.Split(*modes, ",") {
+		m, err := consistency.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--modes: %w", err)
+		}
+		if !m.UsesServers() {
+			return fmt.Errorf("--modes %s: only the parameter-server modes are emulated (the ring is sync SGD on workers×batch samples a step)", m)
+		}
+		ms = append(ms, m)
+	}
+	if *batch < 1 || *epochs < 1 || *servers < 1 || *gbps <= 0 || *latency < 0 || *compute < 0 || *jitter < 0 || *evalEvery < 0 {
+		return fmt.Errorf("--batch %d, --epochs %d, --servers %d, --nic-gbps %g, --latency %v, --compute %v, --jitter %g, --eval-every %d: want batch, epochs, servers >= 1, a positive NIC rate, the rest >= 0",
+			*batch, *epochs, *servers, *gbps, *latency, *compute, *jitter, *evalEvery)
+	}
+	if *out != "" {
+		if err := writableDir("--out", *out); err != nil {
+			return err
+		}
+	}
+	// Decay over the whole job, as shoal train does, once its length is
+	// known; the flags are checked here.
+	wholeJob := of.decay != "none" && of.decaySteps == 0
+	probe := of
+	if wholeJob {
+		probe.decaySteps = 1
+	}
+	ocfg, err := probe.config()
+	if err != nil {
+		return err
+	}
+	train, test, err := df.load(mf.seed)
+	if err != nil {
+		return err
+	}
+	spec, err := mf.spec()
+	if err != nil {
+		return err
+	}
+	newModel := func() (nn.Model, error) {
+		be, _ := nn.NewBestCPU(1)
+		return nn.New(spec, be)
+	}
+	model, err := newModel()
+	if err != nil {
+		return err
+	}
+	var layers []int64
+	for _, t := range model.Layout().Tensors {
+		layers = append(layers, 4*int64(t.Size()))
+	}
+	c := compute.Seconds()
+	if c == 0 {
+		rec, err := benchCompute(ctx, model, *batch, 5, 30, mf.seed, observer{})
+		if err != nil {
+			return err
+		}
+		c = rec.Seconds / float64(rec.Steps)
+	}
+	name := describeModel(model)
+	if !*jsonOut {
+		fmt.Fprintf(stdout, "shoal bench emulate: %s, batch %d per worker, %d epochs of %s, %s lr %g (%s decay); schedules simulated with compute %.2f ms a step (jitter %g), %d server(s), NICs of %g Gbit/s\n",
+			name, *batch, *epochs, train.Name(), ocfg.Algorithm, ocfg.LR, of.decay, c*1e3, *jitter, *servers, *gbps)
+	}
+
+	var runs []emulateRun
+	for _, n := range ns {
+		for _, m := range ms {
+			bs := []int64{0}
+			if m == consistency.SSP {
+				bs = bs[:0]
+				for _, s := range ss {
+					bs = append(bs, int64(s))
+				}
+			}
+			for _, s := range bs {
+				opt := ocfg
+				perRank := (train.Len() + n - 1) / n
+				perEpoch := emulate.UpdatesPerEpoch(m, s, n, int64((perRank+*batch-1) / *batch))
+				if wholeJob {
+					opt.Schedule.DecaySteps = max(perEpoch*int64(*epochs)-of.warmup, 1)
+				}
+				cfg := emulate.Config{
+					Sim: sim.Config{Mode: m, Workers: n, Servers: *servers, Staleness: s, Layers: layers, Forward: c / 3, Backward: 2 * c / 3,
+						Jitter: *jitter, Seed: mf.seed, NICGbps: *gbps, Latency: latency.Seconds()},
+					Model: newModel, Seed: mf.seed, Batch: *batch, Epochs: *epochs, Optimizer: opt, Train: train, Test: test, EvalEvery: *evalEvery,
+				}
+				start := time.Now()
+				res, err := emulate.Run(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
+				}
+				run := emulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: name, Batch: *batch, Epochs: *epochs,
+					Accuracy: res.Final.Accuracy, Loss: res.Final.Loss, Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
+					Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds}
+				runs = append(runs, run)
+				if *jsonOut {
+					if err := printJSONLine(stdout, run); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
+					m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), maxStaleness(res.Staleness), run.Seconds)
+			}
+		}
+	}
+	if *out == "" {
+		return nil
+	}
+	return writeEmulation(*out, runs, stdout, *jsonOut)
+}
+
+func boundLabel(m consistency.Mode, s int64) string {
+	if m != consistency.SSP {
+		return ""
+	}
+	return "s=" + strconv.FormatInt(s, 10)
+}
+
+func maxStaleness(h consistency.Staleness) int64 {
+	var m int64
+	for s := range h.All() {
+		m = s
+	}
+	return m
+}
+
+// writeEmulation writes results.json and, per worker count, a plot of
+// accuracy against epochs into dir.
+func writeEmulation(dir string, runs []emulateRun, stdout io.Writer, quiet bool) error {
+	b, err := json.MarshalIndent(map[string]any{"simulated": true, "emulated": runs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	byN := map[int][]bench.Curve{}
+	var order []int
+	for _, r := range runs {
+		if _, ok := byN[r.Workers]; !ok {
+			order = append(order, r.Workers)
+		}
+		c := bench.Curve{Mode: r.Mode, Label: r.Mode}
+		if r.Mode == consistency.SSP.String() {
+			c.Label += fmt.Sprintf(" (s = %d)", r.Staleness)
+			c.Dash = len(byN[r.Workers]) % 4
+		}
+		for _, p := range r.Curve {
+			c.X, c.Y = append(c.X, p.Epochs), append(c.Y, 100*p.Accuracy)
+		}
+		byN[r.Workers] = append(byN[r.Workers], c)
+	}
+	for _, n := range order {
+		path := filepath.Join(dir, fmt.Sprintf("accuracy-n%d.png", n))
+		title := fmt.Sprintf("Emulated: test accuracy of %d workers (%s, batch %d each)", n, runs[0].Model, runs[0].Batch)
+		lp := bench.LinePlot{Title: title, XLabel: "epochs trained (passes over the training set)", YLabel: "test accuracy (%)", Curves: byN[n]}
+		if err := lp.Write(path); err != nil {
+			return err
+		}
+		if !quiet {
+			fmt.Fprintf(stdout, "wrote %s\n", path)
+		}
+	}
+	return nil
+}
+
+// positiveInts parses a flag's comma-separated counts.
+func positiveInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: want positive integers separated by commas, e.g. 1,4,16", flag, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,235 @@
+package emulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/sim"
+	"github.com/shoalml/shoal/worker"
+)
+
+// Config is one job to emulate.
+type Config struct {
+	// Sim is the job whose schedule the emulation follows: its mode,
+	// workers, SSP bound, compute times and network. Run sets its Steps,
+	// Batch and Trace.
+	Sim sim.Config
+	// Model returns a new replica of the model (one per worker, one to
+	// evaluate with); Seed its initial weights and the data order, as
+	// shoal train's --seed.
+	Model func() (nn.Model, error)
+	Seed  uint64
+	// Batch is per worker and step; Epochs how many passes over Train
+	// the job makes (each worker over its 1/N of it).
+	Batch, Epochs int
+	// Optimizer is the shard's, as shoal train's flags make it (its
+	// schedule's DecaySteps counted in updates).
+	Optimizer   optim.Config
+	Train, Test data.Dataset
+	// EvalEvery is how many updates of the shard pass between two
+	// evaluations on Test (0: about 20 over the run); EvalBatch the batch
+	// they use (0: 1000).
+	EvalEvery int64
+	EvalBatch int
+}
+
+// Point is one evaluation of the shard's weights.
+type Point struct {
+	// Updates the shard had applied; Epochs the passes over the training
+	// set they amount to.
+	Updates  int64   `json:"updates"`
+	Epochs   float64 `json:"epochs"`
+	Accuracy float64 `json:"accuracy"`
+	Loss     float64 `json:"loss"`
+}
+
+// Result is what an emulated job did.
+type Result struct {
+	// Curve has a point every EvalEvery updates and one after the last.
+	Curve []Point `json:"curve"`
+	// Final is the last point's evaluation.
+	Final worker.Evaluation `json:"final"`
+	// Steps each worker ran; Updates the shard applied.
+	Steps   int64 `json:"steps"`
+	Updates int64 `json:"updates"`
+	// Staleness counts the pushes by the updates the shard had applied
+	// since their worker read its weights (async and SSP).
+	Staleness consistency.Staleness `json:"staleness"`
+	// Simulated is the simulation the schedule came from.
+	Simulated sim.Result `json:"simulated"`
+}
+
+// UpdatesPerEpoch is how many updates the shard applies for one pass
+// over the data: one per worker and step in async and SSP, one per step
+// in sync (and SSP with bound 0, which the shards run as sync).
+func UpdatesPerEpoch(mode consistency.Mode, staleness int64, workers int, stepsPerEpoch int64) int64 {
+	if mode.Synchronous(staleness) {
+		return stepsPerEpoch
+	}
+	return int64(workers) * stepsPerEpoch
+}
+
+func (c Config) validate() error {
+	switch {
+	case !c.Sim.Mode.UsesServers():
+		return fmt.Errorf("emulate: mode %s: only the parameter-server modes (async, sync, ssp) are emulated; the ring is sync SGD on N·batch", c.Sim.Mode)
+	case c.Sim.Mode == consistency.Sync && c.Sim.BackupWorkers > 0:
+		return fmt.Errorf("emulate: sync with %d backup workers: not emulated (a late worker skips steps the schedule cannot know of); want 0", c.Sim.BackupWorkers)
+	case c.Sim.Workers < 1 || c.Sim.Workers > ps.MaxWorkers:
+		return fmt.Errorf("emulate: %d workers, want 1..%d", c.Sim.Workers, ps.MaxWorkers)
+	case c.Batch < 1 || c.Epochs < 1:
+		return fmt.Errorf("emulate: batch %d, epochs %d: want both >= 1", c.Batch, c.Epochs)
+	case c.Model == nil || c.Train == nil || c.Test == nil:
+		return errors.New("emulate: want a model, a training set and a test set")
+	case c.EvalEvery < 0 || c.EvalBatch < 0:
+		return fmt.Errorf("emulate: eval every %d updates, batch %d: want >= 0", c.EvalEvery, c.EvalBatch)
+	}
+	return nil
+}
+
+// Run emulates cfg: it simulates the job for its schedule, then trains
+// through it.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	if cfg.EvalBatch == 0 {
+		cfg.EvalBatch = 1000
+	}
+	n := cfg.Sim.Workers
+	evalModel, err := cfg.Model()
+	if err != nil {
+		return Result{}, err
+	}
+	layout := evalModel.Layout()
+	initial := make([]float32, layout.Size())
+	evalModel.Init(initial, cfg.Seed)
+	plan, err := shard.New(layout.Size(), 1, shard.DefaultChunkBytes)
+	if err != nil {
+		return Result{}, err
+	}
+	srv, err := ps.New(ps.Config{Mode: cfg.Sim.Mode, Plan: plan, Layout: layout, Optimizer: cfg.Optimizer,
+		Workers: n, Staleness: cfg.Sim.Staleness, MaxWait: 10 * time.Minute}, initial)
+	if err != nil {
+		return Result{}, err
+	}
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := &turns{srv: srv, ranges: srv.Ranges(), live: n, asks: map[int]sim.Op{}}
+	t.cond = sync.NewCond(&t.mu)
+	stop := context.AfterFunc(ctx, func() {
+		t.mu.Lock()
+		t.cond.Broadcast()
+		t.mu.Unlock()
+	})
+	defer stop()
+
+	workers := make([]*worker.Worker, n)
+	asyncs := make([]*worker.Async, n)
+	defer func() {
+		for _, w := range workers {
+			if w != nil {
+				w.Close()
+			}
+		}
+	}()
+	for r := range n {
+		model, err := cfg.Model()
+		if err != nil {
+			return Result{}, err
+		}
+		g := &gate{t: t, w: r}
+		var s worker.Strategy
+		if cfg.Sim.Mode == consistency.Sync {
+			s = worker.NewSync(g, int64(r), 1)
+		} else {
+			a, err := worker.NewAsync(g, layout.Size(), 1, worker.AsyncConfig{WorkerID: int64(r)})
+			if err != nil {
+				return Result{}, err
+			}
+			s, asyncs[r] = a, a
+		}
+		wc := worker.DefaultConfig()
+		wc.Rank, wc.WorldSize, wc.Batch, wc.Epochs, wc.Seed, wc.Prefetch = r, n, cfg.Batch, cfg.Epochs, cfg.Seed, 1
+		wc.ProgressEvery = time.Hour
+		if workers[r], err = worker.New(wc, model, cfg.Train, s); err != nil {
+			return Result{}, fmt.Errorf("emulate: worker %d: %w", r, err)
+		}
+	}
+	perEpoch := int64(workers[0].StepsPerEpoch())
+	steps := perEpoch * int64(cfg.Epochs)
+	t.steps = steps
+
+	sc := cfg.Sim
+	sc.Steps, sc.Batch, sc.Trace = int(steps), cfg.Batch, true
+	simulated, err := sim.Run(sc)
+	if err != nil {
+		return Result{}, fmt.Errorf("emulate: simulating the schedule: %w", err)
+	}
+	t.ops, simulated.Schedule = simulated.Schedule, nil
+
+	updatesPerEpoch := UpdatesPerEpoch(cfg.Sim.Mode, cfg.Sim.Staleness, n, perEpoch)
+	every := cfg.EvalEvery
+	if every == 0 {
+		every = max(updatesPerEpoch*int64(cfg.Epochs)/20, 1)
+	}
+	params := make([]float32, layout.Size())
+	var curve []Point
+	evaluate := func(ctx context.Context) error {
+		clock, err := srv.Snapshot(params)
+		if err != nil {
+			return err
+		}
+		ev, err := worker.Evaluate(ctx, evalModel, params, cfg.Test, cfg.EvalBatch)
+		if err != nil {
+			return err
+		}
+		curve = append(curve, Point{Updates: clock, Epochs: float64(clock) / float64(updatesPerEpoch), Accuracy: ev.Accuracy, Loss: ev.Loss})
+		return nil
+	}
+	t.evalAt, t.evaluate = every, func(ctx context.Context) error { return evaluate(ctx) }
+	t.every = every
+
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, w := range workers {
+		wg.Go(func() {
+			_, err := w.Run(ctx)
+			if err != nil {
+				errs[r] = fmt.Errorf("worker %d: %w", r, err)
+				cancel()
+			}
+			t.leave()
+		})
+	}
+	wg.Wait()
+	if err := t.failure(errs); err != nil {
+		return Result{}, err
+	}
+	res := Result{Steps: steps, Updates: srv.Clock(), Simulated: simulated}
+	if len(curve) == 0 || curve[len(curve)-1].Updates != res.Updates {
+		if err := evaluate(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	res.Curve = curve
+	last := curve[len(curve)-1]
+	res.Final = worker.Evaluation{Accuracy: last.Accuracy, Loss: last.Loss, Samples: cfg.Test.Len()}
+	for _, a := range asyncs {
+		if a != nil {
+			res.Staleness.Merge(a.Staleness)
+		}
+	}
+	return res, nil
+}

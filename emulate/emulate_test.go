@@ -1,0 +1,118 @@
+package emulate_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/emulate"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/sim"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// job is n workers of a small MLP on a synthetic Fashion-MNIST look-alike
+// (2,000 samples, 2 epochs), one shard behind a 1 Gbit/s NIC.
+func job(t *testing.T, mode consistency.Mode, n int, staleness int64) emulate.Config {
+	t.Helper()
+	dc := data.DefaultSyntheticConfig()
+	dc.Train, dc.Test = 2000, 500
+	train, test, err := data.Synthetic(dc)
+	require.NoError(t, err)
+	opt := optim.DefaultConfig()
+	opt.LR = 0.05
+	return emulate.Config{
+		Sim: sim.Config{Mode: mode, Workers: n, Servers: 1, Staleness: staleness, Layers: []int64{784 * 32 * 4, 32 * 4, 32 * 10 * 4, 40},
+			Forward: 0.001, Backward: 0.002, Jitter: 0.3, Seed: 7, NICGbps: 1},
+		Model:     func() (nn.Model, error) { return nn.New(nn.Spec{Arch: "mlp", Hidden: []int{32}}, nn.NewCPU()) },
+		Seed:      1,
+		Batch:     32,
+		Epochs:    2,
+		Optimizer: opt,
+		Train:     train, Test: test,
+		EvalEvery: 10,
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The emulation follows the simulated schedule push for push: the
+// staleness the real shard measured for every push is the one the
+// simulation predicted, and the shard applied one update per push (one
+// per step in sync). The model learns.
+func TestTheShardSeesTheSimulatedSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		mode      consistency.Mode
+		n         int
+		staleness int64
+	}{{consistency.Async, 4, 0}, {consistency.Async, 8, 0}, {consistency.SSP, 8, 1}, {consistency.SSP, 4, 0}, {consistency.Sync, 4, 0}} {
+		cfg := job(t, tc.mode, tc.n, tc.staleness)
+		res, err := emulate.Run(ctxT(t), cfg)
+		require.NoError(t, err, "%s N=%d", tc.mode, tc.n)
+		steps := int64((2000/tc.n + 31) / 32 * 2)
+		assert.Equal(t, steps, res.Steps)
+		want := int64(tc.n) * steps
+		switch {
+		case tc.mode == consistency.Sync:
+			want = steps
+			assert.Empty(t, res.Staleness, "the sync strategy counts none")
+		case tc.mode.Synchronous(tc.staleness):
+			// SSP with bound 0 is the sync barrier on the shards; its
+			// workers (the async strategy) count every push fresh.
+			assert.Equal(t, consistency.Staleness{0: want}, res.Staleness)
+			want = steps
+		default:
+			assert.Equal(t, want, res.Staleness.Pushes())
+			assert.Equal(t, res.Simulated.Staleness, res.Staleness, "%s N=%d: staleness measured by the shard against the simulation's", tc.mode, tc.n)
+		}
+		assert.Equal(t, want, res.Updates, "%s N=%d", tc.mode, tc.n)
+		if tc.mode == consistency.SSP {
+			assert.LessOrEqual(t, maxStale(res.Staleness), int64(tc.n)*(2*tc.staleness+1), "SSP bounds staleness")
+		}
+		require.NotEmpty(t, res.Curve)
+		assert.Equal(t, res.Updates, res.Curve[len(res.Curve)-1].Updates)
+		assert.InDelta(t, 2.0, res.Curve[len(res.Curve)-1].Epochs, 1e-9)
+		assert.Greater(t, res.Final.Accuracy, 0.5, "%s N=%d learns (10 classes)", tc.mode, tc.n)
+		t.Logf("%s N=%d s=%d: accuracy %.4f after %d updates, staleness mean %.2f max %d", tc.mode, tc.n, tc.staleness, res.Final.Accuracy, res.Updates, res.Staleness.Mean(), maxStale(res.Staleness))
+	}
+}
+
+// The same job emulated twice gives the same curve, to the bit: the
+// order of every update is the schedule's, not the goroutines'.
+func TestAnEmulationIsReproducible(t *testing.T) {
+	a, err := emulate.Run(ctxT(t), job(t, consistency.Async, 8, 0))
+	require.NoError(t, err)
+	b, err := emulate.Run(ctxT(t), job(t, consistency.Async, 8, 0))
+	require.NoError(t, err)
+	assert.Equal(t, a.Curve, b.Curve)
+}
+
+func TestConfigErrors(t *testing.T) {
+	ring := job(t, consistency.Ring, 2, 0)
+	_, err := emulate.Run(ctxT(t), ring)
+	assert.ErrorContains(t, err, "only the parameter-server modes")
+	backup := job(t, consistency.Sync, 4, 0)
+	backup.Sim.BackupWorkers = 1
+	_, err = emulate.Run(ctxT(t), backup)
+	assert.ErrorContains(t, err, "backup workers")
+}
+
+func maxStale(h consistency.Staleness) int64 {
+	var m int64
+	for s := range h.All() {
+		m = s
+	}
+	return m
+}
