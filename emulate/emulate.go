@@ -2,8 +2,10 @@ package emulate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -52,6 +54,20 @@ type Point struct {
 	Loss     float64 `json:"loss"`
 }
 
+// MarshalJSON writes a loss that is not finite (a diverged job's) as
+// null, which JSON can hold.
+func (p Point) MarshalJSON() ([]byte, error) {
+	type plain Point
+	out := struct {
+		plain
+		Loss *float64 `json:"loss"`
+	}{plain: plain(p)}
+	if !math.IsNaN(p.Loss) && !math.IsInf(p.Loss, 0) {
+		out.Loss = &p.Loss
+	}
+	return json.Marshal(out)
+}
+
 // Result is what an emulated job did.
 type Result struct {
 	// Curve has a point every EvalEvery updates and one after the last.
@@ -64,6 +80,10 @@ type Result struct {
 	// Staleness counts the pushes by the updates the shard had applied
 	// since their worker read its weights (async and SSP).
 	Staleness consistency.Staleness `json:"staleness"`
+	// Diverged, when not empty, says that a worker's training loss became
+	// NaN or infinite and the job stopped there (worker.ErrDiverged): the
+	// curve ends with the shard's weights at that point.
+	Diverged string `json:"diverged,omitempty"`
 	// Simulated is the simulation the schedule came from.
 	Simulated sim.Result `json:"simulated"`
 }
@@ -214,12 +234,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		})
 	}
 	wg.Wait()
-	if err := t.failure(errs); err != nil {
+	res := Result{Steps: steps, Simulated: simulated}
+	if err := t.failure(errs); errors.Is(err, worker.ErrDiverged) {
+		res.Diverged = err.Error()
+	} else if err != nil {
 		return Result{}, err
 	}
-	res := Result{Steps: steps, Updates: srv.Clock(), Simulated: simulated}
+	res.Updates = srv.Clock()
 	if len(curve) == 0 || curve[len(curve)-1].Updates != res.Updates {
-		if err := evaluate(ctx); err != nil {
+		if err := evaluate(context.WithoutCancel(ctx)); err != nil {
 			return Result{}, err
 		}
 	}

@@ -2,6 +2,8 @@ package emulate_test
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -115,4 +117,23 @@ func maxStale(h consistency.Staleness) int64 {
 		m = s
 	}
 	return m
+}
+
+// A job whose loss turns NaN is reported, with its curve up to there,
+// not failed: at some worker counts the interesting answer is that
+// async diverges.
+func TestADivergingJobIsReported(t *testing.T) {
+	cfg := job(t, consistency.Async, 8, 0)
+	cfg.Optimizer.LR = 1e6
+	res, err := emulate.Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	assert.Contains(t, res.Diverged, "the model diverged")
+	require.NotEmpty(t, res.Curve)
+	assert.Less(t, res.Updates, int64(8*((2000/8+31)/32*2)), "it stopped early (128 updates in all)")
+}
+
+func TestAPointWithANaNLossIsJSON(t *testing.T) {
+	b, err := json.Marshal([]emulate.Point{{Updates: 3, Epochs: 0.5, Accuracy: 0.1, Loss: math.NaN()}, {Updates: 4, Loss: 0.25}})
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"updates":3,"epochs":0.5,"accuracy":0.1,"loss":null},{"updates":4,"epochs":0,"accuracy":0,"loss":0.25}]`, string(b))
 }

@@ -150,6 +150,9 @@ func (p Progress) Accuracy() float64 { return float64(p.Correct) / float64(max(p
 // cleanly: a target was reached.
 var ErrStop = errors.New("stop requested")
 
+// ErrDiverged: a step's training loss was NaN or infinite.
+var ErrDiverged = errors.New("the model diverged")
+
 // errEpochDone: the epoch had no batch left. It is its own value, never
 // wrapped, because an error of the network can wrap io.EOF (a peer that
 // closed): only the loader's end of the epoch ends it.
@@ -446,7 +449,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 			if w.overlap != nil {
 				w.overlap.abort()
 			}
-			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; the model diverged (learning rate too high?)", step, loss)
+			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; %w (learning rate too high?)", step, loss, ErrDiverged)
 		}
 		if passes > 0 {
 			for i, g := range w.pass {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,11 +37,12 @@ type emulateRun struct {
 	Batch     int                   `json:"batch"`
 	Epochs    int                   `json:"epochs"`
 	Accuracy  float64               `json:"test_accuracy"`
-	Loss      float64               `json:"test_loss"`
+	Loss      *float64              `json:"test_loss"` // null when not finite (diverged)
 	Updates   int64                 `json:"updates"`
 	Pushes    consistency.Staleness `json:"staleness_histogram,omitempty"`
 	Curve     []emulate.Point       `json:"curve"`
 	Seconds   float64               `json:"seconds"`
+	Diverged  string                `json:"diverged,omitempty"`
 	// Simulated: the schedule's job, as shoal bench plan would print it.
 	StepSeconds float64 `json:"simulated_step_seconds"`
 }
@@ -174,8 +176,8 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 					return fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
 				}
 				run := emulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: name, Batch: *batch, Epochs: *epochs,
-					Accuracy: res.Final.Accuracy, Loss: res.Final.Loss, Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
-					Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds}
+					Accuracy: res.Final.Accuracy, Loss: finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
+					Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds, Diverged: res.Diverged}
 				runs = append(runs, run)
 				if *jsonOut {
 					if err := printJSONLine(stdout, run); err != nil {
@@ -185,6 +187,9 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 				}
 				fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
 					m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), maxStaleness(res.Staleness), run.Seconds)
+				if res.Diverged != "" {
+					fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
+				}
 			}
 		}
 	}
@@ -192,6 +197,15 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 		return nil
 	}
 	return writeEmulation(*out, runs, stdout, *jsonOut)
+}
+
+// finite is &x, or nil when x is NaN or infinite (JSON has no such
+// numbers).
+func finite(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
 }
 
 func boundLabel(m consistency.Mode, s int64) string {
@@ -230,6 +244,9 @@ func writeEmulation(dir string, runs []emulateRun, stdout io.Writer, quiet bool)
 			c.Label += fmt.Sprintf(" (s = %d)", r.Staleness)
 			c.Dash = len(byN[r.Workers]) % 4
 		}
+		if r.Diverged != "" {
+			c.Label += fmt.Sprintf(", diverged after %d updates", r.Updates)
+		}
 		for _, p := range r.Curve {
 			c.X, c.Y = append(c.X, p.Epochs), append(c.Y, 100*p.Accuracy)
 		}
@@ -237,7 +254,7 @@ func writeEmulation(dir string, runs []emulateRun, stdout io.Writer, quiet bool)
 	}
 	for _, n := range order {
 		path := filepath.Join(dir, fmt.Sprintf("accuracy-n%d.png", n))
-		title := fmt.Sprintf("Emulated: test accuracy of %d workers (%s, batch %d each)", n, runs[0].Model, runs[0].Batch)
+		title := fmt.Sprintf("Emulated: %d workers, %s, batch %d", n, runs[0].Model, runs[0].Batch)
 		lp := bench.LinePlot{Title: title, XLabel: "epochs trained (passes over the training set)", YLabel: "test accuracy (%)", Curves: byN[n]}
 		if err := lp.Write(path); err != nil {
 			return err

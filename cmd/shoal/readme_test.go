@@ -43,6 +43,16 @@ import (
 // {servers} the addresses of the servers started for it, {master} a free
 // loopback port for a ring's rendezvous and {bin} the shoal that a make
 // line builds.
+// repoPath is the absolute path of a file of the repository (tests run
+// in the package's folder; a README line runs in a folder of its own).
+func repoPath(p string) string {
+	abs, err := filepath.Abs(filepath.Join("..", "..", p))
+	if err != nil {
+		panic(err)
+	}
+	return abs
+}
+
 type readmeRun struct {
 	// skip says why the line does not run here.
 	skip string
@@ -203,6 +213,22 @@ var readmeRuns = map[string]readmeRun{
 		assert.Contains(t, stdout, "mlp 784-16384-768-10 (101.8 MB), 64 workers of batch 16")
 		assert.Contains(t, stdout, "fastest: ")
 	}},
+
+	"shoal bench plan --layers sim/models/vgg16.txt --workers 512 --modes ring --nic-gbps 25 --latency 5us --compute 415.6ms --apply-gbps 100 --fusion-bytes 67108864 --steps 5 --jitter 0": {
+		subst: map[string]string{"sim/models/vgg16.txt": repoPath("sim/models/vgg16.txt")}, check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, "vgg16 (553.4 MB), 512 workers of batch 64")
+			assert.Contains(t, stdout, "ring         -")
+		}},
+	// shoal bench emulate: one worker count and one epoch of the README's
+	// matrix (the whole takes a minute; TestTheEmulatorMatchesRealRuns
+	// checks the emulator).
+	"shoal bench emulate --workers 8,16,32,64 --modes async,ssp,sync --staleness 1,4,16 --jitter 0.5 --out emulated": {
+		add: []string{"--workers", "8", "--epochs", "1", "--staleness", "4"}, check: func(t *testing.T, dir, stdout string) {
+			for _, row := range []string{"async        N=8", "ssp    s=4   N=8", "sync         N=8"} {
+				assert.Contains(t, stdout, row)
+			}
+			assert.FileExists(t, filepath.Join(dir, "emulated", "accuracy-n8.png"))
+		}},
 
 	// Python: the job TestPythonWorker runs (the four processes at once,
 	// which this test's one-line-after-another cannot).
