@@ -136,11 +136,9 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	c := compute.Seconds()
 	if c == 0 {
-		rec, err := benchCompute(ctx, model, *batch, 5, 30, mf.seed, observer{})
-		if err != nil {
+		if c, err = stepSeconds(ctx, model, *batch, mf.seed); err != nil {
 			return err
 		}
-		c = rec.Seconds / float64(rec.Steps)
 	}
 	name := describeModel(model)
 	if !*jsonOut {

@@ -90,11 +90,9 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		rec, err := benchCompute(ctx, fast, *batch, 5, 30, mf.seed, observer{})
-		if err != nil {
+		if c, err = stepSeconds(ctx, fast, *batch, mf.seed); err != nil {
 			return err
 		}
-		c = rec.Seconds / float64(rec.Steps)
 	}
 	if a == 0 {
 		a = sim.MeasureOptimizer(int(min(floats, 1<<24)))
@@ -211,6 +209,16 @@ func plotEfficiency(path, name string, base sim.Config, ms []consistency.Mode, s
 	lp := bench.LinePlot{Title: fmt.Sprintf("Simulated: scaling efficiency, %s at %g Gbit/s", name, base.NICGbps),
 		XLabel: "workers", YLabel: "scaling efficiency (%)", LogX: true, Curves: curves}
 	return lp.Write(path)
+}
+
+// stepSeconds measures one step's forward and backward of model at batch
+// here (shoal bench compute's loop: 5 steps of warm-up, 30 timed).
+func stepSeconds(ctx context.Context, model nn.Model, batch int, seed uint64) (float64, error) {
+	rec, err := benchCompute(ctx, model, batch, 5, 30, seed, observer{})
+	if err != nil {
+		return 0, err
+	}
+	return rec.Seconds / float64(rec.Steps), nil
 }
 
 // planLayers is the model's tensor sizes in bytes, from --layers or
