@@ -143,6 +143,9 @@ var stamp = regexp.MustCompile(`time=(\S+)`)
 // logged returns the time stamp of the first line of log that matches re
 // and is stamped after after (a zero time when there is none): the
 // containers share this machine's clock.
+// runOver is a shard's line saying every worker left: the run is done.
+var runOver = regexp.MustCompile(`msg="every worker has left: the run is over"`)
+
 func logged(log string, re *regexp.Regexp, after time.Time) time.Time {
 	for line := range strings.Lines(log) {
 		if !re.MatchString(line) {
@@ -282,9 +285,11 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 		joined       *regexp.Regexp // worker 2 is back
 	}{
 		// Runs long enough for the 20 s cut and the rejoin to fall well
-		// inside them (sync: about 2 s an epoch here).
-		{"sync", "30", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
-		{"ssp", "30", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
+		// inside them: sync took 0.8 to 2 s an epoch here (CI saw 30
+		// epochs end before the network came back), so 80 epochs last
+		// 60 to 160 s.
+		{"sync", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
+		{"ssp", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
 		{"async", "40", regexp.MustCompile(`ps0_1 .*msg="worker rejoined" component=membership rank=2 `)},
 		{"ring", "50", regexp.MustCompile(`worker0_1 .*msg="generation formed" .*members="\[0 1 2 3\]"`)},
 	} {
@@ -317,6 +322,10 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 			wg.Wait()
 			require.False(t, cut.IsZero(), "no epoch line to disconnect after:\n%s", log)
 			require.NoError(t, reconnect)
+			if over := logged(log, runOver, cut); !over.IsZero() {
+				require.True(t, over.After(back), "the others finished the run (%v) before the network came back (%v): %s epochs are too few on this machine to test a rejoin:\n%s",
+					over, back, tc.epochs, log)
+			}
 			for _, w := range []string{"worker0", "worker1", "worker2", "worker3"} {
 				assert.Equal(t, "0", exited(t, log, c.container(w)), "%s finishes the run", w)
 			}
