@@ -14,8 +14,10 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/sim"
 )
 
@@ -105,12 +107,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	// Decay over the whole job, as shoal train does, once its length is
 	// known; the flags are checked here.
-	wholeJob := of.decay != "none" && of.decaySteps == 0
-	probe := of
-	if wholeJob {
-		probe.decaySteps = 1
-	}
-	ocfg, err := probe.config()
+	ocfg, wholeJob, err := decayFlags(of)
 	if err != nil {
 		return err
 	}
@@ -157,19 +154,12 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 				}
 			}
 			for _, s := range bs {
-				opt := ocfg
-				perRank := (train.Len() + n - 1) / n
-				perEpoch := emulate.UpdatesPerEpoch(m, s, n, int64((perRank+*batch-1) / *batch))
-				if wholeJob {
-					opt.Schedule.DecaySteps = max(perEpoch*int64(*epochs)-of.warmup, 1)
-				}
-				cfg := emulate.Config{
-					Sim: sim.Config{Mode: m, Workers: n, Servers: *servers, Staleness: s, Layers: layers, Forward: c / 3, Backward: 2 * c / 3,
-						Jitter: *jitter, Seed: mf.seed, NICGbps: *gbps, Latency: latency.Seconds()},
-					Model: newModel, Seed: mf.seed, Batch: *batch, Epochs: *epochs, Optimizer: opt, Train: train, Test: test, EvalEvery: *evalEvery,
-				}
+				sc := sim.Config{Mode: m, Workers: n, Servers: *servers, Staleness: s, Layers: layers, Forward: c / 3, Backward: 2 * c / 3,
+					Jitter: *jitter, Seed: mf.seed, NICGbps: *gbps, Latency: latency.Seconds()}
+				j := emulation{model: newModel, seed: mf.seed, batch: *batch, epochs: *epochs, opt: ocfg, wholeJob: wholeJob, warmup: of.warmup,
+					train: train, test: test, evalEvery: *evalEvery}
 				start := time.Now()
-				res, err := emulate.Run(ctx, cfg)
+				res, err := j.run(ctx, sc)
 				if err != nil {
 					return fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
 				}
@@ -204,6 +194,44 @@ func finite(x float64) *float64 {
 		return nil
 	}
 	return &x
+}
+
+// emulation is what every emulated job of one command shares.
+type emulation struct {
+	model       func() (nn.Model, error)
+	seed        uint64
+	batch       int
+	epochs      int
+	opt         optim.Config
+	wholeJob    bool  // the decay spans the job, as in shoal train
+	warmup      int64 // updates
+	train, test data.Dataset
+	evalEvery   int64
+}
+
+// run emulates the job that sc simulates (its mode, workers, bound).
+func (e emulation) run(ctx context.Context, sc sim.Config) (emulate.Result, error) {
+	opt := e.opt
+	n := sc.Workers
+	perRank := (e.train.Len() + n - 1) / n
+	perEpoch := emulate.UpdatesPerEpoch(sc.Mode, sc.Staleness, n, int64((perRank+e.batch-1)/e.batch))
+	if e.wholeJob {
+		opt.Schedule.DecaySteps = max(perEpoch*int64(e.epochs)-e.warmup, 1)
+	}
+	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: e.model, Seed: e.seed, Batch: e.batch, Epochs: e.epochs, Optimizer: opt,
+		Train: e.train, Test: e.test, EvalEvery: e.evalEvery})
+}
+
+// decayFlags checks the optimizer flags of an emulation and says whether
+// the decay spans the whole job (its length is known per job).
+func decayFlags(of optFlags) (optim.Config, bool, error) {
+	wholeJob := of.decay != "none" && of.decaySteps == 0
+	probe := of
+	if wholeJob {
+		probe.decaySteps = 1
+	}
+	cfg, err := probe.config()
+	return cfg, wholeJob, err
 }
 
 func boundLabel(m consistency.Mode, s int64) string {

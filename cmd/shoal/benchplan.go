@@ -33,8 +33,14 @@ type planRow struct {
 
 func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench plan", benchPlanSynopsis, stderr)
-	var mf modelFlags
+	var (
+		mf modelFlags
+		of optFlags
+		df dataFlags
+	)
 	mf.register(fs)
+	of.register(fs, "cosine")
+	df.register(fs)
 	var (
 		workers   = fs.Int("workers", 64, "workers of the job")
 		servers   = fs.String("servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
@@ -52,6 +58,8 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		steps     = fs.Int("steps", 10, "steps simulated per worker")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per setup")
 		plotFile  = fs.String("plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
+		target    = fs.Float64("target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
+		epochs    = fs.Int("epochs", 3, "--target: epochs each emulated job trains for")
 		layerFile = fs.String("layers", "", "another model: a file of its tensors' sizes, floats one a line in parameter order (sim/models: vgg16.txt, resnet101.txt, inception_v3.txt); needs --compute")
 	)
 	if err := parseFlags(fs, args); err != nil {
@@ -80,6 +88,12 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var floats int64
 	for _, l := range layers {
 		floats += l / 4
+	}
+	if *target < 0 || *target >= 1 || *epochs < 1 {
+		return fmt.Errorf("--target %g, --epochs %d: want a test accuracy in [0, 1) (0: none) and epochs >= 1", *target, *epochs)
+	}
+	if *target > 0 && *layerFile != "" {
+		return fmt.Errorf("--target with --layers %s: only Shoal's own models can be emulated (their accuracy needs training them)", *layerFile)
 	}
 	c, a := compute.Seconds(), *apply*1e9
 	if c == 0 && *layerFile != "" {
@@ -141,6 +155,9 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	if *jsonOut || len(rows) == 0 {
+		if *target > 0 && len(rows) > 0 {
+			return targetJob{mf: mf, of: of, df: df, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, true)
+		}
 		return nil
 	}
 	best, second := rows[0], planRow{}
@@ -159,8 +176,12 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if second.Mode != "" {
 		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
 	}
-	fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in")
-	return nil
+	if *target == 0 {
+		fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	return targetJob{mf: mf, of: of, df: df, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, false)
 }
 
 // plotEfficiency simulates base at 2, 4, 8, ... workers up to its own
@@ -276,4 +297,127 @@ func serverCounts(s string, workers int) ([]int, error) {
 		return out, nil
 	}
 	return positiveInts("--servers", s)
+}
+
+// targetJob predicts the time to a test accuracy: each mode's fastest
+// simulated setup is emulated (package emulate) for its accuracy against
+// epochs, and the epochs to the target are timed at the setup's
+// simulated samples/s. The ring trains as sync does (the mean of N
+// gradients applied once a step), so it is emulated as sync.
+type targetJob struct {
+	mf            modelFlags
+	of            optFlags
+	df            dataFlags
+	batch, epochs int
+	target        float64
+}
+
+// targetRow is one mode's prediction, as --json prints it.
+type targetRow struct {
+	Mode    string  `json:"mode"`
+	Servers int     `json:"servers"`
+	Target  float64 `json:"target_accuracy"`
+	// Epochs and Seconds to the target; both 0 when the job did not get
+	// there in the epochs emulated (Final says how close it came).
+	Epochs   float64 `json:"epochs_to_target"`
+	Seconds  float64 `json:"seconds_to_target"`
+	Final    float64 `json:"final_accuracy"`
+	Diverged string  `json:"diverged,omitempty"`
+}
+
+func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, stdout io.Writer, jsonOut bool) error {
+	ocfg, wholeJob, err := decayFlags(j.of)
+	if err != nil {
+		return err
+	}
+	train, test, err := j.df.load(j.mf.seed)
+	if err != nil {
+		return err
+	}
+	spec, err := j.mf.spec()
+	if err != nil {
+		return err
+	}
+	e := emulation{model: func() (nn.Model, error) {
+		be, _ := nn.NewBestCPU(1)
+		return nn.New(spec, be)
+	}, seed: j.mf.seed, batch: j.batch, epochs: j.epochs, opt: ocfg, wholeJob: wholeJob, warmup: j.of.warmup, train: train, test: test}
+	fastest := map[string]planRow{}
+	var order []string
+	for _, r := range rows {
+		if b, ok := fastest[r.Mode]; !ok || r.Result.SamplesPerSec > b.Result.SamplesPerSec {
+			if !ok {
+				order = append(order, r.Mode)
+			}
+			fastest[r.Mode] = r
+		}
+	}
+	if !jsonOut {
+		fmt.Fprintf(stdout, "time to %.1f%% test accuracy on %s (emulated, %d epochs at most, %s lr %g, %s decay):\n", 100*j.target, test.Name(), j.epochs, ocfg.Algorithm, ocfg.LR, j.of.decay)
+	}
+	var best *targetRow
+	var results []targetRow
+	for _, mode := range order {
+		r := fastest[mode]
+		m, err := consistency.Parse(mode)
+		if err != nil {
+			return err
+		}
+		sc := base
+		sc.Mode, sc.Servers = m, max(r.Servers, 1)
+		if sc.Mode == consistency.Ring {
+			sc.Mode = consistency.Sync
+		}
+		res, err := e.run(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("--target: emulating %s: %w", mode, err)
+		}
+		row := targetRow{Mode: mode, Servers: r.Servers, Target: j.target, Final: res.Final.Accuracy, Diverged: res.Diverged}
+		for _, p := range res.Curve {
+			if p.Accuracy >= j.target {
+				row.Epochs = p.Epochs
+				row.Seconds = p.Epochs * float64(train.Len()) / r.Result.SamplesPerSec
+				break
+			}
+		}
+		results = append(results, row)
+		if jsonOut {
+			if err := printJSONLine(stdout, row); err != nil {
+				return err
+			}
+			continue
+		}
+		switch {
+		case row.Epochs > 0:
+			fmt.Fprintf(stdout, "  %-6s %7s  %.2f epochs, %s\n", mode, serversLabel(r.Servers), row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
+		case row.Diverged != "":
+			fmt.Fprintf(stdout, "  %-6s %7s  never: diverged after %d updates (lower --lr for async: each push moves the weights by the full rate)\n", mode, serversLabel(r.Servers), res.Updates)
+		default:
+			fmt.Fprintf(stdout, "  %-6s %7s  not in %d epochs (%.2f%% at the end)\n", mode, serversLabel(r.Servers), j.epochs, 100*row.Final)
+		}
+	}
+	for i := range results {
+		if r := &results[i]; r.Epochs > 0 && (best == nil || r.Seconds < best.Seconds) {
+			best = r
+		}
+	}
+	if jsonOut {
+		return nil
+	}
+	if best == nil {
+		fmt.Fprintf(stdout, "first to %.1f%%: none within %d epochs\n", 100*j.target, j.epochs)
+		return nil
+	}
+	fmt.Fprintf(stdout, "first to %.1f%%: %s%s", 100*j.target, best.Mode, withServers(best.Servers))
+	var next *targetRow
+	for i := range results {
+		if r := &results[i]; r != best && r.Epochs > 0 && (next == nil || r.Seconds < next.Seconds) {
+			next = r
+		}
+	}
+	if next != nil {
+		fmt.Fprintf(stdout, ", %.2f× sooner than %s%s", next.Seconds/best.Seconds, next.Mode, withServers(next.Servers))
+	}
+	fmt.Fprintln(stdout)
+	return nil
 }

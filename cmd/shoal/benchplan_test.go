@@ -49,3 +49,48 @@ func TestBenchPlan(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--modes")
 }
+
+// TestBenchPlanTimeToTarget: --target emulates each mode's fastest setup
+// and times its epochs to the target at its simulated speed; the ring is
+// emulated as sync, so both need the same epochs.
+func TestBenchPlanTimeToTarget(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	args := []string{"bench", "plan", "--dataset", "synthetic", "--hidden", "16", "--workers", "4", "--servers", "1,2", "--compute", "1ms",
+		"--apply-gbps", "4", "--epochs", "1", "--target", "0.5"}
+	out, err := exec.CommandContext(ctx, shoalBin, args...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	text := string(out)
+	assert.Contains(t, text, "time to 50.0% test accuracy on synthetic")
+	assert.Contains(t, text, "first to 50.0%: ")
+	assert.NotContains(t, text, "which this does not price in")
+
+	out, err = exec.CommandContext(ctx, shoalBin, append(args, "--json")...).Output()
+	require.NoError(t, err)
+	epochs := map[string]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Mode   string
+			Target float64 `json:"target_accuracy"`
+			Epochs float64 `json:"epochs_to_target"`
+			Secs   float64 `json:"seconds_to_target"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &row), l)
+		if row.Target == 0 {
+			continue // a setup's row
+		}
+		assert.Positive(t, row.Epochs, "%s reaches 50%% on the synthetic set within an epoch", row.Mode)
+		assert.Positive(t, row.Secs)
+		epochs[row.Mode] = row.Epochs
+	}
+	assert.Len(t, epochs, 4)
+	assert.Equal(t, epochs["sync"], epochs["ring"], "the ring trains as sync does")
+
+	for _, tc := range []struct{ args, want string }{
+		{"--target 1.5", "want a test accuracy in [0, 1)"},
+		{"--target 0.8 --layers ../../sim/models/vgg16.txt --compute 1s", "only Shoal's own models can be emulated"},
+	} {
+		out, err := exec.CommandContext(ctx, shoalBin, append([]string{"bench", "plan"}, strings.Fields(tc.args)...)...).CombinedOutput()
+		assert.Error(t, err, tc.args)
+		assert.Contains(t, string(out), tc.want, tc.args)
+	}
+}

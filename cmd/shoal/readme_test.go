@@ -219,6 +219,10 @@ var readmeRuns = map[string]readmeRun{
 			assert.Contains(t, stdout, "vgg16 (553.4 MB), 512 workers of batch 64")
 			assert.Contains(t, stdout, "ring         -")
 		}},
+	"shoal bench plan --workers 64 --nic-gbps 25 --target 0.75": {add: []string{"--epochs", "1"}, check: func(t *testing.T, _, stdout string) {
+		assert.Contains(t, stdout, "time to 75.0% test accuracy on fashion-mnist/test")
+		assert.Contains(t, stdout, "first to 75.0%: ")
+	}},
 	// shoal bench emulate: one worker count and one epoch of the README's
 	// matrix (the whole takes a minute; TestTheEmulatorMatchesRealRuns
 	// checks the emulator).
