@@ -407,7 +407,11 @@ func pausedStraggler(t *testing.T, backup string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := newCluster(t, "docker-compose.yml", "sync")
-	c.env = append(c.env, "SHOAL_EPOCHS=25", "SHOAL_BACKUP_WORKERS="+backup)
+	// The run must outlast the fault (15 s from worker 2's first epoch):
+	// CI saw 25 epochs take 18 s (0.7 s an epoch), so the others finished
+	// while worker 2 was still paused and, unpaused, it found the shards
+	// gone. 60 epochs last 40 to 120 s at the speeds seen here.
+	c.env = append(c.env, "SHOAL_EPOCHS=60", "SHOAL_BACKUP_WORKERS="+backup)
 	type sample struct {
 		at    time.Time
 		clock int64
@@ -447,6 +451,10 @@ func pausedStraggler(t *testing.T, backup string) {
 	require.True(t, started, "no epoch line to pause after:\n%s", log)
 	require.NoError(t, fault)
 	require.Len(t, samples, 3)
+	if over := logged(log, runOver, samples[0].at); !over.IsZero() {
+		require.True(t, over.After(samples[2].at), "the others finished the run (%v) before worker 2 was unpaused (%v): too few epochs on this machine:\n%s",
+			over, samples[2].at, log)
+	}
 	before := float64(samples[1].clock-samples[0].clock) / samples[1].at.Sub(samples[0].at).Seconds()
 	paused := float64(samples[2].clock-samples[1].clock) / samples[2].at.Sub(samples[1].at).Seconds()
 	assert.Greater(t, samples[2].clock, samples[1].clock, "no step completed while worker 2 was paused")
