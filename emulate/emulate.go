@@ -218,8 +218,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		curve = append(curve, Point{Updates: clock, Epochs: float64(clock) / float64(updatesPerEpoch), Accuracy: ev.Accuracy, Loss: ev.Loss})
 		return nil
 	}
-	t.evalAt, t.evaluate = every, func(ctx context.Context) error { return evaluate(ctx) }
-	t.every = every
+	t.evalAt, t.every, t.evaluate = every, every, evaluate
 
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -59,6 +59,8 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	mf.register(fs)
 	of.register(fs, "cosine")
 	df.register(fs)
+	var jf simJobFlags
+	jf.register(fs)
 	var (
 		workers   = fs.String("workers", "8,16,32,64", "worker counts, comma-separated")
 		modes     = fs.String("modes", "async,ssp,sync", "modes: async, ssp, sync")
@@ -66,10 +68,6 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 		batch     = fs.Int("batch", 64, "batch per worker")
 		epochs    = fs.Int("epochs", 3, "epochs of the job")
 		servers   = fs.Int("servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
-		gbps      = fs.Float64("nic-gbps", 25, "the simulated job's NICs, Gbit/s per direction")
-		latency   = fs.Duration("latency", 25*time.Microsecond, "the simulated job's one-way latency")
-		compute   = fs.Duration("compute", 0, "forward+backward time of one step in the simulated job (0: measure it here, one thread)")
-		jitter    = fs.Float64("jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
 		evalEvery = fs.Int64("eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
 		out       = fs.String("out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per job")
@@ -96,9 +94,12 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		ms = append(ms, m)
 	}
-	if *batch < 1 || *epochs < 1 || *servers < 1 || *gbps <= 0 || *latency < 0 || *compute < 0 || *jitter < 0 || *evalEvery < 0 {
-		return fmt.Errorf("--batch %d, --epochs %d, --servers %d, --nic-gbps %g, --latency %v, --compute %v, --jitter %g, --eval-every %d: want batch, epochs, servers >= 1, a positive NIC rate, the rest >= 0",
-			*batch, *epochs, *servers, *gbps, *latency, *compute, *jitter, *evalEvery)
+	if err := jf.validate(); err != nil {
+		return err
+	}
+	if *batch < 1 || *epochs < 1 || *servers < 1 || *evalEvery < 0 {
+		return fmt.Errorf("--batch %d, --epochs %d, --servers %d, --eval-every %d: want batch, epochs, servers >= 1, eval-every >= 0",
+			*batch, *epochs, *servers, *evalEvery)
 	}
 	if *out != "" {
 		if err := writableDir("--out", *out); err != nil {
@@ -131,16 +132,14 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	for _, t := range model.Layout().Tensors {
 		layers = append(layers, 4*int64(t.Size()))
 	}
-	c := compute.Seconds()
-	if c == 0 {
-		if c, err = stepSeconds(ctx, model, *batch, mf.seed); err != nil {
-			return err
-		}
+	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) { return model, nil }, *batch, mf.seed)
+	if err != nil {
+		return err
 	}
 	name := describeModel(model)
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "shoal bench emulate: %s, batch %d per worker, %d epochs of %s, %s lr %g (%s decay); schedules simulated with compute %.2f ms a step (jitter %g), %d server(s), NICs of %g Gbit/s\n",
-			name, *batch, *epochs, train.Name(), ocfg.Algorithm, ocfg.LR, of.decay, c*1e3, *jitter, *servers, *gbps)
+			name, *batch, *epochs, train.Name(), ocfg.Algorithm, ocfg.LR, of.decay, c*1e3, jf.jitter, *servers, jf.gbps)
 	}
 
 	var runs []emulateRun
@@ -155,7 +154,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 			for _, s := range bs {
 				sc := sim.Config{Mode: m, Workers: n, Servers: *servers, Staleness: s, Layers: layers, Forward: c / 3, Backward: 2 * c / 3,
-					Jitter: *jitter, Seed: mf.seed, NICGbps: *gbps, Latency: latency.Seconds()}
+					Jitter: jf.jitter, Seed: mf.seed, NICGbps: jf.gbps, Latency: jf.latency.Seconds()}
 				j := emulation{model: newModel, seed: mf.seed, batch: *batch, epochs: *epochs, opt: ocfg, wholeJob: wholeJob, warmup: of.warmup,
 					train: train, test: test, evalEvery: *evalEvery}
 				start := time.Now()
@@ -174,7 +173,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 					continue
 				}
 				fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
-					m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), maxStaleness(res.Staleness), run.Seconds)
+					m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
 				if res.Diverged != "" {
 					fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
 				}
@@ -239,14 +238,6 @@ func boundLabel(m consistency.Mode, s int64) string {
 		return ""
 	}
 	return "s=" + strconv.FormatInt(s, 10)
-}
-
-func maxStaleness(h consistency.Staleness) int64 {
-	var m int64
-	for s := range h.All() {
-		m = s
-	}
-	return m
 }
 
 // writeEmulation writes results.json and, per worker count, a plot of

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,20 +42,18 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	mf.register(fs)
 	of.register(fs, "cosine")
 	df.register(fs)
+	var jf simJobFlags
+	jf.register(fs)
 	var (
 		workers   = fs.Int("workers", 64, "workers of the job")
 		servers   = fs.String("servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
 		modes     = fs.String("modes", "async,sync,ssp,ring", "modes to simulate")
 		batch     = fs.Int("batch", 64, "batch per worker")
-		gbps      = fs.Float64("nic-gbps", 25, "every process's NIC, Gbit/s per direction")
-		latency   = fs.Duration("latency", 25*time.Microsecond, "one-way network latency")
-		compute   = fs.Duration("compute", 0, "forward+backward time of one step (0: measure it here, one thread)")
 		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
 		fusion    = fs.Int64("fusion-bytes", 65536, "ring: bucket size (0: one allreduce after backward)")
 		chunk     = fs.Int64("chunk-bytes", 1<<20, "PS: the shard plan's chunk size")
 		staleness = fs.Int64("staleness", 1, "ssp: the bound")
 		backup    = fs.Int("backup-workers", 0, "sync: backup workers")
-		jitter    = fs.Float64("jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
 		steps     = fs.Int("steps", 10, "steps simulated per worker")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per setup")
 		plotFile  = fs.String("plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
@@ -65,9 +64,12 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *workers < 1 || *batch < 1 || *steps < 1 || *gbps <= 0 || *latency < 0 || *compute < 0 || *apply < 0 || *jitter < 0 {
-		return fmt.Errorf("--workers %d, --batch %d, --steps %d, --nic-gbps %g, --latency %v, --compute %v, --apply-gbps %g, --jitter %g: want workers, batch, steps >= 1, a positive NIC rate, the rest >= 0",
-			*workers, *batch, *steps, *gbps, *latency, *compute, *apply, *jitter)
+	if err := jf.validate(); err != nil {
+		return err
+	}
+	if *workers < 1 || *batch < 1 || *steps < 1 || *apply < 0 {
+		return fmt.Errorf("--workers %d, --batch %d, --steps %d, --apply-gbps %g: want workers, batch, steps >= 1 and an optimizer speed >= 0",
+			*workers, *batch, *steps, *apply)
 	}
 	var ms []consistency.Mode
 	for _, s := range strings.Split(*modes, ",") {
@@ -95,28 +97,26 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *target > 0 && *layerFile != "" {
 		return fmt.Errorf("--target with --layers %s: only Shoal's own models can be emulated (their accuracy needs training them)", *layerFile)
 	}
-	c, a := compute.Seconds(), *apply*1e9
-	if c == 0 && *layerFile != "" {
+	if jf.compute == 0 && *layerFile != "" {
 		return fmt.Errorf("--layers %s: give the model's --compute (forward+backward of one step at --batch): shoal measures only its own models", *layerFile)
 	}
-	if c == 0 {
+	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) {
 		fast, _, err := mf.buildFast(1)
-		if err != nil {
-			return err
-		}
-		if c, err = stepSeconds(ctx, fast, *batch, mf.seed); err != nil {
-			return err
-		}
+		return fast, err
+	}, *batch, mf.seed)
+	if err != nil {
+		return err
 	}
+	a := *apply * 1e9
 	if a == 0 {
 		a = sim.MeasureOptimizer(int(min(floats, 1<<24)))
 	}
 	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers,
-		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: *jitter, Seed: mf.seed,
-		NICGbps: *gbps, Latency: latency.Seconds(), ApplyBytesPerSec: a}
+		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: jf.jitter, Seed: mf.seed,
+		NICGbps: jf.gbps, Latency: jf.latency.Seconds(), ApplyBytesPerSec: a}
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
-			name, float64(floats)*4/1e6, *workers, *batch, *gbps, *latency, c*1e3, a/1e9, *steps)
+			name, float64(floats)*4/1e6, *workers, *batch, jf.gbps, jf.latency, c*1e3, a/1e9, *steps)
 		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
 	}
 	var rows []planRow
@@ -232,9 +232,38 @@ func plotEfficiency(path, name string, base sim.Config, ms []consistency.Mode, s
 	return lp.Write(path)
 }
 
-// stepSeconds measures one step's forward and backward of model at batch
-// here (shoal bench compute's loop: 5 steps of warm-up, 30 timed).
-func stepSeconds(ctx context.Context, model nn.Model, batch int, seed uint64) (float64, error) {
+// simJobFlags are the simulated job's network and compute, which shoal
+// bench plan and shoal bench emulate both take.
+type simJobFlags struct {
+	gbps, jitter     float64
+	latency, compute time.Duration
+}
+
+func (f *simJobFlags) register(fs *flag.FlagSet) {
+	fs.Float64Var(&f.gbps, "nic-gbps", 25, "every process's NIC, Gbit/s per direction")
+	fs.DurationVar(&f.latency, "latency", 25*time.Microsecond, "one-way network latency")
+	fs.DurationVar(&f.compute, "compute", 0, "forward+backward time of one step (0: measure it here, one thread)")
+	fs.Float64Var(&f.jitter, "jitter", 0.1, "standard deviation of each step's compute time, relative (log-normal)")
+}
+
+func (f simJobFlags) validate() error {
+	if f.gbps <= 0 || f.latency < 0 || f.compute < 0 || f.jitter < 0 {
+		return fmt.Errorf("--nic-gbps %g, --latency %v, --compute %v, --jitter %g: want a positive NIC rate, the rest >= 0", f.gbps, f.latency, f.compute, f.jitter)
+	}
+	return nil
+}
+
+// stepSeconds is --compute, or else one step's forward and backward of
+// the model that build returns, at batch, measured here (shoal bench
+// compute's loop: 5 steps of warm-up, 30 timed).
+func (f simJobFlags) stepSeconds(ctx context.Context, build func() (nn.Model, error), batch int, seed uint64) (float64, error) {
+	if f.compute > 0 {
+		return f.compute.Seconds(), nil
+	}
+	model, err := build()
+	if err != nil {
+		return 0, err
+	}
 	rec, err := benchCompute(ctx, model, batch, 5, 30, seed, observer{})
 	if err != nil {
 		return 0, err
