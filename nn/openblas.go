@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/shoalml/shoal/internal/dl"
 )
 
 // ErrUnavailable is wrapped by the errors NewOpenBLAS returns when OpenBLAS
@@ -53,71 +54,17 @@ func openblasDirs() []string {
 	return append(dirs, "/usr/lib64", "/usr/lib64/openblas", "/usr/local/lib", "/opt/OpenBLAS/lib", "/usr/lib")
 }
 
-// blasSearch is where to look for OpenBLAS; a value so that tests can
-// search temporary trees.
-type blasSearch struct {
-	env     string   // EnvOpenBLAS's value: a file, a directory, or ""
-	sonames []string // names to try, see openblasSonames
-	dirs    []string // directories to try after the loader, see openblasDirs
-}
-
 // defaultBLASSearch is the search NewOpenBLAS runs.
-func defaultBLASSearch() blasSearch {
-	return blasSearch{env: os.Getenv(EnvOpenBLAS), sonames: openblasSonames, dirs: openblasDirs()}
+func defaultBLASSearch() dl.Search {
+	return dl.Search{Env: os.Getenv(EnvOpenBLAS), Names: openblasSonames, Dirs: openblasDirs()}
 }
 
-// blasCandidate is one dlopen argument: an absolute path, or a bare soname
-// for the dynamic loader to find.
-type blasCandidate struct {
-	arg string
-	// openblasOnly: accept the library only if it is OpenBLAS (see
-	// openblasSonames on libblas.so.3).
-	openblasOnly bool
-}
-
-// plan returns the dlopen arguments in the order to try them, and the
-// directories that held none of the names (reported, not tried). exists
-// says whether a file is there; directory candidates that do not exist are
-// left out, so the error of a failed search lists what was really tried.
-func (s blasSearch) plan(exists func(string) bool) (cands []blasCandidate, empty []string) {
-	onlyIf := func(name string) bool { return name == "libblas.so.3" }
-	inDir := func(dir string) bool {
-		found := false
-		for _, name := range s.sonames {
-			p := filepath.Join(dir, name)
-			if exists(p) {
-				cands = append(cands, blasCandidate{p, onlyIf(name)})
-				found = true
-			}
-		}
-		return found
-	}
-	if s.env != "" {
-		if fi, err := os.Stat(s.env); err == nil && fi.IsDir() {
-			if !inDir(s.env) {
-				empty = append(empty, s.env)
-			}
-		} else {
-			// A file (or a missing path: dlopen says why it fails).
-			cands = append(cands, blasCandidate{s.env, false})
-		}
-	}
-	for _, name := range s.sonames {
-		cands = append(cands, blasCandidate{name, onlyIf(name)})
-	}
-	for _, dir := range s.dirs {
-		if !inDir(dir) {
-			empty = append(empty, dir)
-		}
-	}
-	return cands, empty
-}
+// openblasOnly says whether a candidate is accepted only if it is OpenBLAS
+// (see openblasSonames on libblas.so.3).
+func openblasOnly(c dl.Candidate) bool { return c.Name == "libblas.so.3" }
 
 // BLASAttempt is one library the search tried and why it was not used.
-type BLASAttempt struct {
-	Path string // the dlopen argument: a path, or a soname for the loader
-	Err  string // dlopen's or dlsym's message, or why the library was refused
-}
+type BLASAttempt = dl.Attempt
 
 // OpenBLASError is the error of a search that found no usable OpenBLAS.
 // It wraps ErrUnavailable.
@@ -135,41 +82,26 @@ func (e *OpenBLASError) Error() string {
 	if e.Reason != "" {
 		return "nn: OpenBLAS unavailable: " + e.Reason
 	}
-	var b strings.Builder
-	b.WriteString("nn: OpenBLAS unavailable: no usable library (install libopenblas0-pthread, or set " + EnvOpenBLAS + " to its path); tried:")
-	for _, a := range e.Tried {
-		fmt.Fprintf(&b, "\n  %s: %s", a.Path, a.Err)
-	}
-	if len(e.Empty) > 0 {
-		fmt.Fprintf(&b, "\n  no candidate in: %s", strings.Join(e.Empty, ", "))
-	}
-	return b.String()
+	return "nn: OpenBLAS unavailable: no usable library (install libopenblas0-pthread, or set " + EnvOpenBLAS + " to its path); tried:" +
+		(&dl.NotFoundError{Tried: e.Tried, Empty: e.Empty}).List()
 }
 
 func (e *OpenBLASError) Unwrap() error { return ErrUnavailable }
 
-// search tries the plan in order with open and returns the first library
-// it accepts. open dlopens its argument and resolves the symbols, failing
-// on a library that is not OpenBLAS when openblasOnly.
-func (s blasSearch) search(exists func(string) bool, open func(blasCandidate) (*blasLib, error)) (*blasLib, error) {
-	cands, empty := s.plan(exists)
-	var tried []BLASAttempt
-	for _, c := range cands {
-		lib, err := open(c)
-		if err == nil {
-			lib.skipped = tried
-			return lib, nil
+// searchBLAS tries the plan of s in order with open and returns the first
+// library it accepts. open dlopens its argument and resolves the symbols,
+// failing on a library that is not OpenBLAS when openblasOnly.
+func searchBLAS(s dl.Search, exists func(string) bool, open func(dl.Candidate) (*blasLib, error)) (*blasLib, error) {
+	lib, tried, err := dl.Find(s, exists, open)
+	if err != nil {
+		var nf *dl.NotFoundError
+		if errors.As(err, &nf) {
+			return nil, &OpenBLASError{Tried: nf.Tried, Empty: nf.Empty}
 		}
-		// dlerror starts with the path already.
-		msg := strings.TrimPrefix(err.Error(), c.arg+": ")
-		tried = append(tried, BLASAttempt{Path: c.arg, Err: msg})
+		return nil, err
 	}
-	return nil, &OpenBLASError{Tried: tried, Empty: empty}
-}
-
-func fileExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir()
+	lib.skipped = tried
+	return lib, nil
 }
 
 // openblasOnce loads the library the first time a backend asks for it. It
@@ -177,7 +109,7 @@ func fileExists(p string) bool {
 // every caller the same copy, and its thread count is global to it.
 var openblasOnce = sync.OnceValues(func() (*blasLib, error) {
 	s := defaultBLASSearch()
-	if strings.EqualFold(s.env, "off") {
+	if strings.EqualFold(s.Env, "off") {
 		return nil, &OpenBLASError{Reason: EnvOpenBLAS + "=off"}
 	}
 	return loadOpenBLAS(s)

@@ -2,6 +2,8 @@
 
 package nn
 
+import "github.com/shoalml/shoal/internal/dl"
+
 // Without cgo there is no dlopen: NewOpenBLAS always returns
 // ErrUnavailable and NewBestCPU picks the gonum backend.
 
@@ -11,7 +13,7 @@ type blasLib struct {
 	skipped      []BLASAttempt
 }
 
-func loadOpenBLAS(blasSearch) (*blasLib, error) {
+func loadOpenBLAS(dl.Search) (*blasLib, error) {
 	return nil, &OpenBLASError{Reason: "built without cgo (CGO_ENABLED=0); the gonum backend is used"}
 }
 

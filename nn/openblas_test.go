@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shoalml/shoal/internal/dl"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -294,10 +295,10 @@ func TestBLASSearchOrder(t *testing.T) {
 	dirs := []string{filepath.Dir(pthread), empty, filepath.Dir(lib64), missing}
 
 	// A fake dlopen that refuses everything records the order tried.
-	refuseAll := func(tried *[]string) func(blasCandidate) (*blasLib, error) {
-		return func(c blasCandidate) (*blasLib, error) {
-			*tried = append(*tried, c.arg)
-			return nil, fmt.Errorf("fake refusal of %s", filepath.Base(c.arg))
+	refuseAll := func(tried *[]string) func(dl.Candidate) (*blasLib, error) {
+		return func(c dl.Candidate) (*blasLib, error) {
+			*tried = append(*tried, c.Arg)
+			return nil, fmt.Errorf("fake refusal of %s", filepath.Base(c.Arg))
 		}
 	}
 	tests := []struct {
@@ -322,8 +323,8 @@ func TestBLASSearchOrder(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var tried []string
-			s := blasSearch{env: tc.env, sonames: sonames, dirs: dirs}
-			lib, err := s.search(fileExists, refuseAll(&tried))
+			s := dl.Search{Env: tc.env, Names: sonames, Dirs: dirs}
+			lib, err := searchBLAS(s, dl.FileExists, refuseAll(&tried))
 			require.Error(t, err)
 			assert.Nil(t, lib)
 			assert.Equal(t, tc.wantTried, tried)
@@ -339,12 +340,12 @@ func TestBLASSearchOrder(t *testing.T) {
 
 	t.Run("first success wins; libblas.so.3 must be OpenBLAS", func(t *testing.T) {
 		var tried []string
-		s := blasSearch{sonames: sonames, dirs: dirs}
-		lib, err := s.search(fileExists, func(c blasCandidate) (*blasLib, error) {
-			tried = append(tried, c.arg)
-			assert.Equal(t, strings.HasSuffix(c.arg, "libblas.so.3"), c.openblasOnly, c.arg)
-			if c.arg == pthreadBlas {
-				return &blasLib{path: c.arg}, nil
+		s := dl.Search{Names: sonames, Dirs: dirs}
+		lib, err := searchBLAS(s, dl.FileExists, func(c dl.Candidate) (*blasLib, error) {
+			tried = append(tried, c.Arg)
+			assert.Equal(t, strings.HasSuffix(c.Arg, "libblas.so.3"), openblasOnly(c), c.Arg)
+			if c.Arg == pthreadBlas {
+				return &blasLib{path: c.Arg}, nil
 			}
 			return nil, errors.New("no")
 		})
@@ -360,7 +361,7 @@ func TestLoadFakeLibrary(t *testing.T) {
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "libopenblas.so.0")
 	require.NoError(t, os.WriteFile(fake, []byte("not an ELF file"), 0o644))
-	lib, err := loadOpenBLAS(blasSearch{env: fake})
+	lib, err := loadOpenBLAS(dl.Search{Env: fake})
 	require.Error(t, err)
 	assert.Nil(t, lib)
 	assert.True(t, errors.Is(err, ErrUnavailable))
@@ -376,7 +377,7 @@ func TestLoadFakeLibrary(t *testing.T) {
 	t.Log(err)
 
 	// A real library that is not a BLAS: found, but without cblas_sgemm.
-	_, err = loadOpenBLAS(blasSearch{sonames: []string{"libm.so.6"}})
+	_, err = loadOpenBLAS(dl.Search{Names: []string{"libm.so.6"}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cblas_sgemm")
 }
