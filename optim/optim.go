@@ -114,6 +114,13 @@ func stepSGD(p, grad []float32, lr, wd float32) {
 	}
 }
 
+// StepMomentum applies one momentum step to p with its buffer buf, exactly as an
+// Optimizer configured for momentum does (the reference a device's update
+// kernel is checked against). All three slices have len(p) elements.
+func StepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
+	stepMomentum(p, grad, buf, lr, wd, mu, nesterov)
+}
+
 // stepMomentum: g = grad + wd·p; buf = μ·buf + g; g = g + μ·buf (nesterov) or buf; p -= lr·g.
 // PyTorch sets buf = g on the first step; a zero buffer gives exactly that (μ·0 + g = g).
 func stepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {

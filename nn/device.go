@@ -1,0 +1,140 @@
+package nn
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Device runs a model's whole step in memory of its own, a GPU's: the
+// parameters, gradients and activations stay there and only the batch,
+// the weights after a pull and the gradient vector cross to and from the
+// host. Backend, by contrast, runs one GEMM at a time on host slices.
+// NewOnDevice builds a Model on a Device; package gpu implements one over
+// CUDA, and HostDevice is the reference that runs everywhere (the
+// conformance suite in nn/devicetest checks both against float64).
+//
+// Every operation is queued in order on the device and may run after the
+// call returns: Sync waits for all of them and returns the first error
+// (for CUDA, launch and memory errors surface there). Host slices given to
+// Upload must stay unchanged, and those given to Download unread, until
+// the next Sync. A Device is used by one goroutine at a time.
+//
+// Sizes are element counts; Mem ranges come from Alloc and their slices.
+// Operations panic on a Mem of another device or one too short: those are
+// programming errors, as a wrong length is for Model.
+type Device interface {
+	// Name identifies the device, e.g. "cuda:0 NVIDIA H100 80GB HBM3".
+	Name() string
+	// Alloc returns bytes bytes of device memory, contents unspecified.
+	Alloc(bytes int) (Mem, error)
+	// Free releases memory from Alloc (the whole allocation).
+	Free(Mem)
+	// Upload copies src to dst; Download copies src to dst.
+	Upload(dst Mem, src []byte)
+	Download(dst []byte, src Mem)
+	// Zero sets n float32 (or int32) elements to zero.
+	Zero(m Mem, n int)
+	// Gemm is Backend.Gemm on device memory.
+	Gemm(tA, tB bool, m, n, k int, alpha float32, a Mem, lda int, b Mem, ldb int, beta float32, c Mem, ldc int)
+	// BiasAct adds b[c] to every element of y of channel c, where y holds
+	// n samples of ch channels of hw values (NCHW; a dense layer's output
+	// is hw = 1), and then applies a ReLU (max(v, 0), NaN kept) if relu.
+	BiasAct(y, b Mem, n, ch, hw int, relu bool)
+	// BiasGrad overwrites db[c] with the sum over the samples and the hw
+	// positions of dy's channel c (dy laid out as y of BiasAct).
+	BiasGrad(db, dy Mem, n, ch, hw int)
+	// ReLUBackward sets dy[i] = 0 where y[i] <= 0 (y a ReLU's output).
+	ReLUBackward(dy, y Mem, n int)
+	// SoftmaxXent computes, for rows of classes logits z and int32
+	// labels, loss[r] = logsumexp(z_r) - z_r[label] and correct[r] (int32)
+	// = 1 when the label is the first largest logit, else 0; with dz set
+	// (dz.Nil() false) it also writes dz = (softmax(z) - onehot)·scale.
+	SoftmaxXent(z, labels, dz, loss, correct Mem, rows, classes int, scale float32)
+	// SGDMomentum is optim's momentum step (g = grad + wd·p; buf = μ·buf +
+	// g; p -= lr·(nesterov ? g + μ·buf : buf)), bit for bit.
+	SGDMomentum(p, buf, g Mem, n int, lr, mu, wd float32, nesterov bool)
+	// Im2Col unrolls one sample x (c×h×w) for a kh×kw convolution with
+	// zero padding pad and stride 1 into col ((c·kh·kw) × (oh·ow)); Col2Im
+	// overwrites dx with im2col's adjoint applied to col.
+	Im2Col(x, col Mem, c, h, w, kh, kw, pad, oh, ow int)
+	Col2Im(col, dx Mem, c, h, w, kh, kw, pad, oh, ow int)
+	// MaxPoolForward takes the max of each k×k window (stride k) of n
+	// samples of c×h×w, writing y (n×c×(h/k)×(w/k)) and, in arg (int32),
+	// the index within the sample of each window's first maximum.
+	// MaxPoolBackward overwrites dx with dy routed to those indices.
+	MaxPoolForward(x, y, arg Mem, n, c, h, w, k int)
+	MaxPoolBackward(dy, arg, dx Mem, n, c, h, w, k int)
+	// ToHalf writes the n float32 of src as float16 (bf16 false) or
+	// bfloat16 bits, rounded to nearest even, into dst (n uint16);
+	// FromHalf converts back. Both agree with package wire bit for bit.
+	ToHalf(dst, src Mem, n int, bf16 bool)
+	FromHalf(dst, src Mem, n int, bf16 bool)
+	// Sync waits for the queued work and returns its first error. A
+	// device whose context is lost keeps returning that error.
+	Sync() error
+	// Close releases the device's resources; memory from Alloc must be
+	// freed first.
+	Close() error
+}
+
+// Mem is a range of a device's memory: the device's own handle for an
+// allocation and a byte range in it. The zero Mem is nil.
+type Mem struct {
+	h      any
+	off, n int
+}
+
+// NewMem returns a Mem for the whole of an allocation of bytes bytes that
+// the device knows by h; it is for Device implementations.
+func NewMem(h any, bytes int) Mem { return Mem{h: h, n: bytes} }
+
+// Handle returns the device's handle and the range's byte offset in it.
+func (m Mem) Handle() (h any, off int) { return m.h, m.off }
+
+// Bytes is the range's size.
+func (m Mem) Bytes() int { return m.n }
+
+// Nil reports whether m is the zero Mem.
+func (m Mem) Nil() bool { return m.h == nil }
+
+// Slice returns the n 4-byte elements (float32 or int32) from element off.
+func (m Mem) Slice(off, n int) Mem {
+	if off < 0 || n < 0 || 4*(off+n) > m.n {
+		panic(fmt.Sprintf("nn: Mem.Slice(%d, %d) of %d elements", off, n, m.n/4))
+	}
+	return Mem{h: m.h, off: m.off + 4*off, n: 4 * n}
+}
+
+// Check panics unless m holds at least n 4-byte elements; for Device
+// implementations.
+func (m Mem) Check(op string, n int) {
+	if m.h == nil || m.n < 4*n {
+		panic(fmt.Sprintf("nn: %s: memory of %d bytes, want at least %d elements (%d bytes)", op, m.n, n, 4*n))
+	}
+}
+
+// F32Bytes, I32Bytes and U16Bytes view a slice as its bytes (in the
+// machine's order, which is what a device copy moves) for Upload and
+// Download.
+func F32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
+}
+
+// I32Bytes: see F32Bytes.
+func I32Bytes(s []int32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
+}
+
+// U16Bytes: see F32Bytes.
+func U16Bytes(s []uint16) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 2*len(s))
+}

@@ -1,0 +1,505 @@
+// Package devicetest is the conformance suite every nn.Device passes: each
+// operation against a float64 (or bit-exact float32) reference written
+// here, on awkward sizes (1, 255, 257, 4099) with its outputs poisoned with
+// NaN first, and whole MLP and CNN steps against New's CPU model. nn runs
+// it on the HostDevice; gpu runs it on CUDA where a GPU is found.
+package devicetest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// Sizes are the awkward lengths the element-wise operations run on: one,
+// and either side of the 256-thread block and of 4096.
+var Sizes = []int{1, 255, 257, 4099}
+
+// Run runs every check on dev.
+func Run(t *testing.T, dev nn.Device) {
+	t.Run("Gemm", func(t *testing.T) { testGemm(t, dev) })
+	t.Run("BiasAct", func(t *testing.T) { testBiasAct(t, dev) })
+	t.Run("BiasGrad", func(t *testing.T) { testBiasGrad(t, dev) })
+	t.Run("ReLUBackward", func(t *testing.T) { testReLUBackward(t, dev) })
+	t.Run("SoftmaxXent", func(t *testing.T) { testSoftmaxXent(t, dev) })
+	t.Run("SGDMomentum", func(t *testing.T) { testSGDMomentum(t, dev) })
+	t.Run("Im2Col", func(t *testing.T) { testIm2Col(t, dev) })
+	t.Run("MaxPool", func(t *testing.T) { testMaxPool(t, dev) })
+	t.Run("Half", func(t *testing.T) { testHalf(t, dev) })
+	t.Run("Model", func(t *testing.T) { testModels(t, dev) })
+}
+
+// buf is device memory with its length, freed at the end of the test.
+type buf struct {
+	m nn.Mem
+	n int
+}
+
+func alloc(t *testing.T, dev nn.Device, n int) buf {
+	t.Helper()
+	m, err := dev.Alloc(4 * max(n, 1))
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Free(m) })
+	return buf{m.Slice(0, n), n}
+}
+
+// put returns device memory holding v.
+func put(t *testing.T, dev nn.Device, v []float32) buf {
+	t.Helper()
+	b := alloc(t, dev, len(v))
+	dev.Upload(b.m, nn.F32Bytes(v))
+	return b
+}
+
+func putI32(t *testing.T, dev nn.Device, v []int32) buf {
+	t.Helper()
+	b := alloc(t, dev, len(v))
+	dev.Upload(b.m, nn.I32Bytes(v))
+	return b
+}
+
+// poisoned returns device memory of n NaNs.
+func poisoned(t *testing.T, dev nn.Device, n int) buf {
+	t.Helper()
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return put(t, dev, v)
+}
+
+// get waits for the device and returns b's contents.
+func get(t *testing.T, dev nn.Device, b buf) []float32 {
+	t.Helper()
+	v := make([]float32, b.n)
+	dev.Download(nn.F32Bytes(v), b.m)
+	require.NoError(t, dev.Sync())
+	return v
+}
+
+func getI32(t *testing.T, dev nn.Device, b buf) []int32 {
+	t.Helper()
+	v := make([]int32, b.n)
+	dev.Download(nn.I32Bytes(v), b.m)
+	require.NoError(t, dev.Sync())
+	return v
+}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// near fails unless got[i] is within tol·(1+|want[i]|) of want[i] for
+// every i, naming the first that is not.
+func near(t *testing.T, what string, want []float64, got []float32, tol float64) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.Abs(g-w) > tol*(1+math.Abs(w)) {
+			t.Fatalf("%s: element %d of %d is %v, want %v (tolerance %g relative)", what, i, len(want), g, w, tol)
+		}
+	}
+}
+
+// same fails unless got and want are bit-identical (NaN payloads aside).
+func same(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(want[i]))) {
+			t.Fatalf("%s: element %d of %d is %v (%#08x), want %v (%#08x)", what, i, len(want), got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+func testGemm(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, sz := range [][3]int{{1, 1, 1}, {255, 257, 1}, {257, 1, 255}, {4099, 3, 2}, {3, 4099, 5}, {65, 33, 257}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			for _, beta := range []float32{0, 0.5} {
+				tA, tB := tr[0], tr[1]
+				name := fmt.Sprintf("%dx%dx%d tA=%v tB=%v beta=%v", m, n, k, tA, tB, beta)
+				a, b := randVec(rng, m*k), randVec(rng, k*n)
+				lda, ldb := k, n
+				if tA {
+					lda = m
+				}
+				if tB {
+					ldb = k
+				}
+				c0 := randVec(rng, m*n)
+				var dc buf
+				if beta == 0 {
+					dc = poisoned(t, dev, m*n) // beta 0 must not read C
+				} else {
+					dc = put(t, dev, c0)
+				}
+				dev.Gemm(tA, tB, m, n, k, 1.5, put(t, dev, a).m, lda, put(t, dev, b).m, ldb, beta, dc.m, n)
+				want := make([]float64, m*n)
+				for i := range m {
+					for j := range n {
+						var s float64
+						for l := range k {
+							av, bv := a[i*k+l], b[l*n+j]
+							if tA {
+								av = a[l*m+i]
+							}
+							if tB {
+								bv = b[j*k+l]
+							}
+							s += float64(av) * float64(bv)
+						}
+						want[i*n+j] = 1.5 * s
+						if beta != 0 {
+							want[i*n+j] += float64(beta) * float64(c0[i*n+j])
+						}
+					}
+				}
+				// Float32 accumulation over k terms of unit size.
+				near(t, name, want, get(t, dev, dc), 2e-6*float64(k+4))
+			}
+		}
+	}
+}
+
+func testBiasAct(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range [][3]int{{1, 1, 1}, {255, 1, 1}, {3, 257, 1}, {2, 3, 4099}, {4099, 10, 1}, {5, 7, 255}} {
+		n, ch, hw := sh[0], sh[1], sh[2]
+		for _, relu := range []bool{false, true} {
+			y, b := randVec(rng, n*ch*hw), randVec(rng, ch)
+			y[0] = float32(math.NaN()) // a NaN stays a NaN, ReLU or not
+			dy := put(t, dev, y)
+			dev.BiasAct(dy.m, put(t, dev, b).m, n, ch, hw, relu)
+			got := get(t, dev, dy)
+			require.True(t, math.IsNaN(float64(got[0])), "NaN through BiasAct (relu %v) became %v", relu, got[0])
+			want := make([]float64, len(y))
+			for i := range y {
+				v := float64(y[i] + b[(i/hw)%ch])
+				if relu && v < 0 {
+					v = 0
+				}
+				want[i] = v
+			}
+			near(t, fmt.Sprintf("n=%d ch=%d hw=%d relu=%v", n, ch, hw, relu), want[1:], got[1:], 0)
+		}
+	}
+}
+
+func testBiasGrad(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sh := range [][3]int{{1, 1, 1}, {255, 1, 1}, {257, 3, 1}, {2, 3, 4099}, {4099, 10, 1}, {64, 16, 196}} {
+		n, ch, hw := sh[0], sh[1], sh[2]
+		dy := randVec(rng, n*ch*hw)
+		db := poisoned(t, dev, ch)
+		dev.BiasGrad(db.m, put(t, dev, dy).m, n, ch, hw)
+		want := make([]float64, ch)
+		for i, v := range dy {
+			want[(i/hw)%ch] += float64(v)
+		}
+		near(t, fmt.Sprintf("n=%d ch=%d hw=%d", n, ch, hw), want, get(t, dev, db), 1e-6*float64(n*hw+4))
+	}
+}
+
+func testReLUBackward(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range Sizes {
+		y, g := randVec(rng, n), randVec(rng, n)
+		y[0] = 0 // the boundary: no gradient
+		dg := put(t, dev, g)
+		dev.ReLUBackward(dg.m, put(t, dev, y).m, n)
+		want := make([]float32, n)
+		for i := range y {
+			if y[i] > 0 {
+				want[i] = g[i]
+			}
+		}
+		same(t, fmt.Sprintf("n=%d", n), want, get(t, dev, dg))
+	}
+}
+
+func testSoftmaxXent(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, sh := range [][2]int{{1, 1}, {1, 10}, {255, 10}, {257, 3}, {3, 255}, {2, 257}, {1, 4099}, {4099, 10}} {
+		rows, classes := sh[0], sh[1]
+		z := randVec(rng, rows*classes)
+		for i := range z {
+			z[i] *= 4
+		}
+		if classes > 2 { // a tie for the largest: the first wins
+			z[1], z[2] = 50, 50
+		}
+		labels := make([]int32, rows)
+		for r := range labels {
+			labels[r] = int32(rng.IntN(classes))
+		}
+		labels[0] = min(2, int32(classes-1))
+		scale := float32(1 / float64(rows))
+		for _, grad := range []bool{true, false} {
+			name := fmt.Sprintf("rows=%d classes=%d grad=%v", rows, classes, grad)
+			loss, correct := poisoned(t, dev, rows), putI32(t, dev, make([]int32, rows))
+			for i := range rows {
+				dev.Upload(correct.m.Slice(i, 1), nn.I32Bytes([]int32{-7}))
+			}
+			var dz buf
+			if grad {
+				dz = poisoned(t, dev, rows*classes)
+			}
+			dev.SoftmaxXent(put(t, dev, z).m, putI32(t, dev, labels).m, dz.m, loss.m, correct.m, rows, classes, scale)
+			wantLoss := make([]float64, rows)
+			wantDz := make([]float64, rows*classes)
+			wantCorrect := make([]int32, rows)
+			for r := range rows {
+				row := z[r*classes : (r+1)*classes]
+				arg := 0
+				for j, v := range row {
+					if v > row[arg] {
+						arg = j
+					}
+				}
+				if arg == int(labels[r]) {
+					wantCorrect[r] = 1
+				}
+				var sum float64
+				for _, v := range row {
+					sum += math.Exp(float64(v - row[arg]))
+				}
+				lse := float64(row[arg]) + math.Log(sum)
+				wantLoss[r] = lse - float64(row[labels[r]])
+				for j, v := range row {
+					q := math.Exp(float64(v) - lse)
+					if j == int(labels[r]) {
+						q--
+					}
+					wantDz[r*classes+j] = q * float64(scale)
+				}
+			}
+			near(t, name+" loss", wantLoss, get(t, dev, loss), 1e-5)
+			require.Equal(t, wantCorrect, getI32(t, dev, correct), name+" correct")
+			if grad {
+				near(t, name+" dz", wantDz, get(t, dev, dz), 1e-5)
+			}
+		}
+	}
+}
+
+func testSGDMomentum(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range Sizes {
+		for _, c := range []struct {
+			wd       float32
+			nesterov bool
+		}{{0, false}, {1e-4, false}, {1e-4, true}} {
+			p, g, b := randVec(rng, n), randVec(rng, n), randVec(rng, n)
+			dp, db := put(t, dev, p), put(t, dev, b)
+			const lr, mu = 0.01, 0.9
+			dev.SGDMomentum(dp.m, db.m, put(t, dev, g).m, n, lr, mu, c.wd, c.nesterov)
+			// The reference, written out: every product rounded to
+			// float32 before the sum, as optim does.
+			for i := range p {
+				gi := g[i]
+				if c.wd != 0 {
+					gi += float32(c.wd * p[i])
+				}
+				bi := float32(mu*b[i]) + gi
+				b[i] = bi
+				if c.nesterov {
+					gi += float32(mu * bi)
+				} else {
+					gi = bi
+				}
+				p[i] -= float32(lr * gi)
+			}
+			name := fmt.Sprintf("n=%d wd=%v nesterov=%v", n, c.wd, c.nesterov)
+			same(t, name+" params", p, get(t, dev, dp))
+			same(t, name+" buffer", b, get(t, dev, db))
+		}
+	}
+}
+
+func testIm2Col(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, s := range [][6]int{{1, 1, 1, 1, 1, 0}, {3, 5, 7, 3, 3, 1}, {2, 16, 17, 3, 3, 1}, {1, 4, 4, 5, 5, 2}, {16, 14, 14, 3, 3, 1}, {1, 9, 3, 1, 3, 0}} {
+		c, h, w, kh, kw, pad := s[0], s[1], s[2], s[3], s[4], s[5]
+		oh, ow := h+2*pad-kh+1, w+2*pad-kw+1
+		name := fmt.Sprintf("c=%d %dx%d k=%dx%d pad=%d", c, h, w, kh, kw, pad)
+		x := randVec(rng, c*h*w)
+		col := poisoned(t, dev, c*kh*kw*oh*ow)
+		dev.Im2Col(put(t, dev, x).m, col.m, c, h, w, kh, kw, pad, oh, ow)
+		wantCol := make([]float64, c*kh*kw*oh*ow)
+		dcol := randVec(rng, len(wantCol))
+		wantDx := make([]float64, c*h*w)
+		for ci := range c {
+			for i := range kh {
+				for j := range kw {
+					for oy := range oh {
+						for ox := range ow {
+							at := ((ci*kh+i)*kw+j)*oh*ow + oy*ow + ox
+							iy, ix := oy+i-pad, ox+j-pad
+							if iy >= 0 && iy < h && ix >= 0 && ix < w {
+								wantCol[at] = float64(x[ci*h*w+iy*w+ix])
+								wantDx[ci*h*w+iy*w+ix] += float64(dcol[at])
+							}
+						}
+					}
+				}
+			}
+		}
+		near(t, name+" im2col", wantCol, get(t, dev, col), 0)
+		dx := poisoned(t, dev, c*h*w)
+		dev.Col2Im(put(t, dev, dcol).m, dx.m, c, h, w, kh, kw, pad, oh, ow)
+		near(t, name+" col2im", wantDx, get(t, dev, dx), 1e-6*float64(kh*kw))
+	}
+}
+
+func testMaxPool(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, s := range [][5]int{{1, 1, 1, 1, 1}, {2, 3, 5, 7, 2}, {3, 2, 16, 16, 2}, {1, 1, 9, 9, 3}, {257, 1, 2, 2, 2}, {1, 255, 4, 4, 2}} {
+		n, c, h, w, k := s[0], s[1], s[2], s[3], s[4]
+		oh, ow := h/k, w/k
+		name := fmt.Sprintf("n=%d c=%d %dx%d k=%d", n, c, h, w, k)
+		x := make([]float32, n*c*h*w)
+		for i := range x {
+			x[i] = float32(rng.IntN(4)) // small integers: ties
+		}
+		y, arg := poisoned(t, dev, n*c*oh*ow), putI32(t, dev, make([]int32, n*c*oh*ow))
+		dev.MaxPoolForward(put(t, dev, x).m, y.m, arg.m, n, c, h, w, k)
+		wantY := make([]float64, n*c*oh*ow)
+		wantArg := make([]int32, len(wantY))
+		dy := randVec(rng, len(wantY))
+		wantDx := make([]float64, len(x))
+		o := 0
+		for si := range n {
+			for ci := range c {
+				for oy := range oh {
+					for ox := range ow {
+						best := ci*h*w + oy*k*w + ox*k
+						for i := range k {
+							for j := range k {
+								if at := ci*h*w + (oy*k+i)*w + ox*k + j; x[si*c*h*w+at] > x[si*c*h*w+best] {
+									best = at
+								}
+							}
+						}
+						wantY[o], wantArg[o] = float64(x[si*c*h*w+best]), int32(best)
+						wantDx[si*c*h*w+best] += float64(dy[o])
+						o++
+					}
+				}
+			}
+		}
+		near(t, name+" y", wantY, get(t, dev, y), 0)
+		require.Equal(t, wantArg, getI32(t, dev, arg), name+" arg")
+		dx := poisoned(t, dev, len(x))
+		dev.MaxPoolBackward(put(t, dev, dy).m, arg.m, dx.m, n, c, h, w, k)
+		near(t, name+" dx", wantDx, get(t, dev, dx), 0)
+	}
+}
+
+func testHalf(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519, 65520, 1e9, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), 6e-8, 3e-8, 2.98e-8, 1e-45, 5.96e-8, 0.1, 1.0009765625, 1.00048828125, 3.3895314e38}
+	for _, n := range Sizes {
+		v := randVec(rng, n)
+		for i := range v {
+			v[i] *= float32(math.Pow(2, float64(rng.IntN(60)-30)))
+		}
+		copy(v, special)
+		src := put(t, dev, v)
+		for _, enc := range []wire.Encoding{wire.Float16, wire.BFloat16} {
+			name := fmt.Sprintf("n=%d %s", n, enc)
+			bf := enc == wire.BFloat16
+			h := poisoned(t, dev, (n+1)/2)
+			dev.ToHalf(h.m, src.m, n, bf)
+			got := make([]uint16, n)
+			dev.Download(nn.U16Bytes(got), h.m)
+			require.NoError(t, dev.Sync())
+			want := make([]byte, 2*n)
+			enc.Put(want, v)
+			for i := range n {
+				w := uint16(want[2*i]) | uint16(want[2*i+1])<<8
+				if got[i] != w {
+					t.Fatalf("%s: element %d (%v) is %#04x, want %#04x", name, i, v[i], got[i], w)
+				}
+			}
+			back := poisoned(t, dev, n)
+			dev.FromHalf(back.m, h.m, n, bf)
+			wantBack := make([]float32, n)
+			require.NoError(t, enc.Decode(wantBack, want))
+			same(t, name+" back", wantBack, get(t, dev, back))
+		}
+	}
+}
+
+// testModels checks whole steps against New's CPU model: the same loss,
+// correct count and gradients within 1e-4, batches growing and shrinking.
+func testModels(t *testing.T, dev nn.Device) {
+	for _, spec := range []nn.Spec{{Arch: "mlp", Hidden: []int{257, 31}}, {Arch: "mlp"}, {Arch: "cnn"}} {
+		t.Run(fmt.Sprintf("%s%v", spec.Arch, spec.Hidden), func(t *testing.T) {
+			cpu, err := nn.New(spec, nn.NewCPU())
+			require.NoError(t, err)
+			dm, err := nn.NewOnDevice(spec, dev)
+			require.NoError(t, err)
+			defer dm.Close()
+			size := cpu.Layout().Size()
+			params := make([]float32, size)
+			cpu.Init(params, 7)
+			rng := rand.New(rand.NewPCG(19, 20))
+			for _, batch := range []int{5, 1, 17} {
+				x := make([]float32, batch*cpu.InputSize())
+				for i := range x {
+					x[i] = rng.Float32()
+				}
+				labels := make([]int32, batch)
+				for i := range labels {
+					labels[i] = int32(rng.IntN(cpu.Classes()))
+				}
+				wantG, gotG := make([]float32, size), make([]float32, size)
+				for i := range gotG {
+					gotG[i] = float32(math.NaN())
+				}
+				wantLoss, wantCorrect := cpu.ForwardBackward(params, wantG, x, labels)
+				gotLoss, gotCorrect := dm.ForwardBackward(params, gotG, x, labels)
+				require.NoError(t, dm.Err())
+				name := fmt.Sprintf("batch %d", batch)
+				require.InDelta(t, wantLoss, gotLoss, 1e-4*(1+math.Abs(wantLoss)), name+" loss")
+				require.Equal(t, wantCorrect, gotCorrect, name+" correct")
+				scale := 0.0
+				for _, g := range wantG {
+					scale = max(scale, math.Abs(float64(g)))
+				}
+				for i := range wantG {
+					if d := math.Abs(float64(gotG[i] - wantG[i])); !(d <= 1e-4*scale) {
+						tensor := ""
+						for _, tt := range cpu.Layout().Tensors {
+							if i >= tt.Offset && i < tt.Offset+tt.Size() {
+								tensor = tt.Name
+							}
+						}
+						t.Fatalf("%s: gradient %d (%s) is %v, want %v (largest gradient %v)", name, i, tensor, gotG[i], wantG[i], scale)
+					}
+				}
+				wantSum, wantC := cpu.Evaluate(params, x, labels)
+				gotSum, gotC := dm.Evaluate(params, x, labels)
+				require.InDelta(t, wantSum, gotSum, 1e-4*(1+math.Abs(wantSum)), name+" evaluate")
+				require.Equal(t, wantC, gotC, name+" evaluate correct")
+				// The next batch with other weights.
+				for i := range params {
+					params[i] -= 0.1 * wantG[i]
+				}
+			}
+		})
+	}
+}
