@@ -56,10 +56,20 @@ static __device__ __forceinline__ float expf(float x) { return __nv_expf(x); }
 static __device__ __forceinline__ float logf(float x) { return __nv_logf(x); }
 static __device__ __forceinline__ float log1pf(float x) { return __nv_log1pf(x); }
 
-// Arithmetic rounded to nearest even, never contracted into an FMA.
-static __device__ __forceinline__ float __fadd_rn(float a, float b) { return __nvvm_add_rn_f(a, b); }
-static __device__ __forceinline__ float __fsub_rn(float a, float b) { return __nvvm_add_rn_f(a, -b); }
-static __device__ __forceinline__ float __fmul_rn(float a, float b) { return __nvvm_mul_rn_f(a, b); }
+// Arithmetic rounded to nearest even, never contracted into an FMA: PTX
+// with an explicit .rn, as NVRTC emits (clang folds its __nvvm_*_rn_f
+// builtins into plain, contractible operations).
+#define SHOAL_RN(OP, INS)                                                    \
+	static __device__ __forceinline__ float OP(float a, float b)           \
+	{                                                                      \
+		float r;                                                       \
+		asm(INS ".rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));      \
+		return r;                                                      \
+	}
+SHOAL_RN(__fadd_rn, "add")
+SHOAL_RN(__fsub_rn, "sub")
+SHOAL_RN(__fmul_rn, "mul")
+#undef SHOAL_RN
 
 // Bit casts.
 static __device__ __forceinline__ unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
