@@ -282,6 +282,68 @@ extern "C" __global__ void shoal_col2im(const float* col, float* dx, int c, int 
 	}
 }
 
+// shoal_channel_bias_act adds b[ch] to every value of channel ch of y
+// (n×c×hw) and, if relu != 0, applies a ReLU as nn's addBias does for
+// convolutions: v < 0 becomes 0, so a NaN stays NaN and -0 stays -0. For
+// hw == 1 addBias runs its dense path (-0 becomes +0): call shoal_bias_act
+// with rows = n, cols = c to match it. N = n·c·hw.
+extern "C" __global__ void shoal_channel_bias_act(float* y, const float* b, int n, int c, int hw, int relu)
+{
+	SHOAL_FOR(t, (long long)n * c * hw)
+	{
+		int i = (int)t;
+		float v = y[i] + b[(i / hw) % c];
+		if (relu != 0)
+			v = v < 0.0f ? 0.0f : v;
+		y[i] = v;
+	}
+}
+
+// sum32 is nn's sum32: the sum of v[0:n] in eight partial sums, combined
+// pairwise, in the same order.
+__device__ float sum32(const float* v, int n)
+{
+	float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			a[k] += v[i + k];
+	}
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		if (i + k < n)
+			a[k] += v[i + k];
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// shoal_channel_sum overwrites out (c) with the sum of each channel of x
+// (n×c×hw) over samples and positions, the convolution's bias gradient.
+// Bit-identical to nn's conv backward: each sample's plane summed as
+// sum32 does, the samples added in order from 0. Launched with grid = c,
+// block = 256 (any grid, any block size).
+extern "C" __global__ void shoal_channel_sum(float* out, const float* x, int n, int c, int hw)
+{
+	__shared__ float part[1024]; // a plane sum per thread
+	for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+		float acc = 0.0f;
+		for (int s0 = 0; s0 < n; s0 += blockDim.x) {
+			int s = s0 + threadIdx.x;
+			__syncthreads(); // thread 0 may still be reading part
+			if (s < n)
+				part[threadIdx.x] = sum32(x + ((long long)s * c + ch) * hw, hw);
+			__syncthreads();
+			if (threadIdx.x == 0) {
+				int m = n - s0 < (int)blockDim.x ? n - s0 : (int)blockDim.x;
+				for (int k = 0; k < m; k++)
+					acc += part[k];
+			}
+		}
+		if (threadIdx.x == 0)
+			out[ch] = acc;
+	}
+}
+
 // ---- Max pooling ---------------------------------------------------------
 
 // shoal_maxpool_forward takes the maximum of each k×k window, stride k, of

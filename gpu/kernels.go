@@ -17,6 +17,8 @@ const (
 	kSGDMomentum     = "shoal_sgd_momentum"
 	kIm2col          = "shoal_im2col"
 	kCol2im          = "shoal_col2im"
+	kChannelBiasAct  = "shoal_channel_bias_act"
+	kChannelSum      = "shoal_channel_sum"
 	kMaxPoolForward  = "shoal_maxpool_forward"
 	kMaxPoolBackward = "shoal_maxpool_backward"
 	kF32ToF16        = "shoal_f32_to_f16"
@@ -35,6 +37,8 @@ var kernelNames = []string{
 	kSGDMomentum,
 	kIm2col,
 	kCol2im,
+	kChannelBiasAct,
+	kChannelSum,
 	kMaxPoolForward,
 	kMaxPoolBackward,
 	kF32ToF16,
