@@ -449,6 +449,9 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 			if w.overlap != nil {
 				w.overlap.abort()
 			}
+			if err := modelErr(w.model); err != nil {
+				return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
+			}
 			return 0, 0, 0, fmt.Errorf("step %d: training loss is %v; %w (learning rate too high?)", step, loss, ErrDiverged)
 		}
 		if passes > 0 {
@@ -545,6 +548,15 @@ type Evaluation struct {
 	Samples  int
 }
 
+// modelErr returns the error of a model whose device failed (nn.Failer):
+// its NaN loss is not divergence.
+func modelErr(m nn.Model) error {
+	if f, ok := m.(nn.Failer); ok {
+		return f.Err()
+	}
+	return nil
+}
+
 // Evaluate runs ds through model with params, in batches, and returns the
 // mean loss and the accuracy.
 func Evaluate(ctx context.Context, model nn.Model, params []float32, ds data.Dataset, batch int) (Evaluation, error) {
@@ -555,6 +567,9 @@ func Evaluate(ctx context.Context, model nn.Model, params []float32, ds data.Dat
 			return Evaluation{}, err
 		}
 		l, c := model.Evaluate(params, b.X, b.Y)
+		if err := modelErr(model); err != nil {
+			return Evaluation{}, fmt.Errorf("evaluate: %w", err)
+		}
 		lossSum += l
 		correct += c
 		n += b.Len()
