@@ -14,7 +14,7 @@ PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 PY_PROTOS := shoal/ps.proto
 PYTHON_STUBS ?= yes
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
 
 all: build
 
@@ -50,7 +50,16 @@ images:
 # The static build (containers): no cgo, OpenBLAS unavailable, gonum used.
 test-nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) vet ./nn/
+	CGO_ENABLED=0 $(GO) vet ./nn/ ./gpu/ ./internal/dl/
+	CGO_ENABLED=0 $(GO) test ./gpu/ ./internal/dl/
+
+# What a GPU machine without Go runs (see ../shared/GPU.md): the binary and
+# the test binaries of the device code, stripped, in .gpubin/ (git-ignored
+# through .git/info/exclude). Run there with SHOAL_REQUIRE_GPU=1.
+gpubin:
+	mkdir -p .gpubin
+	$(GO) build -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
+	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
 
 # gofmt, go vet and staticcheck (pinned by the tool directive in go.mod;
 # `go tool` fetches it through the module proxy on first use). Any finding
