@@ -103,8 +103,8 @@ func (c Choice) Resolve(localRank int, count func() (int, error)) (Placement, er
 }
 
 // firstLine returns err's message up to its first newline: a failed
-// library search lists every path it tried, one per line.
+// library search lists every path it tried, one per line, after "tried:".
 func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
+	return strings.TrimSuffix(s, "; tried:")
 }

@@ -70,6 +70,7 @@ func TestResolve(t *testing.T) {
 		{"auto", 3, gpus(2), 1, "local rank 3 of 2 GPU(s) gets cuda:1"},
 		{"auto", 1, gpus(0), -1, "the CUDA driver reports 0 devices"},
 		{"auto", 1, missing, -1, "no usable GPU, so the CPU: gpu: CUDA is not available: libcuda.so.1 not found"},
+		{"auto", 1, func() (int, error) { return 0, errors.New("no usable library; tried:\n  /x: gone") }, -1, "the CPU: no usable library"},
 		{"cuda", 5, gpus(4), 1, "local rank 5 of 4 GPU(s) gets cuda:1"},
 		{"cuda:1", 0, gpus(2), 1, "--device cuda:1"},
 	}

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 
+	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/nn"
 )
 
@@ -52,14 +52,37 @@ type threadsInfo struct {
 }
 
 type gpuInfo struct {
+	// Driver says whether NVML answered; Detail is its version or why not.
 	Driver bool   `json:"driver"`
 	Detail string `json:"detail"`
+	// NVML is what the driver reports: every GPU, visible or not.
+	NVML *gpu.Inventory `json:"nvml,omitempty"`
+	// Visible holds the NVML index of CUDA ordinal 0, 1, ... under
+	// CUDA_VISIBLE_DEVICES; VisibleNote says where the variable went wrong.
+	Visible     []int  `json:"visible,omitempty"`
+	VisibleNote string `json:"visible_note,omitempty"`
+	// CUDALibraries are the libraries loaded for --device cuda, or
+	// CUDAError says why they were not.
+	CUDALibraries []string `json:"cuda_libraries,omitempty"`
+	CUDAError     string   `json:"cuda_error,omitempty"`
+	// Ranks say where --device auto puts the worker of each local rank.
+	Ranks []rankDevice `json:"local_ranks"`
+}
+
+// rankDevice is where --device auto puts the worker of local rank
+// LocalRank: Device is "cpu" or "cuda:N".
+type rankDevice struct {
+	LocalRank int    `json:"local_rank"`
+	Device    string `json:"device"`
+	Why       string `json:"why"`
 }
 
 const infoSynopsis = `Prints how this binary was built and what it will compute with: the GEMM path
 (OpenBLAS, loaded at run time, or gonum's pure-Go BLAS, and why), the thread
-settings, and whether an NVIDIA driver is present. It links no GPU library and
-runs on any machine.`
+settings, and the GPUs: the NVIDIA driver and each GPU as NVML reports them, the
+CUDA libraries found, and the device --device auto gives each local rank. It
+loads every library at run time, so it runs on any machine; without a driver it
+says "no NVIDIA driver".`
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("info", infoSynopsis, stderr)
@@ -98,8 +121,53 @@ func gatherInfo() infoReport {
 			r.Threads.Env[k] = v
 		}
 	}
-	r.GPU = nvidiaDriver("/")
+	r.GPU = gatherGPU(os.LookupEnv, gpu.Devices, gpu.Libraries, gpu.Count)
 	return r
+}
+
+// gatherGPU asks NVML for the GPUs and CUDA for its libraries, and places
+// local ranks as --device auto would (with Count, as a worker does).
+func gatherGPU(lookup func(string) (string, bool), devices func() (gpu.Inventory, error),
+	libraries func() ([]string, error), count func() (int, error)) gpuInfo {
+	var g gpuInfo
+	inv, err := devices()
+	if err != nil {
+		g.Detail = oneLine(err)
+	} else {
+		g.Driver, g.NVML = true, &inv
+		g.Detail = fmt.Sprintf("NVIDIA driver %s (CUDA %s), %d GPU(s), NVML %s", inv.Driver, inv.CUDA, len(inv.GPUs), inv.Library)
+		env, set := lookup("CUDA_VISIBLE_DEVICES")
+		vis, note := inv.Visible(env, set)
+		for _, v := range vis {
+			g.Visible = append(g.Visible, v.Index)
+		}
+		g.VisibleNote = note
+	}
+	if g.CUDALibraries, err = libraries(); err != nil {
+		g.CUDAError = err.Error()
+	}
+	n, err := count()
+	if err != nil || n < 1 {
+		n = 1 // every rank goes where rank 0 goes: the CPU
+	}
+	for rank := range n {
+		p, err := (gpu.Choice{}).Resolve(rank, count)
+		rd := rankDevice{LocalRank: rank, Device: "cpu", Why: p.Why}
+		if err != nil {
+			rd.Why = err.Error()
+		}
+		if p.OnGPU() {
+			rd.Device = fmt.Sprintf("cuda:%d", p.Ordinal)
+		}
+		g.Ranks = append(g.Ranks, rd)
+	}
+	return g
+}
+
+// oneLine returns err's first line.
+func oneLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }
 
 func printInfo(w io.Writer, r infoReport) error {
@@ -141,30 +209,45 @@ func printInfo(w io.Writer, r infoReport) error {
 			fmt.Fprintf(&sb, "          %s=%s\n", k, v)
 		}
 	}
-	fmt.Fprintf(&sb, "gpu:      %s\n", r.GPU.Detail)
+	printGPU(&sb, r.GPU)
 	_, err := io.WriteString(w, sb.String())
 	return err
 }
 
-// nvidiaDriver looks for the NVIDIA kernel driver and its management
-// library under root ("/" but in tests) without loading anything: a
-// binary that linked them could not start on a machine without a GPU.
-func nvidiaDriver(root string) gpuInfo {
-	if v, err := os.ReadFile(filepath.Join(root, "proc/driver/nvidia/version")); err == nil {
-		first, _, _ := strings.Cut(strings.TrimSpace(string(v)), "\n")
-		return gpuInfo{Driver: true, Detail: "NVIDIA driver: " + strings.TrimSpace(first)}
-	}
-	dirs := []string{"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/nvidia/lib64", "usr/lib/wsl/lib"}
-	for _, d := range filepath.SplitList(os.Getenv("LD_LIBRARY_PATH")) {
-		if filepath.IsAbs(d) {
-			dirs = append(dirs, strings.TrimPrefix(d, "/"))
+// printGPU writes the gpu:, cuda: and devices: lines.
+func printGPU(sb *strings.Builder, g gpuInfo) {
+	fmt.Fprintf(sb, "gpu:      %s\n", g.Detail)
+	if g.NVML != nil {
+		for _, d := range g.NVML.GPUs {
+			fmt.Fprintf(sb, "          GPU %d: %s\n", d.Index, d)
+		}
+		if _, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set {
+			fmt.Fprintf(sb, "          CUDA_VISIBLE_DEVICES leaves GPU(s) %v as cuda:0 on\n", g.Visible)
+		}
+		if g.VisibleNote != "" {
+			fmt.Fprintf(sb, "          %s\n", g.VisibleNote)
 		}
 	}
-	for _, d := range dirs {
-		p := filepath.Join(root, d, "libnvidia-ml.so.1")
-		if _, err := os.Stat(p); err == nil {
-			return gpuInfo{Driver: true, Detail: "NVIDIA driver library " + filepath.Join("/", d, "libnvidia-ml.so.1") + " (no /proc/driver/nvidia: the kernel module is not loaded)"}
+	if g.CUDAError != "" {
+		fmt.Fprintf(sb, "cuda:     not loaded, so --device cuda fails and auto means the CPU:\n")
+		for _, line := range strings.Split(g.CUDAError, "\n") {
+			fmt.Fprintf(sb, "          %s\n", strings.TrimSpace(line))
 		}
+	} else {
+		fmt.Fprintf(sb, "cuda:     %s\n", strings.Join(g.CUDALibraries, ", "))
 	}
-	return gpuInfo{Detail: "no NVIDIA driver (no /proc/driver/nvidia, no libnvidia-ml.so.1)"}
+	for i, rd := range g.Ranks {
+		head := "devices:  "
+		if i > 0 {
+			head = "          "
+		}
+		if rd.Device == "cpu" && len(g.Ranks) == 1 {
+			fmt.Fprintf(sb, "%s--device auto: every worker on the CPU\n", head)
+			continue
+		}
+		fmt.Fprintf(sb, "%slocal rank %d: %s (%s)\n", head, rd.LocalRank, rd.Device, rd.Why)
+	}
+	if n := len(g.Ranks); n > 1 || (n == 1 && g.Ranks[0].Device != "cpu") {
+		fmt.Fprintf(sb, "          local rank r >= %d shares cuda:(r mod %d)\n", n, n)
+	}
 }
