@@ -70,6 +70,11 @@ type DeviceModel struct {
 	hostLoss      []float32
 	hostCorrect   []int32
 	err           error
+
+	// The resident step's momentum buffer (see Load), and whether the
+	// device holds the weights the resident step trains.
+	mom      Mem
+	resident bool
 }
 
 var (
@@ -97,6 +102,10 @@ func (m *DeviceModel) Close() {
 		m.dev.Free(b)
 	}
 	m.owned = nil
+	if !m.mom.Nil() {
+		m.dev.Free(m.mom)
+		m.mom = Mem{}
+	}
 }
 
 // alloc returns n float32 elements of device memory owned by the model.
@@ -214,8 +223,88 @@ func (m *DeviceModel) Evaluate(params, x []float32, labels []int32) (float64, in
 	return sum, correct
 }
 
+// Load puts params on the device for TrainStep, with a zero momentum
+// buffer: from then on the weights live there and a step moves only the
+// batch and the losses. (ForwardBackward and Evaluate upload their own
+// params and end the resident run; Load again to start another.)
+func (m *DeviceModel) Load(params []float32) error {
+	m.host.checkVec("Load", "params", params)
+	if m.err != nil {
+		return m.err
+	}
+	if m.mom.Nil() {
+		b, err := m.dev.Alloc(4 * len(params))
+		if err != nil {
+			return fmt.Errorf("nn: %s on %s: momentum: %w", m.host.arch, m.dev.Name(), err)
+		}
+		m.mom = b
+	}
+	m.dev.Upload(m.params, F32Bytes(params))
+	m.dev.Zero(m.mom, len(params))
+	if err := m.dev.Sync(); err != nil {
+		m.err = fmt.Errorf("%w: %s: %w", ErrDevice, m.dev.Name(), err)
+		return m.err
+	}
+	m.resident = true
+	return nil
+}
+
+// TrainStep is one step of SGD with momentum (optim.StepMomentum's
+// update, weight decay 0, lr and mu as given) on the weights Load put on
+// the device: forward, backward and the update all run there. It returns
+// the batch's mean loss and correct count, or a NaN loss once the device
+// failed (Err says why).
+func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (float64, int) {
+	if !m.resident {
+		panic("nn: TrainStep without Load")
+	}
+	n := len(labels)
+	if len(x) != n*m.host.in.size() {
+		panic(fmt.Sprintf("nn: TrainStep: %d inputs for %d labels of %d", len(x), n, m.host.in.size()))
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	if !m.upload(x, labels) {
+		return math.NaN(), 0
+	}
+	m.forward(n)
+	top := len(m.host.layers)
+	m.dev.SoftmaxXent(m.acts[top], m.labels, m.dacts[top], m.loss, m.correct, n, m.host.classes, float32(1/float64(n)))
+	m.backward(n)
+	m.dev.SGDMomentum(m.params, m.mom, m.grads, m.params.Bytes()/4, lr, mu, 0, false)
+	sum, correct, ok := m.finish(n)
+	if !ok {
+		return math.NaN(), 0
+	}
+	return sum / float64(n), correct
+}
+
+// Store downloads the weights TrainStep trained into params.
+func (m *DeviceModel) Store(params []float32) error {
+	m.host.checkVec("Store", "params", params)
+	if m.err != nil {
+		return m.err
+	}
+	m.dev.Download(F32Bytes(params), m.params)
+	if err := m.dev.Sync(); err != nil {
+		m.err = fmt.Errorf("%w: %s: %w", ErrDevice, m.dev.Name(), err)
+	}
+	return m.err
+}
+
 // start checks the labels, sizes the buffers and queues the uploads.
 func (m *DeviceModel) start(params, x []float32, labels []int32) bool {
+	if !m.upload(x, labels) {
+		return false
+	}
+	m.resident = false
+	m.dev.Upload(m.params, F32Bytes(params))
+	return true
+}
+
+// upload checks the labels, sizes the buffers and queues the batch.
+func (m *DeviceModel) upload(x []float32, labels []int32) bool {
 	if m.err != nil {
 		return false
 	}
@@ -228,7 +317,6 @@ func (m *DeviceModel) start(params, x []float32, labels []int32) bool {
 		m.err = fmt.Errorf("%w: %w", ErrDevice, err)
 		return false
 	}
-	m.dev.Upload(m.params, F32Bytes(params))
 	m.dev.Upload(m.x, F32Bytes(x))
 	m.dev.Upload(m.labels, I32Bytes(labels))
 	return true

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -32,6 +33,7 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("MaxPool", func(t *testing.T) { testMaxPool(t, dev) })
 	t.Run("Half", func(t *testing.T) { testHalf(t, dev) })
 	t.Run("Model", func(t *testing.T) { testModels(t, dev) })
+	t.Run("TrainStep", func(t *testing.T) { testTrainStep(t, dev) })
 }
 
 // buf is device memory with its length, freed at the end of the test.
@@ -498,6 +500,56 @@ func testModels(t *testing.T, dev nn.Device) {
 				// The next batch with other weights.
 				for i := range params {
 					params[i] -= 0.1 * wantG[i]
+				}
+			}
+		})
+	}
+}
+
+// testTrainStep checks the resident step (Load, TrainStep, Store) against
+// New's CPU model and optim.StepMomentum, step for step: the same losses
+// and, after three steps, the same weights within 1e-4.
+func testTrainStep(t *testing.T, dev nn.Device) {
+	const lr, mu = 0.05, 0.9
+	for _, spec := range []nn.Spec{{Arch: "mlp", Hidden: []int{257, 31}}, {Arch: "cnn"}} {
+		t.Run(spec.Arch, func(t *testing.T) {
+			cpu, err := nn.New(spec, nn.NewCPU())
+			require.NoError(t, err)
+			dm, err := nn.NewOnDevice(spec, dev)
+			require.NoError(t, err)
+			defer dm.Close()
+			require.Panics(t, func() { dm.TrainStep(nil, nil, lr, mu) }, "TrainStep before Load")
+			size := cpu.Layout().Size()
+			want := make([]float32, size)
+			cpu.Init(want, 3)
+			require.NoError(t, dm.Load(want))
+			grads, mom := make([]float32, size), make([]float32, size)
+			rng := rand.New(rand.NewPCG(5, 6))
+			for step, batch := range []int{9, 1, 33} {
+				x := randVec(rng, batch*cpu.InputSize())
+				labels := make([]int32, batch)
+				for i := range labels {
+					labels[i] = int32(rng.IntN(cpu.Classes()))
+				}
+				wantLoss, wantCorrect := cpu.ForwardBackward(want, grads, x, labels)
+				optim.StepMomentum(want, grads, mom, lr, 0, mu, false)
+				gotLoss, gotCorrect := dm.TrainStep(x, labels, lr, mu)
+				require.NoError(t, dm.Err())
+				require.InDelta(t, wantLoss, gotLoss, 1e-4*(1+math.Abs(wantLoss)), "step %d loss", step)
+				require.Equal(t, wantCorrect, gotCorrect, "step %d correct", step)
+			}
+			got := make([]float32, size)
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			require.NoError(t, dm.Store(got))
+			scale := 0.0
+			for _, w := range want {
+				scale = max(scale, math.Abs(float64(w)))
+			}
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= 1e-4*scale) {
+					t.Fatalf("weight %d after 3 steps: %v, want %v", i, got[i], want[i])
 				}
 			}
 		})
