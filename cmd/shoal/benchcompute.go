@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"time"
 
@@ -22,7 +23,8 @@ type computeRecord struct {
 	Hidden  []int  `json:"hidden"`
 	Batch   int    `json:"batch"`
 	Threads int    `json:"threads"`
-	// Backend is the GEMM path: "cpu/openblas" or "cpu/gonum".
+	// Backend is the GEMM path: "cpu/openblas", "cpu/gonum", or the
+	// GPU, e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)".
 	Backend       string  `json:"backend"`
 	Parameters    int     `json:"parameters"`
 	Warmup        int     `json:"warmup"`
@@ -46,7 +48,9 @@ type observer struct {
 const benchComputeSynopsis = `Measures one worker's training compute, without communication: forward pass,
 backward pass and SGD-momentum update (lr 0.01, momentum 0.9) of --model on one
 batch of synthetic data, repeated; --warmup untimed steps, then --steps timed
-ones. Prints samples/s. bench/peers/torch_train.py is the same in PyTorch.`
+ones. Prints samples/s. On a GPU (--device) the weights and the momentum stay
+in the GPU's memory and the whole step runs there, as in PyTorch eager.
+bench/peers/torch_train.py is the same in PyTorch (with --device cuda on a GPU).`
 
 func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench compute", benchComputeSynopsis, stderr)
@@ -63,6 +67,8 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	)
 	var tlf timelineFlags
 	tlf.register(fs)
+	var dev deviceFlags
+	dev.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,13 +80,34 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	be, why, err := computeBackend(*backend, *threads)
+	place, err := dev.place(0)
 	if err != nil {
 		return err
 	}
-	model, err := nn.New(spec, be)
-	if err != nil {
-		return err
+	var model nn.Model
+	var why, where string
+	if place.OnGPU() {
+		if *backend != "auto" {
+			return fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", *backend, dev.choice, place.Ordinal)
+		}
+		pm, err := onGPU(spec, place, dev.choice)
+		if err != nil {
+			return err
+		}
+		defer pm.close()
+		model, why, where = pm.model, pm.why, pm.where
+	} else {
+		be, bwhy, err := computeBackend(*backend, *threads)
+		if err != nil {
+			return err
+		}
+		if model, err = nn.New(spec, be); err != nil {
+			return err
+		}
+		why, where = bwhy, be.Name()
+		if _, ok := be.(*nn.CPU); ok {
+			*threads = 1 // serial
+		}
 	}
 	var obs observer
 	if *observe {
@@ -102,10 +129,7 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 		rec.Hidden = []int{}
 	}
 	rec.Threads = *threads
-	if _, ok := be.(*nn.CPU); ok {
-		rec.Threads = 1 // serial
-	}
-	rec.Backend, rec.Why = be.Name(), why
+	rec.Backend, rec.Why = where, why
 	if *jsonOut {
 		return printJSONLine(stdout, rec)
 	}
@@ -160,6 +184,17 @@ func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int,
 	if err != nil {
 		return computeRecord{}, err
 	}
+	// A model on a device trains there, weights resident (unobserved: a
+	// timeline or metrics time the host's view of a step).
+	resident, _ := model.(*nn.DeviceModel)
+	if resident != nil && obs != (observer{}) {
+		return computeRecord{}, fmt.Errorf("--metrics and --timeline: not with a model on %s", resident.Device().Name())
+	}
+	if resident != nil {
+		if err := resident.Load(params); err != nil {
+			return computeRecord{}, err
+		}
+	}
 	step := func() error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -171,6 +206,13 @@ func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int,
 		// a while: about ten context switches per MLP step, and 3-15% more
 		// CPU per step on a busy machine.
 		runtime.Gosched()
+		if resident != nil {
+			loss, _ := resident.TrainStep(x, labels, float32(ocfg.LR), float32(ocfg.Momentum))
+			if math.IsNaN(loss) {
+				return fmt.Errorf("step on %s: loss is NaN: %w", resident.Device().Name(), resident.Err())
+			}
+			return nil
+		}
 		if obs == (observer{}) {
 			model.ForwardBackward(params, grads, x, labels)
 			return opt.Step(params, grads)

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/shoalml/shoal/gpu"
+	"github.com/shoalml/shoal/metrics"
+	"github.com/shoalml/shoal/nn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -74,6 +77,7 @@ func TestBenchComputeErrors(t *testing.T) {
 		{"bad model", []string{"--model", "rnn"}, `unknown arch "rnn"`},
 		{"bad hidden", []string{"--hidden", "8,x"}, `--hidden "8,x"`},
 		{"stray argument", []string{"mlp"}, `unexpected argument "mlp"`},
+		{"bad device", []string{"--device", "gpu"}, `device "gpu": want auto, cpu, cuda or cuda:N`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -82,4 +86,49 @@ func TestBenchComputeErrors(t *testing.T) {
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
 	}
+}
+
+// TestDeviceCUDAWithoutAGPU: --device cuda where CUDA cannot be loaded is an
+// error that says so; --device auto and cpu compute on the CPU.
+func TestDeviceCUDAWithoutAGPU(t *testing.T) {
+	if n, err := gpu.Count(); err == nil {
+		t.Skipf("SKIP: this machine has %d CUDA device(s)", n)
+	}
+	err := runBenchCompute(context.Background(), []string{"--device", "cuda", "--hidden", "8", "--steps", "1"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorIs(t, err, gpu.ErrUnavailable)
+	assert.Contains(t, err.Error(), "--device cuda: ")
+	// shoal train and shoal worker refuse it before starting anything.
+	for _, args := range [][]string{{"train", "--dataset", "synthetic", "--device", "cuda"}, {"worker", "--dataset", "synthetic", "--device", "cuda:1"}} {
+		err := run(context.Background(), args, nil, &bytes.Buffer{}, &bytes.Buffer{})
+		require.ErrorIs(t, err, gpu.ErrUnavailable, args)
+		assert.Contains(t, err.Error(), "--device "+args[4]+": ", args)
+	}
+	for _, d := range []string{"auto", "cpu"} {
+		var out bytes.Buffer
+		require.NoError(t, runBenchCompute(context.Background(), []string{"--device", d, "--hidden", "8", "--steps", "1", "--json"}, &out, &bytes.Buffer{}))
+		var rec computeRecord
+		require.NoError(t, json.Unmarshal(out.Bytes(), &rec))
+		assert.Contains(t, rec.Backend, "cpu/", d)
+	}
+}
+
+// TestBenchComputeResident times a model on a device (the host's
+// reference device here, a GPU's Device in production) through the
+// resident step, and refuses to observe it.
+func TestBenchComputeResident(t *testing.T) {
+	dm, err := nn.NewOnDevice(nn.Spec{Arch: "mlp", Hidden: []int{16}}, nn.NewHostDevice(nn.NewCPU()))
+	require.NoError(t, err)
+	defer dm.Close()
+	rec, err := benchCompute(context.Background(), dm, 8, 1, 3, 1, observer{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, rec.Steps)
+	assert.Positive(t, rec.SamplesPerSec)
+	// The device holds weights the steps moved from their initial values.
+	got, init := make([]float32, dm.Layout().Size()), make([]float32, dm.Layout().Size())
+	require.NoError(t, dm.Store(got))
+	dm.Init(init, 1)
+	assert.NotEqual(t, init, got)
+
+	_, err = benchCompute(context.Background(), dm, 8, 1, 3, 1, observer{metrics: metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})})
+	assert.ErrorContains(t, err, "--metrics and --timeline: not with a model on host/")
 }

@@ -71,6 +71,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown dataset", []string{"train", "--dataset", "imagenet"}, `--dataset "imagenet"`},
 		{"missing data", []string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
+		{"unknown device", []string{"train", "--device", "tpu"}, `device "tpu": want auto, cpu, cuda or cuda:N with N >= 0`},
+		{"negative GPU", []string{"worker", "--device", "cuda:-1"}, `device "cuda:-1"`},
 		{"bad rank", []string{"worker", "--rank", "3", "--world-size", "2"}, "rank 3"},
 		{"unknown compression", []string{"worker", "--compression", "int8", "--dataset", "synthetic"}, `--compression: unknown compression "int8"`},
 		{"ps mode without servers", []string{"ps", "--mode", "ring"}, "mode ring: not a parameter-server mode"},

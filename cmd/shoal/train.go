@@ -55,6 +55,8 @@ type trainRun struct {
 	callTime   time.Duration
 	tls        bool
 	sec        secFlags // with --tls: the run's throwaway credentials
+	dev        deviceFlags
+	where      string // where the workers compute, for the header
 
 	ring   bool
 	shards []*shardProc
@@ -89,8 +91,8 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if t.ring && t.rf.scaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
-	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s), %d server(s), batch %d per worker, %s %s, %s\n",
-		describeModel(t.model), t.tf.mode, t.workers, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s\n",
+		describeModel(t.model), t.tf.mode, t.workers, t.where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
 	trainStart := time.Now()
 	isWorker, err := t.startWorkers(ctx, l, addrs, gossip)
 	if err != nil {
@@ -182,6 +184,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	t.tf.register(fs)
 	t.lf.register(fs, "warn")
 	t.rf.register(fs)
+	t.dev.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -215,6 +218,11 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	}
 	var err error
 	if t.model, err = t.mf.build(); err != nil {
+		return nil, err
+	}
+	// Worker r is local rank r: a --device that finds no GPU fails here,
+	// before any process starts.
+	if t.where, err = t.dev.describePlacement(t.workers); err != nil {
 		return nil, err
 	}
 	train, test, err := t.df.load(t.mf.seed)
@@ -322,6 +330,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 	var ringGossip []string
 	for r := range t.workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
+			"--local-rank", strconv.Itoa(r), "--device", t.dev.choice.String(),
 			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
 			"--call-timeout", t.callTime.String()},
 			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)

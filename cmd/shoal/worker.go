@@ -110,6 +110,7 @@ type workerRun struct {
 	sec      secFlags
 	mtf      metricsFlags
 	tlf      timelineFlags
+	dev      deviceFlags
 	timeline *timeline.Writer // --timeline
 	// metrics, with --metrics-addr, takes the strategy's counters.
 	metrics  *metrics.Worker
@@ -124,6 +125,7 @@ type workerRun struct {
 	id          cluster.Identity
 	log         *slog.Logger
 	model       nn.Model
+	closeModel  func() // frees the model's device
 	train, test data.Dataset
 }
 
@@ -132,6 +134,7 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return err
 	}
+	defer w.closeModel()
 	if w.timeline, err = w.tlf.open(fmt.Sprintf("worker %d", w.id.Rank), "steps", "allreduce (overlapping backward)"); err != nil {
 		return err
 	}
@@ -155,6 +158,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	fs.StringVar(&w.servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
 	rank := fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
 	world := fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
+	localRank := fs.Int("local-rank", -1, "this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)")
 	fs.BoolVar(&w.events, "events", false, "write JSON events on stdout for a launcher")
 	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
@@ -165,6 +169,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	w.sec.register(fs)
 	w.mtf.register(fs)
 	w.tlf.register(fs)
+	w.dev.register(fs)
 	w.mf.register(fs)
 	w.df.register(fs)
 	w.tf.register(fs)
@@ -192,6 +197,9 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if *world >= 0 {
 		w.id.WorldSize, w.id.Source = *world, "flags"
 	}
+	if *localRank >= 0 {
+		w.id.LocalRank = *localRank
+	}
 	if err := w.id.Validate(); err != nil {
 		return nil, fmt.Errorf("--rank/--world-size: %w", err)
 	}
@@ -201,14 +209,19 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := writableFile("--save", w.save); err != nil {
 		return nil, err
 	}
-	model, backend, err := w.mf.buildFast(w.threads)
-	if err != nil {
-		return nil, err
-	}
-	w.model = model
-	w.log.Info("compute backend", "component", "worker", "backend", backend)
 	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
 		return nil, err
+	}
+	pm, err := w.dev.build(&w.mf, w.id.LocalRank, w.threads)
+	if err != nil {
+		return nil, fmt.Errorf("worker %d: %w", w.id.Rank, err)
+	}
+	w.model, w.closeModel = pm.model, pm.close
+	w.log.Info("compute device", "component", "worker", "rank", w.id.Rank, "local_rank", w.id.LocalRank, "device", pm.where, "why", pm.why)
+	if !w.events {
+		// Said once at start to the person or launcher that ran it;
+		// under shoal train (--events), train's header says it.
+		fmt.Fprintf(stderr, "shoal worker %d: computing on %s (%s)\n", w.id.Rank, pm.where, pm.why)
 	}
 	return w, nil
 }
