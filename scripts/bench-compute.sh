@@ -5,11 +5,20 @@
 # side-by-side table (medians over the rounds, and their ratio) into
 # docs/BENCHMARKS.md between <!-- compute:begin --> and <!-- compute:end -->.
 # Needs Debian's python3-torch and a built bin/shoal (make bench-compute).
+#
+# On a GPU machine: DEVICE=cuda (both sides compute there, weights resident),
+# BATCHES="256 1024 4096" (each model at each batch; the issue's CNN row is
+# MODELS=cnn BATCHES=256), SHOAL=.gpubin/shoal (make gpubin, carried there),
+# PYTHON=/opt/torch/.venv/bin/python; the table goes into the section
+# compute-gpu of DOC (point DOC at a copy under $OUT to bring it back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
 SHOAL=${SHOAL:-bin/shoal}
 BATCH=${BATCH:-64}
+BATCHES=${BATCHES:-$BATCH}
+DEVICE=${DEVICE:-cpu}
+MODELS=${MODELS:-mlp cnn}
 THREADS=${THREADS:-1}
 STEPS=${STEPS:-100}
 WARMUP=${WARMUP:-10}
@@ -23,24 +32,26 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
-	for model in mlp cnn; do
-		echo "round $round/$ROUNDS: $model: shoal, torch" >&2
-		common=(--model "$model" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP")
-		[ "$model" = mlp ] && common+=(--hidden 512,512)
-		"$SHOAL" bench compute "${common[@]}" --json >>"$out/shoal-$model.jsonl"
-		"$PY" bench/peers/torch_train.py "${common[@]}" >>"$out/torch-$model.jsonl"
+	for model in $MODELS; do
+		for batch in $BATCHES; do
+			echo "round $round/$ROUNDS: $model batch $batch on $DEVICE: shoal, torch" >&2
+			common=(--model "$model" --batch "$batch" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --device "$DEVICE")
+			[ "$model" = mlp ] && common+=(--hidden 512,512)
+			"$SHOAL" bench compute "${common[@]}" --json >>"$out/shoal-$model-$batch.jsonl"
+			"$PY" bench/peers/torch_train.py "${common[@]}" >>"$out/torch-$model-$batch.jsonl"
+		done
 	done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-cmd="make bench-compute (BATCH=$BATCH THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
-"$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" <<'EOF'
+cmd="make bench-compute (DEVICE=$DEVICE MODELS=\"$MODELS\" BATCHES=\"$BATCHES\" THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
+"$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" "$MODELS" "$BATCHES" "$DEVICE" <<'EOF'
 import datetime, json, statistics, sys
 
 sys.path.insert(0, "scripts")
 from benchdoc import machine, put_section, revision
 
-folder, command, doc, load_before, load_after = sys.argv[1:6]
+folder, command, doc, load_before, load_after, models, batches, device = sys.argv[1:9]
 
 
 def load(path):
@@ -50,8 +61,8 @@ def load(path):
 
 names = {"mlp": "MLP 784-512-512-10", "cnn": "CNN (conv16-conv32-fc128)"}
 rows = []
-for model in ("mlp", "cnn"):
-    s, t = load(f"{folder}/shoal-{model}.jsonl"), load(f"{folder}/torch-{model}.jsonl")
+for model, batch in [(m, b) for m in models.split() for b in batches.split()]:
+    s, t = load(f"{folder}/shoal-{model}-{batch}.jsonl"), load(f"{folder}/torch-{model}-{batch}.jsonl")
     sm = statistics.median(r["samples_per_sec"] for r in s)
     tm = statistics.median(r["samples_per_sec"] for r in t)
     each = ", ".join(f"{a['samples_per_sec']:.0f}/{b['samples_per_sec']:.0f}" for a, b in zip(s, t))
@@ -67,6 +78,9 @@ table = "\n".join([
     "|---|---|---|---|---|---|---|---|---|",
     *rows,
 ])
-put_section(doc, "compute", table, "Training compute: Shoal vs PyTorch")
+if device == "cpu":
+    put_section(doc, "compute", table, "Training compute: Shoal vs PyTorch")
+else:
+    put_section(doc, "compute-gpu", table, "Training compute on a GPU: Shoal vs PyTorch eager")
 print(table)
 EOF

@@ -10,10 +10,16 @@ on --threads threads. Prints one JSON object with the keys of
 `shoal bench compute --json` (model, hidden, batch, threads, backend, steps,
 seconds, samples_per_sec).
 
+With --device cuda (or cuda:N) the model, the batch and the optimizer live
+on the GPU, as `shoal bench compute --device cuda` runs; the clock waits for
+the GPU (torch.cuda.synchronize) before it starts and before it stops, and
+the loss is read back every step, as Shoal reads its losses.
+
 The thread count is set before torch is imported (OMP_NUM_THREADS for
 PyTorch's own kernels and oneDNN, OPENBLAS_NUM_THREADS for the BLAS, which
 Debian's build does not otherwise limit) and with torch.set_num_threads.
-Needs Debian's python3-torch (PyTorch 1.13, CPU); run it with /usr/bin/python3.
+Needs Debian's python3-torch (PyTorch 1.13, CPU); run it with /usr/bin/python3,
+or on a GPU machine with a CUDA build of PyTorch (e.g. /opt/torch/.venv/bin/python).
 """
 import argparse
 import json
@@ -33,6 +39,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=10, help="untimed steps")
     p.add_argument("--steps", type=int, default=100, help="timed steps")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     return p.parse_args()
 
 
@@ -49,31 +56,45 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = build(torch, args)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        sys.exit("torch_train.py: --device %s: %s" % (args.device, e))
+    gpu = device.type == "cuda"
+    if gpu and not torch.cuda.is_available():
+        sys.exit("torch_train.py: --device %s: this PyTorch sees no CUDA device" % args.device)
+    model = build(torch, args).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.rand(args.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (args.batch,))
+    x = torch.rand(args.batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (args.batch,), device=device)
 
     def step():
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-        return loss
+        return loss.item()
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize(device)
 
     for _ in range(args.warmup):
         step()
+    sync()
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
+    sync()
     secs = time.perf_counter() - start
     print(json.dumps({
         "model": args.model,
         "hidden": args.hidden_widths if args.model == "mlp" else [],
         "batch": args.batch,
         "threads": args.threads,
-        "backend": "torch-%s/%s" % (torch.__version__, blas_name()),
+        "backend": "torch-%s/%s" % (torch.__version__,
+                                    "%s %s" % (device, torch.cuda.get_device_name(device)) if gpu else blas_name()),
         "steps": args.steps,
         "seconds": secs,
         "samples_per_sec": args.batch * args.steps / secs,

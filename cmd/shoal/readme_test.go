@@ -27,6 +27,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
@@ -59,7 +60,8 @@ type readmeRun struct {
 	// dry: a skipped make line is still dry-run (make -n), so a target
 	// that is gone fails.
 	dry bool
-	// needs names a program the line runs that may not be installed;
+	// needs names a program the line runs that may not be installed ("torch":
+	// Debian's python3-torch; "gpu": a GPU that CUDA finds);
 	// without it the line is skipped, saying why, or fallback runs.
 	needs, needsWhy string
 	// fallback makes the line's calls with grpc-go against the server at
@@ -334,7 +336,20 @@ var readmeRuns = map[string]readmeRun{
 		}},
 	"make bench-compute": {needs: "torch", needsWhy: "the script compares with PyTorch: Debian's python3-torch",
 		env:   []string{"SHOAL={bin}", "ROUNDS=1", "STEPS=5", "WARMUP=1", "DOC={dir}/BENCHMARKS.md"},
-		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-compute (BATCH=64 THREADS=1 STEPS=5 WARMUP=1 ROUNDS=1)`")},
+		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-compute (DEVICE=cpu MODELS=\"mlp cnn\" BATCHES=\"64\" THREADS=1 STEPS=5 WARMUP=1 ROUNDS=1)`")},
+	"make gpubin": {skip: "builds two stripped binaries for a GPU machine (a minute of compiling)", dry: true},
+	// The GPU lines: where CUDA finds a GPU they run (a few steps), else
+	// they are skipped saying so (TestDeviceCUDAWithoutAGPU checks the
+	// error they give there).
+	"shoal train --device cuda --model mlp --epochs 3": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
+		add: []string{"--steps", "20"}, check: trainTested},
+	"shoal train --device cuda --workers 4 --mode ring": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
+		add: []string{"--steps", "20", "--dataset", "synthetic"}, check: trainTested},
+	"shoal bench compute --device cuda --hidden 512,512 --batch 1024 [--json]": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
+		add: []string{"--steps", "5", "--warmup", "1"}, check: func(t *testing.T, _, stdout string) {
+			r := lastJSON(t, stdout)
+			assert.Contains(t, r["backend"], "cuda:")
+		}},
 	"make bench-ps": {needs: "torch", needsWhy: "the script compares with PyTorch RPC: Debian's python3-torch",
 		env:   []string{"SHOAL={bin}", "BENCH_PS_ROUNDS=1", "BENCH_PS_STEPS=5", "BENCH_PS_TCP_ITERS=2", "DOC={dir}/BENCHMARKS.md"},
 		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-ps (BENCH_PS_ROUNDS=1 ")},
@@ -460,7 +475,11 @@ func runReadmeLine(t *testing.T, l readmeLine, rr readmeRun) {
 	}
 	missing := rr.needs != "" && !installed(rr.needs)
 	if missing && rr.fallback == nil {
-		t.Skipf("README.md:%d: not run: %s is not installed (%s)", l.line, rr.needs, rr.needsWhy)
+		what := rr.needs + " is not installed"
+		if rr.needs == "gpu" {
+			what = "CUDA finds no GPU here"
+		}
+		t.Skipf("README.md:%d: not run: %s (%s)", l.line, what, rr.needsWhy)
 	}
 	limit := rr.limit
 	if limit == 0 {
@@ -707,6 +726,10 @@ func copyFile(t *testing.T, from, to string) {
 // installed reports whether what a line needs is here: a program on the
 // PATH, or "torch", PyTorch in the Python the bench scripts use.
 func installed(what string) bool {
+	if what == "gpu" {
+		n, err := gpu.Count()
+		return err == nil && n > 0
+	}
 	if what == "torch" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
