@@ -11,12 +11,14 @@ import (
 // Result is one training run as `shoal train --json` prints it and the
 // benchmark harness reads it.
 type Result struct {
-	Mode          consistency.Mode      `json:"mode"`
-	Model         string                `json:"model"`
-	Parameters    int                   `json:"parameters"`
-	Dataset       string                `json:"dataset"`
-	Workers       int                   `json:"workers"`
-	Servers       int                   `json:"servers"`
+	Mode       consistency.Mode `json:"mode"`
+	Model      string           `json:"model"`
+	Parameters int              `json:"parameters"`
+	Dataset    string           `json:"dataset"`
+	Workers    int              `json:"workers"`
+	Servers    int              `json:"servers"`
+	// Device says where the workers computed: "the CPU", "cuda:0", ...
+	Device        string                `json:"device,omitempty"`
 	Epochs        int                   `json:"epochs"`
 	Steps         int64                 `json:"steps"`
 	Batch         int                   `json:"batch"`

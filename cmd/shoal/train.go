@@ -99,7 +99,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Device: t.where, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
 	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {
