@@ -330,10 +330,10 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 	var ringGossip []string
 	for r := range t.workers {
 		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
-			"--local-rank", strconv.Itoa(r), "--device", t.dev.choice.String(),
+			"--local-rank", strconv.Itoa(r),
 			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
 			"--call-timeout", t.callTime.String()},
-			append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...)...)
+			append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
 		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
 		if !t.ring {
 			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip)...)
