@@ -60,6 +60,7 @@ gpubin:
 	mkdir -p .gpubin
 	$(GO) build -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
+	git describe --always --dirty > .gpubin/REVISION
 
 # gofmt, go vet and staticcheck (pinned by the tool directive in go.mod;
 # `go tool` fetches it through the module proxy on first use). Any finding

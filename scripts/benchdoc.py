@@ -17,8 +17,16 @@ def machine():
 
 
 def revision():
+    """The checkout's revision; $SHOAL_REVISION where there is no git (a GPU
+    machine running binaries built elsewhere: make gpubin writes it)."""
+    if os.environ.get("SHOAL_REVISION"):
+        return os.environ["SHOAL_REVISION"]
+
     def git(*args):
-        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return "unknown"
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if dirty else "")
 
