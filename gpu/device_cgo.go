@@ -80,6 +80,11 @@ func NewDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openDevice(l, ordinal)
+}
+
+// openDevice is NewDevice with the libraries given (tests load their own).
+func openDevice(l *libs, ordinal int) (*Device, error) {
 	n, err := l.deviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("gpu: counting devices: %w", err)

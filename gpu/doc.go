@@ -53,6 +53,13 @@
 // nn.NewOnDevice puts a model on a Device; nn/devicetest is the
 // conformance suite every Device passes (nn.HostDevice on the CPU, Device
 // where a GPU is found: SHOAL_REQUIRE_GPU=1 turns the skip into a
-// failure). Without a GPU the kernels are still compiled to PTX by clang-15
-// in the tests (SHOAL_REQUIRE_CLANG=1), which catches errors in the C.
+// failure). Without a GPU the tests still compile the kernels to PTX with
+// clang-15 (SHOAL_REQUIRE_CLANG=1), which catches errors in the C, and run
+// the suite on Device itself against a CUDA emulator built from
+// testdata/emu: the driver, NVRTC and cuBLAS calls answered on the CPU,
+// kernels.cu compiled as C++ with each thread block's threads as fibers.
+// That checks everything on the Go side (loading, the executor, argument
+// packing, staging, the cuBLAS transpositions, the kernel cache, a lost
+// context) and the kernels' logic; what only a GPU shows (NVRTC itself,
+// real concurrency, the driver's asynchrony) it cannot.
 package gpu

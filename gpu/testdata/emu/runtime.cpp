@@ -1,0 +1,286 @@
+// runtime.cpp is a CUDA stack on the CPU for tests: the driver API calls,
+// NVRTC and cuBLAS functions that package gpu loads (cuda_cgo.go's list),
+// with "device" memory in the host's heap and kernels.cu compiled into the
+// same library (see prelude.h and emu_cgo_test.go, which adds the launch
+// wrappers). One file serves as libcuda, libnvrtc, libcublasLt and libcublas.
+//
+// A launch runs the grid's blocks one after the other; a block's threads
+// are fibers (ucontext) that switch straight to the next one at
+// __syncthreads and at warp shuffles, which are barriers of the block or
+// of the warp. Streams are synchronous.
+// SHOAL_EMU_SYNC_ERROR=N makes every cuStreamSynchronize return N (700: a
+// lost context), to test how the Go side takes it.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+shoal_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// Provided by the generated part: the launch wrapper of a kernel by name.
+extern "C" void *shoal_emu_kernel(const char *name);
+
+namespace {
+
+const char cubin[] = "SHOAL-EMULATOR-CUBIN";
+const int maxThreads = 1024, stackBytes = 64 << 10;
+
+struct fiber {
+	ucontext_t ctx;
+	char *stack;
+	shoal_emu_dim3 idx;
+	bool done;
+	unsigned int shuffles; // how many this thread made: the slot set's parity
+};
+
+struct launchState {
+	void (*wrapper)(void **);
+	void **params;
+	int n;             // threads in the block
+	fiber fibers[maxThreads];
+	ucontext_t sched;
+	int cur;
+	// The block barrier and one barrier per warp: arrivals and generation.
+	int blockArrived, blockGen;
+	int warpArrived[maxThreads / 32], warpGen[maxThreads / 32];
+	// Two sets of shuffle slots, used in turn: a thread can write the next
+	// shuffle's value while others still read this one's.
+	unsigned int slots[2][maxThreads];
+	bool deadlock;
+} *st;
+
+void body()
+{
+	st->wrapper(st->params);
+	st->fibers[st->cur].done = true;
+	// uc_link returns to the scheduler.
+}
+
+// nextLive returns the next unfinished fiber after from, or -1.
+int nextLive(int from)
+{
+	for (int k = 1; k <= st->n; k++) {
+		int t = (from + k) % st->n;
+		if (!st->fibers[t].done)
+			return t;
+	}
+	return -1;
+}
+
+// yield switches to the next unfinished fiber; threadIdx is this fiber's
+// again when it is resumed. A fiber that waits alone waits forever: that
+// is a barrier some threads never reach, reported as a failed launch.
+void yield()
+{
+	int me = st->cur, next = nextLive(me);
+	if (next == me) {
+		st->deadlock = true;
+		return;
+	}
+	st->cur = next;
+	threadIdx = st->fibers[next].idx;
+	swapcontext(&st->fibers[me].ctx, &st->fibers[next].ctx);
+	threadIdx = st->fibers[me].idx;
+}
+
+// wait is a barrier of count fibers on (arrived, gen).
+void wait(int *arrived, int *gen, int count)
+{
+	int mine = *gen;
+	if (++*arrived == count) {
+		*arrived = 0;
+		++*gen;
+		return;
+	}
+	while (*gen == mine && !st->deadlock)
+		yield();
+}
+
+int flat() { return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)); }
+
+int runBlock()
+{
+	for (int t = 0; t < st->n; t++) {
+		fiber *f = &st->fibers[t];
+		f->idx.x = t % blockDim.x;
+		f->idx.y = t / blockDim.x % blockDim.y;
+		f->idx.z = t / (blockDim.x * blockDim.y);
+		f->done = false;
+		f->shuffles = 0;
+		getcontext(&f->ctx);
+		f->ctx.uc_stack.ss_sp = f->stack;
+		f->ctx.uc_stack.ss_size = stackBytes;
+		f->ctx.uc_link = &st->sched;
+		makecontext(&f->ctx, body, 0);
+	}
+	st->blockArrived = 0;
+	memset(st->warpArrived, 0, sizeof st->warpArrived);
+	// Back here whenever a fiber ends; the others run on from where they
+	// switched to each other.
+	for (int t = 0; t >= 0; t = nextLive(st->cur)) {
+		st->cur = t;
+		threadIdx = st->fibers[t].idx;
+		swapcontext(&st->sched, &st->fibers[t].ctx);
+	}
+	if (st->deadlock) {
+		fprintf(stderr, "emulator: a barrier that not every thread of the block reached\n");
+		return 719; // CUDA_ERROR_LAUNCH_FAILED
+	}
+	return 0;
+}
+
+} // namespace
+
+void __syncthreads(void) { wait(&st->blockArrived, &st->blockGen, st->n); }
+
+unsigned int shoal_emu_shfl(unsigned int v, int src, int down)
+{
+	int t = flat(), warp = t / 32, lane = t % 32, base = warp * 32;
+	int count = st->n - base < 32 ? st->n - base : 32;
+	unsigned int *slots = st->slots[st->fibers[st->cur].shuffles++ & 1];
+	slots[t] = v;
+	wait(&st->warpArrived[warp], &st->warpGen[warp], count);
+	int from = down ? lane + src : src;
+	return from >= 0 && from < count ? slots[base + from] : v;
+}
+
+extern "C" {
+
+// ---- The driver API ----
+CUresult cuInit(unsigned int) { return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return ordinal == 0 ? 0 : 101; }
+CUresult cuDeviceGetName(char *s, int n, int) { snprintf(s, n, "Shoal CUDA emulator"); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int)
+{
+	*v = attr == 75 ? 8 : attr == 76 ? 0 : 0; // compute capability 8.0
+	return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t *n, int) { *n = (size_t)1 << 30; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int) { *c = (void *)1; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int) { return 0; }
+CUresult cuCtxSetCurrent(void *) { return 0; }
+CUresult cuStreamCreate(void **s, unsigned int) { *s = (void *)2; return 0; }
+CUresult cuStreamDestroy_v2(void *) { return 0; }
+CUresult cuStreamSynchronize(void *)
+{
+	const char *e = getenv("SHOAL_EMU_SYNC_ERROR");
+	return e ? atoi(e) : 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	void *m = malloc(n ? n : 1);
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return m ? 0 : 2;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned int) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *) { memcpy((void *)(uintptr_t)d, h, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *) { memcpy(h, (void *)(uintptr_t)d, n); return 0; }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, void *)
+{
+	unsigned int *p = (unsigned int *)(uintptr_t)d;
+	for (size_t i = 0; i < n; i++)
+		p[i] = v;
+	return 0;
+}
+CUresult cuModuleLoadData(void **m, const void *image)
+{
+	if (memcmp(image, cubin, sizeof cubin) != 0)
+		return 200; // CUDA_ERROR_INVALID_IMAGE
+	*m = (void *)3;
+	return 0;
+}
+CUresult cuModuleUnload(void *) { return 0; }
+CUresult cuModuleGetFunction(void **f, void *, const char *name)
+{
+	*f = shoal_emu_kernel(name);
+	return *f ? 0 : 500; // CUDA_ERROR_NOT_FOUND
+}
+CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+			unsigned int bz, unsigned int, void *, void **params, void **)
+{
+	unsigned int n = bx * by * bz;
+	if (n == 0 || n > (unsigned int)maxThreads || gx * gy * gz == 0)
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	static launchState s;
+	if (!s.fibers[0].stack)
+		for (int t = 0; t < maxThreads; t++)
+			s.fibers[t].stack = (char *)malloc(stackBytes);
+	st = &s;
+	st->wrapper = (void (*)(void **))f;
+	st->params = params;
+	st->n = (int)n;
+	st->deadlock = false;
+	blockDim = {bx, by, bz};
+	gridDim = {gx, gy, gz};
+	for (unsigned int z = 0; z < gz; z++)
+		for (unsigned int y = 0; y < gy; y++)
+			for (unsigned int x = 0; x < gx; x++) {
+				blockIdx = {x, y, z};
+				if (int r = runBlock())
+					return r;
+			}
+	return 0;
+}
+CUresult cuGetErrorName(CUresult r, const char **s)
+{
+	*s = r == 700 ? "CUDA_ERROR_ILLEGAL_ADDRESS" : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_EMULATOR";
+	return 0;
+}
+CUresult cuGetErrorString(CUresult r, const char **s)
+{
+	*s = r == 700 ? "an illegal memory access was encountered" : "emulator error";
+	return 0;
+}
+
+// ---- cuBLAS: column-major C = alpha·op(A)·op(B) + beta·C ----
+int cublasCreate_v2(void **h) { *h = (void *)4; return 0; }
+int cublasDestroy_v2(void *) { return 0; }
+int cublasSetStream_v2(void *, void *) { return 0; }
+int cublasSgemm_v2(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *a, int lda,
+		   const float *b, int ldb, const float *beta, float *c, int ldc)
+{
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double s = 0;
+			for (int p = 0; p < k; p++) {
+				float x = ta ? a[p + (size_t)i * lda] : a[i + (size_t)p * lda];
+				float y = tb ? b[j + (size_t)p * ldb] : b[p + (size_t)j * ldb];
+				s += (double)x * y;
+			}
+			float *o = &c[i + (size_t)j * ldc];
+			// beta 0 ignores C, as cuBLAS does (it may hold NaN).
+			*o = (float)(*alpha * s + (*beta == 0 ? 0.0 : (double)*beta * *o));
+		}
+	return 0;
+}
+
+// ---- NVRTC: "compiles" to a marker the driver half accepts ----
+int nvrtcVersion(int *major, int *minor) { *major = 13; *minor = 0; return 0; }
+int nvrtcCreateProgram(void **p, const char *src, const char *, int, const char *const *, const char *const *)
+{
+	*p = strdup(src);
+	return 0;
+}
+int nvrtcCompileProgram(void *, int n, const char *const *opts)
+{
+	for (int i = 0; i < n; i++)
+		if (strncmp(opts[i], "--gpu-architecture=sm_", 22) == 0)
+			return 0;
+	return 5; // NVRTC_ERROR_INVALID_OPTION: no architecture given
+}
+int nvrtcGetProgramLogSize(void *, size_t *n) { *n = 1; return 0; }
+int nvrtcGetProgramLog(void *, char *log) { log[0] = 0; return 0; }
+int nvrtcGetCUBINSize(void *, size_t *n) { *n = sizeof cubin; return 0; }
+int nvrtcGetCUBIN(void *, char *out) { memcpy(out, cubin, sizeof cubin); return 0; }
+int nvrtcDestroyProgram(void **p) { free(*p); *p = NULL; return 0; }
+const char *nvrtcGetErrorString(int) { return "emulator NVRTC error"; }
+
+} // extern "C"
