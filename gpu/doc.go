@@ -56,7 +56,7 @@
 // failure). Without a GPU the tests still compile the kernels to PTX with
 // clang-15 (SHOAL_REQUIRE_CLANG=1), which catches errors in the C, and run
 // the suite on Device itself against a CUDA emulator built from
-// testdata/emu: the driver, NVRTC and cuBLAS calls answered on the CPU,
+// internal/cudaemu: the driver, NVRTC and cuBLAS calls answered on the CPU,
 // kernels.cu compiled as C++ with each thread block's threads as fibers.
 // That checks everything on the Go side (loading, the executor, argument
 // packing, staging, the cuBLAS transpositions, the kernel cache, a lost

@@ -8,6 +8,10 @@ import _ "embed"
 //go:embed kernels.cu
 var kernelSource string
 
+// KernelSource returns the CUDA C of the kernels (kernels.cu), for tools
+// that compile it elsewhere, such as the tests' CUDA emulator.
+func KernelSource() string { return kernelSource }
+
 // The kernels of kernels.cu, by their extern "C" names.
 const (
 	kBiasAct         = "shoal_bias_act"

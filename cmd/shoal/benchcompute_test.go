@@ -4,9 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoalml/shoal/gpu"
+	"github.com/shoalml/shoal/internal/cudaemu"
 	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
 	"github.com/stretchr/testify/assert"
@@ -131,4 +138,49 @@ func TestBenchComputeResident(t *testing.T) {
 
 	_, err = benchCompute(context.Background(), dm, 8, 1, 3, 1, observer{metrics: metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})})
 	assert.ErrorContains(t, err, "--metrics and --timeline: not with a model on host/")
+}
+
+// TestDeviceCUDAOnTheEmulator runs the real binary with --device cuda
+// against the CUDA emulator (internal/cudaemu): shoal info finds the
+// "GPU", bench compute times the resident step on it, and shoal train's
+// workers train on it in async and ring mode.
+func TestDeviceCUDAOnTheEmulator(t *testing.T) {
+	dir := t.TempDir()
+	if err := cudaemu.Build(dir, gpu.KernelSource()); errors.Is(err, cudaemu.ErrNoCompiler) && os.Getenv("SHOAL_REQUIRE_CLANG") != "1" {
+		t.Skipf("SKIP: %v", err)
+	} else {
+		require.NoError(t, err)
+	}
+	env := append(os.Environ(), "SHOAL_LIBCUDA="+filepath.Join(dir, "libcuda.so.1"), "SHOAL_CUDA_LIB_DIR="+dir,
+		"SHOAL_CUDA_CACHE="+filepath.Join(dir, "cache"))
+	shoal := func(args ...string) string {
+		cmd := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, args...)
+		cmd.Env, cmd.Dir = env, t.TempDir()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "shoal %s:\n%s%s", strings.Join(args, " "), out, stderr.String())
+		return string(out)
+	}
+
+	info := shoal("info", "--json")
+	var r infoReport
+	require.NoError(t, json.Unmarshal([]byte(info), &r), info)
+	assert.Empty(t, r.GPU.CUDAError)
+	require.Len(t, r.GPU.Ranks, 1)
+	assert.Equal(t, "cuda:0", r.GPU.Ranks[0].Device)
+
+	var rec computeRecord
+	out := shoal("bench", "compute", "--device", "cuda", "--hidden", "32", "--batch", "16", "--steps", "3", "--warmup", "1", "--json")
+	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+	assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)
+
+	for _, mode := range []string{"async", "ring"} {
+		out := shoal("train", "--device", "cuda", "--mode", mode, "--workers", "2", "--dataset", "synthetic", "--steps", "40", "--json")
+		res := lastJSON(t, out)
+		assert.Equal(t, "cuda:0", res["device"], mode)
+		assert.Contains(t, out, "2 worker(s) on cuda:0", mode)
+		// Synthetic data is easy: 40 steps of a working model learn it.
+		assert.Greater(t, res["test_accuracy"], 0.8, "%s: %s", mode, out)
+	}
 }

@@ -1,7 +1,7 @@
-// runtime.cpp is a CUDA stack on the CPU for tests: the driver API calls,
+// runtime.cpp is a CUDA stack on the CPU for tests (package cudaemu): the driver API calls,
 // NVRTC and cuBLAS functions that package gpu loads (cuda_cgo.go's list),
 // with "device" memory in the host's heap and kernels.cu compiled into the
-// same library (see prelude.h and emu_cgo_test.go, which adds the launch
+// same library (see prelude.h and cudaemu.go, which adds the launch
 // wrappers). One file serves as libcuda, libnvrtc, libcublasLt and libcublas.
 //
 // A launch runs the grid's blocks one after the other; a block's threads

@@ -1,5 +1,5 @@
 // prelude.h lets kernels.cu compile as C++ for the CPU, inside the CUDA
-// emulator of the tests (runtime.cpp, emu_cgo_test.go): the built-ins NVRTC
+// emulator of the tests (runtime.cpp, cudaemu.go): the built-ins NVRTC
 // provides become the emulator's globals and functions. Compile with
 // -ffp-contract=off, so __fadd_rn and friends round as on the GPU.
 #include <math.h>
