@@ -57,10 +57,12 @@ type gpuInfo struct {
 	Detail string `json:"detail"`
 	// NVML is what the driver reports: every GPU, visible or not.
 	NVML *gpu.Inventory `json:"nvml,omitempty"`
-	// Visible holds the NVML index of CUDA ordinal 0, 1, ... under
-	// CUDA_VISIBLE_DEVICES; VisibleNote says where the variable went wrong.
-	Visible     []int  `json:"visible,omitempty"`
-	VisibleNote string `json:"visible_note,omitempty"`
+	// VisibleEnv is CUDA_VISIBLE_DEVICES, when set; Visible holds the
+	// NVML index of CUDA ordinal 0, 1, ... under it; VisibleNote says
+	// where the variable went wrong.
+	VisibleEnv  *string `json:"cuda_visible_devices,omitempty"`
+	Visible     []int   `json:"visible,omitempty"`
+	VisibleNote string  `json:"visible_note,omitempty"`
 	// CUDALibraries are the libraries loaded for --device cuda, or
 	// CUDAError says why they were not.
 	CUDALibraries []string `json:"cuda_libraries,omitempty"`
@@ -137,6 +139,9 @@ func gatherGPU(lookup func(string) (string, bool), devices func() (gpu.Inventory
 		g.Driver, g.NVML = true, &inv
 		g.Detail = fmt.Sprintf("NVIDIA driver %s (CUDA %s), %d GPU(s), NVML %s", inv.Driver, inv.CUDA, len(inv.GPUs), inv.Library)
 		env, set := lookup("CUDA_VISIBLE_DEVICES")
+		if set {
+			g.VisibleEnv = &env
+		}
 		vis, note := inv.Visible(env, set)
 		for _, v := range vis {
 			g.Visible = append(g.Visible, v.Index)
@@ -221,8 +226,8 @@ func printGPU(sb *strings.Builder, g gpuInfo) {
 		for _, d := range g.NVML.GPUs {
 			fmt.Fprintf(sb, "          GPU %d: %s\n", d.Index, d)
 		}
-		if _, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set {
-			fmt.Fprintf(sb, "          CUDA_VISIBLE_DEVICES leaves GPU(s) %v as cuda:0 on\n", g.Visible)
+		if g.VisibleEnv != nil {
+			fmt.Fprintf(sb, "          CUDA_VISIBLE_DEVICES=%q leaves GPU(s) %v as cuda:0 on\n", *g.VisibleEnv, g.Visible)
 		}
 		if g.VisibleNote != "" {
 			fmt.Fprintf(sb, "          %s\n", g.VisibleNote)

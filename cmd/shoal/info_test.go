@@ -69,7 +69,8 @@ func TestGatherGPU(t *testing.T) {
 	printGPU(&sb, g)
 	text := sb.String()
 	for _, want := range []string{"GPU 0: H100, compute capability 9.0, 0.0 of 80.0 GiB used, 3% busy, GPU-a", "GPU 1: H100", "utilisation unknown",
-		"cuda:     /x/libcuda.so.1, /x/libnvrtc.so.13, /x/libcublas.so.13", "devices:  local rank 0: cuda:0", "local rank r >= 1 shares cuda:(r mod 1)"} {
+		"cuda:     /x/libcuda.so.1, /x/libnvrtc.so.13, /x/libcublas.so.13", "devices:  local rank 0: cuda:0", "local rank r >= 1 shares cuda:(r mod 1)",
+		`CUDA_VISIBLE_DEVICES="1" leaves GPU(s) [1] as cuda:0 on`} {
 		assert.Contains(t, text, want)
 	}
 
