@@ -188,14 +188,19 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 		emit = func(e launch.Event) { launch.Emit(stdout, e) }
 	}
 	finished := false // some worker left gracefully: it ended its run
+	// The job's workers seen in the gossip: a worker that finished before
+	// the others joined (async lets it) must not end the run for them.
+	seen := map[int]bool{}
 	report := func(r cluster.Report) {
 		rank := r.Change.Member.Meta.Rank
+		seen[rank] = true
 		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
 		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-		// The run is over when no worker is left and at least one ended
-		// its run (left gracefully); a straggler's death may come last.
+		// The run is over when every worker of the job (--workers) has
+		// come, none is left, and at least one ended its run (left
+		// gracefully); a straggler's death may come last.
 		finished = finished || r.Change.Kind == cluster.EventLeave
-		if p.exitWhenDone && r.Live == 0 && finished {
+		if p.exitWhenDone && r.Live == 0 && finished && len(seen) >= p.cfg.Workers {
 			log.Info("every worker has left: the run is over", "component", "ps", "clock", core.Clock())
 			endRun()
 		}
@@ -227,7 +232,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	)
 	p := &psRun{}
 	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
-	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every worker has left the gossip gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
+	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every one of --workers workers has joined and none is left, one at least having left gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, anyone who reaches it can change the model (no TLS or authentication yet)")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
