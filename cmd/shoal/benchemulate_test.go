@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/stat"
 )
 
 // emulateJSON runs shoal bench emulate with args and --json and returns
@@ -43,7 +45,12 @@ func emulateJSON(t *testing.T, args ...string) []emulateRun {
 // accuracies agree to the last digit here. An async or SSP run's
 // accuracy depends on its schedule, which differs from run to run (real
 // runs of one job were 83.2-84.6% at N = 4), so those compare the mean
-// of three seeds on each side. The simulated schedule's compute jitter
+// of three seeds on each side, and the point is widened by their sampling
+// error: twice the standard error of the difference of the two means (a
+// single real run at N = 4 moves by up to a point with this machine's
+// load, so three runs pin the mean to about half a point). An emulator
+// that is systematically off, as the regular schedule below is by 3
+// points, still fails. The simulated schedule's compute jitter
 // is 0.5: with it the staleness histogram at N = 4 spreads as a real run
 // on this machine's 2 cores does (pushes of staleness 0..16, mode 3),
 // where a regular schedule (jitter 0.1: staleness 3 almost always) costs
@@ -69,17 +76,13 @@ func TestTheEmulatorMatchesRealRuns(t *testing.T) {
 				t.Logf("N=%d %s seed %d: test accuracy %.4f emulated (%d updates, staleness mean %.2f), %.4f real (staleness mean %.2f)",
 					n, mode, seed, e[0].Accuracy, e[0].Updates, e[0].Pushes.Mean(), r.TestAccuracy, r.Staleness.Mean())
 			}
-			assert.InDelta(t, mean(real), mean(emulated), 0.01, "N=%d %s: mean final test accuracy over seeds %v, real %v, emulated %v", n, mode, seeds, real, emulated)
+			tol := 0.01
+			if len(seeds) > 1 {
+				tol += 2 * math.Sqrt(stat.Variance(real, nil)/float64(len(real))+stat.Variance(emulated, nil)/float64(len(emulated)))
+			}
+			assert.InDelta(t, stat.Mean(real, nil), stat.Mean(emulated, nil), tol, "N=%d %s: mean final test accuracy over seeds %v, real %v, emulated %v (a point and twice the standard error: %.4f)", n, mode, seeds, real, emulated, tol)
 		}
 	}
-}
-
-func mean(xs []float64) float64 {
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }
 
 // TestBenchEmulateWritesPlots: --out writes results.json and one plot per
