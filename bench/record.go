@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"math"
+	"slices"
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
@@ -27,6 +29,9 @@ type Results struct {
 	Shaper *ShaperCheck `json:"shaper,omitempty"`
 	// Runs holds one record per run, in the order they ran.
 	Runs []Record `json:"runs"`
+	// Simulated marks the results of shoal bench simulate: every record
+	// predicted by the simulator (package sim), none measured.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // Machine describes the host of a harness run.
@@ -131,6 +136,10 @@ type Record struct {
 
 	// Error is why the run failed (then most measurements are absent).
 	Error string `json:"error,omitempty"`
+	// Simulated: the simulator predicted this record (shoal bench
+	// simulate); nothing in it was measured but the compute it took as
+	// input.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // StepTime is the per-step time of each phase, in seconds. Compute is
@@ -173,4 +182,19 @@ type CurvePoint struct {
 	Step     int64   `json:"step"`
 	Accuracy float64 `json:"accuracy"`
 	Loss     float64 `json:"loss"`
+}
+
+// QuantilesOf summarises durations in seconds (nearest-rank percentiles).
+func QuantilesOf(v []float64) Quantiles {
+	if len(v) == 0 {
+		return Quantiles{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	var total float64
+	for _, x := range s {
+		total += x
+	}
+	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
+	return Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
 }

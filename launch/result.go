@@ -1,9 +1,6 @@
 package launch
 
 import (
-	"math"
-	"slices"
-
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
 )
@@ -134,28 +131,13 @@ func (t *Tally) SummariseSteps() {
 		return
 	}
 	r := &t.Result
-	st := bench.StepTime{Step: quantiles(all.Step), Data: quantiles(all.Data), Compute: quantiles(all.Compute), Wait: quantiles(all.Wait),
-		Pull: quantiles(all.Pull), Push: quantiles(all.Push), Reduce: quantiles(all.Reduce)}
+	st := bench.StepTime{Step: bench.QuantilesOf(all.Step), Data: bench.QuantilesOf(all.Data), Compute: bench.QuantilesOf(all.Compute), Wait: bench.QuantilesOf(all.Wait),
+		Pull: bench.QuantilesOf(all.Pull), Push: bench.QuantilesOf(all.Push), Reduce: bench.QuantilesOf(all.Reduce)}
 	r.StepTime = &st
 	if st.Step.Mean > 0 {
 		r.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
 	}
 	r.BytesSentPerStep, r.BytesReceivedPerStep = sent/float64(counted), received/float64(counted)
-}
-
-// quantiles summarises durations in seconds (nearest-rank percentiles).
-func quantiles(v []float64) bench.Quantiles {
-	if len(v) == 0 {
-		return bench.Quantiles{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	var total float64
-	for _, x := range s {
-		total += x
-	}
-	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
-	return bench.Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
 }
 
 // Fill sets what rec measures from r: the run's model size, optimizer,

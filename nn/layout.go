@@ -43,6 +43,16 @@ func (l Layout) Size() int {
 	return last.Offset + last.Size()
 }
 
+// Bytes is each tensor's size in bytes (float32), in parameter order: the
+// layer sizes that the simulator (sim.Config.Layers) takes.
+func (l Layout) Bytes() []int64 {
+	out := make([]int64, len(l.Tensors))
+	for i, t := range l.Tensors {
+		out[i] = 4 * int64(t.Size())
+	}
+	return out
+}
+
 // Find returns the tensor with the given name.
 func (l Layout) Find(name string) (Tensor, bool) {
 	for _, t := range l.Tensors {
