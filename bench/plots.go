@@ -167,6 +167,9 @@ func WritePlots(dir string, r *Results) ([]string, error) {
 		if s.skip != "" {
 			continue
 		}
+		if r.Simulated {
+			s.title = "Simulated: " + s.title
+		}
 		var f *figure
 		var err error
 		switch s.kind {

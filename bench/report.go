@@ -49,6 +49,9 @@ func (rep *report) header() {
 	r := rep.r
 	m := r.Machine
 	rep.printf("# Shoal training benchmark\n\n")
+	if r.Simulated {
+		rep.printf("**Simulated** (shoal bench simulate): every run below is the simulator's prediction, not a measurement; the machine is the one whose compute and optimizer speed it took.\n\n")
+	}
 	rep.printf("- **Command:** %s\n", mdCode(shellJoin(r.Command)))
 	rep.printf("- **Revision:** %s\n", mdCell(orUnknown(r.Revision)))
 	rep.printf("- **Started:** %s\n", r.Started.UTC().Format("2006-01-02 15:04:05 MST"))

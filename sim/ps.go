@@ -34,7 +34,27 @@ type heldReply struct {
 
 // psWorker is a worker's progress through its push-pull.
 type psWorker struct {
-	back, want int // chunks received of this step's reply, and expected
+	back, want int  // chunks received of the reply under way, and expected
+	pulling    bool // the reply is the first pull, before step 0
+	// Shards that took the push, and how many must before the step ends:
+	// every shard on the last step (no reply comes) and with Overlap
+	// (the reply is a pull of its own); none otherwise.
+	acks, wantAcks int
+}
+
+// progress ends w's step (or its first pull) once the reply and the
+// acknowledgements it waits for are in, and starts the next.
+func (j *job) progress(w *simWorker) {
+	pw := &j.ps[w.id]
+	if pw.back < pw.want || pw.acks < pw.wantAcks {
+		return
+	}
+	if pw.pulling {
+		pw.pulling = false
+	} else {
+		j.stepDone(w)
+	}
+	j.psStep(w)
 }
 
 func (j *job) startPS() error {
@@ -57,8 +77,15 @@ func (j *job) startPS() error {
 	}
 	j.ps = make([]psWorker, n)
 	for _, w := range j.workers {
+		// A worker starts with a pull of the whole vector, as shoal
+		// worker does: its request takes the latency, every shard answers.
 		j.trace(j.shards[0], Op{Worker: w.id, Step: 0, Read: true})
-		j.e.at(0, func() { j.psStep(w) })
+		pw := &j.ps[w.id]
+		pw.pulling = true
+		for _, s := range j.shards {
+			pw.want += len(s.chunks)
+			j.e.at(j.cfg.Latency, func() { j.replyAll(s, w) })
+		}
 	}
 	return nil
 }
@@ -66,66 +93,107 @@ func (j *job) startPS() error {
 // psStep computes w's next step and pushes it, or ends w.
 func (j *job) psStep(w *simWorker) {
 	if w.step == j.cfg.Steps {
-		w.end = j.e.now
 		return
 	}
 	f, b := j.computeTime()
 	w.cpu.run(j.e, f+b, func() {
 		w.compute += f + b
+		w.stepCompute = f + b
 		j.push(w)
 	})
 }
 
+// lastStep says whether w is on its last step, whose push fetches no
+// weights: the shards only acknowledge it.
+func (j *job) lastStep(w *simWorker) bool { return w.step == j.cfg.Steps-1 }
+
 // push sends w's gradient for its current step to every shard, chunk by
-// chunk.
+// chunk; with Overlap, the pull of the next step's weights goes at the
+// same time.
 func (j *job) push(w *simWorker) {
 	pw := &j.ps[w.id]
-	pw.back, pw.want = 0, 0
+	last := j.lastStep(w)
+	*pw = psWorker{}
+	if last || j.cfg.Overlap {
+		pw.wantAcks = len(j.shards)
+	}
 	for _, s := range j.shards {
-		pw.want += len(s.chunks)
+		if !last {
+			pw.want += len(s.chunks)
+		}
 		s.left[w.id] = len(s.chunks)
 		for _, c := range s.chunks {
-			s.up[w.id].send(c, func() { j.arrive(s, w, c) })
+			s.up[w.id].send(c, func() { j.arrive(s, w) })
+		}
+		if j.cfg.Overlap && !last {
+			// The pull's request takes the latency; the shard answers with
+			// the weights it has then, this push applied or not.
+			j.e.at(j.e.now+j.cfg.Latency, func() {
+				s.seen[w.id] = s.clock
+				j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
+				j.replyAll(s, w)
+			})
 		}
 	}
 }
 
-// arrive handles one chunk of w's push at shard s.
-func (j *job) arrive(s *simShard, w *simWorker, bytes float64) {
-	apply := 0.0
-	if r := j.cfg.ApplyBytesPerSec; r > 0 {
-		apply = bytes / r
-	}
-	if j.cfg.Mode == consistency.Sync {
-		// The barrier sums the chunk in; the step's update comes once.
-		if s.left[w.id]--; s.left[w.id] == 0 {
-			j.syncPushed(s, w)
-		}
+// ack tells w, a latency later, that a shard took its push (on its last
+// step, and with Overlap, where no reply to the push comes).
+func (j *job) ack(w *simWorker) {
+	j.e.at(j.e.now+j.cfg.Latency, func() {
+		j.ps[w.id].acks++
+		j.progress(w)
+	})
+}
+
+// arrive handles one chunk of w's push at shard s. A shard takes a push
+// whole, as ps.Server does (it checks every value before it applies
+// any); then, in async and SSP, it updates chunk after chunk, and async
+// sends each updated chunk straight back.
+func (j *job) arrive(s *simShard, w *simWorker) {
+	if s.left[w.id]--; s.left[w.id] > 0 {
 		return
 	}
-	first := s.left[w.id] == len(s.chunks)
-	s.cpu.run(j.e, apply, func() {
-		if first && s.id == 0 {
-			j.stale.Add(s.clock - s.seen[w.id])
-		}
-		moved := false
-		if s.left[w.id]--; s.left[w.id] == 0 {
-			s.clock++
-			moved = s.advance(w.id, int64(w.step)+1)
-			j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
-			if j.cfg.Mode == consistency.Async {
-				j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
+	if j.cfg.Mode == consistency.Sync {
+		// The barrier sums the push in; the step's update comes once.
+		j.syncPushed(s, w)
+		return
+	}
+	last := j.lastStep(w)
+	replies := j.cfg.Mode == consistency.Async && !last && !j.cfg.Overlap
+	for i, bytes := range s.chunks {
+		s.cpu.run(j.e, j.applyTime(bytes), func() {
+			if i == 0 && s.id == 0 {
+				// The shard's updates since w read (its pushes apply whole,
+				// one after another).
+				j.stale.Add(s.clock - s.seen[w.id])
 			}
-		}
-		if j.cfg.Mode == consistency.Async {
-			// The updated chunk goes straight back.
-			s.seen[w.id] = s.clock
-			j.reply(s, w, bytes)
-			return
-		}
-		if s.left[w.id] != 0 {
-			return
-		}
+			if i < len(s.chunks)-1 {
+				if replies {
+					j.reply(s, w, bytes)
+				}
+				return
+			}
+			j.applied(s, w, bytes, last || j.cfg.Overlap)
+		})
+	}
+}
+
+// applied ends the update of w's push at s (async, SSP): the clock moves,
+// and the reply goes (async: its last chunk; SSP: all of it, once the
+// bound lets it), or, where none is wanted, the acknowledgement.
+func (j *job) applied(s *simShard, w *simWorker, bytes float64, noReply bool) {
+	s.clock++
+	moved := s.advance(w.id, int64(w.step)+1)
+	j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
+	switch {
+	case noReply:
+		j.ack(w)
+	case j.cfg.Mode == consistency.Async:
+		j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
+		s.seen[w.id] = s.clock
+		j.reply(s, w, bytes)
+	default:
 		if h := (heldReply{w, int64(w.step) + 1}); !j.mayRead(s, h) {
 			s.held = append(s.held, h)
 		} else {
@@ -133,10 +201,10 @@ func (j *job) arrive(s *simShard, w *simWorker, bytes float64) {
 			j.trace(s, Op{Worker: w.id, Step: h.step, Read: true})
 			j.replyAll(s, w)
 		}
-		if moved {
-			j.releaseSSP(s)
-		}
-	})
+	}
+	if moved {
+		j.releaseSSP(s)
+	}
 }
 
 // advance records that worker w has pushed p steps, keeping the slowest
@@ -190,21 +258,28 @@ func (j *job) releaseSSP(s *simShard) {
 // answered at once.
 func (j *job) syncPushed(s *simShard, w *simWorker) {
 	j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
+	last := j.lastStep(w)
+	if last {
+		// The last push is acknowledged at once; it waits for no reply.
+		j.ack(w)
+	}
 	if int64(w.step) < s.clock {
+		if last {
+			return
+		}
 		// Late: dropped, the next step's weights are there.
 		j.trace(s, Op{Worker: w.id, Step: int64(w.step) + 1, Read: true})
 		j.replyAll(s, w)
 		return
 	}
 	s.arrived++
-	s.waiting = append(s.waiting, w)
+	if !last {
+		s.waiting = append(s.waiting, w)
+	}
 	if s.arrived < j.cfg.Workers-j.cfg.BackupWorkers {
 		return
 	}
-	apply := 0.0
-	if r := j.cfg.ApplyBytesPerSec; r > 0 {
-		apply = s.bytes / r
-	}
+	apply := j.applyTime(s.bytes)
 	waiting := s.waiting
 	s.arrived, s.waiting = 0, nil
 	s.clock++ // pushes for this step from now on are late
@@ -224,13 +299,10 @@ func (j *job) replyAll(s *simShard, w *simWorker) {
 }
 
 // reply sends one chunk of weights from s to w; the last chunk of the
-// step's reply ends w's step.
+// reply ends w's step (or its first pull) and starts the next.
 func (j *job) reply(s *simShard, w *simWorker, bytes float64) {
 	s.down[w.id].send(bytes, func() {
-		pw := &j.ps[w.id]
-		if pw.back++; pw.back == pw.want {
-			w.step++
-			j.psStep(w)
-		}
+		j.ps[w.id].back++
+		j.progress(w)
 	})
 }

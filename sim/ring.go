@@ -56,9 +56,6 @@ func (j *job) startRing() error {
 func (j *job) ringStep() {
 	rs := j.ring
 	if rs.step == j.cfg.Steps {
-		for _, w := range j.workers {
-			w.end = j.e.now
-		}
 		return
 	}
 	rs.buckets = make([]ringBucket, len(j.bucketSizes))
@@ -66,6 +63,7 @@ func (j *job) ringStep() {
 	for i, w := range j.workers {
 		f, b := j.computeTime()
 		w.compute += f + b
+		w.stepCompute = f + b
 		start := max(j.e.now, w.cpu.free)
 		rs.bwdEnd[i] = start + f + b
 		w.cpu.free = rs.bwdEnd[i]
@@ -107,10 +105,7 @@ func (j *job) ringReduce() {
 	}
 	// Every bucket is on its way: once the last is reduced, each rank
 	// applies the optimizer step, and the step ends with the slowest.
-	apply := 0.0
-	if a := j.cfg.ApplyBytesPerSec; a > 0 {
-		apply = float64(j.cfg.VectorBytes()) / a
-	}
+	apply := j.applyTime(float64(j.cfg.VectorBytes()))
 	end := rs.commEnd
 	for i := range j.workers {
 		end = max(end, rs.bwdEnd[i])
@@ -118,7 +113,7 @@ func (j *job) ringReduce() {
 	j.e.at(end+apply, func() {
 		for _, w := range j.workers {
 			w.cpu.free = j.e.now
-			w.step++
+			j.stepDone(w)
 		}
 		rs.step++
 		j.ringStep()

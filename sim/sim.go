@@ -41,6 +41,10 @@ type Config struct {
 	// ApplyBytesPerSec is how fast a shard, or a ring rank, applies the
 	// optimizer step to the weights (0: at once).
 	ApplyBytesPerSec float64
+	// Overlap (async): each step's push and the next step's pull go at
+	// once, as shoal train --overlap-push-pull sends them; the pull gets
+	// the weights the shard has when it comes, the push applied or not.
+	Overlap bool
 	// Trace records, in Result.Schedule, the order in which shard 0
 	// applied the pushes and answered the reads (PS modes).
 	Trace bool
@@ -60,6 +64,11 @@ type Result struct {
 	// Seconds is when the last worker finished; StepSeconds the mean step
 	// of a worker (its steps over its time).
 	Seconds, StepSeconds float64
+	// SteadyStepSeconds is the mean of every worker's steps but its first
+	// (which, in the PS modes, waits for the first pull of the weights),
+	// as shoal bench train's step time is measured; StepSeconds when
+	// there is one step.
+	SteadyStepSeconds float64
 	// SamplesPerSec counts every worker's samples over Seconds.
 	SamplesPerSec float64
 	// Efficiency is SamplesPerSec against N workers that only compute.
@@ -74,6 +83,9 @@ type Result struct {
 	Staleness consistency.Staleness
 	// Schedule is shard 0's order of pushes and reads (Config.Trace).
 	Schedule []Op `json:"-"`
+	// StepDurations are every worker's steps but its first, and
+	// ComputeDurations their compute, worker after worker.
+	StepDurations, ComputeDurations []float64 `json:"-"`
 }
 
 // VectorBytes is the sum of the layers.
@@ -103,6 +115,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: %d backup workers of %d, want 0..workers-1", c.BackupWorkers, c.Workers)
 	case c.Staleness < 0:
 		return fmt.Errorf("sim: staleness %d, want >= 0", c.Staleness)
+	case c.Overlap && c.Mode != consistency.Async:
+		return fmt.Errorf("sim: overlapped push and pull in %s mode: only async overlaps them", c.Mode)
 	}
 	for _, l := range c.Layers {
 		if l <= 0 || l%4 != 0 {
@@ -127,7 +141,7 @@ func Run(cfg Config) (Result, error) {
 		cfg.Mode = consistency.Sync // as the shards do: SSP's bound 0 is the sync barrier
 	}
 	j := &job{cfg: cfg, e: &engine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5349_4d55))}
-	j.net = &network{e: j.e, latency: cfg.Latency, piece: 1 << 20}
+	j.net = &network{e: j.e, latency: cfg.Latency, piece: pieceBytes}
 	if cfg.NICGbps > 0 {
 		j.net.bps = cfg.NICGbps * 1e9 / 8
 	}
@@ -180,6 +194,33 @@ type simWorker struct {
 	step    int     // steps done
 	compute float64 // total compute time
 	end     float64 // when its last step ended
+	// The steps after the first: how long each took, and its compute.
+	steady, steadyCompute []float64
+	stepCompute           float64 // the current step's compute
+}
+
+// pieceBytes is the unit in which the network moves a message: the NIC
+// model's (internal/netshape) largest piece, so that the streams sharing a
+// NIC take turns as finely as the measured runs' do.
+const pieceBytes = 256 << 10
+
+// stepDone ends w's current step now.
+func (j *job) stepDone(w *simWorker) {
+	if w.step > 0 {
+		w.steady = append(w.steady, j.e.now-w.end)
+		w.steadyCompute = append(w.steadyCompute, w.stepCompute)
+	}
+	w.step++
+	w.end = j.e.now
+}
+
+// applyTime is how long the optimizer takes over bytes of weights (0:
+// no apply cost configured).
+func (j *job) applyTime(bytes float64) float64 {
+	if r := j.cfg.ApplyBytesPerSec; r > 0 {
+		return bytes / r
+	}
+	return 0
 }
 
 // computeTime is one step's forward and backward, with jitter.
@@ -201,12 +242,22 @@ func (j *job) result() (Result, error) {
 		r.Seconds = max(r.Seconds, w.end)
 		steps += float64(w.step)
 		compute += w.compute
+		r.StepDurations = append(r.StepDurations, w.steady...)
+		r.ComputeDurations = append(r.ComputeDurations, w.steadyCompute...)
 		sent += w.nic.sent
 		received += w.nic.received
 	}
 	n := float64(j.cfg.Workers)
 	perWorker := steps / n
 	r.StepSeconds = r.Seconds / perWorker
+	r.SteadyStepSeconds = r.StepSeconds
+	if len(r.StepDurations) > 0 {
+		var sum float64
+		for _, d := range r.StepDurations {
+			sum += d
+		}
+		r.SteadyStepSeconds = sum / float64(len(r.StepDurations))
+	}
 	r.SamplesPerSec = steps * float64(j.cfg.Batch) / r.Seconds
 	r.Efficiency = r.SamplesPerSec / (n * float64(j.cfg.Batch) / (j.cfg.Forward + j.cfg.Backward))
 	r.ComputeSeconds = compute / steps

@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/sim"
+)
+
+// SimInput is what a simulated run takes besides its Run: the model's
+// shape and the constants of the machine it predicts (its calibration).
+type SimInput struct {
+	// Layers are the model's tensors' sizes in bytes, in layout order.
+	Layers []int64
+	// Batch is per worker; StepsPerEpoch turns a run's Epochs into steps.
+	Batch         int
+	StepsPerEpoch int64
+	// Compute is one step's forward and backward in seconds, Jitter its
+	// spread (the σ of a log-normal factor of mean 1).
+	Compute, Jitter float64
+	// NICGbps and RTTMillis are the modelled NIC, as shoal bench train
+	// takes them (0 Gbit/s: no NIC model, the links unlimited).
+	NICGbps, RTTMillis float64
+	// ApplyBytesPerSec is the optimizer's speed on a shard or a rank.
+	ApplyBytesPerSec float64
+	// Command is the command line that made the prediction.
+	Command []string
+}
+
+// Calibrate takes the compute per step from a measured run's compute
+// phase: its mean, and its spread as the σ of a log-normal, whose
+// p95/p50 is exp(1.645σ) (Jitter stays as it is where p95 is not above
+// p50).
+func (in *SimInput) Calibrate(compute Quantiles) {
+	in.Compute = compute.Mean
+	if compute.P50 > 0 && compute.P95 > compute.P50 {
+		in.Jitter = math.Log(compute.P95/compute.P50) / 1.645
+	}
+}
+
+// Simulate predicts run r with the simulator (package sim) and returns
+// its record, in the schema of a measured run, under the same ID (so that
+// shoal bench diff compares prediction and measurement) and marked
+// Simulated. The step-time phases are those the simulator knows: compute,
+// and the rest as the PS transfers (Push) or the allreduce (Reduce). What
+// the simulator does not model is an error: the peers' modes.
+func Simulate(r Run, in SimInput) (Record, error) {
+	overlap := r.Mode == modeAsyncOverlap
+	mode, err := consistency.Parse(r.Mode)
+	if overlap {
+		mode, err = consistency.Async, nil
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("simulate %s: the simulator models async, async-overlap, sync, ssp and ring, not %s", r.Mode, r.Mode)
+	}
+	steps := r.Steps
+	if r.Epochs > 0 {
+		steps = int64(r.Epochs) * in.StepsPerEpoch
+	}
+	if steps < 1 || in.Batch < 1 || in.Compute <= 0 {
+		return Record{}, fmt.Errorf("simulate %s: %d steps, batch %d, compute %gs: want all positive", r.Model, steps, in.Batch, in.Compute)
+	}
+	cfg := sim.Config{Mode: mode, Workers: r.Workers, Servers: r.Servers, Staleness: 1, Batch: in.Batch, Steps: int(steps),
+		Layers: in.Layers, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
+		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec}
+	res, err := sim.Run(cfg)
+	if err != nil {
+		return Record{}, err
+	}
+	vector := cfg.VectorBytes()
+	rec := Record{ID: r.ID("", in.NICGbps), Command: in.Command, Mode: r.Mode, Model: Models[r.Model].Label,
+		Parameters: int(vector / 4), VectorBytes: vector, Workers: r.Workers, Servers: r.Servers, Batch: in.Batch, Seed: 1,
+		Optimizer: "momentum", NICGbps: in.NICGbps, RTTMillis: in.RTTMillis, Steps: steps, Samples: steps * int64(r.Workers*in.Batch),
+		TrainSeconds: res.Seconds, SamplesPerSec: res.SamplesPerSec, BytesSentPerStep: res.BytesSent, BytesReceivedPerStep: res.BytesReceived,
+		Staleness: res.Staleness, TestAccuracy: -1, Simulated: true}
+	comm := make([]float64, len(res.StepDurations))
+	for i, d := range res.StepDurations {
+		comm[i] = max(d-res.ComputeDurations[i], 0)
+	}
+	st := StepTime{Step: QuantilesOf(res.StepDurations), Compute: QuantilesOf(res.ComputeDurations)}
+	if mode == consistency.Ring {
+		st.Reduce = QuantilesOf(comm)
+	} else {
+		st.Push = QuantilesOf(comm)
+	}
+	rec.StepTime = st
+	if st.Step.Mean > 0 {
+		rec.IdleFraction = max(1-st.Compute.Mean/st.Step.Mean, 0)
+	}
+	if in.NICGbps > 0 {
+		rec.Comm = CommModel(&rec, in.NICGbps)
+	}
+	return rec, nil
+}
