@@ -14,7 +14,7 @@ PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 PY_PROTOS := shoal/ps.proto
 PYTHON_STUBS ?= yes
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
 
 all: build
 
@@ -118,7 +118,7 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=20000x
 
-# The modes side by side (shoal bench train's built-in plan, about ten
+# The modes side by side (shoal bench train's built-in plan, about twelve
 # minutes on 2 cores, NIC modelled at 1 Gbit/s) with the PyTorch DDP peer;
 # writes docs/bench-train/ and its report into docs/BENCHMARKS.md.
 bench: build
@@ -128,6 +128,12 @@ bench: build
 bench-quick: build
 	scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) bench train --quick --out bench-out --data $(DATA_DIR)
+
+# The simulator's prediction of make bench's runs, each from its own
+# measured compute, into docs/bench-simulate/, and the comparison with
+# the measurements into docs/BENCHMARKS.md (seconds).
+bench-simulate: build
+	scripts/bench-simulate.sh
 
 # Ring allreduce with and without overlap of communication and backward
 # (--fusion-bytes), over shared memory and a 1 Gbit/s NIC model.

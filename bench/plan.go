@@ -64,7 +64,7 @@ type Plan struct {
 	Peers []Run // PyTorch DDP runs (mode "ddp")
 }
 
-// DefaultPlan is what `make bench` runs (about ten minutes on 2 cores at
+// DefaultPlan is what `make bench` runs (about twelve minutes on 2 cores at
 // 1 Gbit/s): convergence of the four modes on the MLP, throughput against
 // workers for the MLP and the CNN, and the communication-bound 25M model
 // at N = 2 and 4 with S = 1, 2, 4 servers, also with async's push and pull

@@ -26,6 +26,7 @@ Benchmarks:
   tcp         one loopback TCP connection's round trip of N bytes each way: the floor under a pull+push
   train       the modes side by side: throughput, step-time breakdown, traffic, accuracy over time, plots
   plan        predicts the modes side by side for --workers workers by simulation (beyond this machine)
+  simulate    predicts bench train's runs by simulation: its results.json, report and plots, marked simulated
   emulate     accuracy of async, ssp and sync at --workers workers, trained in one process on simulated schedules
   diff        compares two results.json files of bench train, run by run
   report      renders report.md and the plots again from a results.json
@@ -47,6 +48,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchPlan(ctx, args[1:], stdout, stderr)
 	case "emulate":
 		return runBenchEmulate(ctx, args[1:], stdout, stderr)
+	case "simulate":
+		return runBenchSimulate(ctx, args[1:], stdout, stderr)
 	case "train":
 		return runBenchTrain(ctx, args[1:], stdout, stderr)
 	case "diff":

@@ -51,14 +51,6 @@ type emulateRun struct {
 
 func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench emulate", benchEmulateSynopsis, stderr)
-	var (
-		mf modelFlags
-		of optFlags
-		df dataFlags
-	)
-	mf.register(fs)
-	of.register(fs, "cosine")
-	df.register(fs)
 	var jf simJobFlags
 	jf.register(fs)
 	var (
@@ -75,6 +67,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	mf, of, df := jf.model, jf.opt, jf.data
 	ns, err := positiveInts("--workers", *workers)
 	if err != nil {
 		return err
@@ -83,16 +76,14 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	var ms []consistency.Mode
-	for _, s := range strings.Split(*modes, ",") {
-		m, err := consistency.Parse(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("--modes: %w", err)
-		}
+	ms, err := parseModes(*modes)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
 		if !m.UsesServers() {
 			return fmt.Errorf("--modes %s: only the parameter-server modes are emulated (the ring is sync SGD on workers×batch samples a step)", m)
 		}
-		ms = append(ms, m)
 	}
 	if err := jf.validate(); err != nil {
 		return err
@@ -128,10 +119,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	var layers []int64
-	for _, t := range model.Layout().Tensors {
-		layers = append(layers, 4*int64(t.Size()))
-	}
+	layers := model.Layout().Bytes()
 	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) { return model, nil }, *batch, mf.seed)
 	if err != nil {
 		return err

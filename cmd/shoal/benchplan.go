@@ -34,14 +34,6 @@ type planRow struct {
 
 func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench plan", benchPlanSynopsis, stderr)
-	var (
-		mf modelFlags
-		of optFlags
-		df dataFlags
-	)
-	mf.register(fs)
-	of.register(fs, "cosine")
-	df.register(fs)
 	var jf simJobFlags
 	jf.register(fs)
 	var (
@@ -64,6 +56,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	mf := jf.model
 	if err := jf.validate(); err != nil {
 		return err
 	}
@@ -71,13 +64,9 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--workers %d, --batch %d, --steps %d, --apply-gbps %g: want workers, batch, steps >= 1 and an optimizer speed >= 0",
 			*workers, *batch, *steps, *apply)
 	}
-	var ms []consistency.Mode
-	for _, s := range strings.Split(*modes, ",") {
-		m, err := consistency.Parse(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("--modes: %w", err)
-		}
-		ms = append(ms, m)
+	ms, err := parseModes(*modes)
+	if err != nil {
+		return err
 	}
 	counts, err := serverCounts(*servers, *workers)
 	if err != nil {
@@ -156,7 +145,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *jsonOut || len(rows) == 0 {
 		if *target > 0 && len(rows) > 0 {
-			return targetJob{mf: mf, of: of, df: df, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, true)
+			return targetJob{job: jf, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, true)
 		}
 		return nil
 	}
@@ -181,7 +170,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return nil
 	}
 	fmt.Fprintln(stdout)
-	return targetJob{mf: mf, of: of, df: df, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, false)
+	return targetJob{job: jf, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, false)
 }
 
 // plotEfficiency simulates base at 2, 4, 8, ... workers up to its own
@@ -232,14 +221,21 @@ func plotEfficiency(path, name string, base sim.Config, ms []consistency.Mode, s
 	return lp.Write(path)
 }
 
-// simJobFlags are the simulated job's network and compute, which shoal
-// bench plan and shoal bench emulate both take.
+// simJobFlags are the simulated job (its model, optimizer and data, its
+// network and compute), which shoal bench plan and shoal bench emulate
+// both take.
 type simJobFlags struct {
+	model            modelFlags
+	opt              optFlags
+	data             dataFlags
 	gbps, jitter     float64
 	latency, compute time.Duration
 }
 
 func (f *simJobFlags) register(fs *flag.FlagSet) {
+	f.model.register(fs)
+	f.opt.register(fs, "cosine")
+	f.data.register(fs)
 	fs.Float64Var(&f.gbps, "nic-gbps", 25, "every process's NIC, Gbit/s per direction")
 	fs.DurationVar(&f.latency, "latency", 25*time.Microsecond, "one-way network latency")
 	fs.DurationVar(&f.compute, "compute", 0, "forward+backward time of one step (0: measure it here, one thread)")
@@ -271,6 +267,19 @@ func (f simJobFlags) stepSeconds(ctx context.Context, build func() (nn.Model, er
 	return rec.Seconds / float64(rec.Steps), nil
 }
 
+// parseModes reads --modes: mode names, comma-separated.
+func parseModes(list string) ([]consistency.Mode, error) {
+	var ms []consistency.Mode
+	for _, s := range strings.Split(list, ",") {
+		m, err := consistency.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--modes: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
 // planLayers is the model's tensor sizes in bytes, from --layers or
 // Shoal's model flags, and its name.
 func planLayers(mf modelFlags, file string) ([]int64, string, error) {
@@ -294,11 +303,7 @@ func planLayers(mf modelFlags, file string) ([]int64, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	var layers []int64
-	for _, t := range model.Layout().Tensors {
-		layers = append(layers, 4*int64(t.Size()))
-	}
-	return layers, describeModel(model), nil
+	return model.Layout().Bytes(), describeModel(model), nil
 }
 
 func serversLabel(s int) string {
@@ -334,9 +339,7 @@ func serverCounts(s string, workers int) ([]int, error) {
 // simulated samples/s. The ring trains as sync does (the mean of N
 // gradients applied once a step), so it is emulated as sync.
 type targetJob struct {
-	mf            modelFlags
-	of            optFlags
-	df            dataFlags
+	job           simJobFlags
 	batch, epochs int
 	target        float64
 }
@@ -355,22 +358,22 @@ type targetRow struct {
 }
 
 func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, stdout io.Writer, jsonOut bool) error {
-	ocfg, wholeJob, err := decayFlags(j.of)
+	ocfg, wholeJob, err := decayFlags(j.job.opt)
 	if err != nil {
 		return err
 	}
-	train, test, err := j.df.load(j.mf.seed)
+	train, test, err := j.job.data.load(j.job.model.seed)
 	if err != nil {
 		return err
 	}
-	spec, err := j.mf.spec()
+	spec, err := j.job.model.spec()
 	if err != nil {
 		return err
 	}
 	e := emulation{model: func() (nn.Model, error) {
 		be, _ := nn.NewBestCPU(1)
 		return nn.New(spec, be)
-	}, seed: j.mf.seed, batch: j.batch, epochs: j.epochs, opt: ocfg, wholeJob: wholeJob, warmup: j.of.warmup, train: train, test: test}
+	}, seed: j.job.model.seed, batch: j.batch, epochs: j.epochs, opt: ocfg, wholeJob: wholeJob, warmup: j.job.opt.warmup, train: train, test: test}
 	fastest := map[string]planRow{}
 	var order []string
 	for _, r := range rows {
@@ -382,7 +385,7 @@ func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, std
 		}
 	}
 	if !jsonOut {
-		fmt.Fprintf(stdout, "time to %.1f%% test accuracy on %s (emulated, %d epochs at most, %s lr %g, %s decay):\n", 100*j.target, test.Name(), j.epochs, ocfg.Algorithm, ocfg.LR, j.of.decay)
+		fmt.Fprintf(stdout, "time to %.1f%% test accuracy on %s (emulated, %d epochs at most, %s lr %g, %s decay):\n", 100*j.target, test.Name(), j.epochs, ocfg.Algorithm, ocfg.LR, j.job.opt.decay)
 	}
 	var best *targetRow
 	var results []targetRow

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -90,15 +91,8 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 func parseBenchTrain(args []string, stderr io.Writer) (*benchTrain, error) {
 	fs := newFlagSet("bench train", "Runs shoal train over a matrix of modes × workers × servers × models with the same\ndata order, seed and optimizer, measures throughput, the step-time breakdown,\ntraffic, staleness and test accuracy over time, compares communication with the\nanalytic model, and writes results.json, report.md and PNG plots to --out.\nWithout --models/--modes/--workers/--servers it runs the built-in plan (make bench).", stderr)
 	b := &benchTrain{}
-	var (
-		quick   = fs.Bool("quick", false, "a small plan that finishes in under a minute")
-		models  = fs.String("models", "", "grid: models, comma-separated: mlp, cnn, big (25M parameters)")
-		modes   = fs.String("modes", "", "grid: modes, comma-separated: async, async-overlap (async with --overlap-push-pull), sync, ssp, ring")
-		workers = fs.String("workers", "", "grid: worker counts, comma-separated")
-		servers = fs.String("servers", "", "grid: server counts for the PS modes, comma-separated")
-		steps   = fs.Int64("steps", 200, "grid: steps per run (per worker)")
-		epochs  = fs.Int("epochs", 0, "grid: epochs per run instead of --steps")
-	)
+	var pf planFlags
+	pf.register(fs)
 	fs.StringVar(&b.out, "out", "bench-out", "folder for results.json, report.md and the plots")
 	fs.Float64Var(&b.target, "target-accuracy", 0.85, "test accuracy whose time and steps to reach are reported")
 	fs.BoolVar(&b.until, "until-target", false, "end each run once worker 0 measures --target-accuracy (its steps or epochs become a cap)")
@@ -121,15 +115,9 @@ func parseBenchTrain(args []string, stderr io.Writer) (*benchTrain, error) {
 	if b.evalEvery < 1 {
 		return nil, fmt.Errorf("--eval-every %d: want >= 1", b.evalEvery)
 	}
-	b.plan = bench.DefaultPlan(*quick)
-	if *models != "" || *modes != "" || *workers != "" || *servers != "" {
-		var err error
-		if b.plan, err = bench.ParseGrid(*models, *modes, *workers, *servers, *steps, *epochs); err != nil {
-			return nil, err
-		}
-	}
-	if !b.nf.shaped() {
-		b.plan.Runs = bench.DropLoopbackTwins(b.plan.Runs)
+	var err error
+	if b.plan, err = pf.plan(b.nf); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return nil, fmt.Errorf("--out %s: %w", b.out, err)
@@ -138,6 +126,41 @@ func parseBenchTrain(args []string, stderr io.Writer) (*benchTrain, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// planFlags choose the runs of shoal bench train (and of shoal bench
+// simulate, which predicts them): the built-in plan, or a grid.
+type planFlags struct {
+	quick                           bool
+	models, modes, workers, servers string
+	steps                           int64
+	epochs                          int
+}
+
+func (p *planFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&p.quick, "quick", false, "a small plan that finishes in under a minute")
+	fs.StringVar(&p.models, "models", "", "grid: models, comma-separated: mlp, cnn, big (25M parameters)")
+	fs.StringVar(&p.modes, "modes", "", "grid: modes, comma-separated: async, async-overlap (async with --overlap-push-pull), sync, ssp, ring")
+	fs.StringVar(&p.workers, "workers", "", "grid: worker counts, comma-separated")
+	fs.StringVar(&p.servers, "servers", "", "grid: server counts for the PS modes, comma-separated")
+	fs.Int64Var(&p.steps, "steps", 200, "grid: steps per run (per worker)")
+	fs.IntVar(&p.epochs, "epochs", 0, "grid: epochs per run instead of --steps")
+}
+
+// plan is the built-in plan, or the grid when one of its lists is given;
+// without a NIC model (nf) the loopback runs that would repeat a run go.
+func (p planFlags) plan(nf nicFlags) (bench.Plan, error) {
+	plan := bench.DefaultPlan(p.quick)
+	if p.models != "" || p.modes != "" || p.workers != "" || p.servers != "" {
+		var err error
+		if plan, err = bench.ParseGrid(p.models, p.modes, p.workers, p.servers, p.steps, p.epochs); err != nil {
+			return bench.Plan{}, err
+		}
+	}
+	if !nf.shaped() {
+		plan.Runs = bench.DropLoopbackTwins(plan.Runs)
+	}
+	return plan, nil
 }
 
 // checkShaper measures one stream through the NIC model, up to three

@@ -225,6 +225,19 @@ var readmeRuns = map[string]readmeRun{
 		assert.Contains(t, stdout, "time to 75.0% test accuracy on fashion-mnist/test")
 		assert.Contains(t, stdout, "first to 75.0%: ")
 	}},
+	// shoal bench simulate: the quick plan, predicted (compute measured
+	// here); make bench-simulate against the committed measurements, into
+	// a copy of the document.
+	"shoal bench simulate --quick --out bench-sim": {check: func(t *testing.T, dir, stdout string) {
+		assert.Contains(t, stdout, "mlp/sync/w2/s1/nic1: ")
+		res, err := bench.Load(filepath.Join(dir, "bench-sim", "results.json"))
+		require.NoError(t, err)
+		assert.True(t, res.Simulated)
+		assert.FileExists(t, filepath.Join(dir, "bench-sim", "report.md"))
+	}},
+	"make bench-simulate": {env: []string{"SHOAL={bin}", "DOC={dir}/BENCHMARKS.md", "OUT={dir}/bench-simulate", "MEASURED=" + repoPath("docs/bench-train/results.json")},
+		needs: "python3", needsWhy: "the script renders its table with python3",
+		setup: copyBenchmarksDoc, check: benchmarksDocHas("Command: `make bench-simulate`")},
 	// shoal bench emulate: one worker count and one epoch of the README's
 	// matrix (the whole takes a minute; TestTheEmulatorMatchesRealRuns
 	// checks the emulator).
@@ -303,7 +316,7 @@ var readmeRuns = map[string]readmeRun{
 	// its 15 runs' processes would double its time.
 	"shoal bench train --quick --out bench-out": {add: []string{"--dataset", "synthetic"}, limit: 4 * time.Minute,
 		check: func(t *testing.T, dir, _ string) { benchOutputTested(t, filepath.Join(dir, "bench-out"), 15) }},
-	"make bench": {dry: true, skip: "the built-in plan takes about ten minutes; `shoal bench train --quick` above runs the same harness"},
+	"make bench": {dry: true, skip: "the built-in plan takes about twelve minutes; `shoal bench train --quick` above runs the same harness"},
 	// The grid keeps its modes, worker and server counts (8 runs) but not
 	// the 25M-parameter model, on synthetic data, 2 steps, and without the
 	// NIC model: its self-check at 10 Gbit/s is refused on a loaded

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/sim"
+)
+
+const benchSimulateSynopsis = `Predicts shoal bench train's runs with the simulator instead of running them:
+the same plan flags (the built-in plan of make bench, or a grid), the same NIC
+model, and the same output (results.json in the harness's schema, report.md and
+the plots, all marked simulated) under the same run IDs, so that shoal bench
+diff puts a prediction beside a measurement. Each model's compute per step is
+--calibrate's (a bench train results.json: the run of the same ID, else the
+model's first) or else measured here on one thread; the optimizer's speed is
+--apply-gbps or measured here. The PyTorch peers are not simulated.`
+
+// simModel is a model of the harness as the simulator takes it.
+type simModel struct {
+	layers  []int64
+	batch   int
+	flags   modelFlags
+	compute float64 // measured here, once a run needs it
+}
+
+// measure is one step's forward and backward of m here, on one thread
+// (shoal bench compute's loop), measured once.
+func (m *simModel) measure(ctx context.Context) (float64, error) {
+	if m.compute > 0 {
+		return m.compute, nil
+	}
+	fast, _, err := m.flags.buildFast(1)
+	if err != nil {
+		return 0, err
+	}
+	rec, err := benchCompute(ctx, fast, m.batch, 3, 10, m.flags.seed, observer{})
+	if err != nil {
+		return 0, err
+	}
+	m.compute = rec.Seconds / float64(rec.Steps)
+	return m.compute, nil
+}
+
+func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench simulate", benchSimulateSynopsis, stderr)
+	var (
+		pf planFlags
+		nf nicFlags
+		df dataFlags
+	)
+	pf.register(fs)
+	nf.register(fs)
+	df.register(fs)
+	fs.Lookup("nic-gbps").DefValue, nf.gbps = "1", 1
+	var (
+		out       = fs.String("out", "bench-sim", "folder for results.json, report.md and the plots")
+		calibrate = fs.String("calibrate", "", "a results.json of shoal bench train whose measured compute per step (and its spread) the runs take")
+		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
+		jitter    = fs.Float64("jitter", 0.1, "spread of each step's compute (a log-normal's σ) where --calibrate does not give it")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	if *apply < 0 || *jitter < 0 || math.IsNaN(*apply) || math.IsNaN(*jitter) {
+		return fmt.Errorf("--apply-gbps %g, --jitter %g: want >= 0", *apply, *jitter)
+	}
+	plan, err := pf.plan(nf)
+	if err != nil {
+		return err
+	}
+	var measured *bench.Results
+	if *calibrate != "" {
+		if measured, err = bench.Load(*calibrate); err != nil {
+			return fmt.Errorf("--calibrate: %w", err)
+		}
+		if measured.Simulated {
+			return fmt.Errorf("--calibrate %s: these results are simulated; calibrate from measured ones (shoal bench train's)", *calibrate)
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", *out, err)
+	}
+	trainLen := 0 // the training set's size, for runs given in epochs
+	for _, r := range plan.Runs {
+		if r.Epochs > 0 && trainLen == 0 {
+			train, _, err := df.load(1)
+			if err != nil {
+				return err
+			}
+			trainLen = train.Len()
+		}
+	}
+	a := *apply * 1e9
+	if a == 0 {
+		a = sim.MeasureOptimizer(1 << 22)
+	}
+	res := &bench.Results{Schema: bench.SchemaVersion, Started: time.Now().UTC().Truncate(time.Second),
+		Command: append([]string{"shoal", "bench", "simulate"}, args...), Revision: revision(), Machine: describeMachine(), Simulated: true}
+	models := map[string]*simModel{}
+	for i, r := range plan.Runs {
+		id := r.ID("", nf.gbps)
+		if r.Loopback {
+			id = r.ID("", 0)
+		}
+		m, err := harnessModel(models, r.Model)
+		if err != nil {
+			return err
+		}
+		in := bench.SimInput{Layers: m.layers, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command}
+		if !r.Loopback {
+			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
+		}
+		if trainLen > 0 {
+			in.StepsPerEpoch = int64(((trainLen+r.Workers-1)/r.Workers + m.batch - 1) / m.batch)
+		}
+		if c, ok := calibration(measured, id, bench.Models[r.Model].Label); ok {
+			in.Calibrate(c)
+		} else if in.Compute, err = m.measure(ctx); err != nil {
+			return err
+		}
+		rec, err := bench.Simulate(r, in)
+		if err != nil {
+			fmt.Fprintf(stdout, "[%d/%d] %s: left out: %v\n", i+1, len(plan.Runs), id, err)
+			continue
+		}
+		res.Runs = append(res.Runs, rec)
+		fmt.Fprintf(stdout, "[%d/%d] %s: %s samples/s, step mean %.2f ms (compute %.2f ms), simulated\n",
+			i+1, len(plan.Runs), id, fmtFloat(math.Round(rec.SamplesPerSec)), 1e3*rec.StepTime.Step.Mean, 1e3*rec.StepTime.Compute.Mean)
+	}
+	bench.ScalingEfficiency(res.Runs)
+	return writeBenchOutputs(*out, res, stdout)
+}
+
+// harnessModel is the simulator's view of the harness's model name: its
+// layer sizes and batch from the shoal train flags that build it (cached
+// in models).
+func harnessModel(models map[string]*simModel, name string) (*simModel, error) {
+	if m, ok := models[name]; ok {
+		return m, nil
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var mf modelFlags
+	mf.register(fs)
+	batch := fs.Int("batch", 64, "")
+	if err := fs.Parse(bench.Models[name].Args); err != nil {
+		return nil, fmt.Errorf("the harness's model %s: %w (a bug)", name, err)
+	}
+	spec, err := mf.spec()
+	if err != nil {
+		return nil, err
+	}
+	model, err := nn.New(spec, nn.NewCPU())
+	if err != nil {
+		return nil, err
+	}
+	m := &simModel{layers: model.Layout().Bytes(), batch: *batch, flags: mf}
+	models[name] = m
+	return m, nil
+}
+
+// calibration is the measured compute per step of the run id in
+// measured, or else of the first run of the same model; false when
+// measured has neither.
+func calibration(measured *bench.Results, id, model string) (bench.Quantiles, bool) {
+	if measured == nil {
+		return bench.Quantiles{}, false
+	}
+	var first *bench.Record
+	for i := range measured.Runs {
+		r := &measured.Runs[i]
+		if r.Peer != "" || r.Error != "" || r.StepTime.Compute.Mean <= 0 {
+			continue
+		}
+		if r.ID == id {
+			return r.StepTime.Compute, true
+		}
+		if first == nil && r.Model == model {
+			first = r
+		}
+	}
+	if first == nil {
+		return bench.Quantiles{}, false
+	}
+	return first.StepTime.Compute, true
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/bench"
+)
+
+// TestBenchSimulate predicts a small grid: the results load under the
+// harness's schema, every record is marked simulated under the ID bench
+// train would give it, and the report and plots say they are simulated. Simulated results are refused
+// as a calibration.
+func TestBenchSimulate(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	dir := t.TempDir()
+	out, err := exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--models", "mlp", "--modes", "ring,sync,async-overlap", "--workers", "1,2",
+		"--steps", "20", "--jitter", "0", "--apply-gbps", "1000", "--out", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	res, err := bench.Load(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	assert.True(t, res.Simulated)
+	var ids []string
+	for _, r := range res.Runs {
+		ids = append(ids, r.ID)
+		assert.True(t, r.Simulated, r.ID)
+		assert.Positive(t, r.StepTime.Compute.Mean, r.ID)
+	}
+	assert.ElementsMatch(t, []string{"mlp/ring/w1/s0/nic1", "mlp/ring/w2/s0/nic1", "mlp/sync/w1/s1/nic1", "mlp/sync/w2/s1/nic1",
+		"mlp/async-overlap/w1/s1/nic1", "mlp/async-overlap/w2/s1/nic1"}, ids)
+	for _, r := range res.Runs {
+		if r.ID != "mlp/ring/w2/s0/nic1" {
+			continue
+		}
+		// Fusion overlaps backward with the allreduce: the step is no
+		// longer than the two one after the other, no shorter than either.
+		ring := float64(r.VectorBytes) / (1e9 / 8)
+		assert.LessOrEqual(t, r.StepTime.Step.Mean, r.StepTime.Compute.Mean+ring*1.0001)
+		assert.GreaterOrEqual(t, r.StepTime.Step.Mean, max(r.StepTime.Compute.Mean, ring))
+		require.NotNil(t, r.ScalingEfficiency, "the 1-worker run gives the efficiency")
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(report), "**Simulated**")
+	assert.FileExists(t, filepath.Join(dir, "throughput-mlp.png"))
+
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--calibrate", filepath.Join(dir, "results.json"), "--out", t.TempDir()).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "these results are simulated")
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--apply-gbps", "-1").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--apply-gbps -1")
+}
