@@ -188,6 +188,32 @@ func exited(t *testing.T, log, container string) string {
 	return m[1]
 }
 
+// assertFinished checks that each worker of c exited 0, and shows the
+// last lines of one that did not, and of the shards, to say why.
+func assertFinished(t *testing.T, c *cluster, log string, workers ...string) {
+	t.Helper()
+	for _, w := range workers {
+		if code := exited(t, log, c.container(w)); code != "0" {
+			assert.Fail(t, w+" did not finish the run", "%s exited with code %s; its last lines and the shards':\n%s",
+				w, code, lastLines(log, 60, c.container(w), c.container("ps0"), c.container("ps1")))
+		}
+	}
+}
+
+// lastLines is the last n lines of log that name one of containers.
+func lastLines(log string, n int, containers ...string) string {
+	var out []string
+	for line := range strings.Lines(log) {
+		for _, c := range containers {
+			if strings.Contains(line, c) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "")
+}
+
 var accuracy = regexp.MustCompile(`worker0_1 +\| test: loss [0-9.]+, accuracy ([0-9.]+)%`)
 
 // TestAKilledWorkerLeavesTheOthersTraining: docker kill worker 2 once it
@@ -214,9 +240,7 @@ func TestAKilledWorkerLeavesTheOthersTraining(t *testing.T) {
 			gone := logged(log, goneOn(mode), killed)
 			require.False(t, gone.IsZero(), "the others never went on without worker 2:\n%s", log)
 			assert.Equal(t, "137", exited(t, log, c.container("worker2")), "worker 2 was SIGKILLed")
-			for _, w := range []string{"worker0", "worker1", "worker3"} {
-				assert.Equal(t, "0", exited(t, log, c.container(w)), "%s finishes the run", w)
-			}
+			assertFinished(t, c, log, "worker0", "worker1", "worker3")
 			m := accuracy.FindStringSubmatch(log)
 			require.NotNil(t, m, "worker 0 reported no test accuracy:\n%s", log)
 			t.Logf("%s: worker 2 killed after epoch 1; the others went on without it %v after the kill and finished in %v at test accuracy %s%%",
@@ -258,9 +282,7 @@ func TestAServerKilledAndRestartedLosesNothing(t *testing.T) {
 			assert.Equal(t, tc.clock, stops[len(stops)-1][1], "shard 1's final clock")
 			resumed := logged(log, regexp.MustCompile(`ps1_1 .*msg=serving `), killed)
 			require.False(t, resumed.IsZero(), "shard 1 never served again:\n%s", log)
-			for _, w := range []string{"worker0", "worker1", "worker2", "worker3"} {
-				assert.Equal(t, "0", exited(t, log, c.container(w)), "%s finishes the run", w)
-			}
+			assertFinished(t, c, log, "worker0", "worker1", "worker2", "worker3")
 			m := accuracy.FindStringSubmatch(log)
 			require.NotNil(t, m, "worker 0 reported no test accuracy:\n%s", log)
 			t.Logf("%s: shard 1 killed and started again; serving again %v after the kill, its next step applied %v after it; final clock %s; test accuracy %s%%",
@@ -326,9 +348,7 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 				require.True(t, over.After(back), "the others finished the run (%v) before the network came back (%v): %s epochs are too few on this machine to test a rejoin:\n%s",
 					over, back, tc.epochs, log)
 			}
-			for _, w := range []string{"worker0", "worker1", "worker2", "worker3"} {
-				assert.Equal(t, "0", exited(t, log, c.container(w)), "%s finishes the run", w)
-			}
+			assertFinished(t, c, log, "worker0", "worker1", "worker2", "worker3")
 			dropped := logged(log, goneOn(tc.mode), cut)
 			require.False(t, dropped.IsZero(), "the others never went on without worker 2:\n%s", log)
 			assert.True(t, dropped.Before(back), "worker 2 was dropped only at %v, after the network came back at %v", dropped, back)
@@ -458,9 +478,7 @@ func pausedStraggler(t *testing.T, backup string) {
 	before := float64(samples[1].clock-samples[0].clock) / samples[1].at.Sub(samples[0].at).Seconds()
 	paused := float64(samples[2].clock-samples[1].clock) / samples[2].at.Sub(samples[1].at).Seconds()
 	assert.Greater(t, samples[2].clock, samples[1].clock, "no step completed while worker 2 was paused")
-	for _, w := range []string{"worker0", "worker1", "worker2", "worker3"} {
-		assert.Equal(t, "0", exited(t, log, c.container(w)), "%s finishes the run", w)
-	}
+	assertFinished(t, c, log, "worker0", "worker1", "worker2", "worker3")
 	m := accuracy.FindStringSubmatch(log)
 	require.NotNil(t, m, "worker 0 reported no test accuracy:\n%s", log)
 	t.Logf("sync, --backup-workers %s, worker 2 paused for 10 s: %.0f steps/s before, %.0f while paused (%.2f×); test accuracy %s%%",
