@@ -14,7 +14,7 @@ PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 PY_PROTOS := shoal/ps.proto
 PYTHON_STUBS ?= yes
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-repeat bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
 
 all: build
 
@@ -128,6 +128,12 @@ bench: build
 bench-quick: build
 	scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) bench train --quick --out bench-out --data $(DATA_DIR)
+
+# make bench's 25.4M-parameter runs measured twice more (about 20 minutes),
+# into docs/bench-repeat/: their spread from run to run, and the median
+# that make bench-simulate compares with.
+bench-repeat: build
+	scripts/bench-repeat.sh
 
 # The simulator's prediction of make bench's runs, each from its own
 # measured compute, into docs/bench-simulate/, and the comparison with
