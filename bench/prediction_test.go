@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,20 +50,58 @@ func modelKey(t *testing.T, label string) string {
 	return ""
 }
 
+// measuredSteps gathers, by run ID, the mean step of every measurement of
+// the runs in results.json and in the repeats (docs/bench-repeat/*/
+// results.json: make bench's 25.4M-parameter runs measured again), the
+// first from results.json.
+func measuredSteps(t *testing.T, results string, repeats []string) (*bench.Results, map[string][]float64) {
+	t.Helper()
+	res, err := bench.Load(results)
+	require.NoError(t, err)
+	steps := map[string][]float64{}
+	for _, f := range append([]string{results}, repeats...) {
+		r := res
+		if f != results {
+			r, err = bench.Load(f)
+			require.NoError(t, err)
+		}
+		for _, run := range r.Runs {
+			if run.Error == "" && run.StepTime.Step.Mean > 0 {
+				steps[run.ID] = append(steps[run.ID], run.StepTime.Step.Mean)
+			}
+		}
+	}
+	return res, steps
+}
+
+// median of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	return (s[(n-1)/2] + s[n/2]) / 2
+}
+
 // TestPredictionsAgainstMeasuredRuns predicts every run of the harness's
 // committed results (docs/bench-train/results.json: shoal bench train on
 // this kind of machine, 2 and 4 workers, 1 to 4 shards, through the NIC
 // model at 1 Gbit/s) from its own measured compute (mean and spread), as
 // shoal bench simulate --calibrate does, and compares the predicted mean
 // step with the measured one. The goal is 15% in every case;
-// docs/BENCHMARKS.md has the table and says where it is missed (the runs
-// of 8 processes on this machine's 2 cores, CPU-bound, which the
-// simulator, one CPU a process and no cost per byte, predicts up to 1.7×
-// fast). This guards what it reaches: every prediction within a factor
-// of 1.75, and at least three in four within 15%.
+// docs/BENCHMARKS.md has the table and says where it is missed and why
+// (4 async or SSP workers on 1 or 2 shards, which the simulator starts
+// together and the launcher does not: up to 1.41× slow; 8 processes on
+// this machine's 2 cores, which the simulator gives a CPU each: 0.80×).
+// This guards what it reaches: every prediction within a factor of 1.5,
+// and at least five in six within 15% (29 of 34 are).
+//
+// A run measured more than once (the 25.4M-parameter runs, 3 steps each
+// after the first, repeated by scripts/bench-repeat.sh) is compared with
+// the median of its measurements: one measurement of such a run differs
+// from another by up to 1.5× on this machine.
 func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
-	res, err := bench.Load("../docs/bench-train/results.json")
+	repeats, err := filepath.Glob("../docs/bench-repeat/*/results.json")
 	require.NoError(t, err)
+	res, measured := measuredSteps(t, "../docs/bench-train/results.json", repeats)
 	// The optimizer's speed, as sim.MeasureOptimizer(1<<22) measured it on
 	// this machine with nothing else running (7.5 GB/s, 2026-11-24): a
 	// constant, so that the comparison does not move with the load or
@@ -79,9 +118,10 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 		p, err := bench.Simulate(bench.Run{Model: modelKey(t, r.Model), Mode: r.Mode, Workers: r.Workers, Servers: r.Servers, Steps: r.Steps}, in)
 		require.NoError(t, err, r.ID)
 		require.Equal(t, r.ID, p.ID)
-		ratio := p.StepTime.Step.Mean / r.StepTime.Step.Mean
-		t.Logf("%-36s measured %8.2f ms  predicted %8.2f ms  ratio %.2f", r.ID, 1e3*r.StepTime.Step.Mean, 1e3*p.StepTime.Step.Mean, ratio)
-		assert.True(t, ratio > 1/1.75 && ratio < 1.75, "%s: predicted %.3fs, measured %.3fs", r.ID, p.StepTime.Step.Mean, r.StepTime.Step.Mean)
+		m := median(measured[r.ID])
+		ratio := p.StepTime.Step.Mean / m
+		t.Logf("%-36s measured %8.2f ms (median of %d)  predicted %8.2f ms  ratio %.2f", r.ID, 1e3*m, len(measured[r.ID]), 1e3*p.StepTime.Step.Mean, ratio)
+		assert.True(t, ratio > 1/1.5 && ratio < 1.5, "%s: predicted %.3fs, measured %.3fs (median of %v)", r.ID, p.StepTime.Step.Mean, m, measured[r.ID])
 		cases++
 		if math.Abs(ratio-1) <= 0.15 {
 			close++
@@ -89,5 +129,5 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	}
 	require.Positive(t, cases, "no run to compare with")
 	t.Logf("%d of %d predictions within 15%%", close, cases)
-	assert.GreaterOrEqual(t, 4*close, 3*cases, "fewer than three in four predictions within 15%%")
+	assert.GreaterOrEqual(t, 6*close, 5*cases, "fewer than five in six predictions within 15%%")
 }
