@@ -160,12 +160,16 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 func (c *Client) handshake(ctx context.Context) error {
 	infos := make([]*pb.InfoResponse, len(c.stubs))
 	for i, s := range c.stubs {
-		var err error
 		// WaitForReady: a server that is still starting is waited for, up
-		// to ctx's deadline, instead of failing at once.
-		infos[i], err = s.Info(ctx, &pb.InfoRequest{}, grpc.WaitForReady(true))
+		// to ctx's deadline, instead of failing at once. A server killed
+		// while it answers (it restarts from its checkpoint) fails the call
+		// with Unavailable; that is tried again as any call is.
+		err := c.retry(ctx, "client: info from server "+c.addrs[i], func(ctx context.Context) (err error) {
+			infos[i], err = s.Info(ctx, &pb.InfoRequest{}, grpc.WaitForReady(true))
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("client: info from server %s: %w", c.addrs[i], err)
+			return err
 		}
 	}
 	first := infos[0]

@@ -82,6 +82,23 @@ func TestRetryOnUnavailable(t *testing.T) {
 	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, params)
 }
 
+// TestDialRetriesUnavailable: a shard killed while it answers the
+// handshake (it restarts from its checkpoint) fails the Info call with
+// Unavailable; Dial tries it again, as any call, instead of failing the
+// worker at its start.
+func TestDialRetriesUnavailable(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
+	c.Shard(1).FailInfo(2)
+	cl := dial(t, c)
+	assert.Equal(t, 2, cl.Info().Plan.Servers)
+
+	c.Shard(0).FailInfo(100)
+	_, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithRetry(3, time.Millisecond))
+	require.Error(t, err, "a shard that stays unavailable fails Dial once the attempts are spent")
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "client: info from server "+c.Addrs()[0])
+}
+
 func TestRetriedPushIsAppliedOnce(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
 	cl := dial(t, c)

@@ -42,6 +42,7 @@ type Shard struct {
 	mu         sync.Mutex
 	failNext   int
 	failCode   codes.Code
+	failInfo   int // Info calls to fail with Unavailable (FailInfo)
 	loseReply  int
 	stall      int
 	stallStart chan struct{}
@@ -165,6 +166,15 @@ func (s *Shard) FailNext(code codes.Code, n int) {
 	s.failNext, s.failCode = n, code
 }
 
+// FailInfo makes the next n Info calls (the handshake of client.Dial,
+// which FailNext leaves alone) fail with Unavailable, as a shard killed
+// while it answers does.
+func (s *Shard) FailInfo(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failInfo = n
+}
+
 // LoseReplies makes the next n calls do their work and then fail with
 // Unavailable, as if the reply had been lost on the way.
 func (s *Shard) LoseReplies(n int) {
@@ -283,6 +293,15 @@ func (s *Shard) fault() (stall, lose bool, err error) {
 
 func (s *Shard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if strings.HasSuffix(info.FullMethod, "/Info") {
+		s.mu.Lock()
+		fail := s.failInfo > 0
+		if fail {
+			s.failInfo--
+		}
+		s.mu.Unlock()
+		if fail {
+			return nil, status.Error(codes.Unavailable, "testcluster: injected failure of Info")
+		}
 		return h(ctx, req)
 	}
 	stall, lose, err := s.fault()
