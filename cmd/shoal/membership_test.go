@@ -408,3 +408,24 @@ func TestShoalTrainRestartsAKilledShard(t *testing.T) {
 	t.Logf("relative error against the undisturbed run: %.2e", rel)
 	assert.LessOrEqual(t, rel, 1e-5, "no update lost or applied twice")
 }
+
+// TestExitWhenDoneWaitsForAWorkerThatNeverCame: a shard of a 2-worker job
+// with --exit-when-done sees worker 0 finish and leave, and worker 1
+// never join (it failed before it came). It waits --exit-wait for it,
+// then ends the run, naming the rank that never came, instead of serving
+// for ever.
+func TestExitWhenDoneWaitsForAWorkerThatNeverCame(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "32", "--mode", "async", "--workers", "2",
+		"--gossip-addr", "127.0.0.1:0", "--exit-when-done", "--exit-wait", "2s", "--log-level", "info")
+	up := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	out, err := exec.CommandContext(ctx, shoalBin, "worker", "--servers", up.Addr, "--join", up.Gossip, "--rank", "0", "--world-size", "2",
+		"--mode", "async", "--hidden", "32", "--dataset", "synthetic", "--steps", "20", "--eval=false").CombinedOutput()
+	require.NoError(t, err, "worker 0:\n%s", out)
+	left := ps.next(t, ctx, "worker 0's leave", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 0 && e.Change != "joined" })
+	assert.Equal(t, "left", left.Change)
+	require.NoError(t, ps.exit(t, ctx, "the shard"), "stderr:\n%s", ps.stderr)
+	assert.Contains(t, ps.stderr.String(), "waiting for the ranks that never joined")
+	assert.Contains(t, ps.stderr.String(), "these ranks never joined: the run is over without them")
+	assert.Contains(t, ps.stderr.String(), "missing=[1]")
+}

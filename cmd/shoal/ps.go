@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +40,10 @@ type psRun struct {
 	nf       nicFlags
 	gf       gossipFlags
 	// exitWhenDone: stop once every worker has left the gossip
-	// gracefully (a cluster whose servers should end with the run).
+	// gracefully (a cluster whose servers should end with the run);
+	// exitWait: how long to wait then for workers that never joined.
 	exitWhenDone bool
+	exitWait     time.Duration
 	sec          secFlags
 	limits       rpc.Limits
 	mtf          metricsFlags
@@ -191,21 +194,68 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 	// The job's workers seen in the gossip: a worker that finished before
 	// the others joined (async lets it) must not end the run for them.
 	seen := map[int]bool{}
+	// Set while every worker that came has left but some never came: it
+	// ends the run after --exit-wait unless one joins first. report runs
+	// on the membership goroutine, the timer's function on its own.
+	var mu sync.Mutex
+	var wait *time.Timer
 	report := func(r cluster.Report) {
+		mu.Lock()
+		defer mu.Unlock()
 		rank := r.Change.Member.Meta.Rank
 		seen[rank] = true
 		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
 		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
 		// The run is over when every worker of the job (--workers) has
 		// come, none is left, and at least one ended its run (left
-		// gracefully); a straggler's death may come last.
+		// gracefully); a straggler's death may come last. A worker that
+		// never comes (it failed before it joined) is waited for
+		// --exit-wait, not for ever.
 		finished = finished || r.Change.Kind == cluster.EventLeave
-		if p.exitWhenDone && r.Live == 0 && finished && len(seen) >= p.cfg.Workers {
+		if !p.exitWhenDone {
+			return
+		}
+		if wait != nil {
+			wait.Stop()
+			wait = nil
+		}
+		if r.Live > 0 || !finished {
+			return
+		}
+		var missing []int
+		for rank := range p.cfg.Workers {
+			if !seen[rank] {
+				missing = append(missing, rank)
+			}
+		}
+		if len(missing) == 0 {
 			log.Info("every worker has left: the run is over", "component", "ps", "clock", core.Clock())
 			endRun()
+			return
+		}
+		log.Warn("every worker that joined has left; waiting for the ranks that never joined", "component", "ps", "missing", missing, "wait", p.exitWait)
+		var t *time.Timer
+		t = time.AfterFunc(p.exitWait, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if wait != t {
+				return // a worker joined meanwhile
+			}
+			log.Warn("every worker has left, and these ranks never joined: the run is over without them", "component", "ps", "missing", missing, "waited", p.exitWait, "clock", core.Clock())
+			endRun()
+		})
+		wait = t
+	}
+	leave := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
+	stop := func() {
+		leave()
+		mu.Lock()
+		defer mu.Unlock()
+		if wait != nil {
+			wait.Stop()
+			wait = nil
 		}
 	}
-	stop := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
 	return gossip, stdout, stop, nil
 }
 
@@ -233,6 +283,7 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	p := &psRun{}
 	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
 	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every one of --workers workers has joined and none is left, one at least having left gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
+	fs.DurationVar(&p.exitWait, "exit-wait", 30*time.Second, "with --exit-when-done: once every worker that joined has left, how long to wait for ranks of --workers that never joined (they failed before joining) before the run ends without them")
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, anyone who reaches it can change the model (no TLS or authentication yet)")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
@@ -307,6 +358,9 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		if err := v(); err != nil {
 			return nil, err
 		}
+	}
+	if p.exitWait <= 0 {
+		return nil, fmt.Errorf("--exit-wait %v: want a positive duration", p.exitWait)
 	}
 	if p.exitWhenDone && !p.gf.on() {
 		return nil, errors.New("--exit-when-done: the shard learns that the workers are done from gossip; set --gossip-addr or --join too")
