@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"cmp"
 	"math"
 	"path/filepath"
 	"slices"
@@ -53,25 +54,22 @@ func modelKey(t *testing.T, label string) string {
 // measuredSteps gathers, by run ID, the mean step of every measurement of
 // the runs in results.json and in the repeats (docs/bench-repeat/*/
 // results.json: make bench's 25.4M-parameter runs measured again), the
-// first from results.json.
+// first from results.json, which it returns.
 func measuredSteps(t *testing.T, results string, repeats []string) (*bench.Results, map[string][]float64) {
 	t.Helper()
-	res, err := bench.Load(results)
-	require.NoError(t, err)
 	steps := map[string][]float64{}
+	var first *bench.Results
 	for _, f := range append([]string{results}, repeats...) {
-		r := res
-		if f != results {
-			r, err = bench.Load(f)
-			require.NoError(t, err)
-		}
+		r, err := bench.Load(f)
+		require.NoError(t, err)
+		first = cmp.Or(first, r)
 		for _, run := range r.Runs {
 			if run.Error == "" && run.StepTime.Step.Mean > 0 {
 				steps[run.ID] = append(steps[run.ID], run.StepTime.Step.Mean)
 			}
 		}
 	}
-	return res, steps
+	return first, steps
 }
 
 // median of xs (the mean of the middle two for an even count).

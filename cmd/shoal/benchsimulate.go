@@ -7,9 +7,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/sim"
 )
@@ -92,14 +94,12 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		return fmt.Errorf("--out %s: %w", *out, err)
 	}
 	trainLen := 0 // the training set's size, for runs given in epochs
-	for _, r := range plan.Runs {
-		if r.Epochs > 0 && trainLen == 0 {
-			train, _, err := df.load(1)
-			if err != nil {
-				return err
-			}
-			trainLen = train.Len()
+	if slices.ContainsFunc(plan.Runs, func(r bench.Run) bool { return r.Epochs > 0 }) {
+		train, _, err := df.load(1)
+		if err != nil {
+			return err
 		}
+		trainLen = train.Len()
 	}
 	a := *apply * 1e9
 	if a == 0 {
@@ -109,10 +109,6 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		Command: append([]string{"shoal", "bench", "simulate"}, args...), Revision: revision(), Machine: describeMachine(), Simulated: true}
 	models := map[string]*simModel{}
 	for i, r := range plan.Runs {
-		id := r.ID("", nf.gbps)
-		if r.Loopback {
-			id = r.ID("", 0)
-		}
 		m, err := harnessModel(models, r.Model)
 		if err != nil {
 			return err
@@ -121,8 +117,15 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		if !r.Loopback {
 			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
 		}
+		id := r.ID("", in.NICGbps) // as bench.Simulate names the record
 		if trainLen > 0 {
-			in.StepsPerEpoch = int64(((trainLen+r.Workers-1)/r.Workers + m.batch - 1) / m.batch)
+			// Each worker's batches of its share of the data, as its loader
+			// cuts them (the last short batch kept).
+			s, err := data.NewSampler(trainLen, 0, r.Workers, 0, false)
+			if err != nil {
+				return err
+			}
+			in.StepsPerEpoch = int64(s.Steps(m.batch, false))
 		}
 		if c, ok := calibration(measured, id, bench.Models[r.Model].Label); ok {
 			in.Calibrate(c)

@@ -53,6 +53,20 @@ func TestBenchSimulate(t *testing.T) {
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--calibrate", filepath.Join(dir, "results.json"), "--out", t.TempDir()).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "these results are simulated")
+	// A grid in epochs: each worker's steps are its batches of its share
+	// of the training set, so 2 workers take half the steps of one.
+	dir = t.TempDir()
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--models", "mlp", "--modes", "async", "--workers", "1,2",
+		"--epochs", "1", "--dataset", "synthetic", "--jitter", "0", "--apply-gbps", "1000", "--out", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	res, err = bench.Load(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 2)
+	one, two := res.Runs[0], res.Runs[1]
+	require.Equal(t, []int{1, 2}, []int{one.Workers, two.Workers})
+	assert.Positive(t, two.Steps)
+	assert.InDelta(t, float64(one.Steps), float64(2*two.Steps), 1, "steps of one worker %d, of each of two %d", one.Steps, two.Steps)
+
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--apply-gbps", "-1").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--apply-gbps -1")
