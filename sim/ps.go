@@ -79,12 +79,13 @@ func (j *job) startPS() error {
 	for _, w := range j.workers {
 		// A worker starts with a pull of the whole vector, as shoal
 		// worker does: its request takes the latency, every shard answers.
-		j.trace(j.shards[0], Op{Worker: w.id, Step: 0, Read: true})
 		pw := &j.ps[w.id]
 		pw.pulling = true
+		w.end = j.start(w.id)
+		j.e.at(w.end, func() { j.trace(j.shards[0], Op{Worker: w.id, Step: 0, Read: true}) })
 		for _, s := range j.shards {
 			pw.want += len(s.chunks)
-			j.e.at(j.cfg.Latency, func() { j.replyAll(s, w) })
+			j.e.at(w.end+j.cfg.Latency, func() { j.replyAll(s, w) })
 		}
 	}
 	return nil

@@ -47,6 +47,9 @@ type ringState struct {
 func (j *job) startRing() error {
 	j.bucketSizes, j.bucketReady = j.cfg.buckets()
 	j.ring = &ringState{bwdEnd: make([]float64, j.cfg.Workers)}
+	for _, w := range j.workers {
+		w.cpu.free = j.start(w.id)
+	}
 	j.ringStep()
 	return nil
 }

@@ -45,6 +45,11 @@ type Config struct {
 	// once, as shoal train --overlap-push-pull sends them; the pull gets
 	// the weights the shard has when it comes, the push applied or not.
 	Overlap bool
+	// Start is when each worker begins its first step, in seconds after
+	// the first (a worker past the list's end starts at 0): a launcher's
+	// processes come up one after another, and that stagger shapes the
+	// first steps of a PS job. The ring waits for its slowest rank.
+	Start []float64
 	// Trace records, in Result.Schedule, the order in which shard 0
 	// applied the pushes and answered the reads (PS modes).
 	Trace bool
@@ -115,8 +120,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: %d backup workers of %d, want 0..workers-1", c.BackupWorkers, c.Workers)
 	case c.Staleness < 0:
 		return fmt.Errorf("sim: staleness %d, want >= 0", c.Staleness)
+	case len(c.Start) > c.Workers:
+		return fmt.Errorf("sim: %d start times for %d workers, want at most one each", len(c.Start), c.Workers)
 	case c.Overlap && c.Mode != consistency.Async:
 		return fmt.Errorf("sim: overlapped push and pull in %s mode: only async overlaps them", c.Mode)
+	}
+	for i, t := range c.Start {
+		if !(t >= 0) || math.IsInf(t, 1) {
+			return fmt.Errorf("sim: worker %d starts at %gs, want a finite time >= 0", i, t)
+		}
 	}
 	for _, l := range c.Layers {
 		if l <= 0 || l%4 != 0 {
@@ -219,6 +231,14 @@ func (j *job) stepDone(w *simWorker) {
 func (j *job) applyTime(bytes float64) float64 {
 	if r := j.cfg.ApplyBytesPerSec; r > 0 {
 		return bytes / r
+	}
+	return 0
+}
+
+// start is when worker w begins (Config.Start).
+func (j *job) start(w int) float64 {
+	if w < len(j.cfg.Start) {
+		return j.cfg.Start[w]
 	}
 	return 0
 }

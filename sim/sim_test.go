@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +120,36 @@ func TestABackupWorkerHidesAStraggler(t *testing.T) {
 	assert.Less(t, one.StepSeconds, none.StepSeconds)
 }
 
+// A worker starts when Config.Start says: alone, its job ends that much
+// later and its steps do not change; in a ring, every rank waits for the
+// last. Where workers contend for one shard's NIC, starting them apart
+// makes their transfers take turns (as the launcher's processes, which
+// come up a few hundred milliseconds apart, do), and the steps after the
+// first are shorter than those of workers that all start at once.
+func TestWorkersStartWhenTold(t *testing.T) {
+	const m = 4 << 20
+	for _, c := range []struct {
+		mode    consistency.Mode
+		workers int
+	}{{consistency.Async, 1}, {consistency.Sync, 1}, {consistency.Ring, 2}} {
+		cfg := job(c.mode, c.workers, 1, m, 0.01)
+		together := run(t, cfg)
+		cfg.Start = []float64{0.5} // the ring's second rank starts at 0
+		if c.workers == 2 {
+			cfg.Start = []float64{0, 0.5}
+		}
+		late := run(t, cfg)
+		assert.InDelta(t, together.Seconds+0.5, late.Seconds, 1e-9, "%s", c.mode)
+		assert.InDelta(t, together.SteadyStepSeconds, late.SteadyStepSeconds, 1e-9, "%s", c.mode)
+	}
+	cfg := job(consistency.Async, 4, 1, m, 0.01)
+	cfg.Steps = 4
+	together := run(t, cfg)
+	cfg.Start = []float64{0, 0, 0.1, 0.1}
+	apart := run(t, cfg)
+	assert.Less(t, apart.SteadyStepSeconds, together.SteadyStepSeconds)
+}
+
 func TestBadConfigsAreRefused(t *testing.T) {
 	good := job(consistency.Sync, 2, 1, 1<<20, 0.01)
 	for name, mut := range map[string]func(*sim.Config){
@@ -130,6 +161,9 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"all backup":              func(c *sim.Config) { c.BackupWorkers = 2 },
 		"negative NIC":            func(c *sim.Config) { c.NICGbps = -1 },
 		"more shards than floats": func(c *sim.Config) { c.Layers, c.Servers = []int64{4}, 2 },
+		"a start too many":        func(c *sim.Config) { c.Start = []float64{0, 0, 0} },
+		"a start before 0":        func(c *sim.Config) { c.Start = []float64{0, -1} },
+		"a start at NaN":          func(c *sim.Config) { c.Start = []float64{math.NaN()} },
 	} {
 		cfg := good
 		mut(&cfg)
