@@ -51,13 +51,13 @@ func modelKey(t *testing.T, label string) string {
 	return ""
 }
 
-// measuredSteps gathers, by run ID, the mean step of every measurement of
-// the runs in results.json and in the repeats (docs/bench-repeat/*/
-// results.json: make bench's 25.4M-parameter runs measured again), the
-// first from results.json, which it returns.
-func measuredSteps(t *testing.T, results string, repeats []string) (*bench.Results, map[string][]float64) {
+// measurements gathers, by run ID, every measurement of the runs in
+// results.json and in the repeats (docs/bench-repeat/*/results.json:
+// make bench's 25.4M-parameter runs measured again), results.json's
+// first, which it returns.
+func measurements(t *testing.T, results string, repeats []string) (*bench.Results, map[string][]bench.Record) {
 	t.Helper()
-	steps := map[string][]float64{}
+	runs := map[string][]bench.Record{}
 	var first *bench.Results
 	for _, f := range append([]string{results}, repeats...) {
 		r, err := bench.Load(f)
@@ -65,11 +65,11 @@ func measuredSteps(t *testing.T, results string, repeats []string) (*bench.Resul
 		first = cmp.Or(first, r)
 		for _, run := range r.Runs {
 			if run.Error == "" && run.StepTime.Step.Mean > 0 {
-				steps[run.ID] = append(steps[run.ID], run.StepTime.Step.Mean)
+				runs[run.ID] = append(runs[run.ID], run)
 			}
 		}
 	}
-	return first, steps
+	return first, runs
 }
 
 // median of xs (the mean of the middle two for an even count).
@@ -99,7 +99,7 @@ func median(xs []float64) float64 {
 func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	repeats, err := filepath.Glob("../docs/bench-repeat/*/results.json")
 	require.NoError(t, err)
-	res, measured := measuredSteps(t, "../docs/bench-train/results.json", repeats)
+	res, measured := measurements(t, "../docs/bench-train/results.json", repeats)
 	// The optimizer's speed, as sim.MeasureOptimizer(1<<22) measured it on
 	// this machine with nothing else running (7.5 GB/s, 2026-11-24): a
 	// constant, so that the comparison does not move with the load or
@@ -110,16 +110,21 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 		if r.Peer != "" || r.Error != "" || r.StepTime.Step.Mean == 0 || r.NICGbps == 0 || r.Workers < 2 {
 			continue
 		}
-		in := bench.SimInput{Layers: layers(t, r.Command), Batch: r.Batch, NICGbps: r.NICGbps, RTTMillis: r.RTTMillis,
-			ApplyBytesPerSec: apply, Command: []string{"test"}}
-		in.Calibrate(r.StepTime.Compute)
-		p, err := bench.Simulate(bench.Run{Model: modelKey(t, r.Model), Mode: r.Mode, Workers: r.Workers, Servers: r.Servers, Steps: r.Steps}, in)
-		require.NoError(t, err, r.ID)
-		require.Equal(t, r.ID, p.ID)
-		m := median(measured[r.ID])
-		ratio := p.StepTime.Step.Mean / m
-		t.Logf("%-36s measured %8.2f ms (median of %d)  predicted %8.2f ms  ratio %.2f", r.ID, 1e3*m, len(measured[r.ID]), 1e3*p.StepTime.Step.Mean, ratio)
-		assert.True(t, ratio > 1/1.5 && ratio < 1.5, "%s: predicted %.3fs, measured %.3fs (median of %v)", r.ID, p.StepTime.Step.Mean, m, measured[r.ID])
+		// Each measurement predicted from its own compute and its workers'
+		// start times.
+		var m, p []float64
+		for _, run := range measured[r.ID] {
+			in := bench.SimInput{Layers: layers(t, run.Command), Batch: run.Batch, NICGbps: run.NICGbps, RTTMillis: run.RTTMillis,
+				ApplyBytesPerSec: apply, Start: run.StartOffsets, Command: []string{"test"}}
+			in.Calibrate(run.StepTime.Compute)
+			rec, err := bench.Simulate(bench.Run{Model: modelKey(t, run.Model), Mode: run.Mode, Workers: run.Workers, Servers: run.Servers, Steps: run.Steps}, in)
+			require.NoError(t, err, r.ID)
+			require.Equal(t, r.ID, rec.ID)
+			m, p = append(m, run.StepTime.Step.Mean), append(p, rec.StepTime.Step.Mean)
+		}
+		ratio := median(p) / median(m)
+		t.Logf("%-36s measured %8.2f ms  predicted %8.2f ms  (medians of %d)  ratio %.2f", r.ID, 1e3*median(m), 1e3*median(p), len(m), ratio)
+		assert.True(t, ratio > 1/1.5 && ratio < 1.5, "%s: predicted %v, measured %v", r.ID, p, m)
 		cases++
 		if math.Abs(ratio-1) <= 0.15 {
 			close++

@@ -107,6 +107,10 @@ type Record struct {
 	// IdleFraction is the share of step time not spent computing:
 	// 1 − mean(compute) / mean(step).
 	IdleFraction float64 `json:"idle_fraction"`
+	// StartOffsets are when each worker began its first step, in seconds
+	// after the first to begin, in rank order (measured runs on one
+	// machine; the simulator starts its workers at these times).
+	StartOffsets []float64 `json:"start_offsets,omitempty"`
 	// BytesSentPerStep and BytesReceivedPerStep are per worker, mean over
 	// the workers, counted on the worker's connections (payload and
 	// protocol overhead).

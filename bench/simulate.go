@@ -24,6 +24,9 @@ type SimInput struct {
 	NICGbps, RTTMillis float64
 	// ApplyBytesPerSec is the optimizer's speed on a shard or a rank.
 	ApplyBytesPerSec float64
+	// Start is when each worker began its first step, in seconds after
+	// the first (a measured run's StartOffsets; nil: all at once).
+	Start []float64
 	// Command is the command line that made the prediction.
 	Command []string
 }
@@ -63,7 +66,7 @@ func Simulate(r Run, in SimInput) (Record, error) {
 	}
 	cfg := sim.Config{Mode: mode, Workers: r.Workers, Servers: r.Servers, Staleness: 1, Batch: in.Batch, Steps: int(steps),
 		Layers: in.Layers, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
-		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec}
+		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start}
 	res, err := sim.Run(cfg)
 	if err != nil {
 		return Record{}, err

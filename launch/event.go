@@ -100,6 +100,10 @@ type StepLog struct {
 	Received      int64 `json:"received"`
 	FirstSent     int64 `json:"first_sent"`
 	FirstReceived int64 `json:"first_received"`
+	// Start is when the first step began: Unix seconds, on this machine's
+	// clock (the workers of one machine share it, so their starts say how
+	// far apart the launcher brought them up).
+	Start float64 `json:"start,omitempty"`
 	// Counters, when set, reads the byte counters at each step's end.
 	Counters func() (sent, received int64) `json:"-"`
 }
@@ -111,6 +115,9 @@ func (l *StepLog) Add(t worker.StepTimes) {
 		if len(l.Step) == 0 {
 			l.FirstSent, l.FirstReceived = l.Sent, l.Received
 		}
+	}
+	if len(l.Step) == 0 {
+		l.Start = float64(time.Now().Add(-t.Step).UnixMicro()) / 1e6
 	}
 	l.Step = append(l.Step, t.Step.Seconds())
 	l.Data = append(l.Data, t.Data.Seconds())

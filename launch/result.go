@@ -1,6 +1,9 @@
 package launch
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
 )
@@ -38,11 +41,14 @@ type Result struct {
 	Saved            string            `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
-	WorkerSeconds        float64         `json:"worker_seconds,omitempty"`
-	StepTime             *bench.StepTime `json:"step_time,omitempty"`
-	IdleFraction         float64         `json:"idle_fraction,omitempty"`
-	BytesSentPerStep     float64         `json:"bytes_sent_per_step,omitempty"`
-	BytesReceivedPerStep float64         `json:"bytes_received_per_step,omitempty"`
+	WorkerSeconds float64         `json:"worker_seconds,omitempty"`
+	StepTime      *bench.StepTime `json:"step_time,omitempty"`
+	IdleFraction  float64         `json:"idle_fraction,omitempty"`
+	// StartOffsets are when each worker that reported its steps began its
+	// first, in seconds after the first to begin, in rank order.
+	StartOffsets         []float64 `json:"start_offsets,omitempty"`
+	BytesSentPerStep     float64   `json:"bytes_sent_per_step,omitempty"`
+	BytesReceivedPerStep float64   `json:"bytes_received_per_step,omitempty"`
 	// With --eval-every: rank 0's test accuracy during the run.
 	Curve []bench.CurvePoint `json:"curve,omitempty"`
 	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
@@ -71,7 +77,13 @@ type MembershipEvent struct {
 // feeds it the events it takes from the Launcher.
 type Tally struct {
 	Result Result
-	logs   []*StepLog
+	logs   []rankLog
+}
+
+// rankLog is one worker's step log.
+type rankLog struct {
+	rank int
+	log  *StepLog
 }
 
 // Add takes one event; kinds other than eval and done are not the tally's.
@@ -90,7 +102,7 @@ func (t *Tally) Add(e Event) {
 			r.StoppedAtTarget = true
 		}
 		if e.Times != nil {
-			t.logs = append(t.logs, e.Times)
+			t.logs = append(t.logs, rankLog{e.Rank, e.Times})
 		}
 	}
 }
@@ -103,10 +115,14 @@ func (t *Tally) SummariseSteps() {
 	var all StepLog
 	var sent, received float64
 	var counted int
-	for _, l := range t.logs {
+	slices.SortStableFunc(t.logs, func(a, b rankLog) int { return cmp.Compare(a.rank, b.rank) })
+	var starts []float64
+	for _, rl := range t.logs {
+		l := rl.log
 		if len(l.Step) == 0 {
 			continue
 		}
+		starts = append(starts, l.Start)
 		from := 1
 		if len(l.Step) == 1 {
 			from = 0
@@ -138,6 +154,12 @@ func (t *Tally) SummariseSteps() {
 		r.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
 	}
 	r.BytesSentPerStep, r.BytesReceivedPerStep = sent/float64(counted), received/float64(counted)
+	if first := slices.Min(starts); first > 0 {
+		r.StartOffsets = make([]float64, len(starts))
+		for i, s := range starts {
+			r.StartOffsets[i] = s - first
+		}
+	}
 }
 
 // Fill sets what rec measures from r: the run's model size, optimizer,
@@ -156,6 +178,7 @@ func (r *Result) Fill(rec *bench.Record) {
 		rec.StepTime = *r.StepTime
 	}
 	rec.IdleFraction = r.IdleFraction
+	rec.StartOffsets = r.StartOffsets
 	rec.BytesSentPerStep, rec.BytesReceivedPerStep = r.BytesSentPerStep, r.BytesReceivedPerStep
 	rec.Staleness = nil
 	if len(r.Staleness) > 0 {

@@ -2,12 +2,14 @@ package launch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/worker"
 )
 
 // TestTally feeds a run's events to a tally, as shoal train does, and
@@ -18,9 +20,9 @@ func TestTally(t *testing.T) {
 		{Event: Progress, Rank: 1, Step: 3}, // the board's, not the tally's
 		{Event: Eval, Rank: 0, Steps: 2, Seconds: 0.5, TestAccuracy: 0.4, TestLoss: 1.5},
 		{Event: Done, Rank: 1, Steps: 5, Samples: 20, Seconds: 2, Staleness: map[int64]int64{0: 3, 1: 2}, Dropped: 1,
-			Times: stepLog([]float64{9, 1, 3}, []float64{9, 0.5, 1.5}, 10, 70, 0, 40)},
+			Times: stepLog(1000.25, []float64{9, 1, 3}, []float64{9, 0.5, 1.5}, 10, 70, 0, 40)},
 		{Event: Done, Rank: 0, Steps: 4, Samples: 16, Seconds: 3, Staleness: map[int64]int64{0: 4}, Stopped: true,
-			Times: stepLog([]float64{2}, []float64{1}, 8, 8, 8, 8)},
+			Times: stepLog(1000, []float64{2}, []float64{1}, 8, 8, 8, 8)},
 	} {
 		tl.Add(e)
 	}
@@ -45,6 +47,7 @@ func TestTally(t *testing.T) {
 	// 40/2 = 20 received; rank 0 (one step) 8 and 8.
 	assert.InDelta(t, (30+8)/2.0, r.BytesSentPerStep, 1e-12)
 	assert.InDelta(t, (20+8)/2.0, r.BytesReceivedPerStep, 1e-12)
+	assert.Equal(t, []float64{0, 0.25}, r.StartOffsets, "rank 0 began first, rank 1 a quarter second after, in rank order")
 
 	var rec bench.Record
 	r.Fill(&rec)
@@ -53,14 +56,15 @@ func TestTally(t *testing.T) {
 	assert.Equal(t, consistency.Staleness{0: 7, 1: 2}, rec.Staleness)
 	assert.Equal(t, *r.StepTime, rec.StepTime)
 	assert.Equal(t, r.Curve, rec.Curve)
+	assert.Equal(t, r.StartOffsets, rec.StartOffsets)
 }
 
-// stepLog is a worker's log of len(step) steps that computed for compute
-// and waited for nothing else, with the byte counters after the first step
-// and the last.
-func stepLog(step, compute []float64, firstSent, sent, firstReceived, received int64) *StepLog {
+// stepLog is a worker's log of len(step) steps from start (Unix seconds)
+// that computed for compute and waited for nothing else, with the byte
+// counters after the first step and the last.
+func stepLog(start float64, step, compute []float64, firstSent, sent, firstReceived, received int64) *StepLog {
 	zero := make([]float64, len(step))
-	return &StepLog{Step: step, Compute: compute, Data: zero, Wait: zero, Pull: zero, Push: zero, Reduce: zero,
+	return &StepLog{Start: start, Step: step, Compute: compute, Data: zero, Wait: zero, Pull: zero, Push: zero, Reduce: zero,
 		FirstSent: firstSent, Sent: sent, FirstReceived: firstReceived, Received: received}
 }
 
@@ -71,4 +75,18 @@ func TestTallyWithoutStats(t *testing.T) {
 	tl.SummariseSteps()
 	assert.Nil(t, tl.Result.StepTime)
 	assert.Zero(t, tl.Result.BytesSentPerStep)
+}
+
+// A step log's Start is when its first step began: the end of the call
+// that adds it less the step's length, on the wall clock.
+func TestStepLogStart(t *testing.T) {
+	var l StepLog
+	before := time.Now()
+	l.Add(worker.StepTimes{Step: 2 * time.Second})
+	after := time.Now()
+	assert.GreaterOrEqual(t, l.Start, float64(before.Add(-2*time.Second).UnixMicro())/1e6)
+	assert.LessOrEqual(t, l.Start, float64(after.Add(-2*time.Second).UnixMicro())/1e6)
+	first := l.Start
+	l.Add(worker.StepTimes{Step: time.Second})
+	assert.Equal(t, first, l.Start, "the first step's start, kept")
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Predicts the runs of docs/bench-train/results.json (make bench) with the
-# simulator, each from its own measured compute (shoal bench simulate
-# --calibrate), into docs/bench-simulate/ (results.json, report.md and the
-# plots, marked simulated), and writes the comparison (predicted against
-# measured mean step, run by run) into docs/BENCHMARKS.md between
-# <!-- simulate:begin --> and <!-- simulate:end -->. A run also measured
-# in $REPEATED/*/results.json (scripts/bench-repeat.sh) is compared with
-# the median of its measurements, and the table shows their spread.
+# simulator, each from its own measured compute and its workers' start
+# times (shoal bench simulate --calibrate), into docs/bench-simulate/
+# (results.json, report.md and the plots, marked simulated), and writes
+# the comparison (predicted against measured mean step, run by run) into
+# docs/BENCHMARKS.md between <!-- simulate:begin --> and
+# <!-- simulate:end -->. A run also measured in $REPEATED/*/results.json
+# (scripts/bench-repeat.sh) has each measurement predicted from its own
+# calibration, and the median of the predictions is compared with the
+# median of the measurements; the table shows their spread.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHOAL=${SHOAL:-bin/shoal}
@@ -22,45 +24,58 @@ rm -f "$OUT"/*.png
 # The plan and NIC of the measured run, so that every id has its twin.
 cmd=(bench simulate --calibrate "$MEASURED" --out "$OUT" --data "$DATA_DIR")
 "$SHOAL" "${cmd[@]}"
-python3 - "$MEASURED" "$OUT/results.json" "$DOC" "${cmd[*]}" "$REPEATED"/*/results.json <<'PY'
-import json, os, statistics, sys
+# Each repeat predicted from its own calibration, beside the others.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pairs=()
+for f in "$REPEATED"/*/results.json; do
+	[ -f "$f" ] || continue
+	n=$(basename "$(dirname "$f")")
+	"$SHOAL" bench simulate --calibrate "$f" --out "$tmp/$n" --data "$DATA_DIR" >/dev/null
+	pairs+=("$f" "$tmp/$n/results.json")
+done
+python3 - "$MEASURED" "$OUT/results.json" "$DOC" "${cmd[*]}" "${pairs[@]}" <<'PY'
+import json, statistics, sys
 sys.path.insert(0, "scripts")
 from benchdoc import put_section, revision, machine
 measured_file, simulated_file, doc, cmd = sys.argv[1:5]
-# An unmatched glob comes through as itself: no repeats.
-repeat_files = sorted(f for f in sys.argv[5:] if os.path.exists(f))
+# The repeats, each with its prediction.
+repeat_files = sys.argv[5::2]
+def steps(f):
+    return {r["id"]: r["step_time"]["step"]["mean"] for r in json.load(open(f))["runs"] if not r.get("error") and r.get("step_time")}
 measured = json.load(open(measured_file))
-simulated = json.load(open(simulated_file))
-sim = {r["id"]: r for r in simulated["runs"]}
-again = {}
-for f in repeat_files:
-    for r in json.load(open(f))["runs"]:
-        if not r.get("error") and r.get("step_time"):
-            again.setdefault(r["id"], []).append(r["step_time"]["step"]["mean"])
+sim = steps(simulated_file)
+again = {}  # id -> [(measured, predicted)] of the repeats
+for f, p in zip(sys.argv[5::2], sys.argv[6::2]):
+    m, ps = steps(f), steps(p)
+    for k in m:
+        if k in ps:
+            again.setdefault(k, []).append((m[k], ps[k]))
 rows, close, cases, worst, spread = [], 0, 0, 1.0, 1.0
 for r in measured["runs"]:
     if r.get("peer") or r.get("error") or r["workers"] < 2 or not r.get("nic_gbps") or r["id"] not in sim:
         continue
-    first, p = r["step_time"]["step"]["mean"], sim[r["id"]]["step_time"]["step"]["mean"]
-    all_ = [first] + again.get(r["id"], [])
-    m = statistics.median(all_)
+    pairs = [(r["step_time"]["step"]["mean"], sim[r["id"]])] + again.get(r["id"], [])
+    ms, ps = [m for m, _ in pairs], [p for _, p in pairs]
+    m, p = statistics.median(ms), statistics.median(ps)
     ratio = p / m
     cases += 1
     close += abs(ratio - 1) <= 0.15
     worst = max(worst, ratio, 1 / ratio)
-    spread = max(spread, max(all_) / min(all_))
-    more = "; ".join(f"{x*1e3:,.0f}" for x in all_[1:]) or "–"
-    rows.append(f"| {r['id']} | {first*1e3:,.2f} | {more} | {m*1e3:,.2f} | {p*1e3:,.2f} | {ratio:.2f} |")
+    spread = max(spread, max(ms) / min(ms))
+    more = "; ".join(f"{x*1e3:,.0f}" for x in ms[1:]) or "–"
+    rows.append(f"| {r['id']} | {ms[0]*1e3:,.2f} | {more} | {m*1e3:,.2f} | {p*1e3:,.2f} | {ratio:.2f} |")
 sources = f"`{measured_file}` (revision {measured['revision'][:7]}, started {measured['started'][:10]})"
 if repeat_files:
     sources += " and the repeats in " + ", ".join(f"`{f}`" for f in repeat_files) + " (scripts/bench-repeat.sh)"
 table = "\n".join([
     f"Command: `make bench-simulate` (`shoal {cmd}`) at revision {revision()}, against the runs of "
     f"{sources}; machine: {machine()}.",
-    "Every run of 2 or more workers through the NIC model; mean step after the first, in ms; a run measured",
-    "more than once is compared with the median of its measurements:",
+    "Every run of 2 or more workers through the NIC model; mean step after the first, in ms. Each measurement is",
+    "predicted from its own compute and its workers' start times; a run measured more than once is compared",
+    "as the median of its predictions against the median of its measurements:",
     "",
-    "| run | measured (make bench) | measured again | median | predicted | predicted / median |",
+    "| run | measured (make bench) | measured again | median | predicted (median) | predicted / measured |",
     "|---|---|---|---|---|---|",
     *rows,
     "",

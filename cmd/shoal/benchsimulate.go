@@ -22,7 +22,8 @@ model, and the same output (results.json in the harness's schema, report.md and
 the plots, all marked simulated) under the same run IDs, so that shoal bench
 diff puts a prediction beside a measurement. Each model's compute per step is
 --calibrate's (a bench train results.json: the run of the same ID, else the
-model's first) or else measured here on one thread; the optimizer's speed is
+model's first) or else measured here on one thread, and the workers start
+when the run of the same ID recorded they did (else all at once); the optimizer's speed is
 --apply-gbps or measured here. The PyTorch peers are not simulated.`
 
 // simModel is a model of the harness as the simulator takes it.
@@ -128,7 +129,10 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 			in.StepsPerEpoch = int64(s.Steps(m.batch, false))
 		}
 		if c, ok := calibration(measured, id, bench.Models[r.Model].Label); ok {
-			in.Calibrate(c)
+			in.Calibrate(c.StepTime.Compute)
+			if c.ID == id {
+				in.Start = c.StartOffsets
+			}
 		} else if in.Compute, err = m.measure(ctx); err != nil {
 			return err
 		}
@@ -173,12 +177,13 @@ func harnessModel(models map[string]*simModel, name string) (*simModel, error) {
 	return m, nil
 }
 
-// calibration is the measured compute per step of the run id in
-// measured, or else of the first run of the same model; false when
-// measured has neither.
-func calibration(measured *bench.Results, id, model string) (bench.Quantiles, bool) {
+// calibration is the measured run id in measured, or else the first run
+// of the same model, whose compute per step (and, for the run itself, its
+// workers' start times) a prediction takes; false when measured has
+// neither.
+func calibration(measured *bench.Results, id, model string) (*bench.Record, bool) {
 	if measured == nil {
-		return bench.Quantiles{}, false
+		return nil, false
 	}
 	var first *bench.Record
 	for i := range measured.Runs {
@@ -187,14 +192,11 @@ func calibration(measured *bench.Results, id, model string) (bench.Quantiles, bo
 			continue
 		}
 		if r.ID == id {
-			return r.StepTime.Compute, true
+			return r, true
 		}
 		if first == nil && r.Model == model {
 			first = r
 		}
 	}
-	if first == nil {
-		return bench.Quantiles{}, false
-	}
-	return first.StepTime.Compute, true
+	return first, first != nil
 }
