@@ -55,7 +55,8 @@ type options struct {
 	transport   pb.Transport
 	encoding    pb.Encoding
 	callTimeout time.Duration
-	maxAttempts int
+	maxAttempts int // 0: no cap, retryFor alone bounds the retries
+	retryFor    time.Duration
 	backoff     time.Duration
 	maxBackoff  time.Duration
 	dialOpts    []grpc.DialOption
@@ -73,10 +74,16 @@ func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callT
 // 65504 into Inf, which servers refuse; bfloat16 keeps float32's range.
 func WithPushEncoding(e pb.Encoding) Option { return func(o *options) { o.encoding = e } }
 
-// WithRetry sets how many times a call failing with Unavailable is tried
-// (default 16, about 25s in all: long enough for a server to restart from
-// its checkpoint) and the first backoff (default 50ms, doubling to 2s,
-// with jitter).
+// WithRetryFor sets how long a call failing with Unavailable is tried
+// again, with backoff, counted from its first try (default 60s: long
+// enough for a server to restart from its checkpoint, or a network cut of
+// under a minute to heal, for the call to go on where it was). A call
+// still failing then returns its last error.
+func WithRetryFor(d time.Duration) Option { return func(o *options) { o.retryFor = d } }
+
+// WithRetry caps how many times a call failing with Unavailable is tried
+// within WithRetryFor's time (default: no cap), and sets the first backoff
+// (default 50ms, doubling to 2s, with jitter).
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = attempts, backoff }
 }
@@ -120,12 +127,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
 	}
-	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, maxAttempts: 16, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, retryFor: 60 * time.Second, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.maxAttempts < 1 {
-		o.maxAttempts = 1
+	if o.maxAttempts < 0 || o.retryFor < 0 || o.backoff <= 0 {
+		return nil, fmt.Errorf("client: retry %d times for %v from a backoff of %v: want attempts >= 0 (0: no cap), a time >= 0 and a backoff > 0",
+			o.maxAttempts, o.retryFor, o.backoff)
 	}
 	c := &Client{opts: o, addrs: addrs}
 	dialOpts := append([]grpc.DialOption{
@@ -298,19 +306,24 @@ func (c *Client) Close() error {
 }
 
 // retry runs call until it succeeds, fails with a code other than
-// Unavailable, runs out of attempts, or ctx ends. Each attempt gets its own
-// deadline.
+// Unavailable, has been retried for the retry time (or as many times as
+// WithRetry caps), or ctx ends. Each attempt gets its own deadline.
 func (c *Client) retry(ctx context.Context, what string, call func(ctx context.Context) error) error {
 	backoff := c.opts.backoff
+	first := time.Now()
 	var err error
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
 		err = call(cctx)
 		cancel()
-		if err == nil || status.Code(err) != codes.Unavailable || attempt >= c.opts.maxAttempts {
+		if err == nil || status.Code(err) != codes.Unavailable || attempt == c.opts.maxAttempts {
 			break
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if time.Since(first)+wait > c.opts.retryFor {
+			err = fmt.Errorf("still unavailable after %d tries in %v: %w", attempt, time.Since(first).Round(time.Millisecond), err)
+			break
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -125,6 +125,37 @@ func TestGivesUpAfterAttempts(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 }
 
+// A call failing with Unavailable is tried again until the retry time is
+// spent, however many tries that takes: with none, it is tried once; with
+// 50 ms, it stops after some tries and says so; with a minute, it outlasts
+// a shard that fails ten calls in a row and succeeds.
+func TestRetriesForTheRetryTime(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	params := make([]float32, 8)
+
+	cl := dial(t, c, client.WithRetry(0, time.Millisecond), client.WithRetryFor(0))
+	c.Shard(0).FailNext(codes.Unavailable, 100)
+	_, err := cl.Pull(ctxT(t), params)
+	require.Error(t, err)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "still unavailable after 1 tries")
+
+	cl = dial(t, c, client.WithRetry(0, time.Millisecond), client.WithRetryFor(50*time.Millisecond))
+	_, err = cl.Pull(ctxT(t), params)
+	require.Error(t, err)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "still unavailable after")
+
+	cl = dial(t, c, client.WithRetry(0, time.Millisecond), client.WithRetryFor(time.Minute))
+	c.Shard(0).FailNext(codes.Unavailable, 10)
+	_, err = cl.Pull(ctxT(t), params)
+	require.NoError(t, err)
+
+	_, err = client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithRetryFor(-time.Second))
+	require.Error(t, err, "a negative retry time")
+	assert.Contains(t, err.Error(), "want attempts >= 0")
+}
+
 func TestNoRetryOnInvalidArgument(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
 	cl := dial(t, c)

@@ -7,8 +7,8 @@
 // per shard, the gradient up and the weights after it back (what the
 // worker strategies use). Every call has a deadline (WithCallTimeout, unless the
 // context has an earlier one) and calls that fail with Unavailable are
-// retried with exponential backoff; pushes are safe to retry because a
-// server applies (worker, step) at most once.
+// retried with exponential backoff for WithRetryFor's time (60 s); pushes
+// are safe to retry because a server applies (worker, step) at most once.
 //
 // A Client is safe for concurrent use by several goroutines. It does not
 // retain the caller's buffers after a call returns.

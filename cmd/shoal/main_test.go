@@ -78,6 +78,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"ps mode without servers", []string{"ps", "--mode", "ring"}, "mode ring: not a parameter-server mode"},
 		{"unknown ps mode", []string{"ps", "--mode", "gossip"}, `--mode "gossip": unknown`},
 		{"no call deadline", []string{"train", "--dataset", "synthetic", "--call-timeout", "0s"}, "--call-timeout 0s: want > 0"},
+		{"negative retry time", []string{"worker", "--dataset", "synthetic", "--retry-for", "-1s"}, "--retry-for -1s: want >= 0"},
 		{"health without an address", []string{"health"}, "shoal health: want one address HOST:PORT after the flags, got 0 argument(s)"},
 		{"push every too many steps", []string{"worker", "--mode", "async", "--push-every", "2000", "--dataset", "synthetic"}, "want --push-every 1..1024"},
 		// Where the weights or checkpoints cannot be written, before any

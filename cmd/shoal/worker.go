@@ -121,6 +121,7 @@ type workerRun struct {
 	eval     bool
 	connect  time.Duration
 	callTime time.Duration
+	retryFor time.Duration
 
 	id          cluster.Identity
 	log         *slog.Logger
@@ -163,6 +164,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
 	fs.DurationVar(&w.callTime, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
+	fs.DurationVar(&w.retryFor, "retry-for", 60*time.Second, "how long a pull or push that finds a server unavailable (restarting, or cut off) is tried again before the worker gives up")
 	w.nf.register(fs)
 	w.sf.register(fs)
 	w.gf.register(fs)
@@ -178,6 +180,9 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	w.lf.register(fs, "warn")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	if w.retryFor < 0 {
+		return nil, fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
 	}
 	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
 		if err := v(); err != nil {
@@ -428,7 +433,7 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	}
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
-	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithPushEncoding(enc),
+	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
 		client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
