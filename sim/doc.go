@@ -14,13 +14,16 @@
 // produces the gradients (last layers first) and reduced one after the
 // other while backward goes on.
 //
-// Messages travel in streams, as gRPC's do, in pieces of at most 1 MiB:
+// Messages travel in streams, as gRPC's do, in pieces of at most 256 KiB:
 // a piece leaves its sender's egress at the line rate and enters its
 // receiver's ingress at the line rate, each as soon as it is free (the
 // switch buffers between them), and a stream sends its next piece once
 // the receiver has begun taking the last. So the streams through one
 // NIC share it piece by piece: many workers pushing to one shard share
 // its ingress. A shard's chunks go in at most eight messages per push.
+// The harness's NIC model (internal/netshape) lets 2 ms at the line rate
+// through at once after an idle spell (its token bucket); the simulator
+// sends every byte at the line rate.
 // Nothing else is shared: every simulated process has a CPU of its own,
 // and what a message costs the CPUs (copies, framing) is not modelled.
 // docs/BENCHMARKS.md compares the predictions with measured runs.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,34 @@ func TestBenchSimulate(t *testing.T) {
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--calibrate", filepath.Join(dir, "results.json"), "--out", t.TempDir()).CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "these results are simulated")
+	// A measured run's workers start when it recorded they did: here the
+	// second of two 5 s after the first, so the job ends 5 s later (less
+	// a few ms: its first pull and push no longer share the shard's NIC).
+	for _, late := range []float64{0, 5} {
+		measured := *res
+		measured.Simulated = false
+		measured.Runs = nil
+		for _, r := range res.Runs {
+			if r.ID == "mlp/sync/w2/s1/nic1" {
+				r.Simulated, r.StartOffsets = false, []float64{0, late}
+				measured.Runs = append(measured.Runs, r)
+			}
+		}
+		require.Len(t, measured.Runs, 1)
+		calib := filepath.Join(t.TempDir(), "results.json")
+		js, err := json.Marshal(&measured)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(calib, js, 0o644))
+		pdir := t.TempDir()
+		out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--calibrate", calib, "--models", "mlp", "--modes", "sync", "--workers", "2",
+			"--steps", "20", "--jitter", "0", "--apply-gbps", "1000", "--out", pdir).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		p, err := bench.Load(filepath.Join(pdir, "results.json"))
+		require.NoError(t, err)
+		require.Len(t, p.Runs, 1)
+		assert.InEpsilon(t, measured.Runs[0].StepTime.Compute.Mean, p.Runs[0].StepTime.Compute.Mean, 1e-9, "the compute, calibrated")
+		assert.InDelta(t, measured.Runs[0].TrainSeconds+late, p.Runs[0].TrainSeconds, 0.05, "second worker %g s late", late)
+	}
 	// A grid in epochs: each worker's steps are its batches of its share
 	// of the training set, so 2 workers take half the steps of one.
 	dir = t.TempDir()
