@@ -23,8 +23,9 @@ the plots, all marked simulated) under the same run IDs, so that shoal bench
 diff puts a prediction beside a measurement. Each model's compute per step is
 --calibrate's (a bench train results.json: the run of the same ID, else the
 model's first) or else measured here on one thread, and the workers start
-when the run of the same ID recorded they did (else all at once); the optimizer's speed is
---apply-gbps or measured here. The PyTorch peers are not simulated.`
+when the run of the same ID recorded they did (else all at once); the
+optimizer's speed is --apply-gbps or measured here. The PyTorch peers are not
+simulated.`
 
 // simModel is a model of the harness as the simulator takes it.
 type simModel struct {
