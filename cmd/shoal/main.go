@@ -17,7 +17,10 @@ import (
 )
 
 func main() {
+	// The first SIGINT or SIGTERM cancels ctx: servers drain, workers
+	// stop their run cleanly. A second one ends the process at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {

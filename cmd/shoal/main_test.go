@@ -251,6 +251,7 @@ func TestKillingAWorkerDoesNotDisturbTheServer(t *testing.T) {
 	require.NoError(t, w0.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, ps.cmd.Process.Signal(syscall.SIGTERM))
 	assert.NoError(t, ps.exit(t, ctx, "ps after SIGTERM"), "ps exit; stderr:\n%s", ps.stderr)
+	assert.NoError(t, w0.exit(t, ctx, "worker 0 after SIGTERM"), "worker 0 exit; stderr:\n%s", w0.stderr)
 }
 
 // TestInterruptLeavesNoProcess sends SIGINT to shoal train mid-run and

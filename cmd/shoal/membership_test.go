@@ -429,3 +429,47 @@ func TestExitWhenDoneWaitsForAWorkerThatNeverCame(t *testing.T) {
 	assert.Contains(t, ps.stderr.String(), "these ranks never joined: the run is over without them")
 	assert.Contains(t, ps.stderr.String(), "missing=[1]")
 }
+
+// TestASignalledWorkerLeavesCleanly: SIGTERM (docker stop, Kubernetes,
+// Slurm at its time limit) ends a worker's run cleanly. In a sync job of
+// two, worker 1 stopped by SIGTERM exits 0, the shard sees it leave (not
+// die) and worker 0 trains on without it; worker 0 stopped the same way
+// evaluates the weights so far and exits 0; the shard, every worker gone,
+// ends the run.
+func TestASignalledWorkerLeavesCleanly(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	ps := startProc(t, "ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "32", "--mode", "sync", "--workers", "2",
+		"--gossip-addr", "127.0.0.1:0", "--exit-when-done", "--log-level", "info")
+	up := ps.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening })
+	args := func(rank int) []string {
+		return []string{"worker", "--servers", up.Addr, "--join", up.Gossip, "--rank", fmt.Sprint(rank), "--world-size", "2",
+			"--mode", "sync", "--hidden", "32", "--dataset", "synthetic", "--batch", "16", "--steps", "100000000"}
+	}
+	w0 := exec.CommandContext(ctx, shoalBin, args(0)...)
+	out0, err0 := lockedio.NewBuffer(), lockedio.NewBuffer()
+	w0.Stdout, w0.Stderr = out0, err0
+	require.NoError(t, w0.Start())
+	t.Cleanup(func() { _ = w0.Process.Kill(); _ = w0.Wait() })
+	w1 := startProc(t, append(args(1), "--events")...)
+	isProgress := func(e launch.Event) bool { return e.Event == launch.Progress }
+	w1.next(t, ctx, "progress of worker 1", isProgress)
+
+	require.NoError(t, w1.cmd.Process.Signal(syscall.SIGTERM))
+	done := w1.next(t, ctx, "worker 1's done event", func(e launch.Event) bool { return e.Event == launch.Done })
+	assert.True(t, done.Stopped, "worker 1's run ended early")
+	assert.Positive(t, done.Steps)
+	require.NoError(t, w1.exit(t, ctx, "worker 1"), "worker 1 after SIGTERM; stderr:\n%s", w1.stderr)
+	left := ps.next(t, ctx, "worker 1's leave", func(e launch.Event) bool { return e.Event == launch.Member && e.Rank == 1 && e.Change != "joined" })
+	assert.Equal(t, "left", left.Change, "worker 1 left the run, it did not die")
+
+	// Worker 0 goes on alone: epochs end after worker 1 left.
+	epochs := func() int { return strings.Count(out0.String(), "epoch ") }
+	seen := epochs()
+	require.True(t, poll(ctx, func() bool { return epochs() > seen }), "worker 0 did not train on without worker 1; stdout:\n%s\nstderr:\n%s", out0, err0)
+	require.NoError(t, w0.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w0.Wait(), "worker 0 after SIGTERM; stderr:\n%s", err0)
+	assert.Regexp(t, `worker 0 of 2: \d+ steps, .*, stopped early by a signal\n`, out0.String())
+	assert.Regexp(t, `test: loss [0-9.]+, accuracy [0-9.]+%`, out0.String(), "worker 0 evaluated the weights so far")
+	require.NoError(t, ps.exit(t, ctx, "the shard"), "the shard, every worker gone; stderr:\n%s", ps.stderr)
+	assert.Contains(t, ps.stderr.String(), "every worker has left: the run is over")
+}

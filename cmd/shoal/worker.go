@@ -268,7 +268,8 @@ type psStrategy struct {
 // serve this worker's model, mode and world, runs the steps, and reports.
 // Under a launcher (--events), a "stop" line on stdin ends the run
 // cleanly: the launcher sends it when rank 0 stopped at
-// --stop-at-accuracy.
+// --stop-at-accuracy. SIGINT or SIGTERM ends it cleanly too: the worker
+// leaves the run, rank 0 evaluates the weights so far, and it exits 0.
 func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	nic, err := w.nf.nic()
 	if err != nil {
@@ -326,13 +327,26 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	start := time.Now()
 	res, st, err := w.trainPS(runCtx, ps, wcfg)
 	stopStalls()
-	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
-		// Stopped by the launcher: the run so far is the result.
+	stoppedBy := ""
+	if err != nil && runCtx.Err() != nil {
+		// Stopped by the launcher's "stop" line, or by SIGINT/SIGTERM
+		// (docker stop, Kubernetes, Slurm at the time limit): the run so
+		// far is the result. The step in flight is abandoned, as when a
+		// worker dies; the servers see this worker leave.
+		stoppedBy = "the launcher"
+		if ctx.Err() != nil {
+			stoppedBy = "a signal"
+		}
 		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
 	}
 	if err != nil {
 		return fmt.Errorf("worker %d of %d: %w", w.id.Rank, w.id.WorldSize, err)
 	}
+	// After a signal ctx is done: what is left (the final pull and the
+	// evaluation) has a deadline of its own. A second signal ends the
+	// process at once (main).
+	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.callTime)
+	defer cancelEnd()
 	if w.events {
 		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
 			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped}
@@ -342,8 +356,12 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		launch.Emit(stdout, ev)
 		return nil
 	}
-	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)\n", w.id.Rank, w.id.WorldSize, res.Steps, res.Samples,
-		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds())
+	stopped := ""
+	if stoppedBy != "" {
+		stopped = ", stopped early by " + stoppedBy
+	}
+	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)%s\n", w.id.Rank, w.id.WorldSize, res.Steps, res.Samples,
+		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds(), stopped)
 	if !w.eval || w.id.Rank != 0 {
 		return nil
 	}
