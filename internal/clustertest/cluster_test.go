@@ -214,6 +214,46 @@ func lastLines(log string, n int, containers ...string) string {
 	return strings.Join(out[max(0, len(out)-n):], "")
 }
 
+// workers are the worker services of docker-compose.yml.
+var workers = []string{"worker0", "worker1", "worker2", "worker3"}
+
+// stopWhenBack watches the log of a run with a fault on worker 2 and
+// SIGTERMs every worker once worker 2, the fault over, has joined again
+// (a line matching joined) and then finished an epoch: the run has shown
+// what it is for, and its remaining epochs would only cost minutes. Each
+// worker ends its run cleanly on SIGTERM (exit 0, rank 0 evaluates), so
+// the run still ends as a finished one. Without the rejoin line the run
+// goes to its last epoch.
+type stopWhenBack struct {
+	c       *cluster
+	joined  *regexp.Regexp
+	back    bool      // the joined line was seen
+	stopped time.Time // when the workers were sent SIGTERM
+}
+
+func (s *stopWhenBack) on(ctx context.Context, line string) {
+	switch {
+	case !s.stopped.IsZero():
+	case !s.back:
+		s.back = s.joined.MatchString(line)
+	case strings.Contains(line, "worker2_1") && strings.Contains(line, `msg="epoch done"`):
+		args := []string{"kill", "--signal", "TERM"}
+		for _, w := range workers {
+			args = append(args, s.c.container(w))
+		}
+		s.c.docker(ctx, args...)
+		s.stopped = time.Now()
+	}
+}
+
+// says tells how the run ended, for the test's log line.
+func (s *stopWhenBack) says() string {
+	if s.stopped.IsZero() {
+		return "ran to its last epoch"
+	}
+	return "stopped by SIGTERM after worker 2's first epoch back"
+}
+
 var accuracy = regexp.MustCompile(`worker0_1 +\| test: loss [0-9.]+, accuracy ([0-9.]+)%`)
 
 // TestAKilledWorkerLeavesTheOthersTraining: docker kill worker 2 once it
@@ -299,17 +339,20 @@ func TestAServerKilledAndRestartedLosesNothing(t *testing.T) {
 // only see it die); once it is back, it joins again (over JoinWorker, or
 // the next generation of the ring) and every worker finishes the run.
 // The times from the cut to the drop and from the reconnect to the rejoin
-// are logged (docs/BENCHMARKS.md).
+// are logged (docs/BENCHMARKS.md). In the parameter-server modes the
+// workers are stopped with SIGTERM once worker 2 has done an epoch with
+// the others again (stopWhenBack); a ring rank exits 130 on a signal, so
+// the ring runs to its end.
 func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 	needCluster(t)
 	for _, tc := range []struct {
 		mode, epochs string
 		joined       *regexp.Regexp // worker 2 is back
 	}{
-		// Runs long enough for the 20 s cut and the rejoin to fall well
-		// inside them: sync took 0.8 to 2 s an epoch here (CI saw 30
+		// Epochs enough for the 20 s cut and the rejoin to fall well
+		// inside the run: sync took 0.8 to 2 s an epoch here (CI saw 30
 		// epochs end before the network came back), so 80 epochs last
-		// 60 to 160 s.
+		// 60 to 160 s. The PS modes are stopped long before that.
 		{"sync", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
 		{"ssp", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
 		{"async", "40", regexp.MustCompile(`ps0_1 .*msg="worker rejoined" component=membership rank=2 `)},
@@ -324,7 +367,11 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 			var reconnect error
 			var wg sync.WaitGroup
 			defer wg.Wait()
+			stop := &stopWhenBack{c: c, joined: tc.joined}
 			log := c.up(ctx, func(line string) {
+				if !cut.IsZero() && tc.mode != "ring" {
+					stop.on(ctx, line)
+				}
 				if !cut.IsZero() || !strings.Contains(line, "worker2_1") || !strings.Contains(line, `msg="epoch done"`) {
 					return
 				}
@@ -348,7 +395,7 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 				require.True(t, over.After(back), "the others finished the run (%v) before the network came back (%v): %s epochs are too few on this machine to test a rejoin:\n%s",
 					over, back, tc.epochs, log)
 			}
-			assertFinished(t, c, log, "worker0", "worker1", "worker2", "worker3")
+			assertFinished(t, c, log, workers...)
 			dropped := logged(log, goneOn(tc.mode), cut)
 			require.False(t, dropped.IsZero(), "the others never went on without worker 2:\n%s", log)
 			assert.True(t, dropped.Before(back), "worker 2 was dropped only at %v, after the network came back at %v", dropped, back)
@@ -356,8 +403,8 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 			require.False(t, joined.IsZero(), "worker 2 never joined again after the network came back:\n%s", log)
 			m := accuracy.FindStringSubmatch(log)
 			require.NotNil(t, m, "worker 0 reported no test accuracy:\n%s", log)
-			t.Logf("%s: worker 2 cut off for 20 s: dropped %v after the cut, back %v after the reconnect; test accuracy %s%%",
-				tc.mode, dropped.Sub(cut).Round(10*time.Millisecond), joined.Sub(back).Round(10*time.Millisecond), m[1])
+			t.Logf("%s: worker 2 cut off for 20 s: dropped %v after the cut, back %v after the reconnect; the run %s; test accuracy %s%%",
+				tc.mode, dropped.Sub(cut).Round(10*time.Millisecond), joined.Sub(back).Round(10*time.Millisecond), stop.says(), m[1])
 		})
 	}
 }
@@ -430,7 +477,8 @@ func pausedStraggler(t *testing.T, backup string) {
 	// The run must outlast the fault (15 s from worker 2's first epoch):
 	// CI saw 25 epochs take 18 s (0.7 s an epoch), so the others finished
 	// while worker 2 was still paused and, unpaused, it found the shards
-	// gone. 60 epochs last 40 to 120 s at the speeds seen here.
+	// gone. 60 epochs last 40 to 120 s at the speeds seen here; the run
+	// is stopped once worker 2 is back (stopWhenBack).
 	c.env = append(c.env, "SHOAL_EPOCHS=60", "SHOAL_BACKUP_WORKERS="+backup)
 	type sample struct {
 		at    time.Time
@@ -441,7 +489,12 @@ func pausedStraggler(t *testing.T, backup string) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	started := false
+	// Membership drops the frozen worker; unpaused, it joins again.
+	stop := &stopWhenBack{c: c, joined: regexp.MustCompile(`worker2_1 .*msg="joined again"`)}
 	log := c.up(ctx, func(line string) {
+		if started {
+			stop.on(ctx, line)
+		}
 		if started || !strings.Contains(line, "worker2_1") || !strings.Contains(line, `msg="epoch done"`) {
 			return
 		}
@@ -478,11 +531,11 @@ func pausedStraggler(t *testing.T, backup string) {
 	before := float64(samples[1].clock-samples[0].clock) / samples[1].at.Sub(samples[0].at).Seconds()
 	paused := float64(samples[2].clock-samples[1].clock) / samples[2].at.Sub(samples[1].at).Seconds()
 	assert.Greater(t, samples[2].clock, samples[1].clock, "no step completed while worker 2 was paused")
-	assertFinished(t, c, log, "worker0", "worker1", "worker2", "worker3")
+	assertFinished(t, c, log, workers...)
 	m := accuracy.FindStringSubmatch(log)
 	require.NotNil(t, m, "worker 0 reported no test accuracy:\n%s", log)
-	t.Logf("sync, --backup-workers %s, worker 2 paused for 10 s: %.0f steps/s before, %.0f while paused (%.2f×); test accuracy %s%%",
-		backup, before, paused, paused/before, m[1])
+	t.Logf("sync, --backup-workers %s, worker 2 paused for 10 s: %.0f steps/s before, %.0f while paused (%.2f×); the run %s; test accuracy %s%%",
+		backup, before, paused, paused/before, stop.says(), m[1])
 }
 
 // wait waits d, or until ctx is done.
