@@ -24,7 +24,12 @@
 // The harness's NIC model (internal/netshape) lets 2 ms at the line rate
 // through at once after an idle spell (its token bucket); the simulator
 // sends every byte at the line rate.
-// Nothing else is shared: every simulated process has a CPU of its own,
-// and what a message costs the CPUs (copies, framing) is not modelled.
+// A parameter-server transfer can cost CPU per byte at each end
+// (Config.CPUPerByte: gRPC's framing and copies, the kernel's): the
+// sender prepares a message on one core, piece after piece, each piece
+// leaving once prepared, and the receiver spends the same on each piece
+// once it is in. With Config.HostCores every process shares one host's
+// cores for it, as shoal bench train's processes do; else each has one of
+// its own. Compute and the shards' optimizer run on cores of their own.
 // docs/BENCHMARKS.md compares the predictions with measured runs.
 package sim

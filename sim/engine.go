@@ -78,10 +78,12 @@ func (e *engine) run(limit int) bool {
 }
 
 // nic is one process's network interface: each direction carries one
-// piece at a time.
+// piece at a time. cores, when the network charges CPU per byte, is
+// where the process spends it.
 type nic struct {
 	egress, ingress float64 // when each direction is next free
 	sent, received  float64 // bytes
+	cores           *cores
 }
 
 // network moves bytes between NICs.
@@ -90,6 +92,27 @@ type network struct {
 	bps     float64 // bytes per second per direction; 0: infinite
 	latency float64 // one way, seconds
 	piece   float64 // bytes
+	perByte float64 // CPU seconds per byte, at each end; 0: none
+}
+
+// cores are processors that take work first come first served, each
+// piece of work on whichever is free first: the CPUs of a host that its
+// processes share (or one process's own).
+type cores struct{ free []float64 }
+
+func newCores(n int) *cores { return &cores{free: make([]float64, n)} }
+
+// take occupies the first free core for d seconds from now and returns
+// when that ends.
+func (c *cores) take(now, d float64) float64 {
+	i := 0
+	for k, f := range c.free {
+		if f < c.free[i] {
+			i = k
+		}
+	}
+	c.free[i] = max(now, c.free[i]) + d
+	return c.free[i]
 }
 
 // stream is one ordered flow of messages from a to b, as a gRPC stream
@@ -107,15 +130,23 @@ type stream struct {
 }
 
 type message struct {
-	left float64 // bytes not yet sent
-	done func()  // called when the last byte has arrived
+	size, left float64 // bytes, and bytes not yet sent
+	done       func()  // called when the last byte has arrived
+	// prepared is when the sender's CPU began on it (CPU per byte): it
+	// prepares the message on one core, in order, and each piece may
+	// leave once prepared, while the next is prepared.
+	prepared float64
 }
 
 func (nw *network) stream(a, b *nic) *stream { return &stream{nw: nw, a: a, b: b} }
 
 // send queues a message of n bytes; done is called when it has arrived.
 func (s *stream) send(n float64, done func()) {
-	s.queue = append(s.queue, message{left: n, done: done})
+	m := message{size: n, left: n, done: done}
+	if pb := s.nw.perByte; pb > 0 {
+		m.prepared = s.a.cores.take(s.nw.e.now, n*pb) - n*pb
+	}
+	s.queue = append(s.queue, m)
 	s.pump()
 }
 
@@ -129,6 +160,16 @@ func (s *stream) pump() {
 	if nw.bps > 0 {
 		d = k / nw.bps
 	}
+	if ready := m.prepared + (m.size-m.left+k)*nw.perByte; ready > nw.e.now {
+		// Not yet prepared (CPU per byte): its turn on the egress comes
+		// once it is, so that the egress stays free to others till then.
+		s.busy = true
+		nw.e.at(ready, func() {
+			s.busy = false
+			s.pump()
+		})
+		return
+	}
 	out := max(nw.e.now, s.a.egress)
 	s.a.egress = out + d
 	in := max(out, s.b.ingress)
@@ -137,9 +178,21 @@ func (s *stream) pump() {
 	s.a.sent += k
 	s.b.received += k
 	m.left -= k
-	if m.left <= 0 {
-		nw.e.at(arrived+nw.latency, m.done)
+	last := m.left <= 0
+	done := m.done
+	if last {
 		s.queue = s.queue[1:]
+	}
+	switch {
+	case nw.perByte > 0: // the receiver's copy, once the piece is in
+		nw.e.at(arrived+nw.latency, func() {
+			end := s.b.cores.take(nw.e.now, k*nw.perByte)
+			if last {
+				nw.e.at(end, done)
+			}
+		})
+	case last:
+		nw.e.at(arrived+nw.latency, done)
 	}
 	s.busy = true
 	nw.e.at(max(out+d, in), func() {

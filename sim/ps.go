@@ -65,7 +65,7 @@ func (j *job) startPS() error {
 	n := j.cfg.Workers
 	j.shards = make([]*simShard, len(plan))
 	for i, chunks := range plan {
-		s := &simShard{id: i, chunks: chunks, progress: make([]int64, n), atSlowest: n, left: make([]int, n), seen: make([]int64, n),
+		s := &simShard{id: i, nic: nic{cores: j.cores()}, chunks: chunks, progress: make([]int64, n), atSlowest: n, left: make([]int, n), seen: make([]int64, n),
 			up: make([]*stream, n), down: make([]*stream, n)}
 		for _, c := range chunks {
 			s.bytes += c

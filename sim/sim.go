@@ -41,6 +41,17 @@ type Config struct {
 	// ApplyBytesPerSec is how fast a shard, or a ring rank, applies the
 	// optimizer step to the weights (0: at once).
 	ApplyBytesPerSec float64
+	// CPUPerByte is what a parameter-server transfer costs the CPU per
+	// byte at each end (gRPC's framing and copies, the kernel's): a piece
+	// takes that long on a core of its sender before it leaves and on one
+	// of its receiver once it is in. HostCores, when > 0, puts every
+	// process on one host of that many cores, which they share for it;
+	// 0 gives each process a core of its own. The ring's transfers are
+	// not charged (raw TCP or shared memory, a fraction of gRPC's cost),
+	// nor is compute, whose measured time already includes what sharing
+	// the cores did to it.
+	CPUPerByte float64
+	HostCores  int
 	// Overlap (async): each step's push and the next step's pull go at
 	// once, as shoal train --overlap-push-pull sends them; the pull gets
 	// the weights the shard has when it comes, the push applied or not.
@@ -114,8 +125,8 @@ func (c Config) validate() error {
 		return errors.New("sim: no layers: want the model's tensor sizes in bytes")
 	case c.Forward < 0 || c.Backward < 0 || c.Forward+c.Backward <= 0:
 		return fmt.Errorf("sim: forward %gs, backward %gs: want >= 0 and some compute", c.Forward, c.Backward)
-	case c.NICGbps < 0 || c.Latency < 0 || c.ApplyBytesPerSec < 0 || c.Jitter < 0:
-		return errors.New("sim: NIC rate, latency, apply rate and jitter must be >= 0")
+	case c.NICGbps < 0 || c.Latency < 0 || c.ApplyBytesPerSec < 0 || c.Jitter < 0 || !(c.CPUPerByte >= 0) || c.HostCores < 0:
+		return errors.New("sim: NIC rate, latency, apply rate, jitter, CPU per byte and host cores must be >= 0")
 	case c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers:
 		return fmt.Errorf("sim: %d backup workers of %d, want 0..workers-1", c.BackupWorkers, c.Workers)
 	case c.Staleness < 0:
@@ -157,9 +168,10 @@ func Run(cfg Config) (Result, error) {
 	if cfg.NICGbps > 0 {
 		j.net.bps = cfg.NICGbps * 1e9 / 8
 	}
+	j.net.perByte = cfg.CPUPerByte
 	j.workers = make([]*simWorker, cfg.Workers)
 	for i := range j.workers {
-		j.workers[i] = &simWorker{id: i}
+		j.workers[i] = &simWorker{id: i, nic: nic{cores: j.cores()}}
 	}
 	var err error
 	if cfg.Mode == consistency.Ring {
@@ -190,6 +202,19 @@ type job struct {
 	bucketSizes, bucketReady []float64
 	ring                     *ringState
 	schedule                 []Op
+	host                     *cores // the shared host's (Config.HostCores)
+}
+
+// cores is where a new process spends CPU per byte: the shared host's
+// (Config.HostCores), else a core of its own.
+func (j *job) cores() *cores {
+	if j.cfg.HostCores == 0 {
+		return newCores(1)
+	}
+	if j.host == nil {
+		j.host = newCores(j.cfg.HostCores)
+	}
+	return j.host
 }
 
 // trace records op of shard s when the schedule is kept (shard 0 only).

@@ -150,6 +150,42 @@ func TestWorkersStartWhenTold(t *testing.T) {
 	assert.Less(t, apart.SteadyStepSeconds, together.SteadyStepSeconds)
 }
 
+// CPU per byte: a piece takes its time on a core of the sender before it
+// leaves and on one of the receiver once it is in; the sender prepares a
+// message piece after piece while the pieces before travel.
+func TestCPUPerByte(t *testing.T) {
+	const m, piece, perByte = 1 << 20, 256 << 10, 1e-9
+	// No NIC limit: the transfer is the sender's CPU over the whole
+	// message, then the receiver's over its last piece.
+	cfg := job(consistency.Async, 1, 1, m, 0.002)
+	cfg.NICGbps, cfg.CPUPerByte = 0, perByte
+	r := run(t, cfg)
+	assert.InEpsilon(t, 0.002+2*(m+piece)*perByte, r.StepSeconds, 1e-9)
+	// At 1 Gbit/s (8 ns a byte) the CPU keeps ahead of the wire: only the
+	// first piece's preparing and the last one's receiving add to it.
+	cfg.NICGbps = 1
+	r = run(t, cfg)
+	assert.InEpsilon(t, 0.002+2*(m/gbit+2*piece*perByte), r.StepSeconds, 1e-9)
+	// Processes that share a host's cores wait for each other's.
+	cfg = job(consistency.Async, 4, 2, 4*m, 0.002)
+	cfg.NICGbps, cfg.CPUPerByte = 0, perByte
+	own := run(t, cfg)
+	cfg.HostCores = 1
+	shared := run(t, cfg)
+	assert.Greater(t, shared.SteadyStepSeconds, 1.5*own.SteadyStepSeconds)
+	// A cost far below the line rate costs a NIC-bound job of many
+	// workers little: the egress is not held while a piece is prepared.
+	// (Two async workers on one shard drift into taking turns, one's push
+	// with the other's reply; a held egress kept them in step, 1.5× as
+	// slow.)
+	cfg = job(consistency.Async, 2, 1, 940584, 0.0012)
+	cfg.Steps, cfg.Jitter, cfg.Seed, cfg.ApplyBytesPerSec = 900, 0.36, 1, 7.5e9
+	free := run(t, cfg)
+	cfg.CPUPerByte, cfg.HostCores = 1.35e-9, 2
+	costly := run(t, cfg)
+	assert.Less(t, costly.SteadyStepSeconds, 1.1*free.SteadyStepSeconds)
+}
+
 func TestBadConfigsAreRefused(t *testing.T) {
 	good := job(consistency.Sync, 2, 1, 1<<20, 0.01)
 	for name, mut := range map[string]func(*sim.Config){
@@ -164,6 +200,9 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"a start too many":        func(c *sim.Config) { c.Start = []float64{0, 0, 0} },
 		"a start before 0":        func(c *sim.Config) { c.Start = []float64{0, -1} },
 		"a start at NaN":          func(c *sim.Config) { c.Start = []float64{math.NaN()} },
+		"negative CPU per byte":   func(c *sim.Config) { c.CPUPerByte = -1e-9 },
+		"CPU per byte at NaN":     func(c *sim.Config) { c.CPUPerByte = math.NaN() },
+		"negative host cores":     func(c *sim.Config) { c.HostCores = -1 },
 	} {
 		cfg := good
 		mut(&cfg)
