@@ -84,12 +84,13 @@ func median(xs []float64) float64 {
 // this kind of machine, 2 and 4 workers, 1 to 4 shards, through the NIC
 // model at 1 Gbit/s) from its own measured compute (mean and spread) and
 // its workers' start times, as shoal bench simulate --calibrate does, and
-// compares the predicted mean step with the measured one. The goal is 15%
-// in every case; docs/BENCHMARKS.md has the table and says where it is
-// missed and why (mostly 6 to 8 processes on this machine's 2 cores, which
-// the simulator gives a CPU each and charges nothing per byte moved: down
-// to 0.64×). This guards what it reaches: every prediction within a
-// factor of 1.6, and at least three in four within 15% (27 of 34 are).
+// compares the predicted mean step with the measured one. The host's CPU
+// per byte of a PS transfer is fitted to the loopback run, as shoal bench
+// simulate fits it. The goal is 15% in every case; docs/BENCHMARKS.md has
+// the table and says where it is missed and why (mostly 8 processes on
+// this machine's 2 cores, where compute and the bytes share the cores:
+// down to 0.70×). This guards what it reaches: every prediction within a
+// factor of 1.5, and at least five in six within 15% (30 of 34 are).
 //
 // A run measured more than once (the 25.4M-parameter runs, 3 steps each
 // after the first, repeated by scripts/bench-repeat.sh) has each
@@ -106,6 +107,15 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	// constant, so that the comparison does not move with the load or
 	// under the race detector.
 	const apply = 7.5e9
+	// The host's CPU per byte of a PS transfer, fitted to make bench's
+	// loopback run; the host's cores, its machine's.
+	src := bench.CPUSource(res)
+	require.NotNil(t, src, "no loopback async run to fit the CPU per byte to")
+	perByte, err := bench.FitCPUPerByte(src, bench.SimInput{Layers: layers(t, src.Command), Batch: src.Batch, ApplyBytesPerSec: apply,
+		HostCores: res.Machine.CPUs, Command: []string{"test"}})
+	require.NoError(t, err)
+	require.Positive(t, perByte, "the loopback run %s is no slower than the simulator with no CPU cost", src.ID)
+	t.Logf("CPU per byte of a PS transfer: %.3f ns, fitted to %s (%.2f ms a step) on %d cores", 1e9*perByte, src.ID, 1e3*src.StepTime.Step.Mean, res.Machine.CPUs)
 	var cases, close int
 	for _, r := range res.Runs {
 		if r.Peer != "" || r.Error != "" || r.StepTime.Step.Mean == 0 || r.NICGbps == 0 || r.Workers < 2 {
@@ -117,6 +127,7 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 		for _, run := range measured[r.ID] {
 			in := bench.SimInput{Layers: layers(t, run.Command), Batch: run.Batch, NICGbps: run.NICGbps, RTTMillis: run.RTTMillis,
 				ApplyBytesPerSec: apply, Start: run.StartOffsets, Command: []string{"test"}}
+			in.CPUPerByte, in.HostCores = perByte, res.Machine.CPUs
 			in.Calibrate(run.StepTime.Compute)
 			rec, err := bench.Simulate(bench.Run{Model: modelKey(t, run.Model), Mode: run.Mode, Workers: run.Workers, Servers: run.Servers, Steps: run.Steps}, in)
 			require.NoError(t, err, r.ID)
@@ -125,7 +136,7 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 		}
 		ratio := median(p) / median(m)
 		t.Logf("%-36s measured %8.2f ms  predicted %8.2f ms  (medians of %d)  ratio %.2f", r.ID, 1e3*median(m), 1e3*median(p), len(m), ratio)
-		assert.True(t, ratio > 1/1.6 && ratio < 1.6, "%s: predicted %v, measured %v", r.ID, p, m)
+		assert.True(t, ratio > 1/1.5 && ratio < 1.5, "%s: predicted %v, measured %v", r.ID, p, m)
 		cases++
 		if math.Abs(ratio-1) <= 0.15 {
 			close++
@@ -133,5 +144,5 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	}
 	require.Positive(t, cases, "no run to compare with")
 	t.Logf("%d of %d predictions within 15%%", close, cases)
-	assert.GreaterOrEqual(t, 4*close, 3*cases, "fewer than three in four predictions within 15%%")
+	assert.GreaterOrEqual(t, 6*close, 5*cases, "fewer than five in six predictions within 15%%")
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -24,6 +25,10 @@ type SimInput struct {
 	NICGbps, RTTMillis float64
 	// ApplyBytesPerSec is the optimizer's speed on a shard or a rank.
 	ApplyBytesPerSec float64
+	// CPUPerByte and HostCores are the host's cost of a parameter-server
+	// transfer and its cores (sim.Config's; 0: not modelled).
+	CPUPerByte float64
+	HostCores  int
 	// Start is when each worker began its first step, in seconds after
 	// the first (a measured run's StartOffsets; nil: all at once).
 	Start []float64
@@ -66,7 +71,8 @@ func Simulate(r Run, in SimInput) (Record, error) {
 	}
 	cfg := sim.Config{Mode: mode, Workers: r.Workers, Servers: r.Servers, Staleness: 1, Batch: in.Batch, Steps: int(steps),
 		Layers: in.Layers, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
-		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start}
+		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start,
+		CPUPerByte: in.CPUPerByte, HostCores: in.HostCores}
 	res, err := sim.Run(cfg)
 	if err != nil {
 		return Record{}, err
@@ -95,4 +101,63 @@ func Simulate(r Run, in SimInput) (Record, error) {
 		rec.Comm = CommModel(&rec, in.NICGbps)
 	}
 	return rec, nil
+}
+
+// CPUSource is the run a host's CPU cost per byte of a parameter-server
+// transfer is fitted to: the first measured async run of 2 or more
+// workers without the NIC model (loopback, where that cost is most of the
+// step beyond compute), or nil when rs has none.
+func CPUSource(rs *Results) *Record {
+	for i := range rs.Runs {
+		r := &rs.Runs[i]
+		if r.Peer == "" && r.Error == "" && r.Mode == "async" && r.NICGbps == 0 && r.Workers >= 2 && r.Servers >= 1 &&
+			r.StepTime.Step.Mean > 0 && r.StepTime.Compute.Mean > 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// FitCPUPerByte finds the CPU per byte (SimInput.CPUPerByte) with which
+// the simulator reproduces the measured mean step of r, a loopback run
+// (CPUSource), on in's host (HostCores), by bisection: the step grows
+// with the cost. in gives the model and the optimizer's speed; r's own
+// compute and start times are taken. It returns 0 when r is no slower
+// than the simulator's step with no cost at all, and an error when even
+// 100 ns a byte (10 MB/s) is not slow enough.
+func FitCPUPerByte(r *Record, in SimInput) (float64, error) {
+	run := Run{Model: r.Model, Mode: r.Mode, Workers: r.Workers, Servers: r.Servers, Steps: r.Steps, Loopback: true}
+	for k, m := range Models {
+		if m.Label == r.Model {
+			run.Model = k
+		}
+	}
+	in.Calibrate(r.StepTime.Compute)
+	in.NICGbps, in.RTTMillis, in.Start = 0, 0, r.StartOffsets
+	step := func(perByte float64) (float64, error) {
+		in.CPUPerByte = perByte
+		rec, err := Simulate(run, in)
+		return rec.StepTime.Step.Mean, err
+	}
+	want := r.StepTime.Step.Mean
+	lo, hi := 0.0, 100e-9
+	if s, err := step(lo); err != nil || s >= want {
+		return 0, err
+	}
+	if s, err := step(hi); err != nil || s < want {
+		return 0, cmp.Or(err, fmt.Errorf("fitting the CPU per byte to %s: its %.2f ms step is slower than 100 ns a byte makes it (%.2f ms)", r.ID, 1e3*want, 1e3*s))
+	}
+	for range 40 {
+		mid := (lo + hi) / 2
+		s, err := step(mid)
+		if err != nil {
+			return 0, err
+		}
+		if s < want {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2, nil
 }

@@ -23,30 +23,34 @@ scripts/ensure-dataset.sh "$DATA_DIR"
 rm -f "$OUT"/*.png
 # The plan and NIC of the measured run, so that every id has its twin.
 cmd=(bench simulate --calibrate "$MEASURED" --out "$OUT" --data "$DATA_DIR")
-"$SHOAL" "${cmd[@]}"
-# Each repeat predicted from its own calibration, beside the others.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+"$SHOAL" "${cmd[@]}" | tee "$tmp/out.txt"
+grep '^CPU per byte' "$tmp/out.txt" > "$tmp/cpu.txt" || true
+# Each repeat predicted from its own calibration, beside the others; the
+# host's CPU per byte is fitted to the loopback run of make bench, which
+# the repeats do not run.
 pairs=()
 for f in "$REPEATED"/*/results.json; do
 	[ -f "$f" ] || continue
 	n=$(basename "$(dirname "$f")")
-	"$SHOAL" bench simulate --calibrate "$f" --out "$tmp/$n" --data "$DATA_DIR" >/dev/null
+	"$SHOAL" bench simulate --calibrate "$f" --cpu-calibrate "$MEASURED" --out "$tmp/$n" --data "$DATA_DIR" >/dev/null
 	pairs+=("$f" "$tmp/$n/results.json")
 done
-python3 - "$MEASURED" "$OUT/results.json" "$DOC" "${cmd[*]}" "${pairs[@]}" <<'PY'
+python3 - "$MEASURED" "$OUT/results.json" "$DOC" "${cmd[*]}" "$tmp/cpu.txt" "${pairs[@]}" <<'PY'
 import json, statistics, sys
 sys.path.insert(0, "scripts")
 from benchdoc import put_section, revision, machine
-measured_file, simulated_file, doc, cmd = sys.argv[1:5]
+measured_file, simulated_file, doc, cmd, cpu_file = sys.argv[1:6]
+cpu = open(cpu_file).read().strip()
 # The repeats, each with its prediction.
-repeat_files = sys.argv[5::2]
+repeat_files = sys.argv[6::2]
 def steps(f):
     return {r["id"]: r["step_time"]["step"]["mean"] for r in json.load(open(f))["runs"] if not r.get("error") and r.get("step_time")}
 measured = json.load(open(measured_file))
 sim = steps(simulated_file)
 again = {}  # id -> [(measured, predicted)] of the repeats
-for f, p in zip(sys.argv[5::2], sys.argv[6::2]):
+for f, p in zip(sys.argv[6::2], sys.argv[7::2]):
     m, ps = steps(f), steps(p)
     for k in m:
         if k in ps:
@@ -73,7 +77,7 @@ table = "\n".join([
     f"{sources}; machine: {machine()}.",
     "Every run of 2 or more workers through the NIC model; mean step after the first, in ms. Each measurement is",
     "predicted from its own compute and its workers' start times; a run measured more than once is compared",
-    "as the median of its predictions against the median of its measurements:",
+    "as the median of its predictions against the median of its measurements. " + (cpu + "." if cpu else ""),
     "",
     "| run | measured (make bench) | measured again | median | predicted (median) | predicted / measured |",
     "|---|---|---|---|---|---|",

@@ -24,8 +24,9 @@ diff puts a prediction beside a measurement. Each model's compute per step is
 --calibrate's (a bench train results.json: the run of the same ID, else the
 model's first) or else measured here on one thread, and the workers start
 when the run of the same ID recorded they did (else all at once); the
-optimizer's speed is --apply-gbps or measured here. The PyTorch peers are not
-simulated.`
+optimizer's speed is --apply-gbps or measured here; a PS transfer's CPU cost
+per byte on the host's shared cores is fitted to the loopback async run of
+--cpu-calibrate (default: --calibrate). The PyTorch peers are not simulated.`
 
 // simModel is a model of the harness as the simulator takes it.
 type simModel struct {
@@ -69,6 +70,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		calibrate = fs.String("calibrate", "", "a results.json of shoal bench train whose measured compute per step (and its spread) the runs take")
 		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
 		jitter    = fs.Float64("jitter", 0.1, "spread of each step's compute (a log-normal's σ) where --calibrate does not give it")
+		cpuFrom   = fs.String("cpu-calibrate", "", "a results.json of shoal bench train whose loopback async run the host's CPU cost per byte of a PS transfer is fitted to (default: --calibrate's)")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -92,6 +94,10 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 			return fmt.Errorf("--calibrate %s: these results are simulated; calibrate from measured ones (shoal bench train's)", *calibrate)
 		}
 	}
+	host, err := hostCPU(*cpuFrom, *calibrate, measured)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("--out %s: %w", *out, err)
 	}
@@ -110,12 +116,22 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	res := &bench.Results{Schema: bench.SchemaVersion, Started: time.Now().UTC().Truncate(time.Second),
 		Command: append([]string{"shoal", "bench", "simulate"}, args...), Revision: revision(), Machine: describeMachine(), Simulated: true}
 	models := map[string]*simModel{}
+	if host.src != nil {
+		if host.perByte, err = host.fit(models, a); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "CPU per byte of a PS transfer: %.3f ns, fitted to %s of %s (%.2f ms a step), on a host of %d cores\n",
+			1e9*host.perByte, host.src.ID, host.file, 1e3*host.src.StepTime.Step.Mean, host.cores)
+	} else {
+		fmt.Fprintln(stdout, "CPU per byte of a PS transfer: not modelled (no loopback async run to fit it to: --cpu-calibrate)")
+	}
 	for i, r := range plan.Runs {
 		m, err := harnessModel(models, r.Model)
 		if err != nil {
 			return err
 		}
-		in := bench.SimInput{Layers: m.layers, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command}
+		in := bench.SimInput{Layers: m.layers, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command,
+			CPUPerByte: host.perByte, HostCores: host.cores}
 		if !r.Loopback {
 			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
 		}
@@ -148,6 +164,58 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	bench.ScalingEfficiency(res.Runs)
 	return writeBenchOutputs(*out, res, stdout)
+}
+
+// simHost is the host bench simulate predicts shoal bench train on:
+// its cores and its CPU cost per byte of a PS transfer, fitted to src, a
+// loopback run of file.
+type simHost struct {
+	file    string
+	src     *bench.Record
+	cores   int
+	perByte float64
+}
+
+// hostCPU finds the run to fit the host's CPU per byte to: in the
+// results of file, else in measured (--calibrate's); the host's cores
+// are those results' machine's. calibrated names measured's file.
+func hostCPU(file, calibrated string, measured *bench.Results) (simHost, error) {
+	rs := measured
+	if file != "" {
+		var err error
+		if rs, err = bench.Load(file); err != nil {
+			return simHost{}, fmt.Errorf("--cpu-calibrate: %w", err)
+		}
+		if rs.Simulated {
+			return simHost{}, fmt.Errorf("--cpu-calibrate %s: these results are simulated; fit to measured ones (shoal bench train's)", file)
+		}
+	}
+	if rs == nil {
+		return simHost{}, nil
+	}
+	h := simHost{file: file, src: bench.CPUSource(rs), cores: rs.Machine.CPUs}
+	if h.file == "" {
+		h.file = calibrated
+	}
+	if h.src == nil && file != "" {
+		return simHost{}, fmt.Errorf("--cpu-calibrate %s: no async run of 2 or more workers without the NIC model to fit the CPU per byte to (make bench's mlp/async/w2/s1)", file)
+	}
+	return h, nil
+}
+
+// fit is the CPU per byte with which the simulator reproduces h.src.
+func (h simHost) fit(models map[string]*simModel, apply float64) (float64, error) {
+	key := ""
+	for k, m := range bench.Models {
+		if m.Label == h.src.Model {
+			key = k
+		}
+	}
+	m, err := harnessModel(models, key)
+	if err != nil {
+		return 0, fmt.Errorf("fitting the CPU per byte to %s: %w", h.src.ID, err)
+	}
+	return bench.FitCPUPerByte(h.src, bench.SimInput{Layers: m.layers, Batch: h.src.Batch, ApplyBytesPerSec: apply, HostCores: h.cores, Command: []string{"fit"}})
 }
 
 // harnessModel is the simulator's view of the harness's model name: its

@@ -96,6 +96,55 @@ func TestBenchSimulate(t *testing.T) {
 	assert.Positive(t, two.Steps)
 	assert.InDelta(t, float64(one.Steps), float64(2*two.Steps), 1, "steps of one worker %d, of each of two %d", one.Steps, two.Steps)
 
+	// The host's CPU per byte is fitted to a loopback async run: one twice
+	// as slow as the simulator's with no cost gives a cost, and that cost
+	// makes the prediction of a run through the NIC slower. A file with
+	// no such run cannot be fitted to.
+	dir = t.TempDir()
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--models", "mlp", "--modes", "async", "--workers", "2", "--nic-gbps", "0",
+		"--steps", "20", "--jitter", "0", "--apply-gbps", "1000", "--out", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "CPU per byte of a PS transfer: not modelled")
+	loop, err := bench.Load(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Len(t, loop.Runs, 1)
+	require.Equal(t, "mlp/async/w2/s1", loop.Runs[0].ID)
+	// measuredAs writes the loopback run, as if measured, changed by edit.
+	measuredAs := func(edit func(*bench.Record)) string {
+		measured := *loop
+		measured.Simulated = false
+		r := loop.Runs[0]
+		r.Simulated = false
+		edit(&r)
+		measured.Runs = []bench.Record{r}
+		calib := filepath.Join(t.TempDir(), "results.json")
+		js, err := json.Marshal(&measured)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(calib, js, 0o644))
+		return calib
+	}
+	predict := func(slower float64) (float64, string) {
+		calib := measuredAs(func(r *bench.Record) { r.StepTime.Step.Mean *= slower })
+		pdir := t.TempDir()
+		out, err := exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--calibrate", calib, "--models", "mlp", "--modes", "async", "--workers", "2",
+			"--steps", "20", "--jitter", "0", "--apply-gbps", "1000", "--out", pdir).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		p, err := bench.Load(filepath.Join(pdir, "results.json"))
+		require.NoError(t, err)
+		require.Len(t, p.Runs, 1)
+		return p.Runs[0].StepTime.Step.Mean, string(out)
+	}
+	free, said := predict(1)
+	assert.Contains(t, said, "CPU per byte of a PS transfer: 0.000 ns, fitted to mlp/async/w2/s1")
+	costly, said := predict(2)
+	assert.Regexp(t, `CPU per byte of a PS transfer: [0-9.]+ ns, fitted to mlp/async/w2/s1 of \S+ \([0-9.]+ ms a step\), on a host of \d+ cores`, said)
+	assert.NotContains(t, said, "0.000 ns")
+	assert.Greater(t, costly, free, "the fitted cost slows the prediction")
+	throughNIC := measuredAs(func(r *bench.Record) { r.NICGbps = 1 })
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--cpu-calibrate", throughNIC, "--out", t.TempDir()).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "no async run of 2 or more workers without the NIC model to fit the CPU per byte to")
+
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "simulate", "--apply-gbps", "-1").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--apply-gbps -1")
