@@ -4,7 +4,9 @@
 // the host's heap, cuBLAS's SGEMM as a plain column-major loop, and the
 // kernels compiled from their CUDA C as C++ (prelude.h maps the
 // built-ins), each thread block's threads run as fibers that switch at
-// __syncthreads and at warp shuffles. Streams are synchronous, NVRTC only
+// __syncthreads and at warp shuffles (a kernel that reaches neither runs
+// its threads one after the other, without fibers, which is many times
+// faster). Streams are synchronous, NVRTC only
 // hands back a marker the driver half accepts, and there is one device,
 // "Shoal CUDA emulator", of compute capability 8.0.
 //
@@ -38,14 +40,79 @@ var Libraries = []string{"libcuda.so.1", "libnvrtc.so.13", "libcublasLt.so.13", 
 // kernelDecl matches a kernel's declaration: its name and parameters.
 var kernelDecl = regexp.MustCompile(`extern "C" __global__ void (\w+)\(([^)]*)\)`)
 
+// functionDef matches the start of a __global__ or __device__ function's
+// definition (or declaration): its name.
+var functionDef = regexp.MustCompile(`(?m)^(?:extern "C" )?(?:__global__|__device__)[^;{(]*?(\w+)\(`)
+
+// barriers are the built-ins that wait for other threads.
+var barriers = []string{"__syncthreads", "__shfl"}
+
+// Syncing returns the functions of kernels (CUDA C) that reach a barrier
+// (__syncthreads or a warp shuffle), in their own body or through the
+// functions they call, found by reading the text: a function's body is
+// from the brace after its name to the matching one, and it calls every
+// function whose name it holds followed by "(". If a macro's definition
+// holds a barrier, every function counts as syncing.
+func Syncing(kernels string) map[string]bool {
+	bodies := map[string]string{}
+	for _, loc := range functionDef.FindAllStringSubmatchIndex(kernels, -1) {
+		name, rest := kernels[loc[2]:loc[3]], kernels[loc[1]:]
+		open := strings.IndexAny(rest, "{;")
+		if open < 0 || rest[open] == ';' {
+			continue // a declaration
+		}
+		depth, end := 0, len(rest)
+		for i := open; i < len(rest); i++ {
+			if rest[i] == '{' {
+				depth++
+			} else if rest[i] == '}' {
+				if depth--; depth == 0 {
+					end = i + 1
+					break
+				}
+			}
+		}
+		bodies[name] += rest[open:end]
+	}
+	inMacro := false
+	for _, line := range strings.Split(kernels, "\n") {
+		for _, b := range barriers {
+			inMacro = inMacro || strings.HasPrefix(strings.TrimSpace(line), "#define") && strings.Contains(line, b)
+		}
+	}
+	syncs := map[string]bool{}
+	for name, body := range bodies {
+		for _, b := range barriers {
+			syncs[name] = syncs[name] || inMacro || strings.Contains(body, b)
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, body := range bodies {
+			if syncs[name] {
+				continue
+			}
+			for callee := range bodies {
+				if syncs[callee] && regexp.MustCompile(`\b`+callee+`\s*\(`).MatchString(body) {
+					syncs[name], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	return syncs
+}
+
 // Source returns the emulator's one C++ file for the CUDA C kernels:
 // the runtime, the kernels, and for each kernel a wrapper that takes
-// cuLaunchKernel's parameter array, with a lookup by name.
+// cuLaunchKernel's parameter array and whether it syncs (Syncing), with
+// a lookup by name.
 func Source(kernels string) (string, error) {
 	decls := kernelDecl.FindAllStringSubmatch(kernels, -1)
 	if len(decls) == 0 {
 		return "", errors.New("cudaemu: no extern \"C\" __global__ kernel in the source")
 	}
+	syncs := Syncing(kernels)
 	var b, lookup strings.Builder
 	b.WriteString(runtime)
 	b.WriteString("\n#line 1 \"kernels.cu\"\n")
@@ -59,10 +126,18 @@ func Source(kernels string) (string, error) {
 			args = append(args, fmt.Sprintf("*(%s*)p[%d]", typ, i))
 		}
 		fmt.Fprintf(&b, "static void emu_%s(void **p) { %s(%s); }\n", d[1], d[1], strings.Join(args, ", "))
-		fmt.Fprintf(&lookup, "\tif (strcmp(name, %q) == 0) return (void *)emu_%s;\n", d[1], d[1])
+		fmt.Fprintf(&b, "static shoal_emu_fn emu_fn_%s = {emu_%s, %d};\n", d[1], d[1], boolInt(syncs[d[1]]))
+		fmt.Fprintf(&lookup, "\tif (strcmp(name, %q) == 0) return &emu_fn_%s;\n", d[1], d[1])
 	}
-	fmt.Fprintf(&b, "extern \"C\" void *shoal_emu_kernel(const char *name)\n{\n%s\treturn NULL;\n}\n", lookup.String())
+	fmt.Fprintf(&b, "extern \"C\" shoal_emu_fn *shoal_emu_kernel(const char *name)\n{\n%s\treturn NULL;\n}\n", lookup.String())
 	return b.String(), nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Build compiles the emulator for the CUDA C kernels into dir, as each of

@@ -7,7 +7,10 @@
 // A launch runs the grid's blocks one after the other; a block's threads
 // are fibers (ucontext) that switch straight to the next one at
 // __syncthreads and at warp shuffles, which are barriers of the block or
-// of the warp. Streams are synchronous.
+// of the warp. A kernel that reaches no barrier (cudaemu.Syncing) runs its
+// threads one after the other on the caller's stack instead: a fiber's
+// three context switches cost system calls (the signal mask), many times
+// the work of such a thread. Streams are synchronous.
 // SHOAL_EMU_SYNC_ERROR=N makes every cuStreamSynchronize return N (700: a
 // lost context), to test how the Go side takes it.
 #include <stdint.h>
@@ -21,8 +24,13 @@ typedef unsigned long long CUdeviceptr;
 
 shoal_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-// Provided by the generated part: the launch wrapper of a kernel by name.
-extern "C" void *shoal_emu_kernel(const char *name);
+// A kernel as the generated part provides it: its launch wrapper, and
+// whether it reaches a barrier.
+struct shoal_emu_fn {
+	void (*wrapper)(void **);
+	int syncs;
+};
+extern "C" shoal_emu_fn *shoal_emu_kernel(const char *name);
 
 namespace {
 
@@ -41,6 +49,7 @@ struct launchState {
 	void (*wrapper)(void **);
 	void **params;
 	int n;             // threads in the block
+	bool direct;       // no fibers: the kernel reaches no barrier
 	fiber fibers[maxThreads];
 	ucontext_t sched;
 	int cur;
@@ -102,8 +111,32 @@ void wait(int *arrived, int *gen, int count)
 
 int flat() { return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)); }
 
+// runDirect runs the block's threads one after the other.
+void runDirect()
+{
+	for (int t = 0; t < st->n; t++) {
+		st->cur = t;
+		threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+		st->wrapper(st->params);
+	}
+}
+
+// barrierCheck ends the process where a kernel said not to reach a barrier
+// reaches one (cudaemu.Syncing read it wrong): it cannot wait without fibers.
+void barrierCheck(const char *what)
+{
+	if (st->direct) {
+		fprintf(stderr, "emulator: %s in a kernel that cudaemu.Syncing found none in\n", what);
+		abort();
+	}
+}
+
 int runBlock()
 {
+	if (st->direct) {
+		runDirect();
+		return 0;
+	}
 	for (int t = 0; t < st->n; t++) {
 		fiber *f = &st->fibers[t];
 		f->idx.x = t % blockDim.x;
@@ -135,10 +168,15 @@ int runBlock()
 
 } // namespace
 
-void __syncthreads(void) { wait(&st->blockArrived, &st->blockGen, st->n); }
+void __syncthreads(void)
+{
+	barrierCheck("__syncthreads");
+	wait(&st->blockArrived, &st->blockGen, st->n);
+}
 
 unsigned int shoal_emu_shfl(unsigned int v, int src, int down)
 {
+	barrierCheck("a warp shuffle");
 	int t = flat(), warp = t / 32, lane = t % 32, base = warp * 32;
 	int count = st->n - base < 32 ? st->n - base : 32;
 	unsigned int *slots = st->slots[st->fibers[st->cur].shuffles++ & 1];
@@ -200,7 +238,7 @@ CUresult cuModuleLoadData(void **m, const void *image)
 CUresult cuModuleUnload(void *) { return 0; }
 CUresult cuModuleGetFunction(void **f, void *, const char *name)
 {
-	*f = shoal_emu_kernel(name);
+	*f = (void *)shoal_emu_kernel(name);
 	return *f ? 0 : 500; // CUDA_ERROR_NOT_FOUND
 }
 CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
@@ -214,7 +252,9 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 		for (int t = 0; t < maxThreads; t++)
 			s.fibers[t].stack = (char *)malloc(stackBytes);
 	st = &s;
-	st->wrapper = (void (*)(void **))f;
+	shoal_emu_fn *k = (shoal_emu_fn *)f;
+	st->wrapper = k->wrapper;
+	st->direct = !k->syncs;
 	st->params = params;
 	st->n = (int)n;
 	st->deadlock = false;
