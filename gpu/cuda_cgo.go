@@ -81,6 +81,17 @@ static int shoal_blas_sgemm(void *f, void *h, int ta, int tb, int m, int n, int 
 		CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
 	return ((fn_sgemm)f)(h, ta, tb, m, n, k, &alpha, (const float *)a, lda, (const float *)b, ldb, &beta, (float *)c, ldc);
 }
+// cublasGemmEx: the data types are cudaDataType_t (CUDA_R_32F 0,
+// CUDA_R_16F 2, CUDA_R_16BF 14), the compute type cublasComputeType_t
+// (CUBLAS_COMPUTE_32F 68: alpha and beta are floats), the algorithm
+// CUBLAS_GEMM_DEFAULT (-1), which takes the tensor cores for half inputs.
+typedef int (*fn_gemmex)(void *, int, int, int, int, int, const void *, const void *, int, int,
+	const void *, int, int, const void *, void *, int, int, int, int);
+static int shoal_blas_gemmex(void *f, void *h, int ta, int tb, int m, int n, int k, float alpha,
+		CUdeviceptr a, int atype, int lda, CUdeviceptr b, int btype, int ldb, float beta, CUdeviceptr c, int ctype, int ldc) {
+	return ((fn_gemmex)f)(h, ta, tb, m, n, k, &alpha, (const void *)a, atype, lda, (const void *)b, btype, ldb,
+		&beta, (void *)c, ctype, ldc, 68, -1);
+}
 
 // NVRTC.
 typedef int (*fn_nvver)(int *, int *);
@@ -123,7 +134,7 @@ type libs struct {
 	cuModuleUnload, cuModuleGetFunction, cuLaunchKernel, cuGetErrorName,
 	cuGetErrorString unsafe.Pointer
 
-	cublasCreate, cublasDestroy, cublasSetStream, cublasSgemm unsafe.Pointer
+	cublasCreate, cublasDestroy, cublasSetStream, cublasSgemm, cublasGemmEx unsafe.Pointer
 
 	nvrtcVersion, nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetProgramLogSize,
 	nvrtcGetProgramLog, nvrtcGetCUBINSize, nvrtcGetCUBIN, nvrtcDestroyProgram,
@@ -156,7 +167,7 @@ func (l *libs) cudaSymbols() []symbol {
 
 func (l *libs) cublasSymbols() []symbol {
 	return []symbol{{"cublasCreate_v2", &l.cublasCreate}, {"cublasDestroy_v2", &l.cublasDestroy},
-		{"cublasSetStream_v2", &l.cublasSetStream}, {"cublasSgemm_v2", &l.cublasSgemm}}
+		{"cublasSetStream_v2", &l.cublasSetStream}, {"cublasSgemm_v2", &l.cublasSgemm}, {"cublasGemmEx", &l.cublasGemmEx}}
 }
 
 func (l *libs) nvrtcSymbols() []symbol {
@@ -475,14 +486,36 @@ func (l *libs) blasCreate(s unsafe.Pointer) (unsafe.Pointer, error) {
 
 func (l *libs) blasDestroy(h unsafe.Pointer) { C.shoal_blas_destroy(l.cublasDestroy, h) }
 
+// blasOp is cuBLAS's operation: CUBLAS_OP_T for a transposed operand,
+// else CUBLAS_OP_N.
+func blasOp(t bool) C.int {
+	if t {
+		return 1
+	}
+	return 0
+}
+
 // sgemm is cublasSgemm on column-major operands (the caller transposes).
 func (l *libs) sgemm(h unsafe.Pointer, ta, tb bool, m, n, k int, alpha float32, a uint64, lda int, b uint64, ldb int, beta float32, c uint64, ldc int) error {
-	op := func(t bool) C.int {
-		if t {
-			return 1 // CUBLAS_OP_T
-		}
-		return 0
-	}
-	return blasErr("cublasSgemm", C.shoal_blas_sgemm(l.cublasSgemm, h, op(ta), op(tb), C.int(m), C.int(n), C.int(k),
+	return blasErr("cublasSgemm", C.shoal_blas_sgemm(l.cublasSgemm, h, blasOp(ta), blasOp(tb), C.int(m), C.int(n), C.int(k),
 		C.float(alpha), C.CUdeviceptr(a), C.int(lda), C.CUdeviceptr(b), C.int(ldb), C.float(beta), C.CUdeviceptr(c), C.int(ldc)))
+}
+
+// The cudaDataType_t values gemmHalf uses.
+const (
+	cudaR32F  = 0
+	cudaR16F  = 2
+	cudaR16BF = 14
+)
+
+// gemmHalf is cublasGemmEx with a and b in float16 (bf16 false) or
+// bfloat16, c in float32, accumulating in float32, on column-major
+// operands (the caller transposes).
+func (l *libs) gemmHalf(h unsafe.Pointer, ta, tb bool, m, n, k int, alpha float32, a uint64, lda int, b uint64, ldb int, beta float32, c uint64, ldc int, bf16 bool) error {
+	half := C.int(cudaR16F)
+	if bf16 {
+		half = cudaR16BF
+	}
+	return blasErr("cublasGemmEx", C.shoal_blas_gemmex(l.cublasGemmEx, h, blasOp(ta), blasOp(tb), C.int(m), C.int(n), C.int(k),
+		C.float(alpha), C.CUdeviceptr(a), half, C.int(lda), C.CUdeviceptr(b), half, C.int(ldb), C.float(beta), C.CUdeviceptr(c), cudaR32F, C.int(ldc)))
 }

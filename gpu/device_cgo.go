@@ -245,6 +245,17 @@ func ptr(op string, m nn.Mem, n int) uint64 {
 		return 0
 	}
 	m.Check(op, n)
+	return address(op, m)
+}
+
+// ptr16 is ptr for n 2-byte elements (float16 or bfloat16).
+func ptr16(op string, m nn.Mem, n int) uint64 {
+	m.CheckHalves(op, n)
+	return address(op, m)
+}
+
+// address is m's device address.
+func address(op string, m nn.Mem) uint64 {
 	h, off := m.Handle()
 	cm, ok := h.(*cudaMem)
 	if !ok {
@@ -416,6 +427,21 @@ func (d *Device) Gemm(tA, tB bool, m, n, k int, alpha float32, a nn.Mem, lda int
 	d.queue(func() error { return d.l.sgemm(d.blas, tB, tA, n, m, k, alpha, pb, ldb, pa, lda, beta, pc, ldc) })
 }
 
+// GemmHalf is Gemm through cublasGemmEx, a and b in half precision and c
+// in float32 (see nn.Device).
+func (d *Device) GemmHalf(tA, tB bool, m, n, k int, alpha float32, a nn.Mem, lda int, b nn.Mem, ldb int, beta float32, c nn.Mem, ldc int, bf16 bool) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gpu: GemmHalf: negative dimension %d×%d×%d", m, n, k))
+	}
+	pa, pb, pc := ptr16("GemmHalf A", a, gemmNeed(tA, m, k, lda)), ptr16("GemmHalf B", b, gemmNeed(tB, k, n, ldb)), ptr("GemmHalf C", c, gemmNeed(false, m, n, ldc))
+	if m == 0 || n == 0 {
+		return
+	}
+	d.queue(func() error {
+		return d.l.gemmHalf(d.blas, tB, tA, n, m, k, alpha, pb, ldb, pa, lda, beta, pc, ldc, bf16)
+	})
+}
+
 // The kernels' launch shapes: 256 threads a block, at most 65,535 blocks
 // (the kernels loop over the rest).
 const (
@@ -551,7 +577,7 @@ func (d *Device) ToHalf(dst, src nn.Mem, n int, bf16 bool) {
 	if bf16 {
 		name = kF32ToBF16
 	}
-	d.launch(name, n, blockThreads, new(args).ptr(ptr("ToHalf", src, n)).ptr(ptr("ToHalf", dst, (n+1)/2)).i(n))
+	d.launch(name, n, blockThreads, new(args).ptr(ptr("ToHalf", src, n)).ptr(ptr16("ToHalf", dst, n)).i(n))
 }
 
 // FromHalf: see nn.Device.
@@ -560,5 +586,10 @@ func (d *Device) FromHalf(dst, src nn.Mem, n int, bf16 bool) {
 	if bf16 {
 		name = kBF16ToF32
 	}
-	d.launch(name, n, blockThreads, new(args).ptr(ptr("FromHalf", src, (n+1)/2)).ptr(ptr("FromHalf", dst, n)).i(n))
+	d.launch(name, n, blockThreads, new(args).ptr(ptr16("FromHalf", src, n)).ptr(ptr("FromHalf", dst, n)).i(n))
+}
+
+// Unscale: see nn.Device.
+func (d *Device) Unscale(g nn.Mem, n int, s float32, found nn.Mem) {
+	d.launch(kUnscale, n, blockThreads, new(args).ptr(ptr("Unscale", g, n)).i(n).f(s).ptr(ptr("Unscale", found, 1)))
 }

@@ -40,7 +40,11 @@
 // goroutine locked to its OS thread, where the device's primary context
 // is current and which owns the stream, the cuBLAS handle and the module;
 // Device's methods queue closures there. GEMMs go to cuBLAS (row-major
-// data through transposed column-major calls); the other operations are
+// data through transposed column-major calls): cublasSgemm in float32,
+// and for mixed precision (nn.BF16, nn.FP16: the --precision flag)
+// cublasGemmEx on bfloat16 or float16 operands with float32 results and
+// accumulation (CUBLAS_COMPUTE_32F), which cuBLAS runs on the tensor
+// cores; the other operations are
 // the CUDA C kernels of kernels.cu, embedded in the binary and compiled by
 // NVRTC at start for the GPU's sm_XY to a CUBIN, which is cached on disk
 // (CacheDir, keyed by a hash of the source, options and the NVRTC and
@@ -57,7 +61,9 @@
 // clang-15 (SHOAL_REQUIRE_CLANG=1), which catches errors in the C, and run
 // the suite on Device itself against a CUDA emulator built from
 // internal/cudaemu: the driver, NVRTC and cuBLAS calls answered on the CPU,
-// kernels.cu compiled as C++ with each thread block's threads as fibers.
+// kernels.cu compiled as C++ with each thread block's threads as fibers
+// (only for kernels that reach a barrier; the others run their threads in
+// turn), cuBLAS as plain loops in double.
 // That checks everything on the Go side (loading, the executor, argument
 // packing, staging, the cuBLAS transpositions, the kernel cache, a lost
 // context) and the kernels' logic; what only a GPU shows (NVRTC itself,

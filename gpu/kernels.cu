@@ -222,6 +222,22 @@ extern "C" __global__ void shoal_sgd_momentum(float* p, float* buf, const float*
 	}
 }
 
+// shoal_unscale multiplies the n gradients g by s (rounded to float32, as
+// nn's HostDevice does) and sets *found to 1 if any product is NaN or
+// infinite (all exponent bits set), leaving it alone otherwise: dynamic
+// loss scaling's unscale-and-check. Threads that find one race to store
+// the same 1. N = n.
+extern "C" __global__ void shoal_unscale(float* g, int n, float s, int* found)
+{
+	SHOAL_FOR(i, n)
+	{
+		float v = __fmul_rn(g[i], s);
+		g[i] = v;
+		if ((__float_as_uint(v) & 0x7f800000u) == 0x7f800000u)
+			*found = 1;
+	}
+}
+
 // ---- Convolution ---------------------------------------------------------
 
 // shoal_im2col writes col ((c·kh·kw)×(oh·ow)), the receptive fields of one

@@ -19,6 +19,7 @@ const (
 	kColSum          = "shoal_col_sum"
 	kSoftmaxXent     = "shoal_softmax_xent"
 	kSGDMomentum     = "shoal_sgd_momentum"
+	kUnscale         = "shoal_unscale"
 	kIm2col          = "shoal_im2col"
 	kCol2im          = "shoal_col2im"
 	kChannelBiasAct  = "shoal_channel_bias_act"
@@ -39,6 +40,7 @@ var kernelNames = []string{
 	kColSum,
 	kSoftmaxXent,
 	kSGDMomentum,
+	kUnscale,
 	kIm2col,
 	kCol2im,
 	kChannelBiasAct,

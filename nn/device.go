@@ -69,6 +69,16 @@ type Device interface {
 	// FromHalf converts back. Both agree with package wire bit for bit.
 	ToHalf(dst, src Mem, n int, bf16 bool)
 	FromHalf(dst, src Mem, n int, bf16 bool)
+	// GemmHalf is Gemm with a and b in half precision, float16 (bf16
+	// false) or bfloat16 elements (ranges from Mem.Halves; the leading
+	// dimensions count elements), and c in float32: the products
+	// accumulate in float32, as cuBLAS's GemmEx does on the tensor cores.
+	GemmHalf(tA, tB bool, m, n, k int, alpha float32, a Mem, lda int, b Mem, ldb int, beta float32, c Mem, ldc int, bf16 bool)
+	// Unscale multiplies the n float32 of g by s and sets the int32 at
+	// found to 1 if any product is NaN or infinite, leaving it as it is
+	// otherwise (the caller zeroes it first): the unscale-and-check of
+	// dynamic loss scaling.
+	Unscale(g Mem, n int, s float32, found Mem)
 	// Sync waits for the queued work and returns its first error. A
 	// device whose context is lost keeps returning that error.
 	Sync() error
@@ -105,11 +115,25 @@ func (m Mem) Slice(off, n int) Mem {
 	return Mem{h: m.h, off: m.off + 4*off, n: 4 * n}
 }
 
+// Halves returns the n 2-byte elements (float16 or bfloat16) from
+// element off.
+func (m Mem) Halves(off, n int) Mem {
+	if off < 0 || n < 0 || 2*(off+n) > m.n {
+		panic(fmt.Sprintf("nn: Mem.Halves(%d, %d) of %d halves", off, n, m.n/2))
+	}
+	return Mem{h: m.h, off: m.off + 2*off, n: 2 * n}
+}
+
 // Check panics unless m holds at least n 4-byte elements; for Device
 // implementations.
-func (m Mem) Check(op string, n int) {
-	if m.h == nil || m.n < 4*n {
-		panic(fmt.Sprintf("nn: %s: memory of %d bytes, want at least %d elements (%d bytes)", op, m.n, n, 4*n))
+func (m Mem) Check(op string, n int) { m.checkBytes(op, n, 4) }
+
+// CheckHalves panics unless m holds at least n 2-byte elements.
+func (m Mem) CheckHalves(op string, n int) { m.checkBytes(op, n, 2) }
+
+func (m Mem) checkBytes(op string, n, size int) {
+	if m.h == nil || m.n < size*n {
+		panic(fmt.Sprintf("nn: %s: memory of %d bytes, want at least %d elements (%d bytes)", op, m.n, n, size*n))
 	}
 }
 

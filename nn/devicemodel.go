@@ -39,7 +39,7 @@ func NewOnDevice(spec Spec, dev Device) (*DeviceModel, error) {
 		return nil, err
 	}
 	host := m.(*net)
-	dm := &DeviceModel{host: host, dev: dev}
+	dm := &DeviceModel{host: host, dev: dev, scaler: newLossScaler()}
 	size := host.layout.Size()
 	if dm.params, err = dev.Alloc(4 * size); err != nil {
 		return nil, fmt.Errorf("nn: %s on %s: parameters: %w", host.arch, dev.Name(), err)
@@ -75,6 +75,17 @@ type DeviceModel struct {
 	// device holds the weights the resident step trains.
 	mom      Mem
 	resident bool
+
+	// Mixed precision (SetPrecision): per layer, the half copies of its
+	// weight tensor and of its GEMM input (a dense layer's x, a conv's
+	// im2col columns), a half copy of the output gradient of the layer
+	// in backward, the loss scaler (FP16) and the device's overflow flag.
+	prec      Precision
+	hw, hin   []Mem
+	hdy       Mem
+	scaler    lossScaler
+	found     Mem
+	hostFound []int32
 }
 
 var (
@@ -95,6 +106,30 @@ func (m *DeviceModel) Init(params []float32, seed uint64) { m.host.Init(params, 
 
 // Err returns the first device error; see Failer.
 func (m *DeviceModel) Err() error { return m.err }
+
+// SetPrecision sets what the GEMMs compute in (FP32 by default); see
+// Precision. Under FP16 the loss is scaled as PyTorch's GradScaler scales
+// it, from 2^16: a step whose gradients overflow float16 (a NaN or an
+// infinity once unscaled) is computed again at half the scale, so that
+// the gradients ForwardBackward returns are always the unscaled ones of
+// one pass, and the scale doubles after 2,000 steps without overflow.
+// The buffers are sized again at the next step.
+func (m *DeviceModel) SetPrecision(p Precision) error {
+	if p != FP32 && !p.Half() {
+		return fmt.Errorf("nn: SetPrecision(%v): want fp32, bf16 or fp16", p)
+	}
+	m.prec, m.scaler, m.batch = p, newLossScaler(), 0
+	return nil
+}
+
+// Precision returns what the GEMMs compute in.
+func (m *DeviceModel) Precision() Precision { return m.prec }
+
+// LossScale returns the FP16 loss scale the next step starts from, and
+// how many steps overflowed and were computed again so far.
+func (m *DeviceModel) LossScale() (scale float32, overflows int) {
+	return m.scaler.scale, m.scaler.overflows
+}
 
 // Close frees the model's device memory.
 func (m *DeviceModel) Close() {
@@ -144,6 +179,11 @@ func (m *DeviceModel) ensure(n int) error {
 		b, err = m.alloc(k)
 		return b
 	}
+	// k halves, in an allocation of their own: 256-byte aligned, as the
+	// tensor cores want their operands.
+	getHalves := func(k int) Mem {
+		return get((k+1)/2).Halves(0, k)
+	}
 	m.x = get(n * m.host.in.size())
 	m.labels, m.loss, m.correct = get(n), get(n), get(n)
 	m.acts[0] = m.x
@@ -167,6 +207,23 @@ func (m *DeviceModel) ensure(n int) error {
 		}
 	}
 	m.dacts[len(ls)] = get(n * m.host.classes)
+	m.hw, m.hin, m.hdy = nil, nil, Mem{}
+	if m.prec.Half() {
+		m.hw, m.hin = make([]Mem, len(ls)), make([]Mem, len(ls))
+		dy := 0
+		for i, l := range ls {
+			switch l := l.(type) {
+			case *dense:
+				m.hw[i], m.hin[i] = getHalves(l.w.Size()), getHalves(n*l.nin)
+				dy = max(dy, n*l.nout)
+			case *conv2d:
+				m.hw[i], m.hin[i] = getHalves(l.w.Size()), getHalves(n*l.ishp.c*l.kh*l.kw*l.oshp.h*l.oshp.w)
+				dy = max(dy, n*l.oshp.size())
+			}
+		}
+		m.hdy = getHalves(dy)
+		m.found = get(1)
+	}
 	// A flatten passes its gradient through unchanged.
 	for i := len(ls) - 1; i > 0; i-- {
 		if _, ok := ls[i].(*flatten); ok {
@@ -178,6 +235,7 @@ func (m *DeviceModel) ensure(n int) error {
 	}
 	m.hostLoss = make([]float32, n)
 	m.hostCorrect = make([]int32, n)
+	m.hostFound = make([]int32, 1)
 	m.batch = n
 	return nil
 }
@@ -193,16 +251,71 @@ func (m *DeviceModel) ForwardBackward(params, grads, x []float32, labels []int32
 	if !m.start(params, x, labels) {
 		return math.NaN(), 0
 	}
-	m.forward(n)
-	z := m.acts[len(m.host.layers)]
-	m.dev.SoftmaxXent(z, m.labels, m.dacts[len(m.host.layers)], m.loss, m.correct, n, m.host.classes, float32(1/float64(n)))
-	m.backward(n)
-	m.dev.Download(F32Bytes(grads), m.grads)
-	sum, correct, ok := m.finish(n)
-	if !ok {
-		return math.NaN(), 0
+	for forward := true; ; forward = false {
+		m.pass(n, forward)
+		m.dev.Download(F32Bytes(grads), m.grads)
+		sum, correct, ok := m.finish(n)
+		if !ok {
+			return math.NaN(), 0
+		}
+		if !m.again(sum) {
+			return m.mean(sum, n), correct
+		}
 	}
-	return sum / float64(n), correct
+}
+
+// pass queues forward (unless the activations are there already: a pass
+// taken again at a smaller loss scale), the loss and backward of n
+// samples; under FP16 the loss is scaled and the gradients unscaled and
+// checked (see again). Backward leaves the activations as they are.
+func (m *DeviceModel) pass(n int, forward bool) {
+	if forward {
+		m.forward(n)
+	}
+	top := len(m.host.layers)
+	scale := 1.0
+	if m.prec == FP16 {
+		scale = float64(m.scaler.scale)
+	}
+	m.dev.SoftmaxXent(m.acts[top], m.labels, m.dacts[top], m.loss, m.correct, n, m.host.classes, float32(scale/float64(n)))
+	m.backward(n)
+	if m.prec == FP16 {
+		m.dev.Zero(m.found, 1)
+		m.dev.Unscale(m.grads, m.grads.Bytes()/4, float32(1/scale), m.found)
+		m.dev.Download(I32Bytes(m.hostFound), m.found)
+	}
+}
+
+// again says, after an FP16 pass whose results are in (finish), whether
+// its gradients overflowed and the pass must be taken again at the
+// smaller scale the scaler now holds. A pass whose loss is not finite is
+// not taken again (scaling does not reach the forward pass: that is
+// divergence, and the caller sees the loss), nor one that overflowed at a
+// scale of 1 (Err then wraps ErrOverflow).
+func (m *DeviceModel) again(sum float64) bool {
+	if m.prec != FP16 {
+		return false
+	}
+	if m.hostFound[0] == 0 {
+		m.scaler.ok()
+		return false
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return false
+	}
+	if m.scaler.overflow() {
+		return true
+	}
+	m.err = fmt.Errorf("%w: %s on %s (train in bf16 or fp32)", ErrOverflow, m.host.arch, m.dev.Name())
+	return false
+}
+
+// mean is the batch's mean loss, NaN once the model failed.
+func (m *DeviceModel) mean(sum float64, n int) float64 {
+	if m.err != nil {
+		return math.NaN()
+	}
+	return sum / float64(n)
 }
 
 // Evaluate runs the batch forward on the device; see Model.
@@ -268,16 +381,36 @@ func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (fl
 	if !m.upload(x, labels) {
 		return math.NaN(), 0
 	}
-	m.forward(n)
-	top := len(m.host.layers)
-	m.dev.SoftmaxXent(m.acts[top], m.labels, m.dacts[top], m.loss, m.correct, n, m.host.classes, float32(1/float64(n)))
-	m.backward(n)
-	m.dev.SGDMomentum(m.params, m.mom, m.grads, m.params.Bytes()/4, lr, mu, 0, false)
-	sum, correct, ok := m.finish(n)
-	if !ok {
-		return math.NaN(), 0
+	update := func() { m.dev.SGDMomentum(m.params, m.mom, m.grads, m.params.Bytes()/4, lr, mu, 0, false) }
+	if m.prec != FP16 {
+		m.pass(n, true)
+		update()
+		sum, correct, ok := m.finish(n)
+		if !ok {
+			return math.NaN(), 0
+		}
+		return sum / float64(n), correct
 	}
-	return sum / float64(n), correct
+	// FP16: the overflow check waits for the pass before the update.
+	for forward := true; ; forward = false {
+		m.pass(n, forward)
+		sum, correct, ok := m.finish(n)
+		if !ok {
+			return math.NaN(), 0
+		}
+		if m.again(sum) {
+			continue
+		}
+		if math.IsNaN(sum) || math.IsInf(sum, 0) || m.err != nil {
+			return math.NaN(), 0
+		}
+		update()
+		if err := m.dev.Sync(); err != nil {
+			m.err = fmt.Errorf("%w: %s: %w", ErrDevice, m.dev.Name(), err)
+			return math.NaN(), 0
+		}
+		return sum / float64(n), correct
+	}
 }
 
 // Store downloads the weights TrainStep trained into params.
@@ -342,21 +475,77 @@ func (m *DeviceModel) finish(n int) (float64, int, bool) {
 // view returns tensor t of the device vector v.
 func view(v Mem, t Tensor) Mem { return v.Slice(t.Offset, t.Size()) }
 
+// operand is a GEMM input: its float32 memory and, under mixed precision,
+// its half copy.
+type operand struct{ f, h Mem }
+
+// slice returns elements [off, off+n) of both.
+func (o operand) slice(off, n int) operand {
+	s := operand{f: o.f.Slice(off, n)}
+	if !o.h.Nil() {
+		s.h = o.h.Halves(off, n)
+	}
+	return s
+}
+
+// gemm is Device.Gemm on the float32 operands, or GemmHalf on their half
+// copies under mixed precision.
+func (m *DeviceModel) gemm(tA, tB bool, rows, cols, k int, a operand, lda int, b operand, ldb int, beta float32, c Mem, ldc int) {
+	if !m.prec.Half() {
+		m.dev.Gemm(tA, tB, rows, cols, k, 1, a.f, lda, b.f, ldb, beta, c, ldc)
+		return
+	}
+	m.dev.GemmHalf(tA, tB, rows, cols, k, 1, a.h, lda, b.h, ldb, beta, c, ldc, m.prec == BF16)
+}
+
+// half fills o's half copy from its float32 memory (n elements) under
+// mixed precision, and returns o.
+func (m *DeviceModel) half(o operand, n int) operand {
+	if m.prec.Half() {
+		m.dev.ToHalf(o.h, o.f, n, m.prec == BF16)
+	}
+	return o
+}
+
+// weights returns layer i's weight tensor t as an operand.
+func (m *DeviceModel) weights(i int, t Tensor) operand {
+	o := operand{f: view(m.params, t)}
+	if m.prec.Half() {
+		o.h = m.hw[i]
+	}
+	return o
+}
+
+// input returns layer i's GEMM input (x of a dense layer, the im2col
+// columns of a conv), n elements, as an operand.
+func (m *DeviceModel) input(i int, f Mem, n int) operand {
+	o := operand{f: f.Slice(0, n)}
+	if m.prec.Half() {
+		o.h = m.hin[i].Halves(0, n)
+	}
+	return o
+}
+
 func (m *DeviceModel) forward(n int) {
 	d := m.dev
 	for i, l := range m.host.layers {
 		x, y := m.acts[i], m.acts[i+1]
 		switch l := l.(type) {
 		case *dense:
-			d.Gemm(false, true, n, l.nout, l.nin, 1, x, l.nin, view(m.params, l.w), l.nin, 0, y, l.nout)
+			w := m.half(m.weights(i, l.w), l.w.Size())
+			in := m.half(m.input(i, x, n*l.nin), n*l.nin)
+			m.gemm(false, true, n, l.nout, l.nin, in, l.nin, w, l.nin, 0, y, l.nout)
 			d.BiasAct(y, view(m.params, l.b), n, l.nout, 1, l.relu)
 		case *conv2d:
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
 			isz, osz := l.ishp.size(), l.oshp.size()
 			for s := range n {
-				col := m.cols[i].Slice(s*k*hw, k*hw)
-				d.Im2Col(x.Slice(s*isz, isz), col, l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
-				d.Gemm(false, false, l.oshp.c, hw, k, 1, view(m.params, l.w), k, col, hw, 0, y.Slice(s*osz, osz), hw)
+				d.Im2Col(x.Slice(s*isz, isz), m.cols[i].Slice(s*k*hw, k*hw), l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
+			}
+			w := m.half(m.weights(i, l.w), l.w.Size())
+			cols := m.half(m.input(i, m.cols[i], n*k*hw), n*k*hw)
+			for s := range n {
+				m.gemm(false, false, l.oshp.c, hw, k, w, k, cols.slice(s*k*hw, k*hw), hw, 0, y.Slice(s*osz, osz), hw)
 			}
 			d.BiasAct(y, view(m.params, l.b), n, l.oshp.c, hw, l.relu)
 		case *maxPool2D:
@@ -382,10 +571,12 @@ func (m *DeviceModel) backward(n int) {
 			if l.relu {
 				d.ReLUBackward(dy, y, n*l.nout)
 			}
-			d.Gemm(true, false, l.nout, l.nin, n, 1, dy, l.nout, x, l.nin, 0, view(m.grads, l.w), l.nin)
+			g := m.half(m.outGrad(dy, n*l.nout), n*l.nout)
+			// The half copies of x and the weights are forward's.
+			m.gemm(true, false, l.nout, l.nin, n, g, l.nout, m.input(i, x, n*l.nin), l.nin, 0, view(m.grads, l.w), l.nin)
 			d.BiasGrad(view(m.grads, l.b), dy, n, l.nout, 1)
 			if needDx {
-				d.Gemm(false, false, n, l.nin, l.nout, 1, dy, l.nout, view(m.params, l.w), l.nin, 0, dx, l.nin)
+				m.gemm(false, false, n, l.nin, l.nout, g, l.nout, m.weights(i, l.w), l.nin, 0, dx, l.nin)
 			}
 		case *conv2d:
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
@@ -394,15 +585,17 @@ func (m *DeviceModel) backward(n int) {
 				d.ReLUBackward(dy, y, n*osz)
 			}
 			d.BiasGrad(view(m.grads, l.b), dy, n, l.oshp.c, hw)
+			g := m.half(m.outGrad(dy, n*osz), n*osz)
+			cols, w := m.input(i, m.cols[i], n*k*hw), m.weights(i, l.w)
 			for s := range n {
-				dys := dy.Slice(s*osz, osz)
+				dys := g.slice(s*osz, osz)
 				beta := float32(1)
 				if s == 0 {
 					beta = 0
 				}
-				d.Gemm(false, true, l.oshp.c, k, hw, 1, dys, hw, m.cols[i].Slice(s*k*hw, k*hw), hw, beta, view(m.grads, l.w), k)
+				m.gemm(false, true, l.oshp.c, k, hw, dys, hw, cols.slice(s*k*hw, k*hw), hw, beta, view(m.grads, l.w), k)
 				if needDx {
-					d.Gemm(true, false, k, hw, l.oshp.c, 1, view(m.params, l.w), k, dys, hw, 0, m.dcol[i], hw)
+					m.gemm(true, false, k, hw, l.oshp.c, w, k, dys, hw, 0, m.dcol[i], hw)
 					d.Col2Im(m.dcol[i], dx.Slice(s*isz, isz), l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
 				}
 			}
@@ -413,4 +606,14 @@ func (m *DeviceModel) backward(n int) {
 		case *flatten: // the same memory both ways; see ensure
 		}
 	}
+}
+
+// outGrad returns a layer's output gradient dy (n elements) as an
+// operand, its half copy in the shared scratch.
+func (m *DeviceModel) outGrad(dy Mem, n int) operand {
+	o := operand{f: dy.Slice(0, n)}
+	if m.prec.Half() {
+		o.h = m.hdy.Halves(0, n)
+	}
+	return o
 }

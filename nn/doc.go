@@ -48,6 +48,15 @@
 // ReLU's gradient, max pooling, im2col) avoid data-dependent branches,
 // which on real activations were mispredicted half the time.
 //
+// # Devices and mixed precision
+//
+// NewOnDevice runs a model on a Device (a GPU; HostDevice is the
+// reference): parameters, gradients and activations stay in its memory.
+// SetPrecision(BF16 or FP16) makes its GEMMs multiply half-precision
+// copies of their operands into float32, with float32 master weights and
+// gradients, and for FP16 dynamic loss scaling (GradScaler's schedule; a
+// step that overflows is taken again at half the scale). See Precision.
+//
 // # Caller errors
 //
 // ForwardBackward, Evaluate and Init are hot paths without an error

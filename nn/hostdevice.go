@@ -226,22 +226,47 @@ func halfEncoding(bf16 bool) wire.Encoding {
 	return wire.Float16
 }
 
+// halves returns the bytes of the first n 2-byte elements of m.
+func halves(op string, m Mem, n int) []byte {
+	m.CheckHalves(op, n)
+	return bytesOf(m)[:2*n]
+}
+
 // ToHalf encodes with package wire (little-endian, as device memory is on
 // every platform Shoal runs on).
 func (d *HostDevice) ToHalf(dst, src Mem, n int, bf16 bool) {
-	if dst.Bytes() < 2*n {
-		panic(fmt.Sprintf("nn: ToHalf: %d bytes for %d halves", dst.Bytes(), n))
-	}
-	halfEncoding(bf16).Put(bytesOf(dst)[:2*n], f32("ToHalf", src, n))
+	halfEncoding(bf16).Put(halves("ToHalf", dst, n), f32("ToHalf", src, n))
 }
 
 // FromHalf decodes with package wire.
 func (d *HostDevice) FromHalf(dst, src Mem, n int, bf16 bool) {
-	if src.Bytes() < 2*n {
-		panic(fmt.Sprintf("nn: FromHalf: %d bytes for %d halves", src.Bytes(), n))
-	}
-	if err := halfEncoding(bf16).Decode(f32("FromHalf", dst, n), bytesOf(src)[:2*n]); err != nil {
+	if err := halfEncoding(bf16).Decode(f32("FromHalf", dst, n), halves("FromHalf", src, n)); err != nil {
 		panic("nn: FromHalf: " + err.Error())
+	}
+}
+
+// GemmHalf widens a and b to float32 and runs the product on the
+// backend, which accumulates in float32.
+func (d *HostDevice) GemmHalf(tA, tB bool, m, n, k int, alpha float32, a Mem, lda int, b Mem, ldb int, beta float32, c Mem, ldc int, bf16 bool) {
+	widen := func(h Mem) []float32 {
+		w := make([]float32, h.Bytes()/2)
+		if err := halfEncoding(bf16).Decode(w, halves("GemmHalf", h, len(w))); err != nil {
+			panic("nn: GemmHalf: " + err.Error())
+		}
+		return w
+	}
+	d.be.Gemm(tA, tB, m, n, k, alpha, widen(a), lda, widen(b), ldb, beta, f32("GemmHalf", c, c.Bytes()/4), ldc)
+}
+
+// Unscale multiplies in float32, as the CUDA kernel does.
+func (d *HostDevice) Unscale(g Mem, n int, s float32, found Mem) {
+	flag, gs := i32("Unscale", found, 1), f32("Unscale", g, n)
+	for i, v := range gs {
+		v *= s
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			flag[0] = 1
+		}
+		gs[i] = v
 	}
 }
 

@@ -32,8 +32,11 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("Im2Col", func(t *testing.T) { testIm2Col(t, dev) })
 	t.Run("MaxPool", func(t *testing.T) { testMaxPool(t, dev) })
 	t.Run("Half", func(t *testing.T) { testHalf(t, dev) })
+	t.Run("Unscale", func(t *testing.T) { testUnscale(t, dev) })
 	t.Run("Model", func(t *testing.T) { testModels(t, dev) })
 	t.Run("TrainStep", func(t *testing.T) { testTrainStep(t, dev) })
+	t.Run("MixedPrecision", func(t *testing.T) { testMixed(t, dev) })
+	t.Run("LossScale", func(t *testing.T) { testLossScale(t, dev) })
 }
 
 // buf is device memory with its length, freed at the end of the test.
@@ -124,7 +127,31 @@ func same(t *testing.T, what string, want, got []float32) {
 	}
 }
 
+// testGemm checks Gemm, and GemmHalf on operands rounded to float16 and
+// bfloat16 (the reference multiplies the rounded values).
 func testGemm(t *testing.T, dev nn.Device) {
+	for _, enc := range []wire.Encoding{wire.Float32, wire.Float16, wire.BFloat16} {
+		t.Run(enc.String(), func(t *testing.T) { testGemmIn(t, dev, enc) })
+	}
+}
+
+// putIn returns device memory holding v in enc (float32, or halves from
+// Mem.Halves), and v rounded to enc.
+func putIn(t *testing.T, dev nn.Device, v []float32, enc wire.Encoding) (nn.Mem, []float32) {
+	t.Helper()
+	if enc == wire.Float32 {
+		return put(t, dev, v).m, v
+	}
+	b := make([]byte, 2*len(v))
+	enc.Put(b, v)
+	m := alloc(t, dev, (len(v)+1)/2).m.Halves(0, len(v))
+	dev.Upload(m, b)
+	r := make([]float32, len(v))
+	require.NoError(t, enc.Decode(r, b))
+	return m, r
+}
+
+func testGemmIn(t *testing.T, dev nn.Device, enc wire.Encoding) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, sz := range [][3]int{{1, 1, 1}, {255, 257, 1}, {257, 1, 255}, {4099, 3, 2}, {3, 4099, 5}, {65, 33, 257}} {
 		m, n, k := sz[0], sz[1], sz[2]
@@ -147,7 +174,13 @@ func testGemm(t *testing.T, dev nn.Device) {
 				} else {
 					dc = put(t, dev, c0)
 				}
-				dev.Gemm(tA, tB, m, n, k, 1.5, put(t, dev, a).m, lda, put(t, dev, b).m, ldb, beta, dc.m, n)
+				da, a := putIn(t, dev, a, enc)
+				db, b := putIn(t, dev, b, enc)
+				if enc == wire.Float32 {
+					dev.Gemm(tA, tB, m, n, k, 1.5, da, lda, db, ldb, beta, dc.m, n)
+				} else {
+					dev.GemmHalf(tA, tB, m, n, k, 1.5, da, lda, db, ldb, beta, dc.m, n, enc == wire.BFloat16)
+				}
 				want := make([]float64, m*n)
 				for i := range m {
 					for j := range n {
@@ -554,4 +587,244 @@ func testTrainStep(t *testing.T, dev nn.Device) {
 			}
 		})
 	}
+}
+
+func testUnscale(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, n := range Sizes {
+		for _, tc := range []struct {
+			name  string
+			bad   float32 // put last, when not 0
+			s     float32
+			flag  int32 // found before the call
+			found int32
+		}{
+			{"finite", 0, 1.0 / 1024, 0, 0},
+			{"finite, found already set", 0, 0.5, 1, 1},
+			{"infinity", inf, 1.0 / 1024, 0, 1},
+			{"NaN", nan, 1.0 / 1024, 0, 1},
+			{"overflow in the product", 3e38, 4, 0, 1},
+		} {
+			name := fmt.Sprintf("n=%d %s", n, tc.name)
+			g := randVec(rng, n)
+			if tc.bad != 0 {
+				g[n-1] = tc.bad
+			}
+			dg, found := put(t, dev, g), putI32(t, dev, []int32{tc.flag})
+			dev.Unscale(dg.m, n, tc.s, found.m)
+			want := make([]float32, n)
+			for i, v := range g {
+				want[i] = v * tc.s
+			}
+			same(t, name, want, get(t, dev, dg))
+			require.Equal(t, []int32{tc.found}, getI32(t, dev, found), name+" found")
+		}
+	}
+}
+
+// mixedSpecs are the models the mixed-precision checks train.
+var mixedSpecs = []nn.Spec{{Arch: "mlp", Hidden: []int{257, 31}}, {Arch: "cnn"}}
+
+// onDevice returns spec's model on dev computing in p.
+func onDevice(t *testing.T, spec nn.Spec, dev nn.Device, p nn.Precision) *nn.DeviceModel {
+	t.Helper()
+	m, err := nn.NewOnDevice(spec, dev)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	require.NoError(t, m.SetPrecision(p))
+	require.Equal(t, p, m.Precision())
+	return m
+}
+
+// maxAbs is the largest magnitude in v.
+func maxAbs(v []float32) float64 {
+	var m float64
+	for _, x := range v {
+		m = max(m, math.Abs(float64(x)))
+	}
+	return m
+}
+
+// close fails unless got is within tol·max|want| of want, element by element.
+func close(t *testing.T, what string, want, got []float32, tol float64) {
+	t.Helper()
+	scale := maxAbs(want)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); !(d <= tol*scale) {
+			t.Fatalf("%s: element %d is %v, want %v (tolerance %g of the largest, %v)", what, i, got[i], want[i], tol, scale)
+		}
+	}
+}
+
+// relDist is ‖got − want‖ / ‖want‖.
+func relDist(want, got []float32) float64 {
+	var d, w float64
+	for i := range want {
+		d += (float64(got[i]) - float64(want[i])) * (float64(got[i]) - float64(want[i]))
+		w += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(d / w)
+}
+
+// mixedTol is how far a half-precision step may stray from the float32
+// CPU model and from the HostDevice reference in the same precision.
+type mixedTol struct {
+	// Against float32: the loss (relative), and the relative distance of
+	// the gradient vectors. Every GEMM operand is rounded to 8 (bf16) or
+	// 11 (fp16) significant bits; through three layers of backward the
+	// first layer's gradient moves by 3-4% in bf16 and 0.05% in fp16, and
+	// where a rounding moves a pre-activation across a ReLU's kink a
+	// whole row of it changes (2% of the vector in one fp16 case seen),
+	// so elements are not compared.
+	loss, grads float64
+	// Against the reference, element by element: the same roundings, but a
+	// float32 sum in another order can round an operand the other way.
+	ref float64
+}
+
+func mixedTolerance(p nn.Precision) mixedTol {
+	if p == nn.BF16 {
+		return mixedTol{loss: 5e-3, grads: 0.1, ref: 2e-2}
+	}
+	return mixedTol{loss: 1e-3, grads: 0.05, ref: 3e-3}
+}
+
+// testMixed checks BF16 and FP16 steps against the HostDevice reference
+// in the same precision and against the float32 CPU model: ForwardBackward,
+// Evaluate, and three resident steps.
+func testMixed(t *testing.T, dev nn.Device) {
+	for _, p := range []nn.Precision{nn.BF16, nn.FP16} {
+		tol := mixedTolerance(p)
+		for _, spec := range mixedSpecs {
+			t.Run(fmt.Sprintf("%s %s%v", p, spec.Arch, spec.Hidden), func(t *testing.T) {
+				cpu, err := nn.New(spec, nn.NewCPU())
+				require.NoError(t, err)
+				ref, dm := onDevice(t, spec, nn.NewHostDevice(nil), p), onDevice(t, spec, dev, p)
+				size := cpu.Layout().Size()
+				params := make([]float32, size)
+				cpu.Init(params, 11)
+				rng := rand.New(rand.NewPCG(23, 24))
+				for _, batch := range []int{5, 1, 17} {
+					x := make([]float32, batch*cpu.InputSize())
+					for i := range x {
+						x[i] = rng.Float32()
+					}
+					labels := make([]int32, batch)
+					for i := range labels {
+						labels[i] = int32(rng.IntN(cpu.Classes()))
+					}
+					name := fmt.Sprintf("batch %d", batch)
+					want, wantRef, got := make([]float32, size), make([]float32, size), make([]float32, size)
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					wantLoss, _ := cpu.ForwardBackward(params, want, x, labels)
+					refLoss, refCorrect := ref.ForwardBackward(params, wantRef, x, labels)
+					gotLoss, gotCorrect := dm.ForwardBackward(params, got, x, labels)
+					require.NoError(t, dm.Err())
+					require.InDelta(t, wantLoss, gotLoss, tol.loss*(1+math.Abs(wantLoss)), name+" loss against fp32")
+					require.InDelta(t, refLoss, gotLoss, tol.ref*(1+math.Abs(refLoss)), name+" loss")
+					require.InDelta(t, refCorrect, gotCorrect, 1, name+" correct")
+					require.Less(t, relDist(want, got), tol.grads, name+" gradient against fp32")
+					close(t, name+" gradient", wantRef, got, tol.ref)
+					refSum, _ := ref.Evaluate(params, x, labels)
+					gotSum, _ := dm.Evaluate(params, x, labels)
+					require.InDelta(t, refSum, gotSum, tol.ref*(1+math.Abs(refSum)), name+" evaluate")
+					for i := range params {
+						params[i] -= 0.1 * want[i]
+					}
+				}
+				// The resident step: three steps, the same weights.
+				const lr, mu = 0.05, 0.9
+				require.NoError(t, ref.Load(params))
+				require.NoError(t, dm.Load(params))
+				for step, batch := range []int{9, 1, 33} {
+					x := randVec(rng, batch*cpu.InputSize())
+					labels := make([]int32, batch)
+					for i := range labels {
+						labels[i] = int32(rng.IntN(cpu.Classes()))
+					}
+					refLoss, _ := ref.TrainStep(x, labels, lr, mu)
+					gotLoss, _ := dm.TrainStep(x, labels, lr, mu)
+					require.NoError(t, dm.Err())
+					require.InDelta(t, refLoss, gotLoss, tol.ref*(1+math.Abs(refLoss)), "resident step %d loss", step)
+				}
+				want, got := make([]float32, size), make([]float32, size)
+				require.NoError(t, ref.Store(want))
+				require.NoError(t, dm.Store(got))
+				close(t, "weights after 3 resident steps", want, got, tol.ref)
+			})
+		}
+	}
+}
+
+// testLossScale drives FP16's loss scaling into an overflow it recovers
+// from and one it cannot. Both use an MLP 784-4-10 with weights set by
+// hand and one sample, so the scaled output gradient is as large as it
+// gets: (softmax − one-hot)·scale.
+func testLossScale(t *testing.T, dev nn.Device) {
+	spec := nn.Spec{Arch: "mlp", Hidden: []int{4}}
+	cpu, err := nn.New(spec, nn.NewCPU())
+	require.NoError(t, err)
+	ts := cpu.Layout().Tensors // fc1.weight, fc1.bias, fc2.weight, fc2.bias
+	require.Len(t, ts, 4)
+	size := cpu.Layout().Size()
+	x := make([]float32, cpu.InputSize())
+	for i := range x {
+		x[i] = 1
+	}
+	labels := []int32{1}
+
+	t.Run("recovers", func(t *testing.T) {
+		// Zero weights and an output bias that makes class 0 certain: the
+		// gradient of the logit of class 1 is −1, −65,536 at the first
+		// scale, which float16 (largest 65,504) cannot hold. Taken again
+		// at 2^15 the step is exact.
+		dm := onDevice(t, spec, dev, nn.FP16)
+		params := make([]float32, size)
+		params[ts[3].Offset] = 30
+		want, got := make([]float32, size), make([]float32, size)
+		wantLoss, _ := cpu.ForwardBackward(params, want, x, labels)
+		gotLoss, _ := dm.ForwardBackward(params, got, x, labels)
+		require.NoError(t, dm.Err())
+		scale, overflows := dm.LossScale()
+		require.Equal(t, float32(1<<15), scale, "the scale after one overflow")
+		require.Equal(t, 1, overflows)
+		require.InDelta(t, wantLoss, gotLoss, 1e-4*(1+math.Abs(wantLoss)))
+		close(t, "gradient", want, got, 1e-4)
+		// The next step starts from 2^15 and does not overflow.
+		gotLoss, _ = dm.ForwardBackward(params, got, x, labels)
+		require.InDelta(t, wantLoss, gotLoss, 1e-4*(1+math.Abs(wantLoss)))
+		scale, overflows = dm.LossScale()
+		require.Equal(t, float32(1<<15), scale)
+		require.Equal(t, 1, overflows)
+	})
+
+	t.Run("cannot recover", func(t *testing.T) {
+		// Hidden units of 0.784 and output weights of ±60,000 for classes 0
+		// and 1: the gradient reaching the hidden layer is 120,000 even at
+		// a scale of 1, past float16's range, so no scale helps.
+		dm := onDevice(t, spec, dev, nn.FP16)
+		params := make([]float32, size)
+		for i := range ts[0].Size() {
+			params[ts[0].Offset+i] = 1e-3
+		}
+		for h := range 4 {
+			params[ts[2].Offset+h] = 6e4    // class 0
+			params[ts[2].Offset+4+h] = -6e4 // class 1
+		}
+		grads := make([]float32, size)
+		loss, _ := dm.ForwardBackward(params, grads, x, labels)
+		require.True(t, math.IsNaN(loss), "loss %v", loss)
+		require.ErrorIs(t, dm.Err(), nn.ErrOverflow)
+		scale, overflows := dm.LossScale()
+		require.Equal(t, float32(1), scale)
+		require.Equal(t, 17, overflows, "2^16 down to 1, each overflowing")
+		// BF16 has float32's range: the same step is fine there.
+		bf := onDevice(t, spec, dev, nn.BF16)
+		loss, _ = bf.ForwardBackward(params, grads, x, labels)
+		require.NoError(t, bf.Err())
+		require.False(t, math.IsNaN(loss) || math.IsInf(loss, 0), "bf16 loss %v", loss)
+	})
 }

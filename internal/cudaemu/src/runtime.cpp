@@ -302,6 +302,63 @@ int cublasSgemm_v2(void *, int ta, int tb, int m, int n, int k, const float *alp
 	return 0;
 }
 
+// An element of a cublasGemmEx operand: CUDA_R_32F (0), CUDA_R_16F (2)
+// or CUDA_R_16BF (14).
+static double emuElement(const void *p, int type, size_t i)
+{
+	if (type == 0)
+		return ((const float *)p)[i];
+	unsigned int h = ((const unsigned short *)p)[i];
+	if (type == 14) {
+		unsigned int u = h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	double sign = h & 0x8000u ? -1 : 1;
+	int e = (h >> 10) & 0x1f;
+	unsigned int mant = h & 0x3ffu;
+	if (e == 0x1f)
+		return mant ? NAN : sign * INFINITY;
+	if (e == 0)
+		return sign * ldexp(mant, -24); // zero or subnormal
+	return sign * ldexp(1024 + mant, e - 25);
+}
+
+// cublasGemmEx for what package gpu asks: A and B of one type (float,
+// half or bfloat16), C float, CUBLAS_COMPUTE_32F (68); anything else is
+// CUBLAS_STATUS_NOT_SUPPORTED (15).
+int cublasGemmEx(void *, int ta, int tb, int m, int n, int k, const void *alpha, const void *a, int atype, int lda,
+		 const void *b, int btype, int ldb, const void *beta, void *c, int ctype, int ldc, int compute, int)
+{
+	if (atype != btype || (atype != 0 && atype != 2 && atype != 14) || ctype != 0 || compute != 68)
+		return 15;
+	if (m == 0 || n == 0)
+		return 0;
+	// Each operand widened once, as far as it reaches: the last of its
+	// columns (column-major) holds only its rows.
+	size_t na = k == 0 ? 0 : (size_t)lda * ((ta ? m : k) - 1) + (ta ? k : m);
+	size_t nb = k == 0 ? 0 : (size_t)ldb * ((tb ? k : n) - 1) + (tb ? n : k);
+	double *wa = (double *)malloc((na + nb + 1) * sizeof(double)), *wb = wa + na;
+	if (!wa)
+		return 3; // CUBLAS_STATUS_ALLOC_FAILED
+	for (size_t i = 0; i < na; i++)
+		wa[i] = emuElement(a, atype, i);
+	for (size_t i = 0; i < nb; i++)
+		wb[i] = emuElement(b, btype, i);
+	float al = *(const float *)alpha, be = *(const float *)beta;
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double s = 0;
+			for (int p = 0; p < k; p++)
+				s += wa[ta ? p + (size_t)i * lda : i + (size_t)p * lda] * wb[tb ? j + (size_t)p * ldb : p + (size_t)j * ldb];
+			float *o = &((float *)c)[i + (size_t)j * ldc];
+			*o = (float)(al * s + (be == 0 ? 0.0 : (double)be * *o));
+		}
+	free(wa);
+	return 0;
+}
+
 // ---- NVRTC: "compiles" to a marker the driver half accepts ----
 int nvrtcVersion(int *major, int *minor) { *major = 13; *minor = 0; return 0; }
 int nvrtcCreateProgram(void **p, const char *src, const char *, int, const char *const *, const char *const *)
