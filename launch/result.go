@@ -18,7 +18,10 @@ type Result struct {
 	Workers    int              `json:"workers"`
 	Servers    int              `json:"servers"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
-	Device        string                `json:"device,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Precision is what the GPU workers' GEMMs multiplied, bf16 or fp16;
+	// empty for fp32.
+	Precision     string                `json:"precision,omitempty"`
 	Epochs        int                   `json:"epochs"`
 	Steps         int64                 `json:"steps"`
 	Batch         int                   `json:"batch"`

@@ -11,6 +11,9 @@
 # MODELS=cnn BATCHES=256), SHOAL=.gpubin/shoal (make gpubin, carried there),
 # PYTHON=/opt/torch/.venv/bin/python; the table goes into the section
 # compute-gpu of DOC (point DOC at a copy under $OUT to bring it back).
+# PRECISION=bf16 or fp16 (a GPU only) times Shoal's mixed precision beside
+# PyTorch's autocast (with a GradScaler for fp16), into the section
+# compute-gpu-bf16 or compute-gpu-fp16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
@@ -18,6 +21,7 @@ SHOAL=${SHOAL:-bin/shoal}
 BATCH=${BATCH:-64}
 BATCHES=${BATCHES:-$BATCH}
 DEVICE=${DEVICE:-cpu}
+PRECISION=${PRECISION:-fp32}
 MODELS=${MODELS:-mlp cnn}
 THREADS=${THREADS:-1}
 STEPS=${STEPS:-100}
@@ -35,7 +39,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	for model in $MODELS; do
 		for batch in $BATCHES; do
 			echo "round $round/$ROUNDS: $model batch $batch on $DEVICE: shoal, torch" >&2
-			common=(--model "$model" --batch "$batch" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --device "$DEVICE")
+			common=(--model "$model" --batch "$batch" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --device "$DEVICE" --precision "$PRECISION")
 			[ "$model" = mlp ] && common+=(--hidden 512,512)
 			"$SHOAL" bench compute "${common[@]}" --json >>"$out/shoal-$model-$batch.jsonl"
 			"$PY" bench/peers/torch_train.py "${common[@]}" >>"$out/torch-$model-$batch.jsonl"
@@ -44,14 +48,16 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-cmd="make bench-compute (DEVICE=$DEVICE MODELS=\"$MODELS\" BATCHES=\"$BATCHES\" THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
-"$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" "$MODELS" "$BATCHES" "$DEVICE" <<'EOF'
+prec=""
+[ "$PRECISION" = fp32 ] || prec=" PRECISION=$PRECISION"
+cmd="make bench-compute (DEVICE=$DEVICE$prec MODELS=\"$MODELS\" BATCHES=\"$BATCHES\" THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS)"
+"$PY" - "$out" "$cmd" "$DOC" "$load_before" "$load_after" "$MODELS" "$BATCHES" "$DEVICE" "$PRECISION" <<'EOF'
 import datetime, json, statistics, sys
 
 sys.path.insert(0, "scripts")
 from benchdoc import machine, put_section, revision
 
-folder, command, doc, load_before, load_after, models, batches, device = sys.argv[1:9]
+folder, command, doc, load_before, load_after, models, batches, device, precision = sys.argv[1:10]
 
 
 def load(path):
@@ -72,7 +78,10 @@ rev = revision()
 table = "\n".join([
     f"Command: `{command}` at revision {rev}, {datetime.date.today()}.",
     f"Machine: {machine()}; load average {load_before} before, {load_after} after.",
-    "Shoal and PyTorch alternate, one run each per round; the table gives the medians over the rounds.",
+    "Shoal and PyTorch alternate, one run each per round; the table gives the medians over the rounds."
+    + ("" if precision == "fp32" else f" Precision {precision}: Shoal's --precision {precision} (half-precision GEMM operands, float32 accumulation and master weights"
+       + (", dynamic loss scaling" if precision == "fp16" else "") + ") against PyTorch's torch.autocast"
+       + (" with a GradScaler" if precision == "fp16" else "") + "."),
     "",
     "| model | batch | threads | Shoal samples/s | PyTorch samples/s | Shoal / PyTorch | Shoal GEMM | PyTorch | rounds (Shoal/PyTorch) |",
     "|---|---|---|---|---|---|---|---|---|",
@@ -80,7 +89,9 @@ table = "\n".join([
 ])
 if device == "cpu":
     put_section(doc, "compute", table, "Training compute: Shoal vs PyTorch")
-else:
+elif precision == "fp32":
     put_section(doc, "compute-gpu", table, "Training compute on a GPU: Shoal vs PyTorch eager")
+else:
+    put_section(doc, "compute-gpu-" + precision, table, f"Mixed precision ({precision}) on a GPU: Shoal vs PyTorch autocast")
 print(table)
 EOF

@@ -12,6 +12,10 @@
 #   4. shoal bench compute beside PyTorch eager    -> BENCHMARKS.md (section compute-gpu)
 #   5. shoal train --device cuda --workers 4 in async, sync and ring
 #                                                  -> train4-<mode>.json
+#   6. mixed precision: shoal train --model mlp|cnn --epochs 3 in bf16 and
+#      fp16 (beside step 3's fp32 on cuda)         -> train-<model>-<precision>.json
+#      and bench compute --precision beside PyTorch autocast, MLP at batch
+#      1024 and 4096                               -> BENCHMARKS.md (sections compute-gpu-bf16, -fp16)
 #
 # DATA is the Fashion-MNIST folder (the idx .gz files; carry it, it is
 # 30 MB); without it steps 3 and 5 train on --dataset synthetic.
@@ -22,7 +26,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
 DATA=${DATA:-}
 PYTHON=${PYTHON:-/opt/torch/.venv/bin/python}
-STEPS=${STEPS:-1 2 3 4 5}
+STEPS=${STEPS:-1 2 3 4 5 6}
 SHOAL=.gpubin/shoal
 mkdir -p "$OUT"
 [ -x "$SHOAL" ] || { echo "gpu-check: $SHOAL not found: run make gpubin on the build machine and carry .gpubin" >&2; exit 1; }
@@ -64,6 +68,19 @@ if want 5; then
 	for mode in async sync ring; do
 		step "train 4 workers on one GPU, $mode" "train4-$mode.json" \
 			"$SHOAL" train --device cuda --workers 4 --mode "$mode" --epochs 1 "${data[@]}" --json
+	done
+fi
+if want 6; then
+	for precision in bf16 fp16; do
+		for model in mlp cnn; do
+			step "train $model on cuda in $precision" "train-$model-$precision.json" \
+				"$SHOAL" train --device cuda --precision "$precision" --model "$model" --epochs 3 "${data[@]}" --json
+		done
+	done
+	[ -f "$OUT/BENCHMARKS.md" ] || cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
+	for precision in bf16 fp16; do
+		step "bench compute in $precision beside PyTorch autocast" "bench-compute-$precision.txt" env DEVICE=cuda PRECISION="$precision" \
+			MODELS=mlp BATCHES="1024 4096" SHOAL="$SHOAL" PYTHON="$PYTHON" DOC="$OUT/BENCHMARKS.md" scripts/bench-compute.sh
 	done
 fi
 exit $status

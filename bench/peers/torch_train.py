@@ -15,6 +15,12 @@ on the GPU, as `shoal bench compute --device cuda` runs; the clock waits for
 the GPU (torch.cuda.synchronize) before it starts and before it stops, and
 the loss is read back every step, as Shoal reads its losses.
 
+--precision bf16 or fp16 (GPU only) runs forward and backward under
+torch.autocast in that type, the recipe `shoal bench compute --precision`
+is measured against; fp16 adds a GradScaler (scale, step, update each
+step; it skips a step whose gradients overflow where Shoal takes it again,
+so the JSON says how many it skipped).
+
 The thread count is set before torch is imported (OMP_NUM_THREADS for
 PyTorch's own kernels and oneDNN, OPENBLAS_NUM_THREADS for the BLAS, which
 Debian's build does not otherwise limit) and with torch.set_num_threads.
@@ -40,6 +46,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=100, help="timed steps")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="autocast forward and backward to bf16 or fp16 (a GPU only; fp16 with a GradScaler)")
     return p.parse_args()
 
 
@@ -63,17 +71,39 @@ def main():
     gpu = device.type == "cuda"
     if gpu and not torch.cuda.is_available():
         sys.exit("torch_train.py: --device %s: this PyTorch sees no CUDA device" % args.device)
+    if args.precision != "fp32" and not gpu:
+        sys.exit("torch_train.py: --precision %s: autocast is measured on a GPU; use --device cuda" % args.precision)
     model = build(torch, args).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.rand(args.batch, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (args.batch,), device=device)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = None
+    if args.precision == "fp16":
+        amp = getattr(torch, "amp", None)
+        scaler = amp.GradScaler("cuda") if amp is not None and hasattr(amp, "GradScaler") else torch.cuda.amp.GradScaler()
+    skipped = [0]
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        if half is None:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+        with torch.autocast(device_type="cuda", dtype=half):
+            loss = loss_fn(model(x), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            return loss.item()
+        before = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if scaler.get_scale() < before:
+            skipped[0] += 1
         return loss.item()
 
     def sync():
@@ -95,9 +125,11 @@ def main():
         "threads": args.threads,
         "backend": "torch-%s/%s" % (torch.__version__,
                                     "%s %s" % (device, torch.cuda.get_device_name(device)) if gpu else blas_name()),
+        "precision": args.precision,
         "steps": args.steps,
         "seconds": secs,
         "samples_per_sec": args.batch * args.steps / secs,
+        "skipped_steps": skipped[0],
     }))
 
 

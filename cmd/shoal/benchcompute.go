@@ -25,7 +25,13 @@ type computeRecord struct {
 	Threads int    `json:"threads"`
 	// Backend is the GEMM path: "cpu/openblas", "cpu/gonum", or the
 	// GPU, e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)".
-	Backend       string  `json:"backend"`
+	Backend string `json:"backend"`
+	// Precision is what the GEMMs multiplied: fp32, bf16 or fp16; for
+	// fp16, LossScale is the loss scale the run ended at and Overflows
+	// how many steps overflowed float16 and were taken again.
+	Precision     string  `json:"precision"`
+	LossScale     float32 `json:"loss_scale,omitempty"`
+	Overflows     int     `json:"overflows,omitempty"`
 	Parameters    int     `json:"parameters"`
 	Warmup        int     `json:"warmup"`
 	Steps         int     `json:"steps"`
@@ -90,7 +96,7 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 		if *backend != "auto" {
 			return fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", *backend, dev.choice, place.Ordinal)
 		}
-		pm, err := onGPU(spec, place, dev.choice)
+		pm, err := dev.onGPU(spec, place)
 		if err != nil {
 			return err
 		}
@@ -129,12 +135,19 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 		rec.Hidden = []int{}
 	}
 	rec.Threads = *threads
-	rec.Backend, rec.Why = where, why
+	rec.Backend, rec.Why, rec.Precision = where, why, dev.precision.String()
+	if dm, ok := model.(*nn.DeviceModel); ok && dev.precision == nn.FP16 {
+		rec.LossScale, rec.Overflows = dm.LossScale()
+	}
 	if *jsonOut {
 		return printJSONLine(stdout, rec)
 	}
-	_, err = fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
-		describeModel(model), rec.Batch, rec.Threads, rec.Backend, rec.SamplesPerSec, rec.Steps, rec.Seconds, why)
+	prec := ""
+	if dev.precision.Half() {
+		prec = ", " + rec.Precision
+	}
+	_, err = fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s%s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
+		describeModel(model), rec.Batch, rec.Threads, rec.Backend, prec, rec.SamplesPerSec, rec.Steps, rec.Seconds, why)
 	return err
 }
 

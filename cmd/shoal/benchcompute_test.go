@@ -85,6 +85,9 @@ func TestBenchComputeErrors(t *testing.T) {
 		{"bad hidden", []string{"--hidden", "8,x"}, `--hidden "8,x"`},
 		{"stray argument", []string{"mlp"}, `unexpected argument "mlp"`},
 		{"bad device", []string{"--device", "gpu"}, `device "gpu": want auto, cpu, cuda or cuda:N`},
+		{"bad precision", []string{"--precision", "fp8"}, `precision "fp8": want fp32, bf16 or fp16`},
+		{"mixed precision on the CPU", []string{"--device", "cpu", "--precision", "bf16"},
+			"--precision bf16: mixed precision runs on a GPU, but --device cpu computes on the CPU (--device cpu); use --precision fp32 there"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -109,6 +112,14 @@ func TestDeviceCUDAWithoutAGPU(t *testing.T) {
 		err := run(context.Background(), args, nil, &bytes.Buffer{}, &bytes.Buffer{})
 		require.ErrorIs(t, err, gpu.ErrUnavailable, args)
 		assert.Contains(t, err.Error(), "--device "+args[4]+": ", args)
+	}
+	// --precision bf16 or fp16 where --device auto finds no GPU: refused
+	// before anything starts, by all three.
+	for _, args := range [][]string{{"train", "--dataset", "synthetic", "--precision", "fp16"}, {"worker", "--dataset", "synthetic", "--precision", "bf16"},
+		{"bench", "compute", "--precision", "bf16"}} {
+		err := run(context.Background(), args, nil, &bytes.Buffer{}, &bytes.Buffer{})
+		require.Error(t, err, args)
+		assert.Contains(t, err.Error(), "mixed precision runs on a GPU, but --device auto computes on the CPU (--device auto: no usable GPU", args)
 	}
 	for _, d := range []string{"auto", "cpu"} {
 		var out bytes.Buffer
@@ -170,17 +181,30 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 	require.Len(t, r.GPU.Ranks, 1)
 	assert.Equal(t, "cuda:0", r.GPU.Ranks[0].Device)
 
-	var rec computeRecord
-	out := shoal("bench", "compute", "--device", "cuda", "--hidden", "32", "--batch", "16", "--steps", "3", "--warmup", "1", "--json")
-	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
-	assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)
+	for _, prec := range []string{"fp32", "bf16", "fp16"} {
+		var rec computeRecord
+		out := shoal("bench", "compute", "--device", "cuda", "--precision", prec, "--hidden", "32", "--batch", "16", "--steps", "3", "--warmup", "1", "--json")
+		require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+		assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)
+		assert.Equal(t, prec, rec.Precision)
+		if prec == "fp16" {
+			assert.Equal(t, float32(1<<16), rec.LossScale, "4 steps of a small model do not overflow")
+		}
+	}
 
-	for _, mode := range []string{"async", "ring"} {
-		out := shoal("train", "--device", "cuda", "--mode", mode, "--workers", "2", "--dataset", "synthetic", "--steps", "40", "--json")
+	for _, tc := range []struct{ mode, precision string }{{"async", "fp32"}, {"ring", "fp32"}, {"sync", "bf16"}, {"ring", "fp16"}} {
+		name := tc.mode + " " + tc.precision
+		out := shoal("train", "--device", "cuda", "--precision", tc.precision, "--mode", tc.mode, "--workers", "2", "--dataset", "synthetic", "--steps", "40", "--json")
 		res := lastJSON(t, out)
-		assert.Equal(t, "cuda:0", res["device"], mode)
-		assert.Contains(t, out, "2 worker(s) on cuda:0", mode)
+		assert.Equal(t, "cuda:0", res["device"], name)
+		if tc.precision == "fp32" {
+			assert.Contains(t, out, "2 worker(s) on cuda:0,", name)
+			assert.NotContains(t, res, "precision", name)
+		} else {
+			assert.Contains(t, out, "2 worker(s) on cuda:0 in "+tc.precision+",", name)
+			assert.Equal(t, tc.precision, res["precision"], name)
+		}
 		// Synthetic data is easy: 40 steps of a working model learn it.
-		assert.Greater(t, res["test_accuracy"], 0.8, "%s: %s", mode, out)
+		assert.Greater(t, res["test_accuracy"], 0.8, "%s: %s", name, out)
 	}
 }

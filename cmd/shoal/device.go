@@ -10,19 +10,31 @@ import (
 	"github.com/shoalml/shoal/nn"
 )
 
-// deviceFlags choose where a worker computes: --device.
-type deviceFlags struct{ choice gpu.Choice }
+// deviceFlags choose where a worker computes and in what: --device and
+// --precision.
+type deviceFlags struct {
+	choice    gpu.Choice
+	precision nn.Precision
+}
 
 func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.Var(&d.choice, "device", "where the model computes: auto (the GPU of the worker's local rank, modulo the GPUs found, else the CPU), cpu, cuda (the local rank's GPU; an error without one) or cuda:N")
+	fs.Var(&d.precision, "precision", "what a GPU's GEMMs multiply: fp32, bf16 (bfloat16 copies of the operands, on the tensor cores) or fp16 (float16, the loss scaled dynamically); weights, updates and the gradients sent stay fp32. bf16 and fp16 need a GPU")
 }
 
-func (d *deviceFlags) args() []string { return []string{"--device", d.choice.String()} }
+func (d *deviceFlags) args() []string {
+	return []string{"--device", d.choice.String(), "--precision", d.precision.String()}
+}
 
 // place says where the worker of localRank computes (gpu.Choice.Resolve
-// with the CUDA driver's device count).
+// with the CUDA driver's device count); mixed precision placed on the CPU
+// is an error.
 func (d *deviceFlags) place(localRank int) (gpu.Placement, error) {
-	return d.choice.Resolve(localRank, gpu.Count)
+	p, err := d.choice.Resolve(localRank, gpu.Count)
+	if err == nil && d.precision.Half() && !p.OnGPU() {
+		err = fmt.Errorf("--precision %s: mixed precision runs on a GPU, but --device %s computes on the CPU (%s); use --precision fp32 there", d.precision, d.choice, p.Why)
+	}
+	return p, err
 }
 
 // placedModel is a model on its device, what to call the device in a log
@@ -48,7 +60,7 @@ func (d *deviceFlags) build(mf *modelFlags, localRank, threads int) (placedModel
 		return placedModel{}, err
 	}
 	if p.OnGPU() {
-		return onGPU(spec, p, d.choice)
+		return d.onGPU(spec, p)
 	}
 	// Why this BLAS is shoal info's to say.
 	be, _ := nn.NewBestCPU(threads)
@@ -59,16 +71,23 @@ func (d *deviceFlags) build(mf *modelFlags, localRank, threads int) (placedModel
 	return placedModel{model: m, where: be.Name(), why: p.Why, close: func() {}}, nil
 }
 
-// onGPU opens GPU p.Ordinal and builds the model in its memory.
-func onGPU(spec nn.Spec, p gpu.Placement, choice gpu.Choice) (placedModel, error) {
+// onGPU opens GPU p.Ordinal and builds the model in its memory, computing
+// in d's precision.
+func (d *deviceFlags) onGPU(spec nn.Spec, p gpu.Placement) (placedModel, error) {
 	dev, err := gpu.NewDevice(p.Ordinal)
 	if err != nil {
-		return placedModel{}, fmt.Errorf("--device %s: cuda:%d: %w", choice, p.Ordinal, err)
+		return placedModel{}, fmt.Errorf("--device %s: cuda:%d: %w", d.choice, p.Ordinal, err)
 	}
 	m, err := nn.NewOnDevice(spec, dev)
+	if err == nil {
+		err = m.SetPrecision(d.precision)
+	}
 	if err != nil {
+		if m != nil {
+			m.Close()
+		}
 		dev.Close()
-		return placedModel{}, fmt.Errorf("--device %s: %w", choice, err)
+		return placedModel{}, fmt.Errorf("--device %s: %w", d.choice, err)
 	}
 	return placedModel{model: m, where: dev.Name(), why: p.Why,
 		close: func() { m.Close(); dev.Close() }}, nil
@@ -87,6 +106,7 @@ func (d *deviceFlags) describePlacement(n int) (string, error) {
 		if p.OnGPU() {
 			s = fmt.Sprintf("cuda:%d", p.Ordinal)
 		}
+
 		if !slices.Contains(devs, s) {
 			devs = append(devs, s)
 		}

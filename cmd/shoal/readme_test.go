@@ -358,6 +358,11 @@ var readmeRuns = map[string]readmeRun{
 		add: []string{"--steps", "20"}, check: trainTested},
 	"shoal train --device cuda --workers 4 --mode ring": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
 		add: []string{"--steps", "20", "--dataset", "synthetic"}, check: trainTested},
+	"shoal train --device cuda --precision bf16 --model cnn": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
+		add: []string{"--steps", "20"}, check: func(t *testing.T, dir, stdout string) {
+			trainTested(t, dir, stdout)
+			assert.Regexp(t, `worker\(s\) on cuda:\d+ in bf16,`, stdout)
+		}},
 	"shoal bench compute --device cuda --hidden 512,512 --batch 1024 [--json]": {needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
 		add: []string{"--steps", "5", "--warmup", "1"}, check: func(t *testing.T, _, stdout string) {
 			r := lastJSON(t, stdout)

@@ -91,15 +91,20 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if t.ring && t.rf.scaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
+	where, prec := t.where, ""
+	if t.dev.precision.Half() {
+		prec = t.dev.precision.String()
+		where += " in " + prec
+	}
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s\n",
-		describeModel(t.model), t.tf.mode, t.workers, t.where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
+		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
 	trainStart := time.Now()
 	isWorker, err := t.startWorkers(ctx, l, addrs, gossip)
 	if err != nil {
 		return err
 	}
 	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Device: t.where, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
 	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {

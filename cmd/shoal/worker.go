@@ -222,11 +222,15 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 		return nil, fmt.Errorf("worker %d: %w", w.id.Rank, err)
 	}
 	w.model, w.closeModel = pm.model, pm.close
-	w.log.Info("compute device", "component", "worker", "rank", w.id.Rank, "local_rank", w.id.LocalRank, "device", pm.where, "why", pm.why)
+	w.log.Info("compute device", "component", "worker", "rank", w.id.Rank, "local_rank", w.id.LocalRank, "device", pm.where, "precision", w.dev.precision.String(), "why", pm.why)
 	if !w.events {
 		// Said once at start to the person or launcher that ran it;
 		// under shoal train (--events), train's header says it.
-		fmt.Fprintf(stderr, "shoal worker %d: computing on %s (%s)\n", w.id.Rank, pm.where, pm.why)
+		where := pm.where
+		if w.dev.precision.Half() {
+			where += " in " + w.dev.precision.String()
+		}
+		fmt.Fprintf(stderr, "shoal worker %d: computing on %s (%s)\n", w.id.Rank, where, pm.why)
 	}
 	return w, nil
 }
