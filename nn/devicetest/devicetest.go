@@ -95,6 +95,24 @@ func getI32(t *testing.T, dev nn.Device, b buf) []int32 {
 	return v
 }
 
+// randomBatch returns batch inputs of m, uniform in [0, 1), and labels.
+func randomBatch(rng *rand.Rand, m nn.Model, batch int) ([]float32, []int32) {
+	x := make([]float32, batch*m.InputSize())
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	return x, randomLabels(rng, m, batch)
+}
+
+// randomLabels returns n labels of m's classes.
+func randomLabels(rng *rand.Rand, m nn.Model, n int) []int32 {
+	labels := make([]int32, n)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(m.Classes()))
+	}
+	return labels
+}
+
 func randVec(rng *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {
@@ -493,14 +511,7 @@ func testModels(t *testing.T, dev nn.Device) {
 			cpu.Init(params, 7)
 			rng := rand.New(rand.NewPCG(19, 20))
 			for _, batch := range []int{5, 1, 17} {
-				x := make([]float32, batch*cpu.InputSize())
-				for i := range x {
-					x[i] = rng.Float32()
-				}
-				labels := make([]int32, batch)
-				for i := range labels {
-					labels[i] = int32(rng.IntN(cpu.Classes()))
-				}
+				x, labels := randomBatch(rng, cpu, batch)
 				wantG, gotG := make([]float32, size), make([]float32, size)
 				for i := range gotG {
 					gotG[i] = float32(math.NaN())
@@ -560,10 +571,7 @@ func testTrainStep(t *testing.T, dev nn.Device) {
 			rng := rand.New(rand.NewPCG(5, 6))
 			for step, batch := range []int{9, 1, 33} {
 				x := randVec(rng, batch*cpu.InputSize())
-				labels := make([]int32, batch)
-				for i := range labels {
-					labels[i] = int32(rng.IntN(cpu.Classes()))
-				}
+				labels := randomLabels(rng, cpu, batch)
 				wantLoss, wantCorrect := cpu.ForwardBackward(want, grads, x, labels)
 				optim.StepMomentum(want, grads, mom, lr, 0, mu, false)
 				gotLoss, gotCorrect := dm.TrainStep(x, labels, lr, mu)
@@ -706,14 +714,7 @@ func testMixed(t *testing.T, dev nn.Device) {
 				cpu.Init(params, 11)
 				rng := rand.New(rand.NewPCG(23, 24))
 				for _, batch := range []int{5, 1, 17} {
-					x := make([]float32, batch*cpu.InputSize())
-					for i := range x {
-						x[i] = rng.Float32()
-					}
-					labels := make([]int32, batch)
-					for i := range labels {
-						labels[i] = int32(rng.IntN(cpu.Classes()))
-					}
+					x, labels := randomBatch(rng, cpu, batch)
 					name := fmt.Sprintf("batch %d", batch)
 					want, wantRef, got := make([]float32, size), make([]float32, size), make([]float32, size)
 					for i := range got {
@@ -740,11 +741,7 @@ func testMixed(t *testing.T, dev nn.Device) {
 				require.NoError(t, ref.Load(params))
 				require.NoError(t, dm.Load(params))
 				for step, batch := range []int{9, 1, 33} {
-					x := randVec(rng, batch*cpu.InputSize())
-					labels := make([]int32, batch)
-					for i := range labels {
-						labels[i] = int32(rng.IntN(cpu.Classes()))
-					}
+					x, labels := randomBatch(rng, cpu, batch)
 					refLoss, _ := ref.TrainStep(x, labels, lr, mu)
 					gotLoss, _ := dm.TrainStep(x, labels, lr, mu)
 					require.NoError(t, dm.Err())
