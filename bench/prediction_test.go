@@ -24,8 +24,9 @@ func flagOf(cmd []string, name string) string {
 	return ""
 }
 
-// layers are the tensor sizes, in bytes, of the model cmd trains.
-func layers(t *testing.T, cmd []string) []int64 {
+// layers are the tensor sizes, in bytes, of the model cmd trains, and
+// their shares of backward (nn.TensorWork).
+func layers(t *testing.T, cmd []string) ([]int64, []float64) {
 	spec := nn.DefaultSpec(flagOf(cmd, "model"))
 	if h := flagOf(cmd, "hidden"); h != "" {
 		spec.Hidden = nil
@@ -37,7 +38,9 @@ func layers(t *testing.T, cmd []string) []int64 {
 	}
 	m, err := nn.New(spec, nn.NewCPU())
 	require.NoError(t, err)
-	return m.Layout().Bytes()
+	work, err := nn.TensorWork(spec)
+	require.NoError(t, err)
+	return m.Layout().Bytes(), work
 }
 
 // modelKey is the key of bench.Models whose label is label.
@@ -84,13 +87,15 @@ func median(xs []float64) float64 {
 // this kind of machine, 2 and 4 workers, 1 to 4 shards, through the NIC
 // model at 1 Gbit/s) from its own measured compute (mean and spread) and
 // its workers' start times, as shoal bench simulate --calibrate does, and
-// compares the predicted mean step with the measured one. The host's CPU
+// compares the predicted mean step with the measured one; the ring's
+// buckets are ready when backward has done their layers' share of its
+// arithmetic (nn.TensorWork), as shoal bench simulate has them. The host's CPU
 // per byte of a PS transfer is fitted to the loopback run, as shoal bench
 // simulate fits it. The goal is 15% in every case; docs/BENCHMARKS.md has
 // the table and says where it is missed and why (mostly 8 processes on
 // this machine's 2 cores, where compute and the bytes share the cores:
 // down to 0.70×). This guards what it reaches: every prediction within a
-// factor of 1.5, and at least five in six within 15% (30 of 34 are).
+// factor of 1.5, and at least nine in ten within 15% (31 of 34 are).
 //
 // A run measured more than once (the 25.4M-parameter runs, 3 steps each
 // after the first, repeated by scripts/bench-repeat.sh) has each
@@ -111,7 +116,8 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	// loopback run; the host's cores, its machine's.
 	src := bench.CPUSource(res)
 	require.NotNil(t, src, "no loopback async run to fit the CPU per byte to")
-	perByte, err := bench.FitCPUPerByte(src, bench.SimInput{Layers: layers(t, src.Command), Batch: src.Batch, ApplyBytesPerSec: apply,
+	srcLayers, srcWork := layers(t, src.Command)
+	perByte, err := bench.FitCPUPerByte(src, bench.SimInput{Layers: srcLayers, LayerWork: srcWork, Batch: src.Batch, ApplyBytesPerSec: apply,
 		HostCores: res.Machine.CPUs, Command: []string{"test"}})
 	require.NoError(t, err)
 	require.Positive(t, perByte, "the loopback run %s is no slower than the simulator with no CPU cost", src.ID)
@@ -125,7 +131,8 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 		// start times.
 		var m, p []float64
 		for _, run := range measured[r.ID] {
-			in := bench.SimInput{Layers: layers(t, run.Command), Batch: run.Batch, NICGbps: run.NICGbps, RTTMillis: run.RTTMillis,
+			ls, work := layers(t, run.Command)
+			in := bench.SimInput{Layers: ls, LayerWork: work, Batch: run.Batch, NICGbps: run.NICGbps, RTTMillis: run.RTTMillis,
 				ApplyBytesPerSec: apply, Start: run.StartOffsets, Command: []string{"test"}}
 			in.CPUPerByte, in.HostCores = perByte, res.Machine.CPUs
 			in.Calibrate(run.StepTime.Compute)
@@ -144,5 +151,5 @@ func TestPredictionsAgainstMeasuredRuns(t *testing.T) {
 	}
 	require.Positive(t, cases, "no run to compare with")
 	t.Logf("%d of %d predictions within 15%%", close, cases)
-	assert.GreaterOrEqual(t, 6*close, 5*cases, "fewer than five in six predictions within 15%%")
+	assert.GreaterOrEqual(t, 10*close, 9*cases, "fewer than nine in ten predictions within 15%%")
 }

@@ -12,8 +12,10 @@ import (
 // SimInput is what a simulated run takes besides its Run: the model's
 // shape and the constants of the machine it predicts (its calibration).
 type SimInput struct {
-	// Layers are the model's tensors' sizes in bytes, in layout order.
-	Layers []int64
+	// Layers are the model's tensors' sizes in bytes, in layout order;
+	// LayerWork, when known, their shares of backward (sim.Config's).
+	Layers    []int64
+	LayerWork []float64
 	// Batch is per worker; StepsPerEpoch turns a run's Epochs into steps.
 	Batch         int
 	StepsPerEpoch int64
@@ -70,7 +72,7 @@ func Simulate(r Run, in SimInput) (Record, error) {
 		return Record{}, fmt.Errorf("simulate %s: %d steps, batch %d, compute %gs: want all positive", r.Model, steps, in.Batch, in.Compute)
 	}
 	cfg := sim.Config{Mode: mode, Workers: r.Workers, Servers: r.Servers, Staleness: 1, Batch: in.Batch, Steps: int(steps),
-		Layers: in.Layers, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
+		Layers: in.Layers, LayerWork: in.LayerWork, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
 		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start,
 		CPUPerByte: in.CPUPerByte, HostCores: in.HostCores}
 	res, err := sim.Run(cfg)

@@ -118,3 +118,17 @@ func TestModelLayouts(t *testing.T) {
 		})
 	}
 }
+
+func TestTensorWork(t *testing.T) {
+	w, err := TensorWork(Spec{Arch: "mlp", Hidden: []int{256, 128}})
+	require.NoError(t, err)
+	assert.Equal(t, []float64{784 * 256, 256, 256 * 128, 128, 128 * 10, 10}, w)
+
+	w, err = TensorWork(Spec{Arch: "cnn"})
+	require.NoError(t, err)
+	// conv1 1→16 3×3 on 28×28, conv2 16→32 3×3 on 14×14, fc1 1568→128, fc2.
+	assert.Equal(t, []float64{16 * 9 * 784, 16 * 784, 32 * 16 * 9 * 196, 32 * 196, 1568 * 128, 128, 128 * 10, 10}, w)
+
+	_, err = TensorWork(Spec{Arch: "rnn"})
+	assert.Error(t, err)
+}

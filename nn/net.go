@@ -302,3 +302,32 @@ func (m *net) checkVec(method, name string, v []float32) {
 		panic(fmt.Sprintf("nn: %s.%s: len(%s) = %d, want %d (Layout().Size())", m.arch, method, name, len(v), m.layout.Size()))
 	}
 }
+
+// TensorWork returns, for each tensor of spec's model in Layout order,
+// the multiply-adds per sample of the operation that uses it in the
+// forward pass: a dense layer's weights in×out and its bias out, a
+// convolution's weights outC·inC·kH·kW·outH·outW and its bias outC·outH·outW.
+// Backward costs each layer about twice its forward, so these are also
+// the layers' shares of backward, which a simulator of overlapped
+// communication needs: a CNN's convolutions hold few of its parameters
+// but most of its arithmetic.
+func TensorWork(spec Spec) ([]float64, error) {
+	m, err := New(spec, NewCPU())
+	if err != nil {
+		return nil, err
+	}
+	var work []float64
+	for _, l := range m.(*net).layers {
+		switch l := l.(type) {
+		case *dense:
+			work = append(work, float64(l.nin)*float64(l.nout), float64(l.nout))
+		case *conv2d:
+			hw := float64(l.oshp.h * l.oshp.w)
+			work = append(work, float64(l.oshp.c*l.ishp.c*l.kh*l.kw)*hw, float64(l.oshp.c)*hw)
+		}
+	}
+	if len(work) != len(m.Layout().Tensors) {
+		return nil, fmt.Errorf("nn: TensorWork: %d costs for %d tensors of %s (a layer kind it does not know)", len(work), len(m.Layout().Tensors), spec.Arch)
+	}
+	return work, nil
+}

@@ -11,7 +11,8 @@
 // SSP's bound on the slowest worker's progress; the ring's
 // reduce-scatter and allgather, each of the 2(N−1) rounds passing 1/N of
 // a bucket to the next rank, the buckets cut at FusionBytes as backward
-// produces the gradients (last layers first) and reduced one after the
+// produces the gradients (last layers first, each layer after its share
+// of backward: Config.LayerWork, else its size) and reduced one after the
 // other while backward goes on.
 //
 // Messages travel in streams, as gRPC's do, in pieces of at most 256 KiB:

@@ -10,14 +10,24 @@ package sim
 
 // buckets cuts the layers, last first as backward produces them, into
 // buckets of at least FusionBytes (one bucket when it is 0), each with
-// the fraction of backward done when it is ready.
+// the fraction of backward done when it is ready (by LayerWork, else by
+// the layers' sizes).
 func (c Config) buckets() (sizes, readyAt []float64) {
-	total := float64(c.VectorBytes())
+	work := c.LayerWork
+	if work == nil {
+		work = make([]float64, len(c.Layers))
+		for i, l := range c.Layers {
+			work[i] = float64(l)
+		}
+	}
+	var total float64
+	for _, w := range work {
+		total += w
+	}
 	var acc, done float64
 	for i := len(c.Layers) - 1; i >= 0; i-- {
-		l := float64(c.Layers[i])
-		acc += l
-		done += l
+		acc += float64(c.Layers[i])
+		done += work[i]
 		if c.FusionBytes > 0 && acc >= float64(c.FusionBytes) && i > 0 {
 			sizes, readyAt = append(sizes, acc), append(readyAt, done/total)
 			acc = 0

@@ -25,6 +25,14 @@ type Config struct {
 	// Layers are the model's tensors' sizes in bytes, in layout order
 	// (the order of the parameter vector); their sum is the vector.
 	Layers []int64
+	// LayerWork, when set, is each layer's share of backward (any unit:
+	// nn.TensorWork's multiply-adds per sample), in the order of Layers.
+	// Backward produces the gradients last layer first, each once its
+	// share of the backward time is done, and the ring reduces a bucket
+	// as soon as its gradients are there. Without it a layer's share is
+	// its size, which has a CNN's large last layers ready near the end of
+	// backward although its convolutions, small in bytes, do most of it.
+	LayerWork []float64
 	// ChunkBytes is the shard plan's chunk size (default 1 MiB);
 	// FusionBytes the ring's bucket size (0: one allreduce after
 	// backward).
@@ -144,6 +152,21 @@ func (c Config) validate() error {
 	for _, l := range c.Layers {
 		if l <= 0 || l%4 != 0 {
 			return fmt.Errorf("sim: a layer of %d bytes, want a positive multiple of 4 (float32)", l)
+		}
+	}
+	if c.LayerWork != nil {
+		if len(c.LayerWork) != len(c.Layers) {
+			return fmt.Errorf("sim: %d layer works for %d layers, want one each", len(c.LayerWork), len(c.Layers))
+		}
+		var sum float64
+		for i, w := range c.LayerWork {
+			if !(w >= 0) || math.IsInf(w, 1) {
+				return fmt.Errorf("sim: layer %d's work is %g, want a finite number >= 0", i, w)
+			}
+			sum += w
+		}
+		if !(sum > 0) {
+			return errors.New("sim: the layers' work adds up to 0, want some")
 		}
 	}
 	return nil

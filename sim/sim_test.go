@@ -93,6 +93,27 @@ func TestFusionOverlapsBackward(t *testing.T) {
 	assert.InEpsilon(t, 0.01+0.02/4+4*1.5*(1<<20)/gbit, fused.StepSeconds, 1e-6)
 }
 
+// A CNN holds its bytes in its last layers and its work in its first.
+// By size, the last layer's gradient is ready only when backward ends;
+// by work it is ready a tenth of the way in, and its allreduce runs under
+// the rest of backward.
+func TestLayerWorkDecidesWhenABucketIsReady(t *testing.T) {
+	cfg := job(consistency.Ring, 2, 0, 0, 0.03)
+	cfg.Layers = []int64{4 << 10, 4 << 20} // "convolutions", then "fc"
+	cfg.FusionBytes = 1 << 20
+	bySize := run(t, cfg)
+	comm := 4 * float64(1<<20) / gbit // half of 4 MiB each way, both rounds
+	fcReady := 0.01 + 0.02*float64(4<<20)/float64(4<<20+4<<10)
+	assert.InEpsilon(t, fcReady+comm+float64(4<<10)/gbit, bySize.StepSeconds, 1e-6, "the fc bucket at the end of backward")
+	cfg.LayerWork = []float64{9, 1}
+	byWork := run(t, cfg)
+	// The fc bucket is ready at 0.01 + 0.002 and reduced by then + comm
+	// (34 ms at 1 Gbit/s), past the end of backward at 0.03; the small
+	// bucket follows.
+	assert.InEpsilon(t, 0.012+comm+float64(4<<10)/gbit, byWork.StepSeconds, 1e-6)
+	assert.Less(t, byWork.StepSeconds, bySize.StepSeconds)
+}
+
 // Async workers of equal speed push in turn: each push finds the other
 // workers' pushes applied since its read, N−1 in the steady state; SSP
 // with bound 0 waits like sync and sees none. A looser bound can at most
@@ -203,6 +224,9 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"negative CPU per byte":   func(c *sim.Config) { c.CPUPerByte = -1e-9 },
 		"CPU per byte at NaN":     func(c *sim.Config) { c.CPUPerByte = math.NaN() },
 		"negative host cores":     func(c *sim.Config) { c.HostCores = -1 },
+		"a layer work too many":   func(c *sim.Config) { c.LayerWork = []float64{1, 2} },
+		"a negative layer work":   func(c *sim.Config) { c.LayerWork = []float64{-1} },
+		"no layer work at all":    func(c *sim.Config) { c.LayerWork = []float64{0} },
 	} {
 		cfg := good
 		mut(&cfg)

@@ -72,7 +72,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	layers, name, err := planLayers(mf, *layerFile)
+	layers, work, name, err := planLayers(mf, *layerFile)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if a == 0 {
 		a = sim.MeasureOptimizer(int(min(floats, 1<<24)))
 	}
-	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers,
+	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers, LayerWork: work,
 		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: jf.jitter, Seed: mf.seed,
 		NICGbps: jf.gbps, Latency: jf.latency.Seconds(), ApplyBytesPerSec: a}
 	if !*jsonOut {
@@ -281,29 +281,35 @@ func parseModes(list string) ([]consistency.Mode, error) {
 }
 
 // planLayers is the model's tensor sizes in bytes, from --layers or
-// Shoal's model flags, and its name.
-func planLayers(mf modelFlags, file string) ([]int64, string, error) {
+// Shoal's model flags, their shares of backward (Shoal's models only:
+// nn.TensorWork; nil for a file, whose layers count by size), and its
+// name.
+func planLayers(mf modelFlags, file string) ([]int64, []float64, string, error) {
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, "", fmt.Errorf("--layers: %w", err)
+			return nil, nil, "", fmt.Errorf("--layers: %w", err)
 		}
 		defer f.Close()
 		layers, err := sim.ReadLayers(f)
 		if err != nil {
-			return nil, "", fmt.Errorf("--layers %s: %w", file, err)
+			return nil, nil, "", fmt.Errorf("--layers %s: %w", file, err)
 		}
-		return layers, strings.TrimSuffix(filepath.Base(file), ".txt"), nil
+		return layers, nil, strings.TrimSuffix(filepath.Base(file), ".txt"), nil
 	}
 	spec, err := mf.spec()
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	model, err := nn.New(spec, nn.NewCPU())
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return model.Layout().Bytes(), describeModel(model), nil
+	work, err := nn.TensorWork(spec)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return model.Layout().Bytes(), work, describeModel(model), nil
 }
 
 func serversLabel(s int) string {

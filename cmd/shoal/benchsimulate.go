@@ -31,6 +31,7 @@ per byte on the host's shared cores is fitted to the loopback async run of
 // simModel is a model of the harness as the simulator takes it.
 type simModel struct {
 	layers  []int64
+	work    []float64 // the tensors' shares of backward (nn.TensorWork)
 	batch   int
 	flags   modelFlags
 	compute float64 // measured here, once a run needs it
@@ -130,7 +131,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		if err != nil {
 			return err
 		}
-		in := bench.SimInput{Layers: m.layers, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command,
+		in := bench.SimInput{Layers: m.layers, LayerWork: m.work, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command,
 			CPUPerByte: host.perByte, HostCores: host.cores}
 		if !r.Loopback {
 			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
@@ -215,7 +216,7 @@ func (h simHost) fit(models map[string]*simModel, apply float64) (float64, error
 	if err != nil {
 		return 0, fmt.Errorf("fitting the CPU per byte to %s: %w", h.src.ID, err)
 	}
-	return bench.FitCPUPerByte(h.src, bench.SimInput{Layers: m.layers, Batch: h.src.Batch, ApplyBytesPerSec: apply, HostCores: h.cores, Command: []string{"fit"}})
+	return bench.FitCPUPerByte(h.src, bench.SimInput{Layers: m.layers, LayerWork: m.work, Batch: h.src.Batch, ApplyBytesPerSec: apply, HostCores: h.cores, Command: []string{"fit"}})
 }
 
 // harnessModel is the simulator's view of the harness's model name: its
@@ -241,7 +242,11 @@ func harnessModel(models map[string]*simModel, name string) (*simModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &simModel{layers: model.Layout().Bytes(), batch: *batch, flags: mf}
+	work, err := nn.TensorWork(spec)
+	if err != nil {
+		return nil, err
+	}
+	m := &simModel{layers: model.Layout().Bytes(), work: work, batch: *batch, flags: mf}
 	models[name] = m
 	return m, nil
 }
