@@ -21,6 +21,9 @@
 # 30 MB); without it steps 3 and 5 train on --dataset synthetic.
 # PYTHON is PyTorch's interpreter (default /opt/torch/.venv/bin/python).
 # STEPS selects steps: e.g. STEPS="1 2" for info and the suite only.
+# The device tool allows 10 minutes a command and about 15 minutes of
+# device time a session, the machine's start included: run it as two
+# calls (STEPS="1 2 3", then STEPS="4 5 6"), each with its own OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}

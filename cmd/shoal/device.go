@@ -106,7 +106,6 @@ func (d *deviceFlags) describePlacement(n int) (string, error) {
 		if p.OnGPU() {
 			s = fmt.Sprintf("cuda:%d", p.Ordinal)
 		}
-
 		if !slices.Contains(devs, s) {
 			devs = append(devs, s)
 		}
