@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -74,17 +75,17 @@ func Syncing(kernels string) map[string]bool {
 		}
 		bodies[name] += rest[open:end]
 	}
+	hasBarrier := func(text string) bool {
+		return slices.ContainsFunc(barriers, func(b string) bool { return strings.Contains(text, b) })
+	}
 	inMacro := false
 	for _, line := range strings.Split(kernels, "\n") {
-		for _, b := range barriers {
-			inMacro = inMacro || strings.HasPrefix(strings.TrimSpace(line), "#define") && strings.Contains(line, b)
-		}
+		inMacro = inMacro || strings.HasPrefix(strings.TrimSpace(line), "#define") && hasBarrier(line)
 	}
-	syncs := map[string]bool{}
+	syncs, calls := map[string]bool{}, map[string]*regexp.Regexp{}
 	for name, body := range bodies {
-		for _, b := range barriers {
-			syncs[name] = syncs[name] || inMacro || strings.Contains(body, b)
-		}
+		syncs[name] = inMacro || hasBarrier(body)
+		calls[name] = regexp.MustCompile(`\b` + name + `\s*\(`)
 	}
 	for changed := true; changed; {
 		changed = false
@@ -92,8 +93,8 @@ func Syncing(kernels string) map[string]bool {
 			if syncs[name] {
 				continue
 			}
-			for callee := range bodies {
-				if syncs[callee] && regexp.MustCompile(`\b`+callee+`\s*\(`).MatchString(body) {
+			for callee, call := range calls {
+				if syncs[callee] && call.MatchString(body) {
 					syncs[name], changed = true, true
 					break
 				}
