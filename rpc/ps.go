@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/deadline"
+	"github.com/shoalml/shoal/internal/freelist"
 	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -27,6 +27,10 @@ import (
 	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/wire"
 )
+
+// maxPushBuffers is how many gradient vectors a shard keeps for the
+// pushes to come: the most pushes it has received at once, up to this.
+const maxPushBuffers = 16
 
 // pieceFloats is how many float32 values one piece of a pull carries.
 const pieceFloats = wire.MaxPieceBytes / 4
@@ -56,22 +60,20 @@ type psService struct {
 	pb.UnimplementedParameterServerServer
 	core *ps.Server
 	log  *slog.Logger
-	// floats recycles the gradient vector a push is decoded into (the
-	// pulls' snapshots and pieces come from gRPC's buffer pool and return
-	// there once written).
-	floats sync.Pool // *[]float32
+	// floats recycles the gradient vectors pushes are decoded into,
+	// across garbage collections (the pulls' snapshots and pieces come
+	// from the tensor pool and return there once written).
+	floats *freelist.List[float32]
 	// pieces is how many pieces the shard's values take.
 	pieces int
 }
 
 func (s *psService) getFloats(n int) *[]float32 {
-	p, _ := s.floats.Get().(*[]float32)
-	if p == nil || cap(*p) < n {
-		b := make([]float32, n)
-		return &b
+	if p := s.floats.Get(n); p != nil {
+		return p
 	}
-	*p = (*p)[:n]
-	return p
+	b := make([]float32, n)
+	return &b
 }
 
 var _ pb.ParameterServerServer = (*psService)(nil)
@@ -82,7 +84,7 @@ func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	svc := &psService{core: core, log: log.With("component", "rpc")}
+	svc := &psService{core: core, log: log.With("component", "rpc"), floats: freelist.New[float32](maxPushBuffers)}
 	for _, r := range core.Ranges() {
 		svc.pieces += (r.Len + pieceFloats - 1) / pieceFloats
 	}

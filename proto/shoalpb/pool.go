@@ -5,22 +5,52 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/mem"
+
+	"github.com/shoalml/shoal/internal/freelist"
 )
 
 // Pool is the buffer pool of tensor payloads: buffers in power-of-two
 // classes, not zeroed on Get (gRPC's default pool clears every buffer it
-// hands out; a payload is overwritten whole before it is sent).
-var Pool mem.BufferPool = &tensorPool{}
+// hands out; a payload is overwritten whole before it is sent). Buffers
+// of retainClass and up (a shard's snapshot for a pull, pieces of 1 MiB)
+// are kept across garbage collections (see package freelist), up to
+// retainBuffers or retainBytes a class, whichever is fewer; the smaller
+// ones in sync.Pools.
+var Pool mem.BufferPool = newTensorPool()
+
+const (
+	// retainClass is the smallest class kept across collections: 1 MiB.
+	retainClass = 20
+	// retainBuffers is how many buffers of one such class are kept: more
+	// than the pieces in flight at once on a shard serving tens of
+	// workers. retainBytes bounds a class of large buffers (at least two
+	// are kept): 16 snapshots of a 64 MiB class.
+	retainBuffers = 64
+	retainBytes   = 1 << 30
+)
 
 type tensorPool struct {
-	classes [48]sync.Pool // class c holds buffers of capacity 1<<c
+	classes [retainClass]sync.Pool // class c holds buffers of capacity 1<<c
+	large   [48 - retainClass]*freelist.List[byte]
+}
+
+func newTensorPool() *tensorPool {
+	p := &tensorPool{}
+	for i := range p.large {
+		p.large[i] = freelist.New[byte](min(retainBuffers, max(2, retainBytes>>(retainClass+i))))
+	}
+	return p
 }
 
 func class(n int) int { return bits.Len(uint(n - 1)) }
 
 func (p *tensorPool) Get(n int) *[]byte {
 	c := class(max(n, 1))
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
+	if c >= retainClass {
+		if b := p.large[c-retainClass].Get(n); b != nil {
+			return b
+		}
+	} else if b, ok := p.classes[c].Get().(*[]byte); ok {
 		*b = (*b)[:n]
 		return b
 	}
@@ -33,5 +63,9 @@ func (p *tensorPool) Put(b *[]byte) {
 	if c == 0 || c&(c-1) != 0 {
 		return // not one of ours
 	}
-	p.classes[class(c)].Put(b)
+	if k := class(c); k >= retainClass {
+		p.large[k-retainClass].Put(b)
+	} else {
+		p.classes[k].Put(b)
+	}
 }
