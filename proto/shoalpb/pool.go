@@ -12,21 +12,20 @@ import (
 // Pool is the buffer pool of tensor payloads: buffers in power-of-two
 // classes, not zeroed on Get (gRPC's default pool clears every buffer it
 // hands out; a payload is overwritten whole before it is sent). Buffers
-// of retainClass and up (a shard's snapshot for a pull, pieces of 1 MiB)
+// of retainClass and up (pieces of 1 MiB, a shard's snapshot for a pull)
 // are kept across garbage collections (see package freelist), up to
-// retainBuffers or retainBytes a class, whichever is fewer; the smaller
-// ones in sync.Pools.
+// retainBytes a class (at least two buffers); the smaller ones in
+// sync.Pools.
 var Pool mem.BufferPool = newTensorPool()
 
 const (
 	// retainClass is the smallest class kept across collections: 1 MiB.
 	retainClass = 20
-	// retainBuffers is how many buffers of one such class are kept: more
-	// than the pieces in flight at once on a shard serving tens of
-	// workers. retainBytes bounds a class of large buffers (at least two
-	// are kept): 16 snapshots of a 64 MiB class.
-	retainBuffers = 64
-	retainBytes   = 1 << 30
+	// retainBytes bounds what one class keeps: 1,024 pieces of 1 MiB (an
+	// async shard of the 25.4M model has 50 in flight to each of its
+	// workers: it copies a push-pull's reply out under its lock faster
+	// than the NIC takes it), or 16 snapshots of a 64 MiB class.
+	retainBytes = 1 << 30
 )
 
 type tensorPool struct {
@@ -37,7 +36,7 @@ type tensorPool struct {
 func newTensorPool() *tensorPool {
 	p := &tensorPool{}
 	for i := range p.large {
-		p.large[i] = freelist.New[byte](min(retainBuffers, max(2, retainBytes>>(retainClass+i))))
+		p.large[i] = freelist.New[byte](max(2, retainBytes>>(retainClass+i)))
 	}
 	return p
 }
