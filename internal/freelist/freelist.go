@@ -60,10 +60,3 @@ func (l *List[T]) Put(b *[]T) bool {
 	l.free = append(l.free, b)
 	return true
 }
-
-// Len is how many buffers the list holds.
-func (l *List[T]) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.free)
-}

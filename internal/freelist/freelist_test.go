@@ -27,7 +27,7 @@ func TestKeepsBuffersAcrossCollections(t *testing.T) {
 	assert.Same(t, &b, got)
 	assert.Len(t, *got, 100)
 	assert.Equal(t, float32(3), (*got)[7], "the contents are what the last user left")
-	assert.Zero(t, l.Len())
+	assert.Nil(t, l.Get(1), "taken")
 }
 
 func TestGetSkipsBuffersTooSmall(t *testing.T) {
@@ -43,11 +43,15 @@ func TestGetSkipsBuffersTooSmall(t *testing.T) {
 
 func TestKeepsAtMostMax(t *testing.T) {
 	l := freelist.New[byte](2)
-	for i := range 3 {
+	var bufs [3]*[]byte
+	for i := range bufs {
 		b := make([]byte, 8)
-		assert.Equal(t, i < 2, l.Put(&b), "put %d", i)
+		bufs[i] = &b
+		assert.Equal(t, i < 2, l.Put(bufs[i]), "put %d", i)
 	}
-	assert.Equal(t, 2, l.Len())
+	assert.Same(t, bufs[1], l.Get(8))
+	assert.Same(t, bufs[0], l.Get(8))
+	assert.Nil(t, l.Get(8), "the third was not kept")
 	assert.False(t, l.Put(nil))
 	empty := []byte{}
 	assert.False(t, l.Put(&empty))
