@@ -31,9 +31,9 @@ func (d *deadline) get() (time.Time, <-chan struct{}) {
 	return d.t, d.changed
 }
 
-// conn is a net.Conn shaped by a NIC: Write takes egress tokens (and goes
-// through the delay line when the NIC has an RTT), Read takes ingress
-// tokens for what it returns.
+// conn is a net.Conn shaped by a NIC: Write goes through the transmit
+// queue (the delay line) when the NIC has a rate or an RTT, Read takes
+// ingress tokens for what it returns.
 type conn struct {
 	nc  net.Conn
 	nic *NIC
@@ -59,6 +59,9 @@ type conn struct {
 	pending    []byte
 	pendingDue time.Time
 	pendingErr error
+	// drained is when a Read last left nothing in the kernel's receive
+	// queue: what is there now arrived after it.
+	drained time.Time
 }
 
 var _ net.Conn = (*conn)(nil)
@@ -73,9 +76,10 @@ func newConn(n *NIC, nc net.Conn) *conn {
 		wtimer: stoppedTimer(),
 		rtimer: stoppedTimer(),
 	}
-	if n.cfg.RTT > 0 {
+	if n.cfg.RTT > 0 || n.out != nil {
 		c.dl = newDelayLine(c, n.cfg.RTT/2, n.cfg.queueLimit())
 	}
+	c.drained = time.Now()
 	return c
 }
 
@@ -102,13 +106,17 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(p) > c.nic.chunk {
 		p = p[:c.nic.chunk]
 	}
-	n, err := c.nc.Read(p)
-	if n == 0 || c.nic.in == nil {
+	if c.nic.in == nil {
+		n, err := c.nc.Read(p)
 		c.nic.received.Add(int64(n))
 		return n, err
 	}
-	now := time.Now()
-	due := now.Add(c.nic.in.ReserveN(now, n).DelayFrom(now))
+	waiting, known := inQueue(c.nc)
+	n, err := c.nc.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	due := c.nic.in.reserve(c.arrived(n, waiting, known), n)
 	if werr := c.wait("read", c.rdl, c.rtimer, due, nil); werr != nil {
 		if !errors.Is(werr, net.ErrClosed) {
 			// The bytes arrived and their tokens are spent: keep both.
@@ -137,11 +145,12 @@ func (c *conn) readPending(p []byte) (int, error) {
 	return n, err
 }
 
-// Write sends p in pieces of at most one pacing chunk, each once the NIC's
-// egress bucket has tokens for it. With an RTT it returns when the last
-// piece is queued on the delay line; the caller may reuse p at once. It
-// honours the write deadline while waiting for tokens or queue space and
-// then returns the bytes queued or written so far with a timeout error.
+// Write queues p in pieces of at most one pacing chunk on the conn's
+// transmit queue, which sends each once the NIC's egress bucket has tokens
+// for it; Write returns when the last piece is queued, and the caller may
+// reuse p at once. On a NIC with neither a rate nor an RTT it writes to the
+// underlying conn. It honours the write deadline while waiting for queue
+// space and then returns the bytes queued so far with a timeout error.
 func (c *conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -167,12 +176,8 @@ func (c *conn) Write(p []byte) (int, error) {
 				return n, err
 			}
 		}
-		due, err := c.takeEgress(k)
-		if err != nil {
-			return n, err
-		}
 		if c.dl != nil {
-			if err := c.dl.push(p[:k], due); err != nil {
+			if err := c.dl.push(p[:k], time.Now()); err != nil {
 				return n, err
 			}
 			n += k
@@ -188,21 +193,36 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 }
 
-// takeEgress waits until the egress bucket has k tokens and returns the
-// time the piece departs. A reservation cut short by a deadline or Close is
-// cancelled, so those tokens go to the NIC's other conns.
-func (c *conn) takeEgress(k int) (time.Time, error) {
+// arrived returns when the n bytes a Read just took from the underlying
+// conn reached this NIC, given that waiting bytes were in the kernel's
+// receive queue when the Read began (known is false where the queue cannot
+// be read: then it is now).
+//
+// A real NIC receives while its process waits for a core. So bytes that
+// were already waiting are counted from when the line would have brought
+// them in: as if all that was waiting came at line rate, ending now. That
+// holds for peers that send no faster than this line, as every process of
+// a modelled cluster does. The credit never reaches back past the moment
+// the queue was last seen empty, and bytes that woke a Read waiting on an
+// empty queue count from now: a burst after a quiet spell gets no more than
+// the bucket, however fast its sender.
+func (c *conn) arrived(n, waiting int, known bool) time.Time {
 	now := time.Now()
-	if c.nic.out == nil {
-		return now, nil
+	if !known {
+		return now
 	}
-	r := c.nic.out.ReserveN(now, k)
-	due := now.Add(r.DelayFrom(now))
-	if err := c.wait("write", c.wdl, c.wtimer, due, nil); err != nil {
-		r.Cancel()
-		return time.Time{}, err
+	if waiting == 0 {
+		c.drained = now
+		return now
 	}
-	return due, nil
+	at := now.Add(-c.nic.in.took(waiting))
+	if at.Before(c.drained) {
+		at = c.drained
+	}
+	if waiting <= n {
+		c.drained = now // this Read emptied the queue
+	}
+	return at
 }
 
 // check returns the error for a conn that is closed or whose deadline d
@@ -318,10 +338,10 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	return c.nc.SetReadDeadline(t)
 }
 
-// SetWriteDeadline applies to Writes waiting for egress tokens, delay-line
-// space or (without an RTT) the underlying conn, including Writes already
-// waiting. Pieces already on the delay line are like bytes in a kernel
-// send buffer: the deadline no longer applies to them.
+// SetWriteDeadline applies to Writes waiting for transmit-queue space or,
+// on a NIC with neither a rate nor an RTT, the underlying conn, including
+// Writes already waiting. Pieces already in the queue are like bytes in a
+// kernel send buffer: the deadline no longer applies to them.
 func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.wdl.set(t)
 	if c.dl != nil {

@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDelayLineOnlyWithRTT checks that a conn starts a goroutine only when
-// the NIC has an RTT.
-func TestDelayLineOnlyWithRTT(t *testing.T) {
+// TestTransmitQueueWhenShaped checks that a conn starts a goroutine (its
+// transmit queue) only when the NIC has a rate or an RTT.
+func TestTransmitQueueWhenShaped(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 		want bool
 	}{
 		{"unlimited", Config{}, false},
-		{"rate", Config{Gbps: 1}, false},
+		{"rate", Config{Gbps: 1}, true},
 		{"RTT", Config{RTT: time.Millisecond}, true},
 		{"rate and RTT", Config{Gbps: 1, RTT: time.Millisecond}, true},
 	} {

@@ -9,14 +9,17 @@ import (
 
 // frame is one piece of a Write waiting on a delay line.
 type frame struct {
-	buf *[]byte // from the NIC's pool; owned by the delay line
-	due time.Time
+	buf *[]byte   // from the NIC's pool; owned by the delay line
+	at  time.Time // when the Write queued it
 }
 
-// delayLine delivers a conn's pieces to the underlying conn at their due
-// times (departure + RTT/2) from one goroutine, in order. It holds at most
-// limit bytes (a piece is counted until it is written), so a Write blocks
-// when the peer does not keep up, as it would on a full send buffer.
+// delayLine is a conn's transmit queue. Its goroutine takes the pieces in
+// order, books each on the NIC's egress line when it reaches the head of the
+// queue (from when it was queued, or when the piece before it left, so time
+// the process spent without a core is not lost to the line), and writes it
+// to the underlying conn at its departure + RTT/2. It holds at most limit
+// bytes (a piece is counted until it is written), so a Write blocks when
+// the line or the peer does not keep up, as it would on a full send buffer.
 type delayLine struct {
 	c     *conn
 	delay time.Duration
@@ -26,7 +29,7 @@ type delayLine struct {
 	frames  []frame // FIFO from head
 	head    int
 	bytes   int       // queued or being written
-	lastDue time.Time // due time of the last piece pushed
+	lastDue time.Time // when run last wrote, or will write, a piece
 	closing bool      // no more pushes; run exits once the queue is empty
 	err     error     // first error writing to the underlying conn
 
@@ -85,8 +88,8 @@ func (d *delayLine) waitSpace(k int) error {
 	}
 }
 
-// push queues a copy of b for delivery RTT/2 after departure.
-func (d *delayLine) push(b []byte, departure time.Time) error {
+// push queues a copy of b, which the Write handed over at time at.
+func (d *delayLine) push(b []byte, at time.Time) error {
 	bp := d.c.nic.pool.Get().(*[]byte)
 	*bp = append((*bp)[:0], b...)
 	d.mu.Lock()
@@ -102,17 +105,12 @@ func (d *delayLine) push(b []byte, departure time.Time) error {
 		d.c.nic.pool.Put(bp)
 		return err
 	}
-	due := departure.Add(d.delay)
-	if due.Before(d.lastDue) {
-		due = d.lastDue // keep the line FIFO
-	}
-	d.lastDue = due
 	if d.head > 0 && len(d.frames) == cap(d.frames) {
 		n := copy(d.frames, d.frames[d.head:])
 		clear(d.frames[n:])
 		d.frames, d.head = d.frames[:n], 0
 	}
-	d.frames = append(d.frames, frame{buf: bp, due: due})
+	d.frames = append(d.frames, frame{buf: bp, at: at})
 	d.bytes += len(b)
 	d.mu.Unlock()
 	notify(d.ready)
@@ -184,13 +182,26 @@ func (d *delayLine) drop() {
 func (d *delayLine) run() {
 	defer close(d.done)
 	timer := stoppedTimer()
+	var left time.Time // when the previous piece left
 	for {
 		f, ok := d.pop()
 		if !ok {
 			d.drop() // what a stop left queued
 			return
 		}
-		if !d.sleepUntil(timer, f.due) {
+		dep := f.at
+		if dep.Before(left) {
+			dep = left
+		}
+		if out := d.c.nic.out; out != nil {
+			dep = out.reserve(dep, len(*f.buf))
+		}
+		left = dep
+		due := dep.Add(d.delay)
+		d.mu.Lock()
+		d.lastDue = due
+		d.mu.Unlock()
+		if !d.sleepUntil(timer, due) {
 			d.release(f)
 			d.drop()
 			return
@@ -237,9 +248,16 @@ func (d *delayLine) stop() { d.stopOnce.Do(func() { close(d.stopCh) }) }
 func (d *delayLine) flush() error {
 	d.mu.Lock()
 	d.closing = true
-	linger := closeLinger
+	// The queue leaves after the piece being written, at line rate.
+	linger := closeLinger + d.delay
 	if wait := time.Until(d.lastDue); wait > 0 {
 		linger += wait
+	}
+	if out := d.c.nic.out; out != nil {
+		linger += out.took(d.bytes)
+		if wait := out.until(); wait > 0 {
+			linger += wait
+		}
 	}
 	d.mu.Unlock()
 	notify(d.ready)

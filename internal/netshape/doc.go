@@ -11,40 +11,59 @@
 // limited to Gbps in total, not per connection, as on a real cluster. A NIC
 // also delays what it sends by RTT/2, so a request and its response
 // between two NICs of the same Config take one RTT on top of their
-// transfer time. The buckets are golang.org/x/time/rate limiters.
+// transfer time.
+//
+// A bucket is told when bytes reached the line, not only when the process
+// got round to them, so that a process waiting for a core (several
+// processes on few cores, as in a benchmark of a cluster on one machine)
+// does not lose line time that a real NIC would have used: a NIC sends from
+// the socket buffer the process filled and receives into the kernel's queue
+// whether or not the process runs.
 //
 //   - Egress: a Write is split into pieces of at most 256 KiB (never more
-//     than Config.Burst); each piece departs once the egress bucket has
-//     tokens for it. Without an RTT the piece is then written to the
-//     underlying conn. With an RTT it is copied onto the conn's delay line,
-//     whose goroutine writes it to the underlying conn RTT/2 after its
-//     departure; Write returns once its last piece is queued. The delay line
-//     holds at most max(4 MiB, 2·rate·RTT/2 + Burst) bytes per conn, like a
-//     socket send buffer: a Write blocks while it is full.
+//     than Config.Burst) and returns once they are in the conn's transmit
+//     queue (Config.Queue, by default max(4 MiB, 2·rate·RTT/2 + Burst)
+//     bytes), like a socket send buffer: a Write waits only while the queue
+//     is full. The queue's goroutine takes each piece in turn and books it
+//     on the egress bucket from when it was queued, or when the piece before
+//     it left if that is later; it departs once the bucket has tokens for
+//     it, and is written to the underlying conn RTT/2 after. Conns of one
+//     NIC take turns a piece at a time. A piece whose departure passed while
+//     the process had no core is written at once.
 //   - Ingress: a Read reads at most one piece from the underlying conn and
-//     returns it once the ingress bucket has tokens for what arrived. A
-//     receiver that is held back stops draining the kernel's socket buffer,
-//     and TCP flow control slows the senders, as a congested receiver NIC
-//     would.
+//     returns it once the ingress bucket has tokens for it, booked from when
+//     it arrived: bytes that were already waiting in the kernel's receive
+//     queue (SIOCINQ, on Linux) count as having come in at line rate, ending
+//     now, but not before the queue was last seen empty; bytes that wake a
+//     Read waiting on an empty queue count from now. This assumes that
+//     peers send no faster than this NIC's line, as in a modelled cluster
+//     where every process has the same NIC; a faster peer's burst after a
+//     quiet spell still gets only the bucket. Elsewhere, or on conns that
+//     are not sockets, bytes count from when the Read took them. A receiver
+//     that is held back stops draining the kernel's socket buffer, and TCP
+//     flow control slows the senders, as a congested receiver NIC would.
 //   - Counting: Sent counts bytes written to the underlying conns (bytes
-//     still on a delay line are not counted yet), Received counts bytes
+//     still in a transmit queue are not counted yet), Received counts bytes
 //     returned by Read. Both count when the NIC is unlimited too.
-//   - Deadlines and Close: a Write or Read waiting for tokens or delay-line
-//     space honours the conn's deadlines, including deadlines changed while
-//     it waits, and returns an error satisfying os.ErrDeadlineExceeded (a
-//     net.Error whose Timeout is true). A Read cut short this way keeps the
+//   - Deadlines and Close: a Write waiting for queue space or a Read
+//     waiting for tokens honours the conn's deadlines, including deadlines
+//     changed while it waits, and returns an error satisfying
+//     os.ErrDeadlineExceeded (a net.Error whose Timeout is true); a Write
+//     cut short counts the bytes it queued, and they are sent. Bytes in a
+//     transmit queue are like bytes in a kernel send buffer: write
+//     deadlines no longer apply to them. A Read cut short this way keeps the
 //     bytes it had taken from the underlying conn for the next Read, so no
 //     data is lost or reordered. Close unblocks every waiter with
 //     net.ErrClosed.
 //
-// Burst is the depth of each bucket: how much passes at line rate after the
-// link was idle. The default, DefaultBurst, is 2 ms at the line rate and at
-// least 64 KiB. It cannot be much smaller: Go's timers on Linux wake up to
-// about 1 ms late when the process is otherwise idle (the netpoller sleeps
-// in whole milliseconds), and a bucket that fills up during a late wake-up
-// loses those tokens; with a 64 KiB bucket a 10 Gbit/s NIC achieves about
-// 1.4 Gbit/s. The price is that a transfer starting after an idle period
-// gets its first Burst bytes for free, about 2 ms early.
+// Burst is the depth of each bucket: how much passes at once after the link
+// was idle. The default, DefaultBurst, is 2 ms at the line rate and at least
+// 64 KiB. Go's timers on Linux wake up to about 1 ms late when the process
+// is otherwise idle (the netpoller sleeps in whole milliseconds); a busy
+// link does not lose those tokens, since pieces are booked from when they
+// were queued, but a Read that finds its queue empty does. The price is
+// that a transfer starting after an idle period gets its first Burst bytes
+// for free, about 2 ms early.
 //
 // # Limits
 //
@@ -76,11 +95,12 @@
 // A NIC and its conns are safe for concurrent use. Writes on one conn are
 // serialized, so concurrent Writes do not interleave; so are Reads. Write
 // does not retain its buffer after it returns. A wrapped conn owns the
-// conn it wraps and closes it on Close; closing a conn with an RTT first
-// delivers what is on its delay line (giving a peer that does not read
-// 5 s). NIC.Close unplugs the card: it closes every conn it wraps, dropping
-// their delay lines, stops their goroutines, and makes later dials and
-// Accepts fail with ErrNICClosed. With no RTT a NIC starts no goroutines.
+// conn it wraps and closes it on Close; closing a conn first delivers what
+// is in its transmit queue (giving a peer that does not read 5 s past the
+// queue's last departure). NIC.Close unplugs the card: it closes every conn
+// it wraps, dropping their queues, stops their goroutines, and makes later
+// dials and Accepts fail with ErrNICClosed. A NIC with neither a rate nor
+// an RTT starts no goroutines.
 //
 // # Use
 //

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +125,7 @@ func TestNewInvalidConfig(t *testing.T) {
 		{"negative Gbps", netshape.Config{Gbps: -1}, "Gbps is -1, want >= 0"},
 		{"negative RTT", netshape.Config{RTT: -time.Millisecond}, "RTT is -1ms, want >= 0"},
 		{"negative Burst", netshape.Config{Gbps: 1, Burst: -1}, "Burst is -1 bytes"},
+		{"negative Queue", netshape.Config{Gbps: 1, Queue: -1}, "Queue is -1 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := netshape.New(tc.cfg)
@@ -144,6 +146,7 @@ func TestNewValidConfig(t *testing.T) {
 		{"tiny rate and burst", netshape.Config{Gbps: 1e-9, Burst: 1}},
 		{"huge rate", netshape.Config{Gbps: 1e12}},
 		{"rate, RTT and burst", netshape.Config{Gbps: 1, RTT: time.Millisecond, Burst: 4096}},
+		{"a one-byte queue", netshape.Config{Gbps: 1, Queue: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := netshape.New(tc.cfg)
@@ -249,10 +252,11 @@ func exchange(t *testing.T, c net.Conn, out, want []byte) {
 	assert.NoError(t, c.Close())
 }
 
-// slow is a NIC config of 1 KB/s with a 1000-byte bucket: the first 1000
-// bytes pass at once, the next 1000 a second later.
+// slow is a NIC config of 1 KB/s with a 1000-byte bucket and a 1000-byte
+// transmit queue: the first 1000 bytes pass at once, the next 1000 wait in
+// the queue and leave a second later, and a Write of more waits for them.
 func slow(rtt time.Duration) netshape.Config {
-	return netshape.Config{Gbps: gbpsFor(1000), Burst: 1000, RTT: rtt}
+	return netshape.Config{Gbps: gbpsFor(1000), Burst: 1000, Queue: 1000, RTT: rtt}
 }
 
 func assertTimeout(t *testing.T, err error) {
@@ -269,38 +273,40 @@ var rtts = []struct {
 	rtt  time.Duration
 }{{"no RTT", 0}, {"RTT", 2 * time.Millisecond}}
 
-// TestWriteDeadline lets a Write wait for egress tokens past its deadline:
-// it fails with a timeout having sent nothing, and the conn stays usable.
+// TestWriteDeadline lets a Write wait for space in the transmit queue past
+// its deadline: it fails with a timeout, counting what it queued, which is
+// delivered, and the conn stays usable.
 func TestWriteDeadline(t *testing.T) {
 	for _, tc := range rtts {
 		t.Run(tc.name, func(t *testing.T) {
 			w, r := connect(t, newNIC(t, slow(tc.rtt)), nil)
-			first, lost, last := randomBytes(1, 1000), randomBytes(2, 1000), randomBytes(3, 10)
+			first, cut, last := randomBytes(1, 1000), randomBytes(2, 2000), randomBytes(3, 10)
 
 			n, err := w.Write(first) // the bucket is full
 			require.NoError(t, err)
 			require.Equal(t, 1000, n)
 
 			require.NoError(t, w.SetWriteDeadline(time.Now().Add(10*time.Millisecond)))
-			n, err = w.Write(lost) // needs a second of tokens
-			assert.Zero(t, n)
+			n, err = w.Write(cut) // its first 1000 fill the queue for a second
+			assert.Equal(t, 1000, n)
 			assertTimeout(t, err)
 
 			require.NoError(t, w.SetWriteDeadline(time.Time{}))
-			n, err = w.Write(last) // the timed-out Write gave its tokens back
+			n, err = w.Write(last)
 			require.NoError(t, err)
 			require.Equal(t, 10, n)
 			require.NoError(t, w.Close())
 
 			got, err := io.ReadAll(r)
 			require.NoError(t, err)
-			assert.Equal(t, append(first, last...), got)
+			assert.Equal(t, slices.Concat(first, cut[:1000], last), got)
 		})
 	}
 }
 
 // TestWriteDeadlineChangedWhileWaiting moves the deadline of a Write that
-// waits for tokens into the past.
+// waits for queue space into the past: it returns a timeout and the count
+// of what it queued, and exactly that much is delivered.
 func TestWriteDeadlineChangedWhileWaiting(t *testing.T) {
 	for _, tc := range rtts {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,16 +316,23 @@ func TestWriteDeadlineChangedWhileWaiting(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
+			want := randomBytes(4, 5000)
 			go func() {
-				n, err := w.Write(make([]byte, 5000)) // 1000 now, then 1000 a second
+				n, err := w.Write(want) // 1000 now, 1000 queued, the rest waits
 				done <- result{n, err}
 			}()
 			_, err := io.ReadFull(r, make([]byte, 1000)) // the first piece arrived
 			require.NoError(t, err)
 			require.NoError(t, w.SetWriteDeadline(time.Now()))
 			res := <-done
-			assert.Equal(t, 1000, res.n)
+			// The second piece may or may not have been queued before the
+			// deadline moved; the third cannot have been.
+			assert.Contains(t, []int{1000, 2000}, res.n)
 			assertTimeout(t, res.err)
+			require.NoError(t, w.Close())
+			rest, err := io.ReadAll(r)
+			require.NoError(t, err)
+			assert.Equal(t, want[1000:res.n], rest)
 		})
 	}
 }
@@ -368,7 +381,8 @@ func TestExpiredDeadline(t *testing.T) {
 	}
 }
 
-// TestCloseUnblocks closes conns whose Write and Read wait for tokens.
+// TestCloseUnblocks closes conns whose Write waits for queue space and
+// whose Read waits for tokens.
 func TestCloseUnblocks(t *testing.T) {
 	for _, tc := range rtts {
 		for _, viaNIC := range []bool{false, true} {

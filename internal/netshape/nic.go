@@ -6,8 +6,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/time/rate"
 )
 
 // ErrNICClosed is returned by a closed NIC's Listener and dialers. It
@@ -20,9 +18,9 @@ var ErrNICClosed = fmt.Errorf("netshape: NIC is closed: %w", net.ErrClosed)
 type NIC struct {
 	cfg   Config
 	chunk int
-	out   *rate.Limiter // egress; nil when unlimited
-	in    *rate.Limiter // ingress; nil when unlimited
-	pool  sync.Pool     // *[]byte of cap chunk, for delay-line pieces
+	out   *line     // egress; nil when unlimited
+	in    *line     // ingress; nil when unlimited
+	pool  sync.Pool // *[]byte of cap chunk, for delay-line pieces
 
 	sent, received atomic.Int64
 
@@ -39,9 +37,9 @@ func New(cfg Config) (*NIC, error) {
 	}
 	n := &NIC{cfg: cfg, chunk: cfg.chunk(), conns: make(map[*conn]struct{})}
 	if cfg.Gbps > 0 {
-		r := rate.Limit(bytesPerSecond(cfg.Gbps))
-		n.out = rate.NewLimiter(r, cfg.burst())
-		n.in = rate.NewLimiter(r, cfg.burst())
+		r := bytesPerSecond(cfg.Gbps)
+		n.out = newLine(r, cfg.burst())
+		n.in = newLine(r, cfg.burst())
 	}
 	n.pool.New = func() any {
 		b := make([]byte, 0, n.chunk)
@@ -53,8 +51,8 @@ func New(cfg Config) (*NIC, error) {
 // Config returns the NIC's configuration.
 func (n *NIC) Config() Config { return n.cfg }
 
-// Conn wraps c: its Writes take the NIC's egress tokens (and are delayed
-// RTT/2), its Reads take ingress tokens. The returned conn owns c and closes
+// Conn wraps c: its Writes go through a transmit queue paced by the NIC's
+// egress bucket (and are delayed RTT/2), its Reads take ingress tokens. The returned conn owns c and closes
 // it on Close. On a closed NIC the returned conn is already closed.
 func (n *NIC) Conn(c net.Conn) net.Conn {
 	sc := newConn(n, c)
@@ -133,8 +131,7 @@ func (n *NIC) ContextDialer(d *net.Dialer) func(ctx context.Context, addr string
 }
 
 // Sent returns the bytes the NIC's conns have written to their underlying
-// conns so far. With an RTT, bytes still on a delay line are not counted
-// yet.
+// conns so far. Bytes still in a transmit queue are not counted yet.
 func (n *NIC) Sent() int64 { return n.sent.Load() }
 
 // Received returns the bytes the NIC's conns have returned from Read so far.

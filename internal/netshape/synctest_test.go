@@ -199,3 +199,147 @@ func TestVirtualReadDeadlineKeepsData(t *testing.T) {
 		assert.Equal(t, int64(1500), n.Received())
 	})
 }
+
+// TestVirtualQueueSendsWhileAway: a Write returns once its bytes are in the
+// transmit queue, and the NIC sends them while the process does something
+// else, as a kernel drains a socket's send buffer: 600 KB written, 400 ms
+// away, 500 KB more, and the last byte arrives when an unbroken 1.1 MB
+// transfer's would.
+func TestVirtualQueueSendsWhileAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := nicIn(t, mbps1)
+		a, b := net.Pipe()
+		w := n.Conn(a)
+		start := time.Now()
+		go func() {
+			_, err := w.Write(make([]byte, 600_000))
+			assert.NoError(t, err)
+			assert.Equal(t, time.Duration(0), time.Since(start), "the Write waited for the line")
+			time.Sleep(400 * time.Millisecond) // the process computes
+			sendAll(t, w, 500_000)
+		}()
+		got, took := receiveAll(t, b, start)
+		assert.Equal(t, 1_100_000, got)
+		assert.InDelta(t, time.Second, took, float64(time.Millisecond))
+	})
+}
+
+// TestVirtualIngressReceivesWhileAway: a receiver that stops reading for
+// 500 ms while a sender of its own line rate goes on finds the bytes waiting
+// in the (here in-memory) kernel queue, and they count from when the line
+// brought them in: the transfer ends when the sender's does, not 500 ms of
+// line time later.
+func TestVirtualIngressReceivesWhileAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := queuePipe()
+		send, recv := nicIn(t, mbps1).Conn(a), nicIn(t, mbps1).Conn(b)
+		defer recv.Close()
+		start := time.Now()
+		go sendAll(t, send, 1_100_000)
+		first := make([]byte, 100_000)
+		_, err := io.ReadFull(recv, first) // the bucket
+		require.NoError(t, err)
+		time.Sleep(500 * time.Millisecond) // the process has no core
+		got, took := receiveAll(t, recv, start)
+		assert.Equal(t, 1_000_000, got)
+		assert.InDelta(t, time.Second, took, float64(2*time.Millisecond))
+	})
+}
+
+// TestVirtualIngressBurstGetsNoCredit: bytes that wake a Read waiting on an
+// empty queue count from then, however fast they came: 1.1 MB arriving at
+// once from an unshaped sender after a quiet second takes the bucket at once
+// and the rest at line rate.
+func TestVirtualIngressBurstGetsNoCredit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := queuePipe()
+		recv := nicIn(t, mbps1).Conn(b)
+		defer recv.Close()
+		start := time.Now()
+		go func() {
+			time.Sleep(time.Second)
+			sendAll(t, a, 1_100_000)
+		}()
+		got, took := receiveAll(t, recv, start)
+		assert.Equal(t, 1_100_000, got)
+		assert.InDelta(t, 2*time.Second, took, float64(2*time.Millisecond))
+	})
+}
+
+// queuePipe returns the two ends of an in-memory conn whose writes never
+// block and whose ends say, as the kernel's SIOCINQ does, how many bytes
+// wait to be read.
+func queuePipe() (net.Conn, net.Conn) {
+	ab, ba := newPipeBuf(), newPipeBuf()
+	return &queueEnd{in: ba, out: ab}, &queueEnd{in: ab, out: ba}
+}
+
+type pipeBuf struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	data   []byte
+	closed bool
+}
+
+func newPipeBuf() *pipeBuf {
+	p := &pipeBuf{}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *pipeBuf) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+type queueEnd struct{ in, out *pipeBuf }
+
+func (e *queueEnd) Queued() int {
+	e.in.mu.Lock()
+	defer e.in.mu.Unlock()
+	return len(e.in.data)
+}
+
+func (e *queueEnd) Read(b []byte) (int, error) {
+	e.in.mu.Lock()
+	defer e.in.mu.Unlock()
+	for len(e.in.data) == 0 && !e.in.closed {
+		e.in.cond.Wait()
+	}
+	if len(e.in.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, e.in.data)
+	e.in.data = e.in.data[n:]
+	return n, nil
+}
+
+func (e *queueEnd) Write(b []byte) (int, error) {
+	e.out.mu.Lock()
+	defer e.out.mu.Unlock()
+	if e.out.closed {
+		return 0, io.ErrClosedPipe
+	}
+	e.out.data = append(e.out.data, b...)
+	e.out.cond.Broadcast()
+	return len(b), nil
+}
+
+func (e *queueEnd) Close() error {
+	e.out.close()
+	e.in.close()
+	return nil
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "queuepipe" }
+func (pipeAddr) String() string  { return "queuepipe" }
+
+func (e *queueEnd) LocalAddr() net.Addr              { return pipeAddr{} }
+func (e *queueEnd) RemoteAddr() net.Addr             { return pipeAddr{} }
+func (e *queueEnd) SetDeadline(time.Time) error      { return nil }
+func (e *queueEnd) SetReadDeadline(time.Time) error  { return nil }
+func (e *queueEnd) SetWriteDeadline(time.Time) error { return nil }
