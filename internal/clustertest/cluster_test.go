@@ -352,10 +352,12 @@ func TestADisconnectedWorkerIsDroppedAndRejoins(t *testing.T) {
 		// Epochs enough for the 20 s cut and the rejoin to fall well
 		// inside the run: sync took 0.8 to 2 s an epoch here (CI saw 30
 		// epochs end before the network came back), so 80 epochs last
-		// 60 to 160 s. The PS modes are stopped long before that.
+		// 60 to 160 s. The PS modes are stopped long before that. Async
+		// once had 40, and on a quiet day its three other workers ran
+		// all 40 before worker 2 finished its first epoch back.
 		{"sync", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
 		{"ssp", "80", regexp.MustCompile(`worker2_1 .*msg="joined again"`)},
-		{"async", "40", regexp.MustCompile(`ps0_1 .*msg="worker rejoined" component=membership rank=2 `)},
+		{"async", "80", regexp.MustCompile(`ps0_1 .*msg="worker rejoined" component=membership rank=2 `)},
 		{"ring", "50", regexp.MustCompile(`worker0_1 .*msg="generation formed" .*members="\[0 1 2 3\]"`)},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
