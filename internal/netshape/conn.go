@@ -59,8 +59,9 @@ type conn struct {
 	pending    []byte
 	pendingDue time.Time
 	pendingErr error
-	// drained is when a Read last left nothing in the kernel's receive
-	// queue: what is there now arrived after it.
+	// inq says how much waits in the receive queue; drained is when a Read
+	// last left nothing there: what is there now arrived after it.
+	inq     *queueProbe
 	drained time.Time
 }
 
@@ -68,18 +69,21 @@ var _ net.Conn = (*conn)(nil)
 
 func newConn(n *NIC, nc net.Conn) *conn {
 	c := &conn{
-		nc:     nc,
-		nic:    n,
-		rdl:    newDeadline(),
-		wdl:    newDeadline(),
-		closed: make(chan struct{}),
-		wtimer: stoppedTimer(),
-		rtimer: stoppedTimer(),
+		nc:      nc,
+		nic:     n,
+		rdl:     newDeadline(),
+		wdl:     newDeadline(),
+		closed:  make(chan struct{}),
+		wtimer:  stoppedTimer(),
+		rtimer:  stoppedTimer(),
+		drained: time.Now(),
 	}
 	if n.cfg.RTT > 0 || n.out != nil {
 		c.dl = newDelayLine(c, n.cfg.RTT/2, n.cfg.queueLimit())
 	}
-	c.drained = time.Now()
+	if n.in != nil {
+		c.inq = newQueueProbe(nc)
+	}
 	return c
 }
 
@@ -111,7 +115,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.nic.received.Add(int64(n))
 		return n, err
 	}
-	waiting, known := inQueue(c.nc)
+	waiting, known := c.inq.waiting()
 	n, err := c.nc.Read(p)
 	if n == 0 {
 		return n, err

@@ -7,21 +7,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// kernelQueue asks the kernel how many bytes wait in nc's receive queue
-// (SIOCINQ).
-func kernelQueue(nc net.Conn) (int, bool) {
+// rawConn returns nc's socket, or nil where nc is not one.
+func rawConn(nc net.Conn) syscall.RawConn {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return 0, false
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return 0, false
+		return nil
 	}
-	var n int
-	cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-	if cerr != nil || err != nil {
-		return 0, false
-	}
-	return n, true
+	return rc
 }
+
+// kernelQueue asks the kernel how many bytes wait in the receive queue of
+// socket fd (SIOCINQ).
+func kernelQueue(fd uintptr) (int, error) { return unix.IoctlGetInt(int(fd), unix.SIOCINQ) }

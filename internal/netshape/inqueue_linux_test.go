@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestKernelQueue reads what waits in a loopback TCP socket's receive queue.
+// TestKernelQueue reads what waits in a loopback TCP socket's receive queue,
+// without allocating.
 func TestKernelQueue(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -27,7 +28,8 @@ func TestKernelQueue(t *testing.T) {
 	require.NotNil(t, b)
 	defer b.Close()
 
-	n, ok := kernelQueue(b)
+	probe := newQueueProbe(b)
+	n, ok := probe.waiting()
 	assert.True(t, ok)
 	assert.Zero(t, n)
 
@@ -35,13 +37,14 @@ func TestKernelQueue(t *testing.T) {
 	require.NoError(t, err)
 	_, err = io.ReadFull(b, make([]byte, 10))
 	require.NoError(t, err)
-	n, ok = kernelQueue(b)
+	n, ok = probe.waiting()
 	assert.True(t, ok)
 	assert.Equal(t, 990, n)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { probe.waiting() }), "a Read's probe allocates")
 
 	p, q := net.Pipe()
 	defer p.Close()
 	defer q.Close()
-	_, ok = kernelQueue(p)
+	_, ok = newQueueProbe(p).waiting()
 	assert.False(t, ok, "a pipe has no kernel queue")
 }

@@ -2,7 +2,13 @@
 
 package netshape
 
-import "net"
+import (
+	"errors"
+	"net"
+	"syscall"
+)
 
-// kernelQueue cannot read the receive queue outside Linux.
-func kernelQueue(net.Conn) (int, bool) { return 0, false }
+// rawConn is nil outside Linux: the receive queue is not read there.
+func rawConn(net.Conn) syscall.RawConn { return nil }
+
+func kernelQueue(uintptr) (int, error) { return 0, errors.ErrUnsupported }
