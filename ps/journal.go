@@ -220,24 +220,20 @@ type bodyReader struct {
 	err error
 }
 
-func (d *bodyReader) u64() uint64 {
-	if len(d.b) < 8 {
-		d.err = io.ErrUnexpectedEOF
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
+func (d *bodyReader) u64() uint64 { return binary.LittleEndian.Uint64(d.next(8)) }
 
-func (d *bodyReader) u32() uint32 {
-	if len(d.b) < 4 {
+func (d *bodyReader) u32() uint32 { return binary.LittleEndian.Uint32(d.next(4)) }
+
+// next consumes n bytes. On a short read it notes the error, leaves d.b
+// as it is and returns n zero bytes, so the value read is 0.
+func (d *bodyReader) next(n int) []byte {
+	if len(d.b) < n {
 		d.err = io.ErrUnexpectedEOF
-		return 0
+		return make([]byte, n)
 	}
-	v := binary.LittleEndian.Uint32(d.b)
-	d.b = d.b[4:]
-	return v
+	b := d.b[:n]
+	d.b = d.b[n:]
+	return b
 }
 
 // removeOldJournals removes the journals that end before the oldest
