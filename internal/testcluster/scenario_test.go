@@ -36,6 +36,16 @@ func pushed(s *testcluster.Scenario, steps int64, ranks ...int64) func() bool {
 	}
 }
 
+// ranEveryStep waits for each of ranks and checks that it ran all steps.
+func ranEveryStep(ctx context.Context, t *testing.T, s *testcluster.Scenario, steps int64, ranks ...int) {
+	t.Helper()
+	for _, r := range ranks {
+		res, err := s.Wait(ctx, r)
+		require.NoError(t, err, "worker %d", r)
+		assert.Equal(t, steps, res.Steps, "worker %d ran every step", r)
+	}
+}
+
 // TestKill: worker 1 of 3 dies before its push of step 3. In sync the
 // step it held up goes on with the survivors' pushes (one short step) and
 // later steps wait only for them; in SSP the bound stops waiting for it;
@@ -78,11 +88,7 @@ func TestKill(t *testing.T) {
 			s.Kill(ctx, 1)
 			_, err := s.Wait(ctx, 1)
 			assert.ErrorIs(t, err, context.Canceled)
-			for _, r := range []int{0, 2} {
-				res, err := s.Wait(ctx, r)
-				require.NoError(t, err, "worker %d", r)
-				assert.Equal(t, cfg.Steps, res.Steps, "worker %d ran every step", r)
-			}
+			ranEveryStep(ctx, t, s, cfg.Steps, 0, 2)
 			for i, core := range s.Cores() {
 				st := core.Stats()
 				assert.Equal(t, tc.clock(cfg.Steps), core.Clock(), "shard %d", i)
@@ -148,11 +154,7 @@ func TestRestart(t *testing.T) {
 			start := s.Restart(ctx, 1)
 			assert.Equal(t, tc.start, start, "where JoinWorker says worker 1 begins")
 			stalled.Release()
-			for r := range cfg.Workers {
-				res, err := s.Wait(ctx, r)
-				require.NoError(t, err, "worker %d", r)
-				assert.Equal(t, cfg.Steps, res.Steps, "worker %d reached the run's end", r)
-			}
+			ranEveryStep(ctx, t, s, cfg.Steps, 0, 1, 2)
 			for i, core := range s.Cores() {
 				assert.Equal(t, tc.clock(cfg.Steps), core.Clock(), "shard %d", i)
 				assert.Equal(t, tc.short, core.Stats().ShortSteps, "shard %d", i)
@@ -188,11 +190,7 @@ func TestStall(t *testing.T) {
 		}
 
 		stall.Release()
-		for r := range cfg.Workers {
-			res, err := s.Wait(ctx, r)
-			require.NoError(t, err, "worker %d", r)
-			assert.Equal(t, cfg.Steps, res.Steps, "worker %d", r)
-		}
+		ranEveryStep(ctx, t, s, cfg.Steps, 0, 1, 2)
 		for i, core := range s.Cores() {
 			st := core.Stats()
 			assert.Equal(t, cfg.Steps, core.Clock(), "shard %d", i)
@@ -213,11 +211,7 @@ func TestStall(t *testing.T) {
 		reached(ctx, t, stall, "worker 2 is about to push step 0")
 		reached(ctx, t, first, "worker 0 is about to push step 0")
 		first.Release()
-		for _, r := range []int{0, 1} {
-			res, err := s.Wait(ctx, r)
-			require.NoError(t, err, "worker %d", r)
-			assert.Equal(t, cfg.Steps, res.Steps, "worker %d ran every step while worker 2 stalled", r)
-		}
+		ranEveryStep(ctx, t, s, cfg.Steps, 0, 1) // while worker 2 stalled
 		for i, core := range s.Cores() {
 			assert.Equal(t, cfg.Steps, core.Clock(), "shard %d", i)
 			assert.Zero(t, core.StepsPushed(2), "shard %d", i)
@@ -265,11 +259,7 @@ func TestDrop(t *testing.T) {
 			c.Shard(1).LosePush(1, 2, testcluster.LoseReply)
 			c.Shard(1).LosePush(0, 3, testcluster.LoseRequest)
 			s.StartAll(ctx)
-			for r := range cfg.Workers {
-				res, err := s.Wait(ctx, r)
-				require.NoError(t, err, "worker %d", r)
-				assert.Equal(t, cfg.Steps, res.Steps, "worker %d", r)
-			}
+			ranEveryStep(ctx, t, s, cfg.Steps, 0, 1)
 			for i, core := range s.Cores() {
 				st := core.Stats()
 				assert.Equal(t, 2, c.Shard(i).Lost(), "shard %d: both losses happened", i)
