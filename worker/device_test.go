@@ -37,12 +37,7 @@ func TestAFailedDeviceEndsTheRun(t *testing.T) {
 	defer model.Close()
 	f := &fakePS{params: make([]float32, model.Layout().Size())}
 	model.Init(f.params, 1)
-	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
-	require.NoError(t, err)
-	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
-	require.NoError(t, err)
-	defer w.Close()
-	_, err = w.Run(ctxT(t))
+	_, err = runAlone(t, f, model, train)
 	require.ErrorIs(t, err, errLost)
 	assert.ErrorIs(t, err, nn.ErrDevice)
 	assert.NotErrorIs(t, err, worker.ErrDiverged)

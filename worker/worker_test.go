@@ -123,6 +123,18 @@ func synthetic(t *testing.T) (data.Dataset, data.Dataset) {
 	return train, test
 }
 
+// runAlone trains model on one epoch of train, batch 32, as the only worker
+// of f in async mode, and returns what Run returns.
+func runAlone(t *testing.T, f *fakePS, model nn.Model, train data.Dataset) (worker.Result, error) {
+	t.Helper()
+	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
+	require.NoError(t, err)
+	defer w.Close()
+	return w.Run(ctxT(t))
+}
+
 // A peer that closed its connection shows as an error wrapping io.EOF: it
 // fails the run, and is not taken for the end of the epoch's data (which
 // once ended the epoch early, with no error).
@@ -130,12 +142,7 @@ func TestAnErrorWrappingEOFIsNotTheEndOfTheEpoch(t *testing.T) {
 	model := newModel(t)
 	train, _ := synthetic(t)
 	f := &fakePS{params: make([]float32, model.Layout().Size()), failPush: fmt.Errorf("recv from rank 1: %w", io.EOF)}
-	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
-	require.NoError(t, err)
-	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
-	require.NoError(t, err)
-	defer w.Close()
-	res, err := w.Run(ctxT(t))
+	res, err := runAlone(t, f, model, train)
 	require.ErrorIs(t, err, io.EOF)
 	assert.ErrorContains(t, err, "step 0: recv from rank 1")
 	assert.Zero(t, res.Steps)
@@ -145,12 +152,7 @@ func TestWorkerPushErrorStopsRun(t *testing.T) {
 	model := newModel(t)
 	train, _ := synthetic(t)
 	f := &fakePS{params: make([]float32, model.Layout().Size()), failPush: errors.New("server gone")}
-	a, err := worker.NewAsync(f, model.Layout().Size(), 1, worker.AsyncConfig{})
-	require.NoError(t, err)
-	w, err := worker.New(worker.Config{WorldSize: 1, Batch: 32, Epochs: 1}, model, train, a)
-	require.NoError(t, err)
-	defer w.Close()
-	_, err = w.Run(ctxT(t))
+	_, err := runAlone(t, f, model, train)
 	assert.ErrorContains(t, err, "step 0: server gone")
 }
 
