@@ -25,6 +25,10 @@ type SimInput struct {
 	// NICGbps and RTTMillis are the modelled NIC, as shoal bench train
 	// takes them (0 Gbit/s: no NIC model, the links unlimited).
 	NICGbps, RTTMillis float64
+	// NICBurst is the depth in bytes of the modelled NIC's token buckets
+	// (sim.Config's): netshape.DefaultBurst for a run of shoal bench
+	// train through the NIC model, 0 for a real line.
+	NICBurst float64
 	// ApplyBytesPerSec is the optimizer's speed on a shard or a rank.
 	ApplyBytesPerSec float64
 	// CPUPerByte and HostCores are the host's cost of a parameter-server
@@ -73,7 +77,7 @@ func Simulate(r Run, in SimInput) (Record, error) {
 	}
 	cfg := sim.Config{Mode: mode, Workers: r.Workers, Servers: r.Servers, Staleness: 1, Batch: in.Batch, Steps: int(steps),
 		Layers: in.Layers, LayerWork: in.LayerWork, FusionBytes: 65536, Forward: in.Compute / 3, Backward: 2 * in.Compute / 3, Jitter: in.Jitter, Seed: 1, Overlap: overlap,
-		NICGbps: in.NICGbps, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start,
+		NICGbps: in.NICGbps, NICBurst: in.NICBurst, Latency: in.RTTMillis / 2e3, ApplyBytesPerSec: in.ApplyBytesPerSec, Start: in.Start,
 		CPUPerByte: in.CPUPerByte, HostCores: in.HostCores}
 	res, err := sim.Run(cfg)
 	if err != nil {

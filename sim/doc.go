@@ -22,9 +22,13 @@
 // the receiver has begun taking the last. So the streams through one
 // NIC share it piece by piece: many workers pushing to one shard share
 // its ingress. A shard's chunks go in at most eight messages per push.
-// The harness's NIC model (internal/netshape) lets 2 ms at the line rate
-// through at once after an idle spell (its token bucket); the simulator
-// sends every byte at the line rate.
+// With Config.NICBurst each direction is also a token bucket, as the
+// harness's NIC model (internal/netshape) has it: after an idle spell
+// that many bytes pass at once. That small gift decides how two workers
+// that push together to one shard go on: the first to reach the idle line
+// gets ahead, and within a few steps they take turns instead of sharing
+// the line in lockstep. Without it (the default, a real line) every byte
+// goes at the line rate.
 // A parameter-server transfer can cost CPU per byte at each end
 // (Config.CPUPerByte: gRPC's framing and copies, the kernel's): the
 // sender prepares a message on one core, piece after piece, each piece

@@ -92,6 +92,7 @@ type network struct {
 	bps     float64 // bytes per second per direction; 0: infinite
 	latency float64 // one way, seconds
 	piece   float64 // bytes
+	burst   float64 // each direction's token bucket, in seconds of line time
 	perByte float64 // CPU seconds per byte, at each end; 0: none
 }
 
@@ -170,11 +171,16 @@ func (s *stream) pump() {
 		})
 		return
 	}
+	// Each direction is a token bucket kept as the time its line has
+	// carried everything booked on it (as internal/netshape's line): a
+	// piece is booked from when the line is free, and passes once the
+	// line's clock is within the bucket's depth of its end.
 	out := max(nw.e.now, s.a.egress)
 	s.a.egress = out + d
+	left := max(nw.e.now, out+d-nw.burst)
 	in := max(out, s.b.ingress)
-	arrived := max(out+d, in+d)
-	s.b.ingress = arrived
+	s.b.ingress = in + d
+	arrived := max(left, in+d-nw.burst)
 	s.a.sent += k
 	s.b.received += k
 	m.left -= k
@@ -195,7 +201,7 @@ func (s *stream) pump() {
 		nw.e.at(arrived+nw.latency, done)
 	}
 	s.busy = true
-	nw.e.at(max(out+d, in), func() {
+	nw.e.at(max(left, in-nw.burst), func() {
 		s.busy = false
 		s.pump()
 	})

@@ -46,6 +46,14 @@ type Config struct {
 	// NICGbps per direction of every process (0: infinite), Latency one
 	// way.
 	NICGbps, Latency float64
+	// NICBurst is the depth, in bytes, of a token bucket on each
+	// direction of every NIC (with NICGbps): a direction that was idle
+	// lets that much through at once before the line rate holds it, as
+	// the NIC model of shoal bench train does (internal/netshape: 2 ms of
+	// line time). 0, a real line's behaviour: never faster than the rate.
+	// The bucket favours the first of two messages that meet on an idle
+	// line, which walks workers that push together into taking turns.
+	NICBurst float64
 	// ApplyBytesPerSec is how fast a shard, or a ring rank, applies the
 	// optimizer step to the weights (0: at once).
 	ApplyBytesPerSec float64
@@ -133,8 +141,8 @@ func (c Config) validate() error {
 		return errors.New("sim: no layers: want the model's tensor sizes in bytes")
 	case c.Forward < 0 || c.Backward < 0 || c.Forward+c.Backward <= 0:
 		return fmt.Errorf("sim: forward %gs, backward %gs: want >= 0 and some compute", c.Forward, c.Backward)
-	case c.NICGbps < 0 || c.Latency < 0 || c.ApplyBytesPerSec < 0 || c.Jitter < 0 || !(c.CPUPerByte >= 0) || c.HostCores < 0:
-		return errors.New("sim: NIC rate, latency, apply rate, jitter, CPU per byte and host cores must be >= 0")
+	case c.NICGbps < 0 || c.Latency < 0 || !(c.NICBurst >= 0) || math.IsInf(c.NICBurst, 1) || c.ApplyBytesPerSec < 0 || c.Jitter < 0 || !(c.CPUPerByte >= 0) || c.HostCores < 0:
+		return errors.New("sim: NIC rate, latency, NIC burst (finite), apply rate, jitter, CPU per byte and host cores must be >= 0")
 	case c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers:
 		return fmt.Errorf("sim: %d backup workers of %d, want 0..workers-1", c.BackupWorkers, c.Workers)
 	case c.Staleness < 0:
@@ -190,6 +198,7 @@ func Run(cfg Config) (Result, error) {
 	j.net = &network{e: j.e, latency: cfg.Latency, piece: pieceBytes}
 	if cfg.NICGbps > 0 {
 		j.net.bps = cfg.NICGbps * 1e9 / 8
+		j.net.burst = cfg.NICBurst / j.net.bps
 	}
 	j.net.perByte = cfg.CPUPerByte
 	j.workers = make([]*simWorker, cfg.Workers)

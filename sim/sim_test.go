@@ -171,6 +171,36 @@ func TestWorkersStartWhenTold(t *testing.T) {
 	assert.Less(t, apart.SteadyStepSeconds, together.SteadyStepSeconds)
 }
 
+// A NIC's token bucket (NICBurst) lets a message that finds a direction
+// idle through its first bucketful at once: alone, a worker's push and
+// the reply each gain the bucket's time. Two workers that start together
+// on one shard share its NIC piece by piece, and how the pieces of two
+// equal messages fall decides whether they stay in lockstep, both pushes
+// and then both replies on the shard's line (4M/B a step), as they do
+// here without a bucket. With one, the first push to reach the idle line
+// finishes a bucket ahead of the other, the gap grows each step, and
+// within a few steps they take turns, one pushing while the other is
+// answered (2M/B a step, less what the buckets give back), as the workers of shoal bench train do through
+// the NIC model.
+func TestANICsBucketWalksWorkersIntoTurns(t *testing.T) {
+	const m = 900_000 // 3.4 pieces
+	const c = 0.0007
+	const burst = 0.002 * gbit // internal/netshape's default: 2 ms of line time
+	cfg := job(consistency.Async, 1, 1, m, c)
+	cfg.NICBurst = burst
+	alone := run(t, cfg)
+	assert.InEpsilon(t, c+2*m/gbit-2*0.002, alone.StepSeconds, 1e-9)
+
+	cfg = job(consistency.Async, 2, 1, m, c)
+	cfg.Steps = 40
+	const T = m / gbit // one message on the line
+	lockstep := run(t, cfg).SteadyStepSeconds
+	assert.True(t, lockstep > c+3.5*T && lockstep <= c+4*T, "without a bucket: %.2f ms a step, want lockstep, %.2f to %.2f ms", 1e3*lockstep, 1e3*(c+3.5*T), 1e3*(c+4*T))
+	cfg.NICBurst = burst
+	turns := run(t, cfg).SteadyStepSeconds
+	assert.True(t, turns > 2*T-2*0.002 && turns <= c+2*T, "with a bucket: %.2f ms a step, want turns, %.2f to %.2f ms", 1e3*turns, 1e3*(2*T-2*0.002), 1e3*(c+2*T))
+}
+
 // CPU per byte: a piece takes its time on a core of the sender before it
 // leaves and on one of the receiver once it is in; the sender prepares a
 // message piece after piece while the pieces before travel.
@@ -217,6 +247,9 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"no compute":              func(c *sim.Config) { c.Forward, c.Backward = 0, 0 },
 		"all backup":              func(c *sim.Config) { c.BackupWorkers = 2 },
 		"negative NIC":            func(c *sim.Config) { c.NICGbps = -1 },
+		"negative NIC burst":      func(c *sim.Config) { c.NICBurst = -1 },
+		"NIC burst at NaN":        func(c *sim.Config) { c.NICBurst = math.NaN() },
+		"infinite NIC burst":      func(c *sim.Config) { c.NICBurst = math.Inf(1) },
 		"more shards than floats": func(c *sim.Config) { c.Layers, c.Servers = []int64{4}, 2 },
 		"a start too many":        func(c *sim.Config) { c.Start = []float64{0, 0, 0} },
 		"a start before 0":        func(c *sim.Config) { c.Start = []float64{0, -1} },

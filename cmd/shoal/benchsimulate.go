@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/sim"
 )
@@ -134,7 +135,10 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		in := bench.SimInput{Layers: m.layers, LayerWork: m.work, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command,
 			CPUPerByte: host.perByte, HostCores: host.cores}
 		if !r.Loopback {
+			// The NIC model's, buckets and all: the runs predicted went
+			// through it.
 			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
+			in.NICBurst = float64(netshape.DefaultBurst(nf.gbps))
 		}
 		id := r.ID("", in.NICGbps) // as bench.Simulate names the record
 		if trainLen > 0 {
