@@ -116,7 +116,7 @@ func Simulate(r Run, in SimInput) (Record, error) {
 func CPUSource(rs *Results) *Record {
 	for i := range rs.Runs {
 		r := &rs.Runs[i]
-		if r.Peer == "" && r.Error == "" && r.Mode == "async" && r.NICGbps == 0 && r.Workers >= 2 && r.Servers >= 1 &&
+		if r.Peer == "" && r.Error == "" && r.Mode == consistency.Async.String() && r.NICGbps == 0 && r.Workers >= 2 && r.Servers >= 1 &&
 			r.StepTime.Step.Mean > 0 && r.StepTime.Compute.Mean > 0 {
 			return r
 		}
