@@ -32,102 +32,185 @@ type planRow struct {
 	Result  sim.Result `json:"result"`
 }
 
-func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// benchPlanFlags are shoal bench plan's flags.
+type benchPlanFlags struct {
+	job        simJobFlags
+	workers    int
+	serverList string // --servers, which parseBenchPlan reads into counts
+	modeList   string // --modes, which parseBenchPlan reads into modes
+	batch      int
+	apply      float64 // GB/s
+	fusion     int64
+	chunk      int64
+	staleness  int64
+	backup     int
+	steps      int
+	jsonOut    bool
+	plotFile   string
+	target     float64
+	epochs     int
+	layerFile  string
+}
+
+func (f *benchPlanFlags) register(fs *flag.FlagSet) {
+	f.job.register(fs)
+	fs.IntVar(&f.workers, "workers", 64, "workers of the job")
+	fs.StringVar(&f.serverList, "servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
+	fs.StringVar(&f.modeList, "modes", "async,sync,ssp,ring", "modes to simulate")
+	fs.IntVar(&f.batch, "batch", 64, "batch per worker")
+	fs.Float64Var(&f.apply, "apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
+	fs.Int64Var(&f.fusion, "fusion-bytes", 65536, "ring: bucket size (0: one allreduce after backward)")
+	fs.Int64Var(&f.chunk, "chunk-bytes", 1<<20, "PS: the shard plan's chunk size")
+	fs.Int64Var(&f.staleness, "staleness", 1, "ssp: the bound")
+	fs.IntVar(&f.backup, "backup-workers", 0, "sync: backup workers")
+	fs.IntVar(&f.steps, "steps", 10, "steps simulated per worker")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per setup")
+	fs.StringVar(&f.plotFile, "plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
+	fs.Float64Var(&f.target, "target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
+	fs.IntVar(&f.epochs, "epochs", 3, "--target: epochs each emulated job trains for")
+	fs.StringVar(&f.layerFile, "layers", "", "another model: a file of its tensors' sizes, floats one a line in parameter order (sim/models: vgg16.txt, resnet101.txt, inception_v3.txt); needs --compute")
+}
+
+// benchPlan is one shoal bench plan, its flags checked: the modes and
+// server counts to simulate and the model's tensors.
+type benchPlan struct {
+	benchPlanFlags
+	modes  []consistency.Mode
+	counts []int     // server counts of the PS modes
+	layers []int64   // the tensors' sizes in bytes
+	work   []float64 // their shares of backward (nil: by size)
+	name   string    // the model, described
+	floats int64
+}
+
+// parseBenchPlan reads and checks shoal bench plan's flags, and the
+// model's tensors.
+func parseBenchPlan(args []string, stderr io.Writer) (*benchPlan, error) {
 	fs := newFlagSet("bench plan", benchPlanSynopsis, stderr)
-	var jf simJobFlags
-	jf.register(fs)
-	var (
-		workers   = fs.Int("workers", 64, "workers of the job")
-		servers   = fs.String("servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
-		modes     = fs.String("modes", "async,sync,ssp,ring", "modes to simulate")
-		batch     = fs.Int("batch", 64, "batch per worker")
-		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
-		fusion    = fs.Int64("fusion-bytes", 65536, "ring: bucket size (0: one allreduce after backward)")
-		chunk     = fs.Int64("chunk-bytes", 1<<20, "PS: the shard plan's chunk size")
-		staleness = fs.Int64("staleness", 1, "ssp: the bound")
-		backup    = fs.Int("backup-workers", 0, "sync: backup workers")
-		steps     = fs.Int("steps", 10, "steps simulated per worker")
-		jsonOut   = fs.Bool("json", false, "print one JSON object per setup")
-		plotFile  = fs.String("plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
-		target    = fs.Float64("target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
-		epochs    = fs.Int("epochs", 3, "--target: epochs each emulated job trains for")
-		layerFile = fs.String("layers", "", "another model: a file of its tensors' sizes, floats one a line in parameter order (sim/models: vgg16.txt, resnet101.txt, inception_v3.txt); needs --compute")
-	)
+	p := &benchPlan{}
+	p.register(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	mf := jf.model
-	if err := jf.validate(); err != nil {
-		return err
+	if err := p.job.validate(); err != nil {
+		return nil, err
 	}
-	if *workers < 1 || *batch < 1 || *steps < 1 || *apply < 0 {
-		return fmt.Errorf("--workers %d, --batch %d, --steps %d, --apply-gbps %g: want workers, batch, steps >= 1 and an optimizer speed >= 0",
-			*workers, *batch, *steps, *apply)
+	if p.workers < 1 || p.batch < 1 || p.steps < 1 || p.apply < 0 {
+		return nil, fmt.Errorf("--workers %d, --batch %d, --steps %d, --apply-gbps %g: want workers, batch, steps >= 1 and an optimizer speed >= 0",
+			p.workers, p.batch, p.steps, p.apply)
 	}
-	ms, err := parseModes(*modes)
+	var err error
+	if p.modes, err = parseModes(p.modeList); err != nil {
+		return nil, err
+	}
+	if p.counts, err = serverCounts(p.serverList, p.workers); err != nil {
+		return nil, err
+	}
+	if p.layers, p.work, p.name, err = planLayers(p.job.model, p.layerFile); err != nil {
+		return nil, err
+	}
+	for _, l := range p.layers {
+		p.floats += l / 4
+	}
+	if p.target < 0 || p.target >= 1 || p.epochs < 1 {
+		return nil, fmt.Errorf("--target %g, --epochs %d: want a test accuracy in [0, 1) (0: none) and epochs >= 1", p.target, p.epochs)
+	}
+	if p.target > 0 && p.layerFile != "" {
+		return nil, fmt.Errorf("--target with --layers %s: only Shoal's own models can be emulated (their accuracy needs training them)", p.layerFile)
+	}
+	if p.job.compute == 0 && p.layerFile != "" {
+		return nil, fmt.Errorf("--layers %s: give the model's --compute (forward+backward of one step at --batch): shoal measures only its own models", p.layerFile)
+	}
+	return p, nil
+}
+
+func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	p, err := parseBenchPlan(args, stderr)
 	if err != nil {
 		return err
 	}
-	counts, err := serverCounts(*servers, *workers)
+	base, c, err := p.simConfig(ctx)
 	if err != nil {
 		return err
 	}
-	layers, work, name, err := planLayers(mf, *layerFile)
-	if err != nil {
-		return err
-	}
-	var floats int64
-	for _, l := range layers {
-		floats += l / 4
-	}
-	if *target < 0 || *target >= 1 || *epochs < 1 {
-		return fmt.Errorf("--target %g, --epochs %d: want a test accuracy in [0, 1) (0: none) and epochs >= 1", *target, *epochs)
-	}
-	if *target > 0 && *layerFile != "" {
-		return fmt.Errorf("--target with --layers %s: only Shoal's own models can be emulated (their accuracy needs training them)", *layerFile)
-	}
-	if jf.compute == 0 && *layerFile != "" {
-		return fmt.Errorf("--layers %s: give the model's --compute (forward+backward of one step at --batch): shoal measures only its own models", *layerFile)
-	}
-	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) {
-		fast, _, err := mf.buildFast(1)
-		return fast, err
-	}, *batch, mf.seed)
-	if err != nil {
-		return err
-	}
-	a := *apply * 1e9
-	if a == 0 {
-		a = sim.MeasureOptimizer(int(min(floats, 1<<24)))
-	}
-	base := sim.Config{Workers: *workers, Staleness: *staleness, BackupWorkers: *backup, Batch: *batch, Steps: *steps, Layers: layers, LayerWork: work,
-		ChunkBytes: *chunk, FusionBytes: *fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: jf.jitter, Seed: mf.seed,
-		NICGbps: jf.gbps, Latency: jf.latency.Seconds(), ApplyBytesPerSec: a}
-	if !*jsonOut {
+	if !p.jsonOut {
 		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
-			name, float64(floats)*4/1e6, *workers, *batch, jf.gbps, jf.latency, c*1e3, a/1e9, *steps)
+			p.name, float64(p.floats)*4/1e6, p.workers, p.batch, p.job.gbps, p.job.latency, c*1e3, base.ApplyBytesPerSec/1e9, p.steps)
 		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
 	}
+	rows, err := p.simulate(base, stdout)
+	if err != nil {
+		return err
+	}
+	if p.plotFile != "" {
+		if err := plotEfficiency(p.plotFile, p.name, base, p.modes, p.serverList, p.floats); err != nil {
+			return err
+		}
+		if !p.jsonOut {
+			fmt.Fprintf(stdout, "wrote %s\n", p.plotFile)
+		}
+	}
+	tj := targetJob{job: p.job, batch: p.batch, epochs: p.epochs, target: p.target}
+	if p.jsonOut || len(rows) == 0 {
+		if p.target > 0 && len(rows) > 0 {
+			return tj.run(ctx, base, rows, stdout, true)
+		}
+		return nil
+	}
+	printFastest(stdout, rows)
+	if p.target == 0 {
+		fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	return tj.run(ctx, base, rows, stdout, false)
+}
+
+// simConfig is the job to simulate, less its mode and servers, and its
+// compute per step in seconds: --compute and --apply-gbps, or else
+// measured here.
+func (p *benchPlan) simConfig(ctx context.Context) (sim.Config, float64, error) {
+	mf := p.job.model
+	c, err := p.job.stepSeconds(ctx, func() (nn.Model, error) {
+		fast, _, err := mf.buildFast(1)
+		return fast, err
+	}, p.batch, mf.seed)
+	if err != nil {
+		return sim.Config{}, 0, err
+	}
+	a := p.apply * 1e9
+	if a == 0 {
+		a = sim.MeasureOptimizer(int(min(p.floats, 1<<24)))
+	}
+	jf := p.job
+	return sim.Config{Workers: p.workers, Staleness: p.staleness, BackupWorkers: p.backup, Batch: p.batch, Steps: p.steps, Layers: p.layers, LayerWork: p.work,
+		ChunkBytes: p.chunk, FusionBytes: p.fusion, Forward: c / 3, Backward: 2 * c / 3, Jitter: jf.jitter, Seed: mf.seed,
+		NICGbps: jf.gbps, Latency: jf.latency.Seconds(), ApplyBytesPerSec: a}, c, nil
+}
+
+// simulate runs base in every mode at each of its server counts and
+// prints each setup as it comes: a table row, or with --json an object.
+func (p *benchPlan) simulate(base sim.Config, stdout io.Writer) ([]planRow, error) {
 	var rows []planRow
-	for _, m := range ms {
-		ss := counts
+	for _, m := range p.modes {
+		ss := p.counts
 		if !m.UsesServers() {
 			ss = []int{0}
 		}
 		for _, s := range ss {
 			cfg := base
 			cfg.Mode, cfg.Servers = m, s
-			if int64(s) > floats {
+			if int64(s) > p.floats {
 				continue
 			}
 			r, err := sim.Run(cfg)
 			if err != nil {
-				return fmt.Errorf("%s with %d servers: %w", m, s, err)
+				return nil, fmt.Errorf("%s with %d servers: %w", m, s, err)
 			}
 			rows = append(rows, planRow{Mode: m.String(), Servers: s, Result: r})
-			if *jsonOut {
+			if p.jsonOut {
 				if err := printJSONLine(stdout, rows[len(rows)-1]); err != nil {
-					return err
+					return nil, err
 				}
 				continue
 			}
@@ -135,20 +218,12 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				(r.BytesSent+r.BytesReceived)/1e6)
 		}
 	}
-	if *plotFile != "" {
-		if err := plotEfficiency(*plotFile, name, base, ms, *servers, floats); err != nil {
-			return err
-		}
-		if !*jsonOut {
-			fmt.Fprintf(stdout, "wrote %s\n", *plotFile)
-		}
-	}
-	if *jsonOut || len(rows) == 0 {
-		if *target > 0 && len(rows) > 0 {
-			return targetJob{job: jf, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, true)
-		}
-		return nil
-	}
+	return rows, nil
+}
+
+// printFastest names the fastest of rows and how much faster it is than
+// the fastest setup of another mode, leaving the line open.
+func printFastest(stdout io.Writer, rows []planRow) {
 	best, second := rows[0], planRow{}
 	for _, r := range rows[1:] {
 		switch {
@@ -165,12 +240,6 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if second.Mode != "" {
 		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
 	}
-	if *target == 0 {
-		fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
-		return nil
-	}
-	fmt.Fprintln(stdout)
-	return targetJob{job: jf, batch: *batch, epochs: *epochs, target: *target}.run(ctx, base, rows, stdout, false)
 }
 
 // plotEfficiency simulates base at 2, 4, 8, ... workers up to its own
