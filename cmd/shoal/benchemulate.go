@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -49,129 +50,160 @@ type emulateRun struct {
 	StepSeconds float64 `json:"simulated_step_seconds"`
 }
 
-func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// benchEmulateFlags are shoal bench emulate's flags.
+type benchEmulateFlags struct {
+	job        simJobFlags
+	workerList string // --workers, which parseBenchEmulate reads into workers
+	modeList   string // --modes, which parseBenchEmulate reads into modes
+	boundList  string // --staleness, which parseBenchEmulate reads into bounds
+	batch      int
+	epochs     int
+	servers    int
+	evalEvery  int64
+	out        string
+	jsonOut    bool
+}
+
+func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
+	f.job.register(fs)
+	fs.StringVar(&f.workerList, "workers", "8,16,32,64", "worker counts, comma-separated")
+	fs.StringVar(&f.modeList, "modes", "async,ssp,sync", "modes: async, ssp, sync")
+	fs.StringVar(&f.boundList, "staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
+	fs.IntVar(&f.batch, "batch", 64, "batch per worker")
+	fs.IntVar(&f.epochs, "epochs", 3, "epochs of the job")
+	fs.IntVar(&f.servers, "servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
+	fs.Int64Var(&f.evalEvery, "eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
+	fs.StringVar(&f.out, "out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per job")
+}
+
+// benchEmulate is one shoal bench emulate, its flags checked: the worker
+// counts, modes and ssp bounds to emulate.
+type benchEmulate struct {
+	benchEmulateFlags
+	workers []int
+	modes   []consistency.Mode
+	bounds  []int
+}
+
+// parseBenchEmulate reads and checks shoal bench emulate's flags, and
+// makes --out.
+func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulate, error) {
 	fs := newFlagSet("bench emulate", benchEmulateSynopsis, stderr)
-	var jf simJobFlags
-	jf.register(fs)
-	var (
-		workers   = fs.String("workers", "8,16,32,64", "worker counts, comma-separated")
-		modes     = fs.String("modes", "async,ssp,sync", "modes: async, ssp, sync")
-		bounds    = fs.String("staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
-		batch     = fs.Int("batch", 64, "batch per worker")
-		epochs    = fs.Int("epochs", 3, "epochs of the job")
-		servers   = fs.Int("servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
-		evalEvery = fs.Int64("eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
-		out       = fs.String("out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
-		jsonOut   = fs.Bool("json", false, "print one JSON object per job")
-	)
+	p := &benchEmulate{}
+	p.register(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	mf, of, df := jf.model, jf.opt, jf.data
-	ns, err := positiveInts("--workers", *workers)
-	if err != nil {
-		return err
+	var err error
+	if p.workers, err = positiveInts("--workers", p.workerList); err != nil {
+		return nil, err
 	}
-	ss, err := positiveInts("--staleness", *bounds)
-	if err != nil {
-		return err
+	if p.bounds, err = positiveInts("--staleness", p.boundList); err != nil {
+		return nil, err
 	}
-	ms, err := parseModes(*modes)
-	if err != nil {
-		return err
+	if p.modes, err = parseModes(p.modeList); err != nil {
+		return nil, err
 	}
-	for _, m := range ms {
+	for _, m := range p.modes {
 		if !m.UsesServers() {
-			return fmt.Errorf("--modes %s: only the parameter-server modes are emulated (the ring is sync SGD on workers×batch samples a step)", m)
+			return nil, fmt.Errorf("--modes %s: only the parameter-server modes are emulated (the ring is sync SGD on workers×batch samples a step)", m)
 		}
 	}
-	if err := jf.validate(); err != nil {
-		return err
+	if err := p.job.validate(); err != nil {
+		return nil, err
 	}
-	if *batch < 1 || *epochs < 1 || *servers < 1 || *evalEvery < 0 {
-		return fmt.Errorf("--batch %d, --epochs %d, --servers %d, --eval-every %d: want batch, epochs, servers >= 1, eval-every >= 0",
-			*batch, *epochs, *servers, *evalEvery)
+	if p.batch < 1 || p.epochs < 1 || p.servers < 1 || p.evalEvery < 0 {
+		return nil, fmt.Errorf("--batch %d, --epochs %d, --servers %d, --eval-every %d: want batch, epochs, servers >= 1, eval-every >= 0",
+			p.batch, p.epochs, p.servers, p.evalEvery)
 	}
-	if *out != "" {
-		if err := writableDir("--out", *out); err != nil {
-			return err
+	if p.out != "" {
+		if err := writableDir("--out", p.out); err != nil {
+			return nil, err
 		}
 	}
-	// Decay over the whole job, as shoal train does, once its length is
-	// known; the flags are checked here.
-	ocfg, wholeJob, err := decayFlags(of)
+	return p, nil
+}
+
+func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	p, err := parseBenchEmulate(args, stderr)
 	if err != nil {
 		return err
 	}
-	train, test, err := df.load(mf.seed)
+	jf := p.job
+	e, err := jf.emulation(p.batch, p.epochs, p.evalEvery)
 	if err != nil {
 		return err
 	}
-	spec, err := mf.spec()
+	model, err := e.model()
 	if err != nil {
 		return err
 	}
-	newModel := func() (nn.Model, error) {
-		be, _ := nn.NewBestCPU(1)
-		return nn.New(spec, be)
-	}
-	model, err := newModel()
-	if err != nil {
-		return err
-	}
-	layers := model.Layout().Bytes()
-	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) { return model, nil }, *batch, mf.seed)
+	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) { return model, nil }, p.batch, jf.model.seed)
 	if err != nil {
 		return err
 	}
 	name := describeModel(model)
-	if !*jsonOut {
+	if !p.jsonOut {
 		fmt.Fprintf(stdout, "shoal bench emulate: %s, batch %d per worker, %d epochs of %s, %s lr %g (%s decay); schedules simulated with compute %.2f ms a step (jitter %g), %d server(s), NICs of %g Gbit/s\n",
-			name, *batch, *epochs, train.Name(), ocfg.Algorithm, ocfg.LR, of.decay, c*1e3, jf.jitter, *servers, jf.gbps)
+			name, p.batch, p.epochs, e.train.Name(), e.opt.Algorithm, e.opt.LR, jf.opt.decay, c*1e3, jf.jitter, p.servers, jf.gbps)
 	}
-
+	base := sim.Config{Servers: p.servers, Layers: model.Layout().Bytes(), Forward: c / 3, Backward: 2 * c / 3,
+		Jitter: jf.jitter, Seed: jf.model.seed, NICGbps: jf.gbps, Latency: jf.latency.Seconds()}
 	var runs []emulateRun
-	for _, n := range ns {
-		for _, m := range ms {
-			bs := []int64{0}
-			if m == consistency.SSP {
-				bs = bs[:0]
-				for _, s := range ss {
-					bs = append(bs, int64(s))
-				}
-			}
-			for _, s := range bs {
-				sc := sim.Config{Mode: m, Workers: n, Servers: *servers, Staleness: s, Layers: layers, Forward: c / 3, Backward: 2 * c / 3,
-					Jitter: jf.jitter, Seed: mf.seed, NICGbps: jf.gbps, Latency: jf.latency.Seconds()}
-				j := emulation{model: newModel, seed: mf.seed, batch: *batch, epochs: *epochs, opt: ocfg, wholeJob: wholeJob, warmup: of.warmup,
-					train: train, test: test, evalEvery: *evalEvery}
-				start := time.Now()
-				res, err := j.run(ctx, sc)
+	for _, n := range p.workers {
+		for _, m := range p.modes {
+			for _, s := range p.boundsOf(m) {
+				sc := base
+				sc.Mode, sc.Workers, sc.Staleness = m, n, s
+				run, err := p.emulate(ctx, e, sc, name, stdout)
 				if err != nil {
-					return fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
+					return err
 				}
-				run := emulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: name, Batch: *batch, Epochs: *epochs,
-					Accuracy: res.Final.Accuracy, Loss: finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
-					Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds, Diverged: res.Diverged}
 				runs = append(runs, run)
-				if *jsonOut {
-					if err := printJSONLine(stdout, run); err != nil {
-						return err
-					}
-					continue
-				}
-				fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
-					m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
-				if res.Diverged != "" {
-					fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
-				}
 			}
 		}
 	}
-	if *out == "" {
+	if p.out == "" {
 		return nil
 	}
-	return writeEmulation(*out, runs, stdout, *jsonOut)
+	return writeEmulation(p.out, runs, stdout, p.jsonOut)
+}
+
+// boundsOf is the staleness bounds to emulate mode m at: --staleness's
+// for ssp, else none (0).
+func (p *benchEmulate) boundsOf(m consistency.Mode) []int64 {
+	if m != consistency.SSP {
+		return []int64{0}
+	}
+	var bs []int64
+	for _, s := range p.bounds {
+		bs = append(bs, int64(s))
+	}
+	return bs
+}
+
+// emulate runs e as the job that sc simulates and prints how it went: a
+// line (two when it diverged), or with --json an object.
+func (p *benchEmulate) emulate(ctx context.Context, e emulation, sc sim.Config, name string, stdout io.Writer) (emulateRun, error) {
+	m, n, s := sc.Mode, sc.Workers, sc.Staleness
+	start := time.Now()
+	res, err := e.run(ctx, sc)
+	if err != nil {
+		return emulateRun{}, fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
+	}
+	run := emulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: name, Batch: p.batch, Epochs: p.epochs,
+		Accuracy: res.Final.Accuracy, Loss: finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
+		Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds, Diverged: res.Diverged}
+	if p.jsonOut {
+		return run, printJSONLine(stdout, run)
+	}
+	fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
+		m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
+	if res.Diverged != "" {
+		fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
+	}
+	return run, nil
 }
 
 // finite is &x, or nil when x is NaN or infinite (JSON has no such
@@ -207,6 +239,31 @@ func (e emulation) run(ctx context.Context, sc sim.Config) (emulate.Result, erro
 	}
 	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: e.model, Seed: e.seed, Batch: e.batch, Epochs: e.epochs, Optimizer: opt,
 		Train: e.train, Test: e.test, EvalEvery: e.evalEvery})
+}
+
+// emulation is f's job to emulate at batch for epochs: its optimizer,
+// data and model.
+func (f simJobFlags) emulation(batch, epochs int, evalEvery int64) (emulation, error) {
+	// Decay over the whole job, as shoal train does, once its length is
+	// known; the flags are checked here.
+	ocfg, wholeJob, err := decayFlags(f.opt)
+	if err != nil {
+		return emulation{}, err
+	}
+	train, test, err := f.data.load(f.model.seed)
+	if err != nil {
+		return emulation{}, err
+	}
+	spec, err := f.model.spec()
+	if err != nil {
+		return emulation{}, err
+	}
+	newModel := func() (nn.Model, error) {
+		be, _ := nn.NewBestCPU(1)
+		return nn.New(spec, be)
+	}
+	return emulation{model: newModel, seed: f.model.seed, batch: batch, epochs: epochs, opt: ocfg, wholeJob: wholeJob, warmup: f.opt.warmup,
+		train: train, test: test, evalEvery: evalEvery}, nil
 }
 
 // decayFlags checks the optimizer flags of an emulation and says whether

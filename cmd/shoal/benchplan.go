@@ -433,22 +433,11 @@ type targetRow struct {
 }
 
 func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, stdout io.Writer, jsonOut bool) error {
-	ocfg, wholeJob, err := decayFlags(j.job.opt)
+	e, err := j.job.emulation(j.batch, j.epochs, 0)
 	if err != nil {
 		return err
 	}
-	train, test, err := j.job.data.load(j.job.model.seed)
-	if err != nil {
-		return err
-	}
-	spec, err := j.job.model.spec()
-	if err != nil {
-		return err
-	}
-	e := emulation{model: func() (nn.Model, error) {
-		be, _ := nn.NewBestCPU(1)
-		return nn.New(spec, be)
-	}, seed: j.job.model.seed, batch: j.batch, epochs: j.epochs, opt: ocfg, wholeJob: wholeJob, warmup: j.job.opt.warmup, train: train, test: test}
+	ocfg, train, test := e.opt, e.train, e.test
 	fastest := map[string]planRow{}
 	var order []string
 	for _, r := range rows {
