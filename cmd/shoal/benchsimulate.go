@@ -56,119 +56,171 @@ func (m *simModel) measure(ctx context.Context) (float64, error) {
 	return m.compute, nil
 }
 
-func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// benchSimulateFlags are shoal bench simulate's flags.
+type benchSimulateFlags struct {
+	pf        planFlags
+	nf        nicFlags
+	df        dataFlags
+	out       string
+	calibrate string
+	apply     float64 // GB/s
+	jitter    float64
+	cpuFrom   string
+}
+
+func (f *benchSimulateFlags) register(fs *flag.FlagSet) {
+	f.pf.register(fs)
+	f.nf.register(fs)
+	f.df.register(fs)
+	fs.Lookup("nic-gbps").DefValue, f.nf.gbps = "1", 1
+	fs.StringVar(&f.out, "out", "bench-sim", "folder for results.json, report.md and the plots")
+	fs.StringVar(&f.calibrate, "calibrate", "", "a results.json of shoal bench train whose measured compute per step (and its spread) the runs take")
+	fs.Float64Var(&f.apply, "apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
+	fs.Float64Var(&f.jitter, "jitter", 0.1, "spread of each step's compute (a log-normal's σ) where --calibrate does not give it")
+	fs.StringVar(&f.cpuFrom, "cpu-calibrate", "", "a results.json of shoal bench train whose loopback async run the host's CPU cost per byte of a PS transfer is fitted to (default: --calibrate's)")
+}
+
+// benchSimulate is one shoal bench simulate: its flags, checked, and what
+// every run's prediction shares.
+type benchSimulate struct {
+	benchSimulateFlags
+	plan     bench.Plan
+	measured *bench.Results // --calibrate's, or nil
+	host     simHost
+	// Set by runBenchSimulate before the first prediction.
+	models     map[string]*simModel // the harness's models as the simulator takes them
+	applyBytes float64              // the optimizer's speed, bytes/s
+	trainLen   int                  // the training set's size, for runs given in epochs
+}
+
+// parseBenchSimulate reads and checks shoal bench simulate's flags, loads
+// the results that calibrate the runs, and makes --out.
+func parseBenchSimulate(args []string, stderr io.Writer) (*benchSimulate, error) {
 	fs := newFlagSet("bench simulate", benchSimulateSynopsis, stderr)
-	var (
-		pf planFlags
-		nf nicFlags
-		df dataFlags
-	)
-	pf.register(fs)
-	nf.register(fs)
-	df.register(fs)
-	fs.Lookup("nic-gbps").DefValue, nf.gbps = "1", 1
-	var (
-		out       = fs.String("out", "bench-sim", "folder for results.json, report.md and the plots")
-		calibrate = fs.String("calibrate", "", "a results.json of shoal bench train whose measured compute per step (and its spread) the runs take")
-		apply     = fs.Float64("apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
-		jitter    = fs.Float64("jitter", 0.1, "spread of each step's compute (a log-normal's σ) where --calibrate does not give it")
-		cpuFrom   = fs.String("cpu-calibrate", "", "a results.json of shoal bench train whose loopback async run the host's CPU cost per byte of a PS transfer is fitted to (default: --calibrate's)")
-	)
+	p := &benchSimulate{}
+	p.register(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	if err := nf.validate(); err != nil {
-		return err
+	if err := p.nf.validate(); err != nil {
+		return nil, err
 	}
-	if *apply < 0 || *jitter < 0 || math.IsNaN(*apply) || math.IsNaN(*jitter) {
-		return fmt.Errorf("--apply-gbps %g, --jitter %g: want >= 0", *apply, *jitter)
+	if p.apply < 0 || p.jitter < 0 || math.IsNaN(p.apply) || math.IsNaN(p.jitter) {
+		return nil, fmt.Errorf("--apply-gbps %g, --jitter %g: want >= 0", p.apply, p.jitter)
 	}
-	plan, err := pf.plan(nf)
+	var err error
+	if p.plan, err = p.pf.plan(p.nf); err != nil {
+		return nil, err
+	}
+	if p.calibrate != "" {
+		if p.measured, err = bench.Load(p.calibrate); err != nil {
+			return nil, fmt.Errorf("--calibrate: %w", err)
+		}
+		if p.measured.Simulated {
+			return nil, fmt.Errorf("--calibrate %s: these results are simulated; calibrate from measured ones (shoal bench train's)", p.calibrate)
+		}
+	}
+	if p.host, err = hostCPU(p.cpuFrom, p.calibrate, p.measured); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(p.out, 0o755); err != nil {
+		return nil, fmt.Errorf("--out %s: %w", p.out, err)
+	}
+	return p, nil
+}
+
+func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	p, err := parseBenchSimulate(args, stderr)
 	if err != nil {
 		return err
 	}
-	var measured *bench.Results
-	if *calibrate != "" {
-		if measured, err = bench.Load(*calibrate); err != nil {
-			return fmt.Errorf("--calibrate: %w", err)
-		}
-		if measured.Simulated {
-			return fmt.Errorf("--calibrate %s: these results are simulated; calibrate from measured ones (shoal bench train's)", *calibrate)
-		}
-	}
-	host, err := hostCPU(*cpuFrom, *calibrate, measured)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("--out %s: %w", *out, err)
-	}
-	trainLen := 0 // the training set's size, for runs given in epochs
-	if slices.ContainsFunc(plan.Runs, func(r bench.Run) bool { return r.Epochs > 0 }) {
-		train, _, err := df.load(1)
+	if slices.ContainsFunc(p.plan.Runs, func(r bench.Run) bool { return r.Epochs > 0 }) {
+		train, _, err := p.df.load(1)
 		if err != nil {
 			return err
 		}
-		trainLen = train.Len()
+		p.trainLen = train.Len()
 	}
-	a := *apply * 1e9
-	if a == 0 {
-		a = sim.MeasureOptimizer(1 << 22)
+	p.applyBytes = p.apply * 1e9
+	if p.applyBytes == 0 {
+		p.applyBytes = sim.MeasureOptimizer(1 << 22)
 	}
 	res := &bench.Results{Schema: bench.SchemaVersion, Started: time.Now().UTC().Truncate(time.Second),
 		Command: append([]string{"shoal", "bench", "simulate"}, args...), Revision: revision(), Machine: describeMachine(), Simulated: true}
-	models := map[string]*simModel{}
-	if host.src != nil {
-		if host.perByte, err = host.fit(models, a); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "CPU per byte of a PS transfer: %.3f ns, fitted to %s of %s (%.2f ms a step), on a host of %d cores\n",
-			1e9*host.perByte, host.src.ID, host.file, 1e3*host.src.StepTime.Step.Mean, host.cores)
-	} else {
-		fmt.Fprintln(stdout, "CPU per byte of a PS transfer: not modelled (no loopback async run to fit it to: --cpu-calibrate)")
+	p.models = map[string]*simModel{}
+	if err := p.fitHost(stdout); err != nil {
+		return err
 	}
-	for i, r := range plan.Runs {
-		m, err := harnessModel(models, r.Model)
+	for i, r := range p.plan.Runs {
+		in, id, err := p.input(ctx, r, res.Command)
 		if err != nil {
-			return err
-		}
-		in := bench.SimInput{Layers: m.layers, LayerWork: m.work, Batch: m.batch, Jitter: *jitter, ApplyBytesPerSec: a, Command: res.Command,
-			CPUPerByte: host.perByte, HostCores: host.cores}
-		if !r.Loopback {
-			// The NIC model's, buckets and all: the runs predicted went
-			// through it.
-			in.NICGbps, in.RTTMillis = nf.gbps, float64(nf.rtt)/float64(time.Millisecond)
-			in.NICBurst = float64(netshape.DefaultBurst(nf.gbps))
-		}
-		id := r.ID("", in.NICGbps) // as bench.Simulate names the record
-		if trainLen > 0 {
-			// Each worker's batches of its share of the data, as its loader
-			// cuts them (the last short batch kept).
-			s, err := data.NewSampler(trainLen, 0, r.Workers, 0, false)
-			if err != nil {
-				return err
-			}
-			in.StepsPerEpoch = int64(s.Steps(m.batch, false))
-		}
-		if c, ok := calibration(measured, id, bench.Models[r.Model].Label); ok {
-			in.Calibrate(c.StepTime.Compute)
-			if c.ID == id {
-				in.Start = c.StartOffsets
-			}
-		} else if in.Compute, err = m.measure(ctx); err != nil {
 			return err
 		}
 		rec, err := bench.Simulate(r, in)
 		if err != nil {
-			fmt.Fprintf(stdout, "[%d/%d] %s: left out: %v\n", i+1, len(plan.Runs), id, err)
+			fmt.Fprintf(stdout, "[%d/%d] %s: left out: %v\n", i+1, len(p.plan.Runs), id, err)
 			continue
 		}
 		res.Runs = append(res.Runs, rec)
 		fmt.Fprintf(stdout, "[%d/%d] %s: %s samples/s, step mean %.2f ms (compute %.2f ms), simulated\n",
-			i+1, len(plan.Runs), id, fmtFloat(math.Round(rec.SamplesPerSec)), 1e3*rec.StepTime.Step.Mean, 1e3*rec.StepTime.Compute.Mean)
+			i+1, len(p.plan.Runs), id, fmtFloat(math.Round(rec.SamplesPerSec)), 1e3*rec.StepTime.Step.Mean, 1e3*rec.StepTime.Compute.Mean)
 	}
 	bench.ScalingEfficiency(res.Runs)
-	return writeBenchOutputs(*out, res, stdout)
+	return writeBenchOutputs(p.out, res, stdout)
+}
+
+// fitHost fits the host's CPU per byte of a PS transfer to its loopback
+// async run, when there is one, and says what it found.
+func (p *benchSimulate) fitHost(stdout io.Writer) error {
+	host := &p.host
+	if host.src == nil {
+		fmt.Fprintln(stdout, "CPU per byte of a PS transfer: not modelled (no loopback async run to fit it to: --cpu-calibrate)")
+		return nil
+	}
+	var err error
+	if host.perByte, err = host.fit(p.models, p.applyBytes); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "CPU per byte of a PS transfer: %.3f ns, fitted to %s of %s (%.2f ms a step), on a host of %d cores\n",
+		1e9*host.perByte, host.src.ID, host.file, 1e3*host.src.StepTime.Step.Mean, host.cores)
+	return nil
+}
+
+// input is what the simulator takes to predict run r, and the ID that
+// bench.Simulate gives its record. The compute per step is --calibrate's
+// (the run of the same ID, else the model's first), or else measured here.
+func (p *benchSimulate) input(ctx context.Context, r bench.Run, command []string) (bench.SimInput, string, error) {
+	m, err := harnessModel(p.models, r.Model)
+	if err != nil {
+		return bench.SimInput{}, "", err
+	}
+	in := bench.SimInput{Layers: m.layers, LayerWork: m.work, Batch: m.batch, Jitter: p.jitter, ApplyBytesPerSec: p.applyBytes, Command: command,
+		CPUPerByte: p.host.perByte, HostCores: p.host.cores}
+	if !r.Loopback {
+		// The NIC model's, buckets and all: the runs predicted went
+		// through it.
+		in.NICGbps, in.RTTMillis = p.nf.gbps, float64(p.nf.rtt)/float64(time.Millisecond)
+		in.NICBurst = float64(netshape.DefaultBurst(p.nf.gbps))
+	}
+	id := r.ID("", in.NICGbps) // as bench.Simulate names the record
+	if p.trainLen > 0 {
+		// Each worker's batches of its share of the data, as its loader
+		// cuts them (the last short batch kept).
+		s, err := data.NewSampler(p.trainLen, 0, r.Workers, 0, false)
+		if err != nil {
+			return bench.SimInput{}, "", err
+		}
+		in.StepsPerEpoch = int64(s.Steps(m.batch, false))
+	}
+	if c, ok := calibration(p.measured, id, bench.Models[r.Model].Label); ok {
+		in.Calibrate(c.StepTime.Compute)
+		if c.ID == id {
+			in.Start = c.StartOffsets
+		}
+	} else if in.Compute, err = m.measure(ctx); err != nil {
+		return bench.SimInput{}, "", err
+	}
+	return in, id, nil
 }
 
 // simHost is the host bench simulate predicts shoal bench train on:
