@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
@@ -63,7 +64,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 		return err
 	}
 	defer closeTimeline(p.cfg.Timeline, &err)
-	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
+	log, idx := p.cfg.Logger, p.cfg.Shard
 	var psm *metrics.PS
 	var grpcm *metrics.GRPC
 	ep, err := p.mtf.serve("ps", idx, func(reg prometheus.Registerer) { psm, grpcm = metrics.NewPS(reg, idx), metrics.NewGRPC(reg) }, log, stdout, p.events)
@@ -78,63 +79,110 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
+	lis, closeNIC, err := p.openListener()
+	if err != nil {
+		return err
+	}
+	defer closeNIC()
+	srv := p.newServer(core, lis, psm, grpcm)
+	ctx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, srv.addr, stdout, endRun)
+	if err != nil {
+		srv.lis.Close()
+		return err
+	}
+	defer leaveGossip()
+	p.announce(core, srv, gossip, stdout)
+	return p.serve(ctx, endRun, core, srv)
+}
+
+// openListener listens on --listen, through the modelled NIC when there
+// is one, where the security flags allow serving. The func it returns
+// closes the NIC.
+func (p *psRun) openListener() (net.Listener, func(), error) {
 	lis, err := net.Listen("tcp", p.listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", p.listen, err)
+		return nil, nil, fmt.Errorf("--listen %s: %w", p.listen, err)
 	}
+	closeNIC := func() {}
 	if p.nf.shaped() {
 		nic, err := p.nf.nic()
 		if err != nil {
 			lis.Close()
-			return err
+			return nil, nil, err
 		}
-		defer nic.Close()
+		closeNIC = func() { nic.Close() }
 		lis = nic.Listener(lis)
 	}
 	if err := p.sec.creds.CheckListen(lis.Addr()); err != nil {
 		lis.Close()
-		return err
+		closeNIC()
+		return nil, nil, err
 	}
-	var refused secure.Refusals
+	return lis, closeNIC, nil
+}
+
+// psServer is the shard's gRPC server and the listener it serves on.
+type psServer struct {
+	g       *grpc.Server
+	health  *health.Server
+	lis     net.Listener // with the connection limits
+	addr    string
+	total   time.Duration    // the longest a stream may last
+	refused *secure.Refusals // calls refused without the token
+}
+
+// newServer builds the gRPC server of core on lis, with the security
+// flags, the connection and stream limits and the metrics (psm and grpcm,
+// nil without --metrics-addr). It warns when the shard serves beyond
+// loopback with no TLS and no authentication.
+func (p *psRun) newServer(core *ps.Server, lis net.Listener, psm *metrics.PS, grpcm *metrics.GRPC) *psServer {
+	log := p.cfg.Logger
+	s := &psServer{refused: &secure.Refusals{}}
 	// Authentication first: a call without the token reaches nothing else.
-	lis = p.limits.Listener(lis, log)
+	s.lis = p.limits.Listener(lis, log)
 	// A stream may wait for other workers up to --max-wait, and move the
 	// shard's floats both ways at no less than 1 MiB/s.
-	total := p.cfg.MaxWait + time.Duration(float64(8*core.Floats())/(1<<20)*float64(time.Second)) + p.idle
-	opts := append(p.sec.creds.ServerOptions(log, &refused), grpc.ChainStreamInterceptor(rpc.StreamTimeouts(p.idle, total)))
+	s.total = p.cfg.MaxWait + time.Duration(float64(8*core.Floats())/(1<<20)*float64(time.Second)) + p.idle
+	opts := append(p.sec.creds.ServerOptions(log, s.refused), grpc.ChainStreamInterceptor(rpc.StreamTimeouts(p.idle, s.total)))
 	opts = append(opts, p.limits.ServerOptions()...)
 	if grpcm != nil {
 		opts = append(opts, grpcm.ServerOptions()...)
 	}
-	g, health := rpc.NewGRPCServer(opts...)
-	rpc.RegisterPS(g, health, core, log)
+	s.g, s.health = rpc.NewGRPCServer(opts...)
+	rpc.RegisterPS(s.g, s.health, core, log)
 	if psm != nil {
-		grpcm.Initialize(g)
+		grpcm.Initialize(s.g)
 		psm.Attach(core)
 	}
-	addr := lis.Addr().String()
-	if !p.insecure && !secure.Loopback(addr) && !p.sec.creds.TLS() {
+	s.addr = s.lis.Addr().String()
+	if !p.insecure && !secure.Loopback(s.addr) && !p.sec.creds.TLS() {
 		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
 			"give --tls-cert, --tls-key, --tls-ca and --auth-token-file (shoal certs writes a set), serve on 127.0.0.1, "+
-			"or say with --insecure that this is a private network you trust", "component", "ps", "addr", addr)
+			"or say with --insecure that this is a private network you trust", "component", "ps", "addr", s.addr)
 	}
-	ctx, endRun := context.WithCancel(ctx)
-	defer endRun()
-	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, addr, stdout, endRun)
-	if err != nil {
-		lis.Close()
-		return err
-	}
-	defer leaveGossip()
-	log.Info("serving", "component", "ps", "addr", addr, "security", p.sec.creds.Describe(), "stream_limit", total.Round(time.Second), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
+	return s
+}
+
+// announce logs that the shard is serving, and says so on stdout: a line,
+// or with --events the launcher's event.
+func (p *psRun) announce(core *ps.Server, srv *psServer, gossip string, stdout io.Writer) {
+	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
+	log.Info("serving", "component", "ps", "addr", srv.addr, "security", p.sec.creds.Describe(), "stream_limit", srv.total.Round(time.Second), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {
-		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx, Gossip: gossip})
+		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: srv.addr, Shard: idx, Gossip: gossip})
 	} else {
 		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
-			idx, plan.Servers, p.model, addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
+			idx, plan.Servers, p.model, srv.addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
+}
 
+// serve serves core until ctx ends or a checkpoint fails (endRun ends
+// the run); then it drains, writes the final checkpoint, closes the
+// journal and logs the shard's counts.
+func (p *psRun) serve(ctx context.Context, endRun func(), core *ps.Server, srv *psServer) error {
 	// A checkpoint that cannot be written ends the run (unless
 	// --checkpoint-errors warn): it must not go on believing it is
 	// checkpointed.
@@ -150,7 +198,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	}()
 	// Until ctx ends; then drain: report NOT_SERVING, let calls in flight
 	// finish, then stop.
-	err = rpc.Serve(ctx, g, health, lis, p.drain)
+	err := rpc.Serve(ctx, srv.g, srv.health, srv.lis, p.drain)
 	endRun()
 	<-watched
 	if err != nil {
@@ -166,7 +214,7 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 		return fmt.Errorf("closing the journal: %w", err)
 	}
 	st := core.Stats()
-	log.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "rejected_by", st.RejectedBy, "unauthenticated", refused.Load(), "pulls", st.Pulls,
+	p.cfg.Logger.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "rejected_by", st.RejectedBy, "unauthenticated", srv.refused.Load(), "pulls", st.Pulls,
 		"short_steps", st.ShortSteps)
 	return nil
 }
