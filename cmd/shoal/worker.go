@@ -292,33 +292,20 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	defer leaveGossip()
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
-	jctx, cancel := context.WithTimeout(ctx, w.connect)
-	startStep, err := ps.JoinWorker(jctx, int64(w.id.Rank))
-	cancel()
+	startStep, err := w.joinServers(ctx, ps)
 	if err != nil {
 		return fmt.Errorf("worker %d: joining the servers: %w", w.id.Rank, err)
 	}
 	if startStep > 0 {
 		w.log.Warn("joining a run under way", "component", "worker", "rank", w.id.Rank, "step", startStep)
 	}
-	board := newBoard(stdout, 1, isTerminal(stdout))
-	progress := board.update
-	if w.events {
-		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
-	}
-	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
-		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
-		Logger: w.log, Timeline: w.timeline}
-	steps := launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
-	w.sf.hooks(&wcfg, &steps, w.id.Rank, w.model, w.test, stdout, nil)
+	wcfg, steps := w.workerConfig(startStep, nic, stdout)
 	var stopMetrics func()
 	w.metrics, stopMetrics, err = w.mtf.workerMetrics(&wcfg, w.id.Rank, metrics.WorkerSources{Bytes: steps.Counters}, w.log, stdout, w.events)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	stopStalls := watchStalls(&wcfg, w.lf.stall, w.log, psStalls(ps))
-	defer stopStalls()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	if w.events {
@@ -328,10 +315,56 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		}
 		defer ctl.Close()
 	}
+	res, st, stoppedBy, err := w.runSteps(ctx, runCtx, ps, wcfg)
+	if err != nil {
+		return fmt.Errorf("worker %d of %d: %w", w.id.Rank, w.id.WorldSize, err)
+	}
+	// After a signal ctx is done: what is left (the final pull and the
+	// evaluation) has a deadline of its own. A second signal ends the
+	// process at once (main).
+	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.callTime)
+	defer cancelEnd()
+	w.report(stdout, res, st, steps, stoppedBy)
+	if w.events || !w.eval || w.id.Rank != 0 {
+		return nil
+	}
+	return w.evaluate(ctx, ps, stdout)
+}
+
+// joinServers joins the worker to the servers' run, and returns the step
+// they say it begins at.
+func (w *workerRun) joinServers(ctx context.Context, ps *client.Client) (int64, error) {
+	jctx, cancel := context.WithTimeout(ctx, w.connect)
+	defer cancel()
+	return ps.JoinWorker(jctx, int64(w.id.Rank))
+}
+
+// workerConfig is the worker's config from startStep, with its progress
+// reports (a board, or with --events the launcher's events) and its step
+// log, which counts the bytes through nic.
+func (w *workerRun) workerConfig(startStep int64, nic *netshape.NIC, stdout io.Writer) (worker.Config, *launch.StepLog) {
+	board := newBoard(stdout, 1, isTerminal(stdout))
+	progress := board.update
+	if w.events {
+		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
+	}
+	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
+		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
+		Logger: w.log, Timeline: w.timeline}
+	steps := &launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
+	w.sf.hooks(&wcfg, steps, w.id.Rank, w.model, w.test, stdout, nil)
+	return wcfg, steps
+}
+
+// runSteps runs the steps under runCtx, watching for stalls. When runCtx
+// ends first (the launcher's "stop" line, or a signal, which ends ctx
+// too), the run so far is the result, and stoppedBy names what stopped it.
+func (w *workerRun) runSteps(ctx, runCtx context.Context, ps *client.Client, cfg worker.Config) (res worker.Result, st psStrategy, stoppedBy string, err error) {
+	stopStalls := watchStalls(&cfg, w.lf.stall, w.log, psStalls(ps))
+	defer stopStalls()
 	start := time.Now()
-	res, st, err := w.trainPS(runCtx, ps, wcfg)
+	res, st, err = w.trainPS(runCtx, ps, cfg)
 	stopStalls()
-	stoppedBy := ""
 	if err != nil && runCtx.Err() != nil {
 		// Stopped by the launcher's "stop" line, or by SIGINT/SIGTERM
 		// (docker stop, Kubernetes, Slurm at the time limit): the run so
@@ -343,22 +376,20 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		}
 		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
 	}
-	if err != nil {
-		return fmt.Errorf("worker %d of %d: %w", w.id.Rank, w.id.WorldSize, err)
-	}
-	// After a signal ctx is done: what is left (the final pull and the
-	// evaluation) has a deadline of its own. A second signal ends the
-	// process at once (main).
-	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.callTime)
-	defer cancelEnd()
+	return res, st, stoppedBy, err
+}
+
+// report says how the run went: the launcher's "done" event (with the
+// step log under --stats), or a line.
+func (w *workerRun) report(stdout io.Writer, res worker.Result, st psStrategy, steps *launch.StepLog, stoppedBy string) {
 	if w.events {
 		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
 			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped}
 		if w.sf.stats {
-			ev.Times = &steps
+			ev.Times = steps
 		}
 		launch.Emit(stdout, ev)
-		return nil
+		return
 	}
 	stopped := ""
 	if stoppedBy != "" {
@@ -366,9 +397,11 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)%s\n", w.id.Rank, w.id.WorldSize, res.Steps, res.Samples,
 		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds(), stopped)
-	if !w.eval || w.id.Rank != 0 {
-		return nil
-	}
+}
+
+// evaluate pulls the final weights and prints their loss and accuracy on
+// the test set.
+func (w *workerRun) evaluate(ctx context.Context, ps *client.Client, stdout io.Writer) error {
 	params := make([]float32, w.model.Layout().Size())
 	if _, err := ps.Pull(ctx, params); err != nil {
 		return fmt.Errorf("pulling the final weights: %w", err)
@@ -413,10 +446,7 @@ func (w *workerRun) trainPS(ctx context.Context, ps *client.Client, cfg worker.C
 		}
 		w.log.Warn("the servers dropped this worker from their live set (membership declared it dead); joining again",
 			"component", "worker", "rank", w.id.Rank, "step", res.Steps, "err", err)
-		jctx, cancel := context.WithTimeout(ctx, w.connect)
-		cfg.StartStep, err = ps.JoinWorker(jctx, int64(w.id.Rank))
-		cancel()
-		if err != nil {
+		if cfg.StartStep, err = w.joinServers(ctx, ps); err != nil {
 			return res, st, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
 		}
 		w.log.Warn("joined again", "component", "worker", "rank", w.id.Rank, "step", cfg.StartStep, "missed", cfg.StartStep-res.Steps)
