@@ -19,7 +19,7 @@ import (
 
 const benchSimulateSynopsis = `Predicts shoal bench train's runs with the simulator instead of running them:
 the same plan flags (the built-in plan of make bench, or a grid), the same NIC
-model, and the same output (results.json in the harness's schema, report.md and
+model (its rate, RTT and token buckets), and the same output (results.json in the harness's schema, report.md and
 the plots, all marked simulated) under the same run IDs, so that shoal bench
 diff puts a prediction beside a measurement. Each model's compute per step is
 --calibrate's (a bench train results.json: the run of the same ID, else the
