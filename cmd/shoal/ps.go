@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -307,28 +308,48 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 	return gossip, stdout, stop, nil
 }
 
-// parsePS reads and checks shoal ps's flags into the shard's config and
-// its initial values.
-func parsePS(args []string, stderr io.Writer) (*psRun, error) {
-	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
-	var (
-		mf         modelFlags
-		of         optFlags
-		lf         logFlags
-		mode       = fs.String("mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
-		workers    = fs.Int("workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
-		backup     = fs.Int("backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
-		staleness  = fs.Int64("staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-		ckptDir    = fs.String("checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
-		ckptEvery  = fs.Int64("checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
-		ckptErrors = fs.String("checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (stop the shard, exit 1) or warn (log it and serve on)")
-		journal    = fs.Bool("journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
-		maxWait    = fs.Duration("max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
-		shardIdx   = fs.Int("shard", 0, "this server's shard index")
-		servers    = fs.Int("servers", 1, "number of server shards")
-		chunkBytes = fs.Int("chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
-	)
-	p := &psRun{}
+// psFlags are the flags of shoal ps that parsePS checks and builds the
+// shard's config from; the rest go straight into the psRun.
+type psFlags struct {
+	mf         modelFlags
+	of         optFlags
+	lf         logFlags
+	mode       string
+	workers    int
+	backup     int
+	staleness  int64
+	ckptDir    string
+	ckptEvery  int64
+	ckptErrors string
+	journal    bool
+	maxWait    time.Duration
+	shardIdx   int
+	servers    int
+	chunkBytes int
+	maxStreams uint // --max-streams-per-conn, which parsePS checks into the psRun's limits
+}
+
+func (f *psFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.mode, "mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
+	fs.IntVar(&f.workers, "workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
+	fs.IntVar(&f.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
+	fs.Int64Var(&f.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
+	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
+	fs.Int64Var(&f.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+	fs.StringVar(&f.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (stop the shard, exit 1) or warn (log it and serve on)")
+	fs.BoolVar(&f.journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
+	fs.DurationVar(&f.maxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
+	fs.IntVar(&f.shardIdx, "shard", 0, "this server's shard index")
+	fs.IntVar(&f.servers, "servers", 1, "number of server shards")
+	fs.IntVar(&f.chunkBytes, "chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
+	fs.UintVar(&f.maxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
+	f.mf.register(fs)
+	f.of.register(fs, "none")
+	f.lf.register(fs, "info")
+}
+
+// register registers the flags of shoal ps that go straight into p.
+func (p *psRun) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.events, "events", false, "write JSON events on stdout for a launcher")
 	fs.BoolVar(&p.exitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every one of --workers workers has joined and none is left, one at least having left gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
 	fs.DurationVar(&p.exitWait, "exit-wait", 30*time.Second, "with --exit-when-done: once every worker that joined has left, how long to wait for ranks of --workers that never joined (they failed before joining) before the run ends without them")
@@ -337,71 +358,36 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
 	fs.IntVar(&p.limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two)")
 	fs.DurationVar(&p.limits.ConnIdle, "conn-idle-timeout", rpc.DefaultLimits.ConnIdle, "close a connection that had no stream open this long (clients reconnect when they next call)")
-	maxStreams := fs.Uint("max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
 	p.gf.register(fs)
 	p.sec.register(fs)
 	p.mtf.register(fs)
 	p.tlf.register(fs)
-	mf.register(fs)
-	of.register(fs, "none")
-	lf.register(fs, "info")
+}
+
+// parsePS reads and checks shoal ps's flags into the shard's config and
+// its initial values.
+func parsePS(args []string, stderr io.Writer) (*psRun, error) {
+	fs := newFlagSet("ps", "Runs one parameter-server shard: it holds its chunks of the model's parameter\nvector and applies the gradients workers push with a server-side optimizer.", stderr)
+	p, f := &psRun{}, &psFlags{}
+	p.register(fs)
+	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if err := p.sec.load(); err != nil {
 		return nil, err
 	}
-	if *journal && *ckptDir == "" {
-		return nil, errors.New("--journal: needs --checkpoint-dir, where the shard writes it")
-	}
-	if err := writableDir("--checkpoint-dir", *ckptDir); err != nil {
+	if err := f.checkCheckpoints(); err != nil {
 		return nil, err
 	}
-	if *ckptErrors != "fail" && *ckptErrors != "warn" {
-		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", *ckptErrors)
-	}
-	if p.limits.ConnIdle <= 0 {
-		return nil, fmt.Errorf("--conn-idle-timeout %v: want > 0", p.limits.ConnIdle)
-	}
-	if p.limits.Conns < 1 {
-		return nil, fmt.Errorf("--max-connections %d: want >= 1", p.limits.Conns)
-	}
-	if *maxStreams < 1 || *maxStreams > 1<<20 {
-		return nil, fmt.Errorf("--max-streams-per-conn %d: want 1..%d", *maxStreams, 1<<20)
-	}
-	p.limits.StreamsPerConn = uint32(*maxStreams)
-	if p.idle <= 0 {
-		return nil, fmt.Errorf("--stream-idle-timeout %v: want > 0", p.idle)
-	}
-	m, err := consistency.Parse(*mode)
-	if err != nil {
-		return nil, fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
+	if err := p.setLimits(f.maxStreams); err != nil {
 		return nil, err
 	}
-	model, err := mf.build()
-	if err != nil {
+	if err := p.configure(f, stderr); err != nil {
 		return nil, err
 	}
-	ocfg, err := of.config()
-	if err != nil {
-		return nil, err
-	}
-	layout := model.Layout()
-	plan, err := shard.New(layout.Size(), *servers, *chunkBytes)
-	if err != nil {
-		return nil, err
-	}
-	initial := make([]float32, layout.Size())
-	model.Init(initial, mf.seed)
-	p.cfg = ps.Config{Mode: m, Shard: *shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
-		Workers: *workers, BackupWorkers: *backup, Staleness: *staleness, MaxWait: *maxWait,
-		CheckpointDir: *ckptDir, CheckpointEvery: *ckptEvery, CheckpointErrorsWarn: *ckptErrors == "warn", Journal: *journal, Logger: log, StallWarning: lf.stall}
-	p.initial, p.model = initial, describeModel(model)
 	for _, v := range []func() error{p.nf.validate, p.gf.validate} {
 		if err := v(); err != nil {
 			return nil, err
@@ -414,4 +400,71 @@ func parsePS(args []string, stderr io.Writer) (*psRun, error) {
 		return nil, errors.New("--exit-when-done: the shard learns that the workers are done from gossip; set --gossip-addr or --join too")
 	}
 	return p, nil
+}
+
+// checkCheckpoints checks --journal, --checkpoint-dir and
+// --checkpoint-errors.
+func (f *psFlags) checkCheckpoints() error {
+	if f.journal && f.ckptDir == "" {
+		return errors.New("--journal: needs --checkpoint-dir, where the shard writes it")
+	}
+	if err := writableDir("--checkpoint-dir", f.ckptDir); err != nil {
+		return err
+	}
+	if f.ckptErrors != "fail" && f.ckptErrors != "warn" {
+		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", f.ckptErrors)
+	}
+	return nil
+}
+
+// setLimits checks the connection and stream limits, and sets the
+// streams per connection to maxStreams.
+func (p *psRun) setLimits(maxStreams uint) error {
+	if p.limits.ConnIdle <= 0 {
+		return fmt.Errorf("--conn-idle-timeout %v: want > 0", p.limits.ConnIdle)
+	}
+	if p.limits.Conns < 1 {
+		return fmt.Errorf("--max-connections %d: want >= 1", p.limits.Conns)
+	}
+	if maxStreams < 1 || maxStreams > 1<<20 {
+		return fmt.Errorf("--max-streams-per-conn %d: want 1..%d", maxStreams, 1<<20)
+	}
+	p.limits.StreamsPerConn = uint32(maxStreams)
+	if p.idle <= 0 {
+		return fmt.Errorf("--stream-idle-timeout %v: want > 0", p.idle)
+	}
+	return nil
+}
+
+// configure builds the shard's config from f: its mode, logger, model,
+// optimizer and shard plan, and the model's initial values.
+func (p *psRun) configure(f *psFlags, stderr io.Writer) error {
+	m, err := consistency.Parse(f.mode)
+	if err != nil {
+		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
+	}
+	log, err := f.lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	model, err := f.mf.build()
+	if err != nil {
+		return err
+	}
+	ocfg, err := f.of.config()
+	if err != nil {
+		return err
+	}
+	layout := model.Layout()
+	plan, err := shard.New(layout.Size(), f.servers, f.chunkBytes)
+	if err != nil {
+		return err
+	}
+	initial := make([]float32, layout.Size())
+	model.Init(initial, f.mf.seed)
+	p.cfg = ps.Config{Mode: m, Shard: f.shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
+		Workers: f.workers, BackupWorkers: f.backup, Staleness: f.staleness, MaxWait: f.maxWait,
+		CheckpointDir: f.ckptDir, CheckpointEvery: f.ckptEvery, CheckpointErrorsWarn: f.ckptErrors == "warn", Journal: f.journal, Logger: log, StallWarning: f.lf.stall}
+	p.initial, p.model = initial, describeModel(model)
+	return nil
 }
