@@ -172,13 +172,82 @@ func computeBackend(name string, threads int) (nn.Backend, string, error) {
 
 // benchCompute times training steps of model on one synthetic batch.
 func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int, seed uint64, obs observer) (computeRecord, error) {
+	s, err := newComputeStep(model, batch, seed, obs)
+	if err != nil {
+		return computeRecord{}, err
+	}
+	for range warmup {
+		if err := s.step(ctx); err != nil {
+			return computeRecord{}, err
+		}
+	}
+	start := time.Now()
+	for range steps {
+		if err := s.step(ctx); err != nil {
+			return computeRecord{}, err
+		}
+	}
+	secs := time.Since(start).Seconds()
+	return computeRecord{
+		Model: model.Name(), Batch: batch, Parameters: len(s.params), Warmup: warmup, Steps: steps,
+		Seconds: secs, SamplesPerSec: float64(batch*steps) / secs,
+	}, nil
+}
+
+// computeStep is the training step shoal bench compute times: the model,
+// its weights, gradients and optimizer, and the one batch it trains on.
+type computeStep struct {
+	model    nn.Model
+	resident *nn.DeviceModel // model, when it trains on a device
+	params   []float32
+	grads    []float32
+	x        []float32
+	labels   []int32
+	ocfg     optim.Config
+	opt      *optim.Optimizer
+	obs      observer
+}
+
+// newComputeStep makes a batch of batch synthetic samples for model,
+// initialises its weights from seed and, on a device, loads them there.
+func newComputeStep(model nn.Model, batch int, seed uint64, obs observer) (*computeStep, error) {
+	x, labels, err := syntheticBatch(model, batch, seed)
+	if err != nil {
+		return nil, err
+	}
+	s := &computeStep{model: model, x: x, labels: labels, obs: obs}
+	s.params = make([]float32, model.Layout().Size())
+	s.grads = make([]float32, len(s.params))
+	model.Init(s.params, seed)
+	s.ocfg = optim.DefaultConfig()
+	s.ocfg.Algorithm = optim.Momentum
+	if s.opt, err = optim.New(s.ocfg, len(s.params)); err != nil {
+		return nil, err
+	}
+	// A model on a device trains there, weights resident (unobserved: a
+	// timeline or metrics time the host's view of a step).
+	s.resident, _ = model.(*nn.DeviceModel)
+	if s.resident != nil && obs != (observer{}) {
+		return nil, fmt.Errorf("--metrics and --timeline: not with a model on %s", s.resident.Device().Name())
+	}
+	if s.resident != nil {
+		if err := s.resident.Load(s.params); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// syntheticBatch is one batch of batch synthetic samples shaped for
+// model: the inputs and their labels.
+func syntheticBatch(model nn.Model, batch int, seed uint64) ([]float32, []int32, error) {
 	spec := nn.DefaultSpec(model.Name())
 	cfg := data.DefaultSyntheticConfig()
 	cfg.Train, cfg.Test, cfg.Seed = batch, 1, seed
 	cfg.C, cfg.H, cfg.W, cfg.Classes = spec.Channels, spec.Height, spec.Width, model.Classes()
 	train, _, err := data.Synthetic(cfg)
 	if err != nil {
-		return computeRecord{}, err
+		return nil, nil, err
 	}
 	idx := make([]int, batch)
 	for i := range idx {
@@ -187,81 +256,53 @@ func benchCompute(ctx context.Context, model nn.Model, batch, warmup, steps int,
 	x := make([]float32, batch*model.InputSize())
 	labels := make([]int32, batch)
 	train.Gather(idx, x, labels)
+	return x, labels, nil
+}
 
-	params := make([]float32, model.Layout().Size())
-	grads := make([]float32, len(params))
-	model.Init(params, seed)
-	ocfg := optim.DefaultConfig()
-	ocfg.Algorithm = optim.Momentum
-	opt, err := optim.New(ocfg, len(params))
-	if err != nil {
-		return computeRecord{}, err
-	}
-	// A model on a device trains there, weights resident (unobserved: a
-	// timeline or metrics time the host's view of a step).
-	resident, _ := model.(*nn.DeviceModel)
-	if resident != nil && obs != (observer{}) {
-		return computeRecord{}, fmt.Errorf("--metrics and --timeline: not with a model on %s", resident.Device().Name())
-	}
-	if resident != nil {
-		if err := resident.Load(params); err != nil {
-			return computeRecord{}, err
-		}
-	}
-	step := func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// A worker enters the scheduler every step when it communicates;
-		// this loop, which does not, yields instead. A goroutine that has
-		// not been scheduled for 10ms loses its P when it is next in a cgo
-		// call (an OpenBLAS GEMM), after which sysmon polls every 20µs for
-		// a while: about ten context switches per MLP step, and 3-15% more
-		// CPU per step on a busy machine.
-		runtime.Gosched()
-		if resident != nil {
-			loss, _ := resident.TrainStep(x, labels, float32(ocfg.LR), float32(ocfg.Momentum))
-			if math.IsNaN(loss) {
-				return fmt.Errorf("step on %s: loss is NaN: %w", resident.Device().Name(), resident.Err())
-			}
-			return nil
-		}
-		if obs == (observer{}) {
-			model.ForwardBackward(params, grads, x, labels)
-			return opt.Step(params, grads)
-		}
-		// As worker.Worker and worker.Ring observe a step.
-		t0 := time.Now()
-		if phased, ok := model.(nn.Phased); ok && obs.timeline != nil {
-			var tf time.Time
-			phased.ForwardBackwardPhased(params, grads, x, labels, func() { tf = time.Now() }, nil)
-			obs.timeline.Span(0, "forward", t0, tf.Sub(t0))
-			obs.timeline.Since(0, "backward", tf)
-		} else {
-			model.ForwardBackward(params, grads, x, labels)
-		}
-		to := time.Now()
-		err := opt.Step(params, grads)
-		obs.timeline.Since(0, "optimizer step", to)
-		if obs.metrics != nil {
-			obs.metrics.Step(worker.StepTimes{Step: time.Since(t0), Compute: to.Sub(t0), Samples: batch})
-		}
+// step takes one training step.
+func (s *computeStep) step(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for range warmup {
-		if err := step(); err != nil {
-			return computeRecord{}, err
+	// A worker enters the scheduler every step when it communicates;
+	// this loop, which does not, yields instead. A goroutine that has
+	// not been scheduled for 10ms loses its P when it is next in a cgo
+	// call (an OpenBLAS GEMM), after which sysmon polls every 20µs for
+	// a while: about ten context switches per MLP step, and 3-15% more
+	// CPU per step on a busy machine.
+	runtime.Gosched()
+	if s.resident != nil {
+		loss, _ := s.resident.TrainStep(s.x, s.labels, float32(s.ocfg.LR), float32(s.ocfg.Momentum))
+		if math.IsNaN(loss) {
+			return fmt.Errorf("step on %s: loss is NaN: %w", s.resident.Device().Name(), s.resident.Err())
 		}
+		return nil
 	}
-	start := time.Now()
-	for range steps {
-		if err := step(); err != nil {
-			return computeRecord{}, err
-		}
+	if s.obs == (observer{}) {
+		s.model.ForwardBackward(s.params, s.grads, s.x, s.labels)
+		return s.opt.Step(s.params, s.grads)
 	}
-	secs := time.Since(start).Seconds()
-	return computeRecord{
-		Model: model.Name(), Batch: batch, Parameters: len(params), Warmup: warmup, Steps: steps,
-		Seconds: secs, SamplesPerSec: float64(batch*steps) / secs,
-	}, nil
+	return s.observedStep()
+}
+
+// observedStep takes one training step on the host, observed as
+// worker.Worker and worker.Ring observe a step.
+func (s *computeStep) observedStep() error {
+	obs := s.obs
+	t0 := time.Now()
+	if phased, ok := s.model.(nn.Phased); ok && obs.timeline != nil {
+		var tf time.Time
+		phased.ForwardBackwardPhased(s.params, s.grads, s.x, s.labels, func() { tf = time.Now() }, nil)
+		obs.timeline.Span(0, "forward", t0, tf.Sub(t0))
+		obs.timeline.Since(0, "backward", tf)
+	} else {
+		s.model.ForwardBackward(s.params, s.grads, s.x, s.labels)
+	}
+	to := time.Now()
+	err := s.opt.Step(s.params, s.grads)
+	obs.timeline.Since(0, "optimizer step", to)
+	if obs.metrics != nil {
+		obs.metrics.Step(worker.StepTimes{Step: time.Since(t0), Compute: to.Sub(t0), Samples: len(s.labels)})
+	}
+	return err
 }
