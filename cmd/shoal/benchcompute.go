@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -58,96 +60,149 @@ ones. Prints samples/s. On a GPU (--device) the weights and the momentum stay
 in the GPU's memory and the whole step runs there, as in PyTorch eager.
 bench/peers/torch_train.py is the same in PyTorch (with --device cuda on a GPU).`
 
-func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// benchComputeFlags are shoal bench compute's flags.
+type benchComputeFlags struct {
+	mf      modelFlags
+	batch   int
+	threads int
+	steps   int
+	warmup  int
+	backend string
+	jsonOut bool
+	observe bool // --metrics
+	tlf     timelineFlags
+	dev     deviceFlags
+}
+
+func (f *benchComputeFlags) register(fs *flag.FlagSet) {
+	f.mf.register(fs)
+	fs.IntVar(&f.batch, "batch", 64, "samples per step")
+	fs.IntVar(&f.threads, "threads", 1, "GEMM threads of the worker (OpenBLAS; the gonum backend is serial)")
+	fs.IntVar(&f.steps, "steps", 100, "timed steps")
+	fs.IntVar(&f.warmup, "warmup", 10, "untimed steps first")
+	fs.StringVar(&f.backend, "backend", "auto", "GEMM path: auto (OpenBLAS when it loads, else gonum), openblas or gonum")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object")
+	fs.BoolVar(&f.observe, "metrics", false, "observe each step into Prometheus metrics, as shoal worker --metrics-addr does (to measure their cost)")
+	f.tlf.register(fs)
+	f.dev.register(fs)
+}
+
+// benchComputeRun is one shoal bench compute, its flags checked: the
+// model's spec and where it computes.
+type benchComputeRun struct {
+	benchComputeFlags
+	spec  nn.Spec
+	place gpu.Placement
+}
+
+// parseBenchCompute reads and checks shoal bench compute's flags, and
+// places the model.
+func parseBenchCompute(args []string, stderr io.Writer) (*benchComputeRun, error) {
 	fs := newFlagSet("bench compute", benchComputeSynopsis, stderr)
-	var mf modelFlags
-	mf.register(fs)
-	var (
-		batch   = fs.Int("batch", 64, "samples per step")
-		threads = fs.Int("threads", 1, "GEMM threads of the worker (OpenBLAS; the gonum backend is serial)")
-		steps   = fs.Int("steps", 100, "timed steps")
-		warmup  = fs.Int("warmup", 10, "untimed steps first")
-		backend = fs.String("backend", "auto", "GEMM path: auto (OpenBLAS when it loads, else gonum), openblas or gonum")
-		jsonOut = fs.Bool("json", false, "print one JSON object")
-		observe = fs.Bool("metrics", false, "observe each step into Prometheus metrics, as shoal worker --metrics-addr does (to measure their cost)")
-	)
-	var tlf timelineFlags
-	tlf.register(fs)
-	var dev deviceFlags
-	dev.register(fs)
+	b := &benchComputeRun{}
+	b.register(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	if *batch < 1 || *steps < 1 || *warmup < 0 || *threads < 1 {
-		return fmt.Errorf("--batch %d, --steps %d, --warmup %d, --threads %d: want batch, steps, threads >= 1 and warmup >= 0",
-			*batch, *steps, *warmup, *threads)
+	if b.batch < 1 || b.steps < 1 || b.warmup < 0 || b.threads < 1 {
+		return nil, fmt.Errorf("--batch %d, --steps %d, --warmup %d, --threads %d: want batch, steps, threads >= 1 and warmup >= 0",
+			b.batch, b.steps, b.warmup, b.threads)
 	}
-	spec, err := mf.spec()
+	var err error
+	if b.spec, err = b.mf.spec(); err != nil {
+		return nil, err
+	}
+	if b.place, err = b.dev.place(0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	b, err := parseBenchCompute(args, stderr)
 	if err != nil {
 		return err
 	}
-	place, err := dev.place(0)
+	pm, err := b.buildModel()
 	if err != nil {
 		return err
 	}
-	var model nn.Model
-	var why, where string
-	if place.OnGPU() {
-		if *backend != "auto" {
-			return fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", *backend, dev.choice, place.Ordinal)
-		}
-		pm, err := dev.onGPU(spec, place)
-		if err != nil {
-			return err
-		}
-		defer pm.close()
-		model, why, where = pm.model, pm.why, pm.where
-	} else {
-		be, bwhy, err := computeBackend(*backend, *threads)
-		if err != nil {
-			return err
-		}
-		if model, err = nn.New(spec, be); err != nil {
-			return err
-		}
-		why, where = bwhy, be.Name()
-		if _, ok := be.(*nn.CPU); ok {
-			*threads = 1 // serial
-		}
+	defer pm.close()
+	rec, err := b.measure(ctx, pm.model)
+	if err != nil {
+		return err
 	}
+	return b.report(stdout, rec, pm)
+}
+
+// buildModel builds the model to time: on the GPU --device places it on,
+// else on --backend's CPU GEMM path (the gonum one serial: threads is
+// then 1).
+func (b *benchComputeRun) buildModel() (placedModel, error) {
+	if b.place.OnGPU() {
+		if b.backend != "auto" {
+			return placedModel{}, fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", b.backend, b.dev.choice, b.place.Ordinal)
+		}
+		return b.dev.onGPU(b.spec, b.place)
+	}
+	be, why, err := computeBackend(b.backend, b.threads)
+	if err != nil {
+		return placedModel{}, err
+	}
+	model, err := nn.New(b.spec, be)
+	if err != nil {
+		return placedModel{}, err
+	}
+	if _, ok := be.(*nn.CPU); ok {
+		b.threads = 1 // serial
+	}
+	return placedModel{model: model, where: be.Name(), why: why, close: func() {}}, nil
+}
+
+// measure times the steps of model, observed into metrics with
+// --metrics and into a timeline with --timeline.
+func (b *benchComputeRun) measure(ctx context.Context, model nn.Model) (computeRecord, error) {
 	var obs observer
-	if *observe {
+	if b.observe {
 		obs.metrics = metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})
 	}
-	if obs.timeline, err = tlf.open("bench compute", "steps"); err != nil {
-		return err
+	var err error
+	if obs.timeline, err = b.tlf.open("bench compute", "steps"); err != nil {
+		return computeRecord{}, err
 	}
-	rec, err := benchCompute(ctx, model, *batch, *warmup, *steps, mf.seed, obs)
+	rec, err := benchCompute(ctx, model, b.batch, b.warmup, b.steps, b.mf.seed, obs)
 	if cerr := obs.timeline.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("--timeline: %w", cerr)
 	}
 	if err != nil {
-		return err
+		return computeRecord{}, err
 	}
 	rec.Metrics, rec.Timeline = obs.metrics != nil, obs.timeline != nil
-	rec.Hidden = spec.Hidden
+	return rec, nil
+}
+
+// report completes rec with the model's shape, threads, backend and
+// precision, and prints it: a line and why this backend, or with --json
+// the object.
+func (b *benchComputeRun) report(stdout io.Writer, rec computeRecord, pm placedModel) error {
+	rec.Hidden = b.spec.Hidden
 	if rec.Hidden == nil {
 		rec.Hidden = []int{}
 	}
-	rec.Threads = *threads
-	rec.Backend, rec.Why, rec.Precision = where, why, dev.precision.String()
-	if dm, ok := model.(*nn.DeviceModel); ok && dev.precision == nn.FP16 {
+	rec.Threads = b.threads
+	rec.Backend, rec.Why, rec.Precision = pm.where, pm.why, b.dev.precision.String()
+	if dm, ok := pm.model.(*nn.DeviceModel); ok && b.dev.precision == nn.FP16 {
 		rec.LossScale, rec.Overflows = dm.LossScale()
 	}
-	if *jsonOut {
+	if b.jsonOut {
 		return printJSONLine(stdout, rec)
 	}
 	prec := ""
-	if dev.precision.Half() {
+	if b.dev.precision.Half() {
 		prec = ", " + rec.Precision
 	}
-	_, err = fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s%s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
-		describeModel(model), rec.Batch, rec.Threads, rec.Backend, prec, rec.SamplesPerSec, rec.Steps, rec.Seconds, why)
+	_, err := fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s%s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
+		describeModel(pm.model), rec.Batch, rec.Threads, rec.Backend, prec, rec.SamplesPerSec, rec.Steps, rec.Seconds, pm.why)
 	return err
 }
 
