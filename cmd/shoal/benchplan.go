@@ -437,7 +437,36 @@ func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, std
 	if err != nil {
 		return err
 	}
-	ocfg, train, test := e.opt, e.train, e.test
+	ocfg, test := e.opt, e.test
+	fastest, order := fastestPerMode(rows)
+	if !jsonOut {
+		fmt.Fprintf(stdout, "time to %.1f%% test accuracy on %s (emulated, %d epochs at most, %s lr %g, %s decay):\n", 100*j.target, test.Name(), j.epochs, ocfg.Algorithm, ocfg.LR, j.job.opt.decay)
+	}
+	var results []targetRow
+	for _, mode := range order {
+		row, updates, err := j.predict(ctx, e, base, fastest[mode])
+		if err != nil {
+			return err
+		}
+		results = append(results, row)
+		if jsonOut {
+			if err := printJSONLine(stdout, row); err != nil {
+				return err
+			}
+			continue
+		}
+		j.printRow(stdout, row, updates)
+	}
+	if jsonOut {
+		return nil
+	}
+	j.printFirst(stdout, results)
+	return nil
+}
+
+// fastestPerMode is each mode's row of the most samples/s, and the modes
+// in the order rows has them.
+func fastestPerMode(rows []planRow) (map[string]planRow, []string) {
 	fastest := map[string]planRow{}
 	var order []string
 	for _, r := range rows {
@@ -448,61 +477,63 @@ func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, std
 			fastest[r.Mode] = r
 		}
 	}
-	if !jsonOut {
-		fmt.Fprintf(stdout, "time to %.1f%% test accuracy on %s (emulated, %d epochs at most, %s lr %g, %s decay):\n", 100*j.target, test.Name(), j.epochs, ocfg.Algorithm, ocfg.LR, j.job.opt.decay)
+	return fastest, order
+}
+
+// predict emulates r's setup (the ring as sync) and times its epochs to
+// the target at r's simulated samples/s. It also returns the updates the
+// emulated job applied.
+func (j targetJob) predict(ctx context.Context, e emulation, base sim.Config, r planRow) (targetRow, int64, error) {
+	m, err := consistency.Parse(r.Mode)
+	if err != nil {
+		return targetRow{}, 0, err
 	}
+	sc := base
+	sc.Mode, sc.Servers = m, max(r.Servers, 1)
+	if sc.Mode == consistency.Ring {
+		sc.Mode = consistency.Sync
+	}
+	res, err := e.run(ctx, sc)
+	if err != nil {
+		return targetRow{}, 0, fmt.Errorf("--target: emulating %s: %w", r.Mode, err)
+	}
+	row := targetRow{Mode: r.Mode, Servers: r.Servers, Target: j.target, Final: res.Final.Accuracy, Diverged: res.Diverged}
+	for _, p := range res.Curve {
+		if p.Accuracy >= j.target {
+			row.Epochs = p.Epochs
+			row.Seconds = p.Epochs * float64(e.train.Len()) / r.Result.SamplesPerSec
+			break
+		}
+	}
+	return row, res.Updates, nil
+}
+
+// printRow prints one mode's prediction: its epochs and time to the
+// target, or that it diverged (after updates updates), or how close it
+// came.
+func (j targetJob) printRow(stdout io.Writer, row targetRow, updates int64) {
+	switch {
+	case row.Epochs > 0:
+		fmt.Fprintf(stdout, "  %-6s %7s  %.2f epochs, %s\n", row.Mode, serversLabel(row.Servers), row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
+	case row.Diverged != "":
+		fmt.Fprintf(stdout, "  %-6s %7s  never: diverged after %d updates (lower --lr for async: each push moves the weights by the full rate)\n", row.Mode, serversLabel(row.Servers), updates)
+	default:
+		fmt.Fprintf(stdout, "  %-6s %7s  not in %d epochs (%.2f%% at the end)\n", row.Mode, serversLabel(row.Servers), j.epochs, 100*row.Final)
+	}
+}
+
+// printFirst names the mode first to the target, and how much sooner it
+// gets there than the next.
+func (j targetJob) printFirst(stdout io.Writer, results []targetRow) {
 	var best *targetRow
-	var results []targetRow
-	for _, mode := range order {
-		r := fastest[mode]
-		m, err := consistency.Parse(mode)
-		if err != nil {
-			return err
-		}
-		sc := base
-		sc.Mode, sc.Servers = m, max(r.Servers, 1)
-		if sc.Mode == consistency.Ring {
-			sc.Mode = consistency.Sync
-		}
-		res, err := e.run(ctx, sc)
-		if err != nil {
-			return fmt.Errorf("--target: emulating %s: %w", mode, err)
-		}
-		row := targetRow{Mode: mode, Servers: r.Servers, Target: j.target, Final: res.Final.Accuracy, Diverged: res.Diverged}
-		for _, p := range res.Curve {
-			if p.Accuracy >= j.target {
-				row.Epochs = p.Epochs
-				row.Seconds = p.Epochs * float64(train.Len()) / r.Result.SamplesPerSec
-				break
-			}
-		}
-		results = append(results, row)
-		if jsonOut {
-			if err := printJSONLine(stdout, row); err != nil {
-				return err
-			}
-			continue
-		}
-		switch {
-		case row.Epochs > 0:
-			fmt.Fprintf(stdout, "  %-6s %7s  %.2f epochs, %s\n", mode, serversLabel(r.Servers), row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
-		case row.Diverged != "":
-			fmt.Fprintf(stdout, "  %-6s %7s  never: diverged after %d updates (lower --lr for async: each push moves the weights by the full rate)\n", mode, serversLabel(r.Servers), res.Updates)
-		default:
-			fmt.Fprintf(stdout, "  %-6s %7s  not in %d epochs (%.2f%% at the end)\n", mode, serversLabel(r.Servers), j.epochs, 100*row.Final)
-		}
-	}
 	for i := range results {
 		if r := &results[i]; r.Epochs > 0 && (best == nil || r.Seconds < best.Seconds) {
 			best = r
 		}
 	}
-	if jsonOut {
-		return nil
-	}
 	if best == nil {
 		fmt.Fprintf(stdout, "first to %.1f%%: none within %d epochs\n", 100*j.target, j.epochs)
-		return nil
+		return
 	}
 	fmt.Fprintf(stdout, "first to %.1f%%: %s%s", 100*j.target, best.Mode, withServers(best.Servers))
 	var next *targetRow
@@ -515,5 +546,4 @@ func (j targetJob) run(ctx context.Context, base sim.Config, rows []planRow, std
 		fmt.Fprintf(stdout, ", %.2f× sooner than %s%s", next.Seconds/best.Seconds, next.Mode, withServers(next.Servers))
 	}
 	fmt.Fprintln(stdout)
-	return nil
 }
