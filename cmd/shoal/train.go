@@ -87,55 +87,22 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
-	if t.ring && t.rf.scaleLR {
-		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
-	}
-	where, prec := t.where, ""
-	if t.dev.precision.Half() {
-		prec = t.dev.precision.String()
-		where += " in " + prec
-	}
-	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s\n",
-		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
+	prec := t.printHeader(stdout)
 	trainStart := time.Now()
 	isWorker, err := t.startWorkers(ctx, l, addrs, gossip)
 	if err != nil {
 		return err
 	}
-	tally := &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+	tally := t.newTally(prec)
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
 	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {
 		return err
 	}
-	if t.sf.stats {
-		tally.SummariseSteps()
+	sum, err := t.summarise(ctx, stderr, tally, board, failures, trainStart)
+	if err != nil {
+		return err
 	}
-	board.clearBar()
-	sum := &tally.Result
-	sum.TrainSeconds = time.Since(trainStart).Seconds()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("interrupted: %w", err)
-	}
-	if len(sum.FailedWorkers) == t.workers {
-		return fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
-	}
-	if t.ring && len(failures) > 0 {
-		// A ring cannot finish without every rank.
-		return fmt.Errorf("the ring failed:\n%s", strings.Join(failures, "\n"))
-	}
-	for _, f := range failures {
-		fmt.Fprintln(stderr, "shoal train:", f)
-	}
-	sort.Ints(sum.FailedWorkers)
-	if n := len(board.Epochs); n > 0 {
-		sum.Epochs = board.Epochs[n-1].Epoch
-		sum.TrainLoss, sum.TrainAccuracy = board.Epochs[n-1].Loss, board.Epochs[n-1].Accuracy
-	}
-	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
-
 	ev, err := t.finish(ctx, addrs, ringTest, sum)
 	if err != nil {
 		return err
@@ -156,6 +123,66 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), t.workers)
 	}
 	return nil
+}
+
+// printHeader prints the run's first line: the model, the mode, the
+// workers and where they compute, the servers, the batch, the optimizer
+// and the data. It returns the half precision the workers compute in
+// ("" in fp32).
+func (t *trainRun) printHeader(stdout io.Writer) string {
+	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
+	if t.ring && t.rf.scaleLR {
+		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
+	}
+	where, prec := t.where, ""
+	if t.dev.precision.Half() {
+		prec = t.dev.precision.String()
+		where += " in " + prec
+	}
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s\n",
+		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
+	return prec
+}
+
+// newTally is the run's tally, its summary begun with what the flags say
+// (prec: the workers' half precision, "" in fp32).
+func (t *trainRun) newTally(prec string) *launch.Tally {
+	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
+		Workers: t.workers, Servers: t.servers, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+}
+
+// summarise ends the training part of the run once every worker has
+// exited: it completes the tally's summary (the training time, the last
+// epoch's metrics, the throughput) and prints the failures of workers the
+// others finished without. An interrupted run, a run whose every worker
+// failed and a ring missing a rank are errors.
+func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *board, failures []string, trainStart time.Time) (*launch.Result, error) {
+	if t.sf.stats {
+		tally.SummariseSteps()
+	}
+	board.clearBar()
+	sum := &tally.Result
+	sum.TrainSeconds = time.Since(trainStart).Seconds()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+	if len(sum.FailedWorkers) == t.workers {
+		return nil, fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
+	}
+	if t.ring && len(failures) > 0 {
+		// A ring cannot finish without every rank.
+		return nil, fmt.Errorf("the ring failed:\n%s", strings.Join(failures, "\n"))
+	}
+	for _, f := range failures {
+		fmt.Fprintln(stderr, "shoal train:", f)
+	}
+	sort.Ints(sum.FailedWorkers)
+	if n := len(board.Epochs); n > 0 {
+		sum.Epochs = board.Epochs[n-1].Epoch
+		sum.TrainLoss, sum.TrainAccuracy = board.Epochs[n-1].Loss, board.Epochs[n-1].Accuracy
+	}
+	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
+	return sum, nil
 }
 
 // parseTrain reads and checks shoal train's flags, builds the model and
