@@ -426,14 +426,11 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 // the run goes on without it and can still succeed.
 func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board,
 	stdout io.Writer, start time.Time) (*launch.Event, []string, error) {
-	var ringTest *launch.Event
-	var failures []string
-	cause := map[int]string{} // rank → how its process ended
-	var peers []string        // gossip addresses, for a restarted shard to join
+	w := &trainWatch{t: t, l: l, isWorker: isWorker, tally: tally, board: board, stdout: stdout, start: start,
+		cause: map[int]string{}, done: map[int]bool{}}
 	for _, sp := range t.shards {
-		peers = append(peers, sp.gossip)
+		w.peers = append(w.peers, sp.gossip)
 	}
-	done := map[int]bool{} // ranks that finished their run
 	for running := t.workers; running > 0; {
 		m, err := l.Next(ctx)
 		if err != nil {
@@ -442,77 +439,122 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 		switch {
 		case m.Exit && isWorker[m.From]:
 			running--
-			if m.From.Err() != nil {
-				tally.Result.FailedWorkers = append(tally.Result.FailedWorkers, m.From.Rank())
-				board.markDead(m.From.Rank())
-				cause[m.From.Rank()] = m.From.Err().Error()
-				if m.From.Signal() != "" && (!t.ring || t.rf.elastic) {
-					// Killed from outside: a membership change the
-					// others go on after, reported when shard 0 sees it.
-					board.clearBar()
-					fmt.Fprintf(stdout, "%s was killed (%v)\n", m.From.Name(), m.From.Err())
-				} else {
-					failures = append(failures, m.From.Failure())
-				}
-			}
+			w.workerExited(m.From)
 		case m.Exit:
-			if r := m.From.Rank(); r < len(t.shards) && t.shards[r].child == m.From && t.restartable(ctx, t.shards[r]) {
-				sp := t.shards[r]
-				if err := t.restartShard(ctx, l, sp, peers); err != nil {
-					return nil, nil, err
-				}
-				peers = append(peers, sp.gossip)
-				me := launch.MembershipEvent{Role: "ps", Rank: sp.idx, Change: "restarted", Seconds: time.Since(start).Seconds(), Cause: m.From.Err().Error()}
-				tally.Result.MembershipEvents = append(tally.Result.MembershipEvents, me)
-				board.clearBar()
-				fmt.Fprintf(stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", sp.idx, m.From.Err(), sp.addr)
-				break
+			if err := w.serverExited(ctx, m.From); err != nil {
+				return nil, nil, err
 			}
-			// A server died: nothing can finish without it.
-			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
-			}
-			return nil, nil, errors.New(m.From.Failure())
 		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
-			peers = append(peers, m.Event.Gossip)
+			w.peers = append(w.peers, m.Event.Gossip)
 		case m.Event.Event == launch.Metrics:
 			board.clearBar()
 			fmt.Fprintf(stdout, "metrics: %s at http://%s/metrics\n", m.From.Name(), m.Event.Addr)
 		case m.Event.Event == launch.Progress:
 			board.update(launch.ProgressOf(m.Event))
 		case m.Event.Event == launch.Member:
-			e := m.Event
-			if e.Change == "joined" || (e.Change == "left" && done[e.Rank]) {
-				break // the run's start and its end are not changes
-			}
-			me := launch.MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
-				Seconds: time.Since(start).Seconds(), Cause: cause[e.Rank]}
-			tally.Result.MembershipEvents = append(tally.Result.MembershipEvents, me)
-			board.clearBar()
-			fmt.Fprintln(stdout, describeChange(me))
+			w.memberChanged(m.Event)
 		default:
-			tally.Add(m.Event)
-			if m.Event.Event != launch.Done {
-				break
-			}
-			done[m.Event.Rank] = true
-			if t.ring && ringTest == nil {
-				// Every rank evaluates the whole test set together and
-				// reports the same metrics; the first will do (rank 0
-				// may have died in an elastic ring).
-				ev := m.Event
-				ringTest = &ev
-			}
-			if m.Event.Stopped && m.Event.Rank == 0 && !t.ring {
-				for c := range isWorker {
-					if c.Rank() != 0 {
-						c.Tell("stop")
-					}
-				}
+			w.tallied(m.Event)
+		}
+	}
+	return w.ringTest, w.failures, nil
+}
+
+// trainWatch is what watch follows a run with, and what it has learnt.
+type trainWatch struct {
+	t        *trainRun
+	l        *launch.Launcher
+	isWorker map[*launch.Child]bool
+	tally    *launch.Tally
+	board    *board
+	stdout   io.Writer
+	start    time.Time
+
+	ringTest *launch.Event  // ring: the first done event, with the test metrics
+	failures []string       // the workers' failures, with their last words
+	cause    map[int]string // rank → how its process ended
+	peers    []string       // gossip addresses, for a restarted shard to join
+	done     map[int]bool   // ranks that finished their run
+}
+
+// workerExited notes a worker's exit: a failure, or where it was killed
+// from outside and the run can go on without it, a membership change.
+func (w *trainWatch) workerExited(c *launch.Child) {
+	if c.Err() == nil {
+		return
+	}
+	w.tally.Result.FailedWorkers = append(w.tally.Result.FailedWorkers, c.Rank())
+	w.board.markDead(c.Rank())
+	w.cause[c.Rank()] = c.Err().Error()
+	if c.Signal() != "" && (!w.t.ring || w.t.rf.elastic) {
+		// Killed from outside: a membership change the
+		// others go on after, reported when shard 0 sees it.
+		w.board.clearBar()
+		fmt.Fprintf(w.stdout, "%s was killed (%v)\n", c.Name(), c.Err())
+	} else {
+		w.failures = append(w.failures, c.Failure())
+	}
+}
+
+// serverExited restarts a shard that was killed, if it is restartable;
+// any other server's exit ends the run (the error).
+func (w *trainWatch) serverExited(ctx context.Context, c *launch.Child) error {
+	t := w.t
+	if r := c.Rank(); r < len(t.shards) && t.shards[r].child == c && t.restartable(ctx, t.shards[r]) {
+		sp := t.shards[r]
+		if err := t.restartShard(ctx, w.l, sp, w.peers); err != nil {
+			return err
+		}
+		w.peers = append(w.peers, sp.gossip)
+		me := launch.MembershipEvent{Role: "ps", Rank: sp.idx, Change: "restarted", Seconds: time.Since(w.start).Seconds(), Cause: c.Err().Error()}
+		w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
+		w.board.clearBar()
+		fmt.Fprintf(w.stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", sp.idx, c.Err(), sp.addr)
+		return nil
+	}
+	// A server died: nothing can finish without it.
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New(c.Failure())
+}
+
+// memberChanged notes and prints a change of the workers' membership
+// that shard 0 reports, but for a worker's joining and its leaving at
+// the end of its run.
+func (w *trainWatch) memberChanged(e launch.Event) {
+	if e.Change == "joined" || (e.Change == "left" && w.done[e.Rank]) {
+		return // the run's start and its end are not changes
+	}
+	me := launch.MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
+		Seconds: time.Since(w.start).Seconds(), Cause: w.cause[e.Rank]}
+	w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
+	w.board.clearBar()
+	fmt.Fprintln(w.stdout, describeChange(me))
+}
+
+// tallied adds an event to the tally; a done event also marks its rank
+// done, is the ring's test metrics if it is the first, and, from PS rank
+// 0 stopped at its target accuracy, tells the other workers to stop.
+func (w *trainWatch) tallied(e launch.Event) {
+	w.tally.Add(e)
+	if e.Event != launch.Done {
+		return
+	}
+	w.done[e.Rank] = true
+	if w.t.ring && w.ringTest == nil {
+		// Every rank evaluates the whole test set together and
+		// reports the same metrics; the first will do (rank 0
+		// may have died in an elastic ring).
+		w.ringTest = &e
+	}
+	if e.Stopped && e.Rank == 0 && !w.t.ring {
+		for c := range w.isWorker {
+			if c.Rank() != 0 {
+				c.Tell("stop")
 			}
 		}
 	}
-	return ringTest, failures, nil
 }
 
 // describeChange is a membership change as shoal train prints it, e.g.
