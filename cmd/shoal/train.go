@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -191,6 +192,27 @@ func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launc
 func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	fs := newFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
 	t := &trainRun{}
+	t.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate, t.rf.validate} {
+		if err := v(); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	if err := t.build(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// register registers shoal train's flags: its own, then those it shares
+// with the worker and the server (one flat list, as the help sorts them).
+func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
@@ -217,59 +239,58 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	t.lf.register(fs, "warn")
 	t.rf.register(fs)
 	t.dev.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate, t.rf.validate} {
-		if err := v(); err != nil {
-			return nil, err
-		}
-	}
+}
+
+// check settles the ring (no servers; elastic where nothing evaluates
+// during training) and checks train's own flags.
+func (t *trainRun) check() error {
 	t.ring = t.tf.mode == consistency.Ring
 	// The elastic ring does not run evaluations during training yet.
 	t.rf.elastic = t.ring && t.rf.elastic && t.sf.stopAt == 0 && t.sf.evalEvery == 0
 	if t.ring {
 		t.servers = 0 // no parameter server in ring mode
 	} else if t.servers < 1 {
-		return nil, fmt.Errorf("--servers %d: want >= 1", t.servers)
+		return fmt.Errorf("--servers %d: want >= 1", t.servers)
 	}
 	if t.workers < 1 {
-		return nil, fmt.Errorf("--workers %d: want >= 1", t.workers)
+		return fmt.Errorf("--workers %d: want >= 1", t.workers)
 	}
 	if t.journal && t.ckptDir == "" {
-		return nil, errors.New("--journal: needs --checkpoint-dir, where the servers write it")
+		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
 	if t.callTime <= 0 {
-		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
+		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
 	}
 	if t.ckptErrors != "fail" && t.ckptErrors != "warn" {
-		return nil, fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
+		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
 	}
-	if err := errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline)); err != nil {
-		return nil, err
-	}
+	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline))
+}
+
+// build builds the model, places the workers, loads the data and makes
+// the optimizer's config, its decay over the whole run unless
+// --decay-steps says otherwise.
+func (t *trainRun) build() error {
 	var err error
 	if t.model, err = t.mf.build(); err != nil {
-		return nil, err
+		return err
 	}
 	// Worker r is local rank r: a --device that finds no GPU fails here,
 	// before any process starts.
 	if t.where, err = t.dev.describePlacement(t.workers); err != nil {
-		return nil, err
+		return err
 	}
 	train, test, err := t.df.load(t.mf.seed)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.test = test
 	if t.of.decay != "none" && t.of.decaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
 		t.of.decaySteps = max(totalUpdates(train.Len(), t.workers, t.staleness, &t.tf)-t.of.warmup, 1)
 	}
-	if t.ocfg, err = t.of.config(); err != nil {
-		return nil, err
-	}
-	return t, nil
+	t.ocfg, err = t.of.config()
+	return err
 }
 
 // common are the flags every child gets.
