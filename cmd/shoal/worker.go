@@ -111,6 +111,7 @@ type workerRun struct {
 	mtf      metricsFlags
 	tlf      timelineFlags
 	dev      deviceFlags
+	ranks    rankFlags        // --rank, --world-size, --local-rank, which parseWorker reads into id
 	timeline *timeline.Writer // --timeline
 	// metrics, with --metrics-addr, takes the strategy's counters.
 	metrics  *metrics.Worker
@@ -149,17 +150,87 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	return w.runPS(ctx, stdin, stdout)
 }
 
+// rankFlags are --rank, --world-size and --local-rank: a worker's place
+// in the job where the launcher's environment does not say it, or says
+// otherwise. -1 is unset.
+type rankFlags struct {
+	rank, world, localRank int
+}
+
+func (f *rankFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.rank, "rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
+	fs.IntVar(&f.world, "world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
+	fs.IntVar(&f.localRank, "local-rank", -1, "this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)")
+}
+
+// identity is the worker's place in the job: from the launcher's
+// environment, with the flags that are set over it.
+func (f *rankFlags) identity() (cluster.Identity, error) {
+	id, err := cluster.FromEnv(os.Getenv)
+	if err != nil {
+		return cluster.Identity{}, err
+	}
+	if f.rank >= 0 {
+		id.Rank, id.Source = f.rank, "flags"
+	}
+	if f.world >= 0 {
+		id.WorldSize, id.Source = f.world, "flags"
+	}
+	if f.localRank >= 0 {
+		id.LocalRank = f.localRank
+	}
+	if err := id.Validate(); err != nil {
+		return cluster.Identity{}, fmt.Errorf("--rank/--world-size: %w", err)
+	}
+	return id, nil
+}
+
 // parseWorker reads and checks shoal worker's flags, finds the worker's
 // rank and world size, builds its model and loads its data.
 func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	fs := newFlagSet("worker", "Runs one training worker: it pulls weights from the parameter servers, computes\ngradients on its shard of the data and pushes them back. Its rank and the world\nsize come from --rank/--world-size, else SHOAL_RANK/SHOAL_WORLD_SIZE, Open MPI,\nSlurm or torchrun environment variables.", stderr)
 	w := &workerRun{}
+	w.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if w.retryFor < 0 {
+		return nil, fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
+	}
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
+		if err := v(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if w.log, err = w.lf.logger(stderr); err != nil {
+		return nil, err
+	}
+	if w.id, err = w.ranks.identity(); err != nil {
+		return nil, err
+	}
+	if w.threads < 1 {
+		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
+	}
+	if err := writableFile("--save", w.save); err != nil {
+		return nil, err
+	}
+	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
+		return nil, err
+	}
+	if err := w.buildModel(stderr); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// register registers shoal worker's flags: its own, then those it shares
+// with train and the server (one flat list, as the help sorts them).
+func (w *workerRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.save, "save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
 	fs.IntVar(&w.threads, "threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
 	fs.StringVar(&w.servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
-	rank := fs.Int("rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
-	world := fs.Int("world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
-	localRank := fs.Int("local-rank", -1, "this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)")
+	w.ranks.register(fs)
 	fs.BoolVar(&w.events, "events", false, "write JSON events on stdout for a launcher")
 	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
@@ -178,48 +249,14 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	w.of.register(fs, "none")
 	w.rf.register(fs)
 	w.lf.register(fs, "warn")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	if w.retryFor < 0 {
-		return nil, fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
-	}
-	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
-		if err := v(); err != nil {
-			return nil, err
-		}
-	}
-	var err error
-	if w.log, err = w.lf.logger(stderr); err != nil {
-		return nil, err
-	}
-	if w.id, err = cluster.FromEnv(os.Getenv); err != nil {
-		return nil, err
-	}
-	if *rank >= 0 {
-		w.id.Rank, w.id.Source = *rank, "flags"
-	}
-	if *world >= 0 {
-		w.id.WorldSize, w.id.Source = *world, "flags"
-	}
-	if *localRank >= 0 {
-		w.id.LocalRank = *localRank
-	}
-	if err := w.id.Validate(); err != nil {
-		return nil, fmt.Errorf("--rank/--world-size: %w", err)
-	}
-	if w.threads < 1 {
-		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
-	}
-	if err := writableFile("--save", w.save); err != nil {
-		return nil, err
-	}
-	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
-		return nil, err
-	}
+}
+
+// buildModel builds the worker's model where --device places it, logs
+// where and, outside shoal train, says it on stderr.
+func (w *workerRun) buildModel(stderr io.Writer) error {
 	pm, err := w.dev.build(&w.mf, w.id.LocalRank, w.threads)
 	if err != nil {
-		return nil, fmt.Errorf("worker %d: %w", w.id.Rank, err)
+		return fmt.Errorf("worker %d: %w", w.id.Rank, err)
 	}
 	w.model, w.closeModel = pm.model, pm.close
 	w.log.Info("compute device", "component", "worker", "rank", w.id.Rank, "local_rank", w.id.LocalRank, "device", pm.where, "precision", w.dev.precision.String(), "why", pm.why)
@@ -232,7 +269,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 		}
 		fmt.Fprintf(stderr, "shoal worker %d: computing on %s (%s)\n", w.id.Rank, where, pm.why)
 	}
-	return w, nil
+	return nil
 }
 
 // runRing trains as one rank of a ring (runRing in ringworker.go), with
