@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -233,79 +234,102 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 	if err != nil || m == nil {
 		return "", stdout, func() {}, err
 	}
-	gossip := m.Addr()
-	emit := func(launch.Event) {}
+	w := &workerWatch{p: p, core: core, log: log, endRun: endRun, emit: func(launch.Event) {}, seen: map[int]bool{}}
 	if p.events && idx == 0 { // one shard speaks for the job
 		stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
-		emit = func(e launch.Event) { launch.Emit(stdout, e) }
+		w.emit = func(e launch.Event) { launch.Emit(stdout, e) }
 	}
-	finished := false // some worker left gracefully: it ended its run
-	// The job's workers seen in the gossip: a worker that finished before
-	// the others joined (async lets it) must not end the run for them.
-	seen := map[int]bool{}
-	// Set while every worker that came has left but some never came: it
-	// ends the run after --exit-wait unless one joins first. report runs
-	// on the membership goroutine, the timer's function on its own.
-	var mu sync.Mutex
-	var wait *time.Timer
-	report := func(r cluster.Report) {
-		mu.Lock()
-		defer mu.Unlock()
-		rank := r.Change.Member.Meta.Rank
-		seen[rank] = true
-		log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", core.Clock(), "live", r.Live, "view", r.View)
-		emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-		// The run is over when every worker of the job (--workers) has
-		// come, none is left, and at least one ended its run (left
-		// gracefully); a straggler's death may come last. A worker that
-		// never comes (it failed before it joined) is waited for
-		// --exit-wait, not for ever.
-		finished = finished || r.Change.Kind == cluster.EventLeave
-		if !p.exitWhenDone {
-			return
-		}
-		if wait != nil {
-			wait.Stop()
-			wait = nil
-		}
-		if r.Live > 0 || !finished {
-			return
-		}
-		var missing []int
-		for rank := range p.cfg.Workers {
-			if !seen[rank] {
-				missing = append(missing, rank)
-			}
-		}
-		if len(missing) == 0 {
-			log.Info("every worker has left: the run is over", "component", "ps", "clock", core.Clock())
-			endRun()
-			return
-		}
-		log.Warn("every worker that joined has left; waiting for the ranks that never joined", "component", "ps", "missing", missing, "wait", p.exitWait)
-		var t *time.Timer
-		t = time.AfterFunc(p.exitWait, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if wait != t {
-				return // a worker joined meanwhile
-			}
-			log.Warn("every worker has left, and these ranks never joined: the run is over without them", "component", "ps", "missing", missing, "waited", p.exitWait, "clock", core.Clock())
-			endRun()
-		})
-		wait = t
-	}
-	leave := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, report) })
+	leave := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, w.report) })
 	stop := func() {
 		leave()
-		mu.Lock()
-		defer mu.Unlock()
-		if wait != nil {
-			wait.Stop()
-			wait = nil
+		w.stop()
+	}
+	return m.Addr(), stdout, stop, nil
+}
+
+// workerWatch follows the job's workers in a shard's gossip: it logs and
+// reports each change, and with --exit-when-done ends the run once they
+// are done. report runs on the membership goroutine, the --exit-wait
+// timer's function on its own.
+type workerWatch struct {
+	p      *psRun
+	core   *ps.Server
+	log    *slog.Logger
+	emit   func(launch.Event)
+	endRun func()
+
+	mu       sync.Mutex
+	finished bool         // some worker left gracefully: it ended its run
+	seen     map[int]bool // the job's workers seen: one that finished before the others joined (async lets it) must not end the run for them
+	// Set while every worker that came has left but some never came: it
+	// ends the run after --exit-wait unless one joins first.
+	wait *time.Timer
+}
+
+func (w *workerWatch) report(r cluster.Report) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rank := r.Change.Member.Meta.Rank
+	w.seen[rank] = true
+	w.log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", w.core.Clock(), "live", r.Live, "view", r.View)
+	w.emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
+	// The run is over when every worker of the job (--workers) has come,
+	// none is left, and at least one ended its run (left gracefully); a
+	// straggler's death may come last. A worker that never comes (it
+	// failed before it joined) is waited for --exit-wait, not for ever.
+	w.finished = w.finished || r.Change.Kind == cluster.EventLeave
+	if !w.p.exitWhenDone {
+		return
+	}
+	w.stopWaiting()
+	if r.Live > 0 || !w.finished {
+		return
+	}
+	var missing []int
+	for rank := range w.p.cfg.Workers {
+		if !w.seen[rank] {
+			missing = append(missing, rank)
 		}
 	}
-	return gossip, stdout, stop, nil
+	if len(missing) == 0 {
+		w.log.Info("every worker has left: the run is over", "component", "ps", "clock", w.core.Clock())
+		w.endRun()
+		return
+	}
+	w.waitFor(missing)
+}
+
+// waitFor ends the run after --exit-wait unless a worker joins first.
+// Called with mu held.
+func (w *workerWatch) waitFor(missing []int) {
+	exitWait := w.p.exitWait
+	w.log.Warn("every worker that joined has left; waiting for the ranks that never joined", "component", "ps", "missing", missing, "wait", exitWait)
+	var t *time.Timer
+	t = time.AfterFunc(exitWait, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.wait != t {
+			return // a worker joined meanwhile
+		}
+		w.log.Warn("every worker has left, and these ranks never joined: the run is over without them", "component", "ps", "missing", missing, "waited", exitWait, "clock", w.core.Clock())
+		w.endRun()
+	})
+	w.wait = t
+}
+
+// stopWaiting stops the --exit-wait timer, if set. Called with mu held.
+func (w *workerWatch) stopWaiting() {
+	if w.wait != nil {
+		w.wait.Stop()
+		w.wait = nil
+	}
+}
+
+// stop stops the --exit-wait timer once the gossip is left.
+func (w *workerWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopWaiting()
 }
 
 // psFlags are the flags of shoal ps that parsePS checks and builds the
