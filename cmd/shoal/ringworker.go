@@ -134,40 +134,16 @@ func runRing(ctx context.Context, r ringRun) error {
 	if r.rf.elastic && r.gf.on() {
 		return runElastic(ctx, r)
 	}
-	comp, err := r.rf.compressionMode()
-	if err != nil {
-		return err
-	}
-	tr, closeRing, err := r.join(ctx)
+	tr, counted, comm, closeRing, err := r.communicator(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeRing()
-	counted := newCountingTransport(tr)
-	// Every collective call gets its own deadline, so a silent peer ends
-	// the call instead of hanging it.
-	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout})
+	ring, err := r.strategy(comm)
 	if err != nil {
 		return err
 	}
-	n := r.model.Layout().Size()
-	var initial []float32
-	if r.id.Rank == 0 {
-		initial = make([]float32, n)
-		r.model.Init(initial, r.seed)
-	}
-	ring, err := worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
-		FusionBytes: r.rf.fusionBytes, Timeline: r.timeline})
-	if err != nil {
-		return err
-	}
-	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
-	progress := board.update
-	if r.events {
-		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
-	}
-	wcfg := worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
+	wcfg := r.workerConfig()
 	steps := launch.StepLog{Counters: func() (int64, int64) { return counted.sent.Load(), counted.received.Load() }}
 	r.sf.hooks(&wcfg, &steps, r.id.Rank, r.model, r.test, r.stdout, comm)
 	_, stopMetrics, err := r.mtf.workerMetrics(&wcfg, r.id.Rank, metrics.WorkerSources{Bytes: steps.Counters}, r.log, r.stdout, r.events)
@@ -182,25 +158,80 @@ func runRing(ctx context.Context, r ringRun) error {
 		return err
 	}
 	defer w.Close()
-	// A failure that names a peer is reported to the job's record before
-	// the transport closes (deferred above), and comes back naming the
-	// first rank that failed, not the neighbour that left because of it.
-	fail := func(err error) error {
-		return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, collnet.FirstFailure(tr, err))
-	}
 	res, err := w.Run(ctx)
 	stopStalls()
 	if err != nil {
-		return fail(err)
+		return r.failure(tr, err)
 	}
-	params := w.Params()
+	return r.finish(ctx, tr, comm, ring, w.Params(), res, &steps)
+}
+
+// communicator joins the ring and makes its collective communicator over
+// a transport that counts the bytes; the caller closes the ring.
+func (r ringRun) communicator(ctx context.Context) (collective.Transport, *countingTransport, *collective.Communicator, func(), error) {
+	comp, err := r.rf.compressionMode()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	tr, closeRing, err := r.join(ctx)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	counted := newCountingTransport(tr)
+	// Every collective call gets its own deadline, so a silent peer ends
+	// the call instead of hanging it.
+	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout})
+	if err != nil {
+		closeRing()
+		return nil, nil, nil, nil, err
+	}
+	return tr, counted, comm, closeRing, nil
+}
+
+// strategy is the ring's training strategy over comm: rank 0 draws the
+// initial weights, which the ring broadcasts.
+func (r ringRun) strategy(comm *collective.Communicator) (*worker.Ring, error) {
+	n := r.model.Layout().Size()
+	var initial []float32
+	if r.id.Rank == 0 {
+		initial = make([]float32, n)
+		r.model.Init(initial, r.seed)
+	}
+	return worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, Initial: initial, DesyncEvery: r.rf.desyncEvery,
+		FusionBytes: r.rf.fusionBytes, Timeline: r.timeline})
+}
+
+// workerConfig is the rank's training loop, its progress on the board or
+// as events.
+func (r ringRun) workerConfig() worker.Config {
+	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
+	progress := board.update
+	if r.events {
+		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
+	}
+	return worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
+}
+
+// failure is err as the rank reports it: a failure that names a peer is
+// reported to the job's record before the transport closes, and comes
+// back naming the first rank that failed, not the neighbour that left
+// because of it.
+func (r ringRun) failure(tr collective.Transport, err error) error {
+	return fmt.Errorf("rank %d of %d: %w", r.id.Rank, r.id.WorldSize, collnet.FirstFailure(tr, err))
+}
+
+// finish checks that the ranks' weights agree, evaluates them, saves rank
+// 0's and reports the run.
+func (r ringRun) finish(ctx context.Context, tr collective.Transport, comm *collective.Communicator, ring *worker.Ring, params []float32, res worker.Result, steps *launch.StepLog) error {
 	if err := ring.CheckDesync(ctx, res.Steps, params); err != nil {
-		return fail(err)
+		return r.failure(tr, err)
 	}
 	ev := worker.Evaluation{Accuracy: -1}
 	if r.eval {
+		var err error
 		if ev, err = worker.EvaluateShard(ctx, comm, r.model, params, r.test, 1000); err != nil {
-			return fail(err)
+			return r.failure(tr, err)
 		}
 	}
 	if r.id.Rank == 0 && r.save != "" {
@@ -208,7 +239,7 @@ func runRing(ctx context.Context, r ringRun) error {
 			return err
 		}
 	}
-	r.report(res, ev, &steps)
+	r.report(res, ev, steps)
 	return nil
 }
 
