@@ -67,28 +67,18 @@ func runElastic(ctx context.Context, r ringRun) error {
 		return err
 	}
 	defer svc.stop()
-	closeNIC := func() {}
-	var wrap func(net.Conn) net.Conn
-	if r.nf.shaped() {
-		nic, err := r.nf.nic()
-		if err != nil {
-			return err
-		}
-		closeNIC, wrap = func() { nic.Close() }, nic.Conn
+	wrap, closeNIC, err := r.nicWrap()
+	if err != nil {
+		return err
 	}
 	defer closeNIC()
 
 	n := r.model.Layout().Size()
 	initial := make([]float32, n)
 	r.model.Init(initial, r.seed)
-	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
-	progress := board.update
-	if r.events {
-		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
-	}
 	steps := launch.StepLog{}
 	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
-		Progress: progress, ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
+		Progress: r.progress(), ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
 	if r.sf.stats {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}
@@ -102,21 +92,9 @@ func runElastic(ctx context.Context, r ringRun) error {
 	defer stopStalls()
 	out, err := elastic.Run(ctx, elastic.Config{
 		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: svc.coord, Roster: svc.roster,
-		Connect: func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
-			cctx, cancel := context.WithTimeout(ctx, r.timeout)
-			defer cancel()
-			cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
-				SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap, Security: r.sec}
-			tr, err := collnet.Connect(cctx, cfg)
-			if err != nil {
-				return nil, err
-			}
-			ct := newCountingTransport(tr)
-			current.Store(ct)
-			return ct, nil
-		},
-		Comm:  collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
-		Model: r.model, Train: r.train, Initial: initial,
+		Connect: r.connector(wrap, &current),
+		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
+		Model:   r.model, Train: r.train, Initial: initial,
 		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes, Timeline: r.timeline},
 		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(),
 		OnGeneration: r.generationEvents(),
@@ -126,6 +104,38 @@ func runElastic(ctx context.Context, r ringRun) error {
 	}
 	defer out.Close()
 	return r.finishElastic(ctx, out, &steps)
+}
+
+// nicWrap is the NIC model every generation's links go through, if one
+// is asked for, and how to close it.
+func (r ringRun) nicWrap() (func(net.Conn) net.Conn, func(), error) {
+	if !r.nf.shaped() {
+		return nil, func() {}, nil
+	}
+	nic, err := r.nf.nic()
+	if err != nil {
+		return nil, nil, err
+	}
+	return nic.Conn, func() { nic.Close() }, nil
+}
+
+// connector connects each generation of the elastic ring, every link
+// through wrap (if set), and keeps the generation's counting transport in
+// current for the stall inspector.
+func (r ringRun) connector(wrap func(net.Conn) net.Conn, current *atomic.Pointer[countingTransport]) func(context.Context, int, int, string, net.Listener, string) (collective.Transport, error) {
+	return func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+		cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
+			SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap, Security: r.sec}
+		tr, err := collnet.Connect(cctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ct := newCountingTransport(tr)
+		current.Store(ct)
+		return ct, nil
+	}
 }
 
 // elasticService is a member's side of the elastic ring's control plane:

@@ -201,16 +201,19 @@ func (r ringRun) strategy(comm *collective.Communicator) (*worker.Ring, error) {
 		FusionBytes: r.rf.fusionBytes, Timeline: r.timeline})
 }
 
-// workerConfig is the rank's training loop, its progress on the board or
-// as events.
+// workerConfig is the rank's training loop.
 func (r ringRun) workerConfig() worker.Config {
-	board := newBoard(r.stdout, 1, isTerminal(r.stdout))
-	progress := board.update
-	if r.events {
-		progress = func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
-	}
 	return worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progress, ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: r.progress(), ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
+}
+
+// progress shows the rank's progress on a board, or as events for the
+// launcher.
+func (r ringRun) progress() func(worker.Progress) {
+	if r.events {
+		return func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
+	}
+	return newBoard(r.stdout, 1, isTerminal(r.stdout)).update
 }
 
 // failure is err as the rank reports it: a failure that names a peer is
