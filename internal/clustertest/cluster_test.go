@@ -195,17 +195,20 @@ func assertFinished(t *testing.T, c *cluster, log string, workers ...string) {
 	for _, w := range workers {
 		if code := exited(t, log, c.container(w)); code != "0" {
 			assert.Fail(t, w+" did not finish the run", "%s exited with code %s; its last lines and the shards':\n%s",
-				w, code, lastLines(log, 60, c.container(w), c.container("ps0"), c.container("ps1")))
+				w, code, lastLines(log, 60, w, "ps0", "ps1"))
 		}
 	}
 }
 
-// lastLines is the last n lines of log that name one of containers.
-func lastLines(log string, n int, containers ...string) string {
+// lastLines is the last n lines of log from or about one of services:
+// docker-compose 1 prefixes each line with the container's name less the
+// project ("worker2_1  | ..."), and names the whole container in its own
+// ("..._worker2_1 exited with code 1").
+func lastLines(log string, n int, services ...string) string {
 	var out []string
 	for line := range strings.Lines(log) {
-		for _, c := range containers {
-			if strings.Contains(line, c) {
+		for _, s := range services {
+			if strings.Contains(line, s+"_1 ") {
 				out = append(out, line)
 				break
 			}
