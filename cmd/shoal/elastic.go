@@ -78,7 +78,7 @@ func runElastic(ctx context.Context, r ringRun) error {
 	r.model.Init(initial, r.seed)
 	steps := launch.StepLog{}
 	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
-		Progress: r.progress(), ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
+		Progress: progressTo(r.stdout, r.events), ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
 	if r.sf.stats {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -42,6 +43,15 @@ type epochSummary struct {
 	Loss, Accuracy float64
 	SamplesPerSec  float64
 	Seconds        float64
+}
+
+// progressTo is how one worker process shows its progress: as events for
+// the launcher (events), else on a board of its own on out.
+func progressTo(out io.Writer, events bool) func(worker.Progress) {
+	if events {
+		return func(p worker.Progress) { launch.Emit(out, launch.ProgressEvent(p)) }
+	}
+	return newBoard(out, 1, isTerminal(out)).update
 }
 
 func newBoard(out io.Writer, workers int, tty bool) *board {

@@ -204,16 +204,7 @@ func (r ringRun) strategy(comm *collective.Communicator) (*worker.Ring, error) {
 // workerConfig is the rank's training loop.
 func (r ringRun) workerConfig() worker.Config {
 	return worker.Config{Rank: r.id.Rank, WorldSize: r.id.WorldSize, Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps,
-		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: r.progress(), ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
-}
-
-// progress shows the rank's progress on a board, or as events for the
-// launcher.
-func (r ringRun) progress() func(worker.Progress) {
-	if r.events {
-		return func(p worker.Progress) { launch.Emit(r.stdout, launch.ProgressEvent(p)) }
-	}
-	return newBoard(r.stdout, 1, isTerminal(r.stdout)).update
+		Seed: r.seed, BackwardPasses: r.tf.backwardPasses, Progress: progressTo(r.stdout, r.events), ProgressEvery: max(r.tf.progressEvery, time.Nanosecond), Timeline: r.timeline}
 }
 
 // failure is err as the rank reports it: a failure that names a peer is

@@ -380,13 +380,8 @@ func (w *workerRun) joinServers(ctx context.Context, ps *client.Client) (int64, 
 // reports (a board, or with --events the launcher's events) and its step
 // log, which counts the bytes through nic.
 func (w *workerRun) workerConfig(startStep int64, nic *netshape.NIC, stdout io.Writer) (worker.Config, *launch.StepLog) {
-	board := newBoard(stdout, 1, isTerminal(stdout))
-	progress := board.update
-	if w.events {
-		progress = func(p worker.Progress) { launch.Emit(stdout, launch.ProgressEvent(p)) }
-	}
 	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
-		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progress, ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
+		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progressTo(stdout, w.events), ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
 		Logger: w.log, Timeline: w.timeline}
 	steps := &launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
 	w.sf.hooks(&wcfg, steps, w.id.Rank, w.model, w.test, stdout, nil)
