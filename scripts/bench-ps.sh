@@ -19,6 +19,9 @@
 # BENCH_PS_STEPS (unset; steps per worker instead of epochs, for short
 # runs), BENCH_PS_WORKERS (2), BENCH_PS_BATCH (64), BENCH_PS_TCP_ITERS (50),
 # DOC (docs/BENCHMARKS.md; point it at a scratch copy for trial runs),
+# BENCH_PS_OUT (unset: the runs' JSON records go to a temporary folder,
+# removed at the end; set: they are kept there, one .jsonl per run kind,
+# appended round by round, so a run cut short still leaves its rounds),
 # PYTHON, SHOAL, DATA_DIR. Needs Debian's python3-torch, the Fashion-MNIST
 # files and a built bin/shoal (make bench-ps).
 set -euo pipefail
@@ -55,8 +58,14 @@ peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batc
 	"${length[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "${BENCH_PS_OUT:-}" ]; then
+	out=$BENCH_PS_OUT
+	mkdir -p "$out"
+	rm -f "$out"/*.jsonl
+else
+	out=$(mktemp -d)
+	trap 'rm -rf "$out"' EXIT
+fi
 # The last JSON line of a run's stdout is its record.
 record() { grep '^{' | tail -n 1; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
