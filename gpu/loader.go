@@ -38,6 +38,10 @@ type searchEnv struct {
 	libCUDA, libDir, cudaHome, cudaPath string
 	// globs finds directories by pattern (filepath.Glob, in tests a tree's).
 	glob func(pattern string) []string
+	// hermetic leaves out the dynamic loader's own search and the driver's
+	// folders, so that a test's fakes are all there is, on a machine with
+	// CUDA installed too.
+	hermetic bool
 }
 
 func defaultSearchEnv() searchEnv {
@@ -107,13 +111,17 @@ func dedup(dirs []string) []string {
 // searches returns the search of each library.
 func (e searchEnv) searches() (cuda, nvrtc, cublasLt, cublas dl.Search) {
 	toolkit := e.toolkitDirs()
-	cuda = dl.Search{Env: e.libCUDA, Names: cudaNames, Dirs: append(slices.Clone(toolkit), driverDirs()...), Refuse: isStub}
+	driver := driverDirs()
+	if e.hermetic {
+		driver = nil
+	}
+	cuda = dl.Search{Env: e.libCUDA, Names: cudaNames, Dirs: append(slices.Clone(toolkit), driver...), NoLoader: e.hermetic, Refuse: isStub}
 	if cuda.Env == "" {
 		cuda.Env = e.libDir
 	}
-	nvrtc = dl.Search{Env: e.libDir, Names: nvrtcNames, Dirs: toolkit, Refuse: isStub}
-	cublas = dl.Search{Env: e.libDir, Names: cublasNames, Dirs: toolkit, Refuse: isStub}
-	cublasLt = dl.Search{Env: e.libDir, Names: cublasLtNames, Dirs: toolkit, Refuse: isStub}
+	nvrtc = dl.Search{Env: e.libDir, Names: nvrtcNames, Dirs: toolkit, NoLoader: e.hermetic, Refuse: isStub}
+	cublas = dl.Search{Env: e.libDir, Names: cublasNames, Dirs: toolkit, NoLoader: e.hermetic, Refuse: isStub}
+	cublasLt = dl.Search{Env: e.libDir, Names: cublasLtNames, Dirs: toolkit, NoLoader: e.hermetic, Refuse: isStub}
 	return cuda, nvrtc, cublasLt, cublas
 }
 

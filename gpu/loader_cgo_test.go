@@ -31,10 +31,12 @@ func fakeLib(t *testing.T, dir, name, src string) string {
 // TestMissingLibrariesAreErrors loads fake CUDA libraries: one without
 // the functions Shoal needs and, when the driver's loads, an NVRTC that is
 // missing; each failure is an error naming what was tried, never a crash.
+// The search is hermetic: on a machine with CUDA (the H100 of 2026-11-26)
+// the loader's own search found the real driver past the fake.
 func TestMissingLibrariesAreErrors(t *testing.T) {
 	dir := t.TempDir()
 	partial := fakeLib(t, dir, "libcuda.so.1", "int cuInit(unsigned f) { return 0; }\n")
-	_, err := load(searchEnv{libCUDA: partial, glob: func(string) []string { return nil }})
+	_, err := load(searchEnv{libCUDA: partial, glob: func(string) []string { return nil }, hermetic: true})
 	require.ErrorIs(t, err, ErrUnavailable)
 	var le *LoadError
 	require.ErrorAs(t, err, &le)
@@ -48,7 +50,7 @@ func TestMissingLibrariesAreErrors(t *testing.T) {
 		src.WriteString("int " + s.name + "(void) { return 100; }\n")
 	}
 	full := fakeLib(t, t.TempDir(), "libcuda.so.1", src.String())
-	_, err = load(searchEnv{libCUDA: full, libDir: dir, glob: func(string) []string { return nil }})
+	_, err = load(searchEnv{libCUDA: full, libDir: dir, glob: func(string) []string { return nil }, hermetic: true})
 	require.ErrorAs(t, err, &le)
 	if le.Library == "libcuda" {
 		t.Fatalf("the full fake driver was not accepted: %v", err)

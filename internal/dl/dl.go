@@ -116,13 +116,14 @@ func Find[T any](s Search, exists func(string) bool, open func(Candidate) (T, er
 		tried = append(tried, Attempt{Path: c.Arg, Err: strings.TrimPrefix(err.Error(), c.Arg+": ")})
 	}
 	var zero T
-	return zero, tried, &NotFoundError{Tried: tried, Empty: empty}
+	return zero, tried, &NotFoundError{Tried: tried, Empty: empty, Names: s.Names}
 }
 
 // NotFoundError is the error of a search that found no usable library.
 type NotFoundError struct {
 	Tried []Attempt // every library tried, in order
 	Empty []string  // the directories searched that held none of the names
+	Names []string  // the names looked for in Empty
 }
 
 func (e *NotFoundError) Error() string {
@@ -141,7 +142,11 @@ func (e *NotFoundError) write(b *strings.Builder) {
 		b.WriteString(" nothing")
 	}
 	if len(e.Empty) > 0 {
-		fmt.Fprintf(b, "\n  no candidate in: %s", strings.Join(e.Empty, ", "))
+		what := "candidate"
+		if len(e.Names) > 0 {
+			what = strings.Join(e.Names, " or ")
+		}
+		fmt.Fprintf(b, "\n  no %s in: %s", what, strings.Join(e.Empty, ", "))
 	}
 }
 

@@ -55,7 +55,7 @@ func TestPlanOrder(t *testing.T) {
 	assert.Equal(t, Attempt{Path: stub, Err: "a stub library, never loaded"}, tried[3])
 	assert.Equal(t, "refused by the test", tried[0].Err, "dlerror's leading path is not repeated")
 	assert.Contains(t, err.Error(), bLib+": refused by the test")
-	assert.Contains(t, err.Error(), "no candidate in: "+empty)
+	assert.Contains(t, err.Error(), "no liba.so.1 or libb.so.2 in: "+empty, "the names looked for are said")
 
 	// The first library accepted wins and the failures before it are kept.
 	v, tried, err := Find(s, FileExists, func(c Candidate) (string, error) {
