@@ -17,6 +17,9 @@ type Result struct {
 	Dataset    string           `json:"dataset"`
 	Workers    int              `json:"workers"`
 	Servers    int              `json:"servers"`
+	// Threads is each worker's GEMM threads (shoal train --threads, or
+	// the cores divided by the workers).
+	Threads int `json:"threads,omitempty"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
 	Device string `json:"device,omitempty"`
 	// Precision is what the GPU workers' GEMMs multiplied, bf16 or fp16;

@@ -71,6 +71,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown dataset", []string{"train", "--dataset", "imagenet"}, `--dataset "imagenet"`},
 		{"missing data", []string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
+		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
 		{"unknown device", []string{"train", "--device", "tpu"}, `device "tpu": want auto, cpu, cuda or cuda:N with N >= 0`},
 		{"negative GPU", []string{"worker", "--device", "cuda:-1"}, `device "cuda:-1"`},
 		{"bad rank", []string{"worker", "--rank", "3", "--world-size", "2"}, "rank 3"},
@@ -111,7 +112,7 @@ func TestVersion(t *testing.T) {
 func TestTrainEndToEnd(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "model.safetensors")
 	cmd := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, "train", "--dataset", "synthetic", "--workers", "2", "--servers", "2",
-		"--hidden", "64", "--chunk-bytes", "65536", "--epochs", "2", "--batch", "32", "--json", "--save", save)
+		"--hidden", "64", "--chunk-bytes", "65536", "--epochs", "2", "--batch", "32", "--threads", "1", "--json", "--save", save)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -123,6 +124,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	assert.Equal(t, "async", sum["mode"])
 	assert.Equal(t, float64(2), sum["workers"])
 	assert.Equal(t, float64(2), sum["servers"])
+	assert.Equal(t, float64(1), sum["threads"], "--threads 1: one GEMM thread a worker")
 	assert.Equal(t, float64(2), sum["epochs"])
 	assert.Greater(t, sum["test_accuracy"], 0.9)
 	assert.Contains(t, string(out), "epoch 1/2")

@@ -41,6 +41,7 @@ type trainRun struct {
 	metrics    bool
 	timeline   string // --timeline DIR
 	workers    int
+	threads    int // GEMM threads per worker; 0: the cores' share
 	servers    int
 	chunkBytes int
 	save       string
@@ -145,11 +146,20 @@ func (t *trainRun) printHeader(stdout io.Writer) string {
 	return prec
 }
 
+// workerThreads is each worker's GEMM threads: --threads, else the
+// cores' share.
+func (t *trainRun) workerThreads() int {
+	if t.threads > 0 {
+		return t.threads
+	}
+	return max(1, runtime.NumCPU()/t.workers)
+}
+
 // newTally is the run's tally, its summary begun with what the flags say
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
 	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 }
 
 // summarise ends the training part of the run once every worker has
@@ -214,6 +224,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 // with the worker and the server (one flat list, as the help sorts them).
 func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
+	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
@@ -254,6 +265,9 @@ func (t *trainRun) check() error {
 	}
 	if t.workers < 1 {
 		return fmt.Errorf("--workers %d: want >= 1", t.workers)
+	}
+	if t.threads < 0 {
+		return fmt.Errorf("--threads %d: want >= 1, or 0 for the cores divided by --workers", t.threads)
 	}
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
@@ -402,8 +416,9 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			}
 		}
 		// Each worker gets its share of the cores, and OpenBLAS no more
-		// threads than that (it would start one per core in every process).
-		threads := max(1, runtime.NumCPU()/t.workers)
+		// threads than that (it would start one per core in every process),
+		// unless --threads says how many.
+		threads := t.workerThreads()
 		args = append(args, "--threads", strconv.Itoa(threads))
 		env := []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}
 		if !t.ring && os.Getenv("GOMAXPROCS") == "" {
