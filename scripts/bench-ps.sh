@@ -18,6 +18,8 @@
 # Knobs (environment): BENCH_PS_ROUNDS (3), BENCH_PS_EPOCHS (2),
 # BENCH_PS_STEPS (unset; steps per worker instead of epochs, for short
 # runs), BENCH_PS_WORKERS (2), BENCH_PS_BATCH (64), BENCH_PS_TCP_ITERS (50),
+# BENCH_PS_THREADS (unset: each side's default, the cores divided by the
+# workers; N: --threads N to Shoal's workers and the peer's alike),
 # DOC (docs/BENCHMARKS.md; point it at a scratch copy for trial runs),
 # BENCH_PS_OUT (unset: the runs' JSON records go to a temporary folder,
 # removed at the end; set: they are kept there, one .jsonl per run kind,
@@ -35,6 +37,7 @@ STEPS=${BENCH_PS_STEPS:-}
 WORKERS=${BENCH_PS_WORKERS:-2}
 BATCH=${BENCH_PS_BATCH:-64}
 TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
+THREADS=${BENCH_PS_THREADS:-}
 DOC=${DOC:-docs/BENCHMARKS.md}
 HIDDEN=512,512
 "$PY" -c 'import torch.distributed.rpc' 2>/dev/null || {
@@ -52,10 +55,14 @@ if [ -n "$STEPS" ]; then
 else
 	length=(--epochs "$EPOCHS") length_knob=BENCH_PS_EPOCHS=$EPOCHS
 fi
+threads=() threads_knob=
+if [ -n "$THREADS" ]; then
+	threads=(--threads "$THREADS") threads_knob=" BENCH_PS_THREADS=$THREADS"
+fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	--lr-decay none "${length[@]}" --data "$DATA_DIR" --stats --json)
+	--lr-decay none "${length[@]}" "${threads[@]}" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	"${length[@]}" --data "$DATA_DIR" --json)
+	"${length[@]}" "${threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
 
 if [ -n "${BENCH_PS_OUT:-}" ]; then
@@ -84,7 +91,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
-	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS)" \
+	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
 import datetime, json, statistics, sys
 
@@ -170,7 +177,8 @@ table = "\n".join([
     f"{669706 * 4:,}-byte vector each way per step. Raw TCP: `shoal bench tcp`'s median round trip of the same bytes "
     "each way over one loopback connection, measured in the same rounds. "
     f"PyTorch peer: {peer0['transport']} (TCP) or {peer_auto[0]['transport']} (TensorPipe's own choice), "
-    f"{peer0['backend']}, {peer0['threads']} thread(s) per worker.",
+    f"{peer0['backend']}, {peer0['threads']} thread(s) per worker; Shoal: "
+    f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker.",
     "",
     "| run | samples/s | test accuracy | comm/step p50 (ms) | comm/step mean (ms) | comm p50 / raw TCP | comm parts (ms, p50) | step p50 (ms) | compute p50 (ms) | steps/worker | rounds (samples/s) |",
     "|---|---|---|---|---|---|---|---|---|---|---|",

@@ -94,7 +94,16 @@ def write_result(path, result):
 
 
 def blas_name():
-    """The BLAS this process loaded, from its memory map."""
+    """The BLAS of torch's CPU GEMMs: MKL where torch was built with it
+    (statically linked, so absent from the memory map, where a wheel's
+    bundled OpenBLAS may show instead: PyTorch 2.11 on the device machine),
+    else the BLAS this process loaded, from its memory map."""
+    try:
+        import torch
+        if torch.backends.mkl.is_available():
+            return "mkl"
+    except ImportError:
+        pass
     try:
         with open("/proc/self/maps") as f:
             maps = f.read()
