@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -59,6 +60,7 @@ type options struct {
 	retryFor    time.Duration
 	backoff     time.Duration
 	maxBackoff  time.Duration
+	keepalive   keepalive.ClientParameters
 	dialOpts    []grpc.DialOption
 }
 
@@ -80,6 +82,19 @@ func WithPushEncoding(e pb.Encoding) Option { return func(o *options) { o.encodi
 // under a minute to heal, for the call to go on where it was). A call
 // still failing then returns its last error.
 func WithRetryFor(d time.Duration) Option { return func(o *options) { o.retryFor = d } }
+
+// WithKeepalive sets how long a connection may go without reading a byte
+// before the client pings the server (gRPC allows no less than 10s), and
+// how long it then waits for the answer before it closes the connection
+// (defaults 10s and 10s). A network cut or a server host that vanished
+// resets nothing: without the ping a call on such a connection waits for
+// its whole timeout and fails with DeadlineExceeded, which is not tried
+// again. With it the call fails with Unavailable after about time+timeout
+// and is tried again on a new connection (WithRetryFor); shards recognise
+// a retried push and apply it once. shoal ps accepts pings every 5s.
+func WithKeepalive(time, timeout time.Duration) Option {
+	return func(o *options) { o.keepalive = keepalive.ClientParameters{Time: time, Timeout: timeout} }
+}
 
 // WithRetry caps how many times a call failing with Unavailable is tried
 // within WithRetryFor's time (default: no cap), and sets the first backoff
@@ -127,9 +142,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
 	}
-	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, retryFor: 60 * time.Second, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, retryFor: 60 * time.Second, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second,
+		keepalive: keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second}}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.keepalive.Time <= 0 || o.keepalive.Timeout <= 0 {
+		return nil, fmt.Errorf("client: keepalive every %v with a timeout of %v: want both > 0", o.keepalive.Time, o.keepalive.Timeout)
 	}
 	if o.maxAttempts < 0 || o.retryFor < 0 || o.backoff <= 0 {
 		return nil, fmt.Errorf("client: retry %d times for %v from a backoff of %v: want attempts >= 0 (0: no cap), a time >= 0 and a backoff > 0",
@@ -142,6 +161,8 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		// default backoff grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)),
+		// Find a connection that went silent (WithKeepalive).
+		grpc.WithKeepaliveParams(o.keepalive),
 	}, o.transport.DialOptions()...)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	for _, a := range addrs {

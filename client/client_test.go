@@ -2,12 +2,15 @@ package client_test
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -154,6 +157,104 @@ func TestRetriesForTheRetryTime(t *testing.T) {
 	_, err = client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithRetryFor(-time.Second))
 	require.Error(t, err, "a negative retry time")
 	assert.Contains(t, err.Error(), "want attempts >= 0")
+}
+
+// cutDialer dials TCP and can cut the connections made so far as a network
+// cut does: nothing is reset, writes vanish, reads wait until the
+// connection is closed. Connections made after the cut work.
+type cutDialer struct {
+	mu    sync.Mutex
+	conns []*cutConn
+}
+
+type cutConn struct {
+	net.Conn
+	cut  chan struct{} // closed at the cut
+	gone chan struct{} // closed by Close
+	once sync.Once
+}
+
+func (d *cutDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	cc := &cutConn{Conn: c, cut: make(chan struct{}), gone: make(chan struct{})}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.conns = append(d.conns, cc)
+	return cc, nil
+}
+
+// cutAll cuts every connection made so far and says how many there were.
+func (d *cutDialer) cutAll() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		close(c.cut)
+	}
+	return len(d.conns)
+}
+
+func (d *cutDialer) dials() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	select {
+	case <-c.cut:
+		<-c.gone
+		return 0, net.ErrClosed
+	default:
+	}
+	// A read already waiting when the cut comes returns what arrives: the
+	// cut comes between calls here, when nothing is in flight.
+	return c.Conn.Read(b)
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	select {
+	case <-c.cut:
+		return len(b), nil
+	default:
+		return c.Conn.Write(b)
+	}
+}
+
+func (c *cutConn) Close() error {
+	c.once.Do(func() { close(c.gone) })
+	return c.Conn.Close()
+}
+
+// A call on a connection that went silent (a network cut: no reset, no
+// byte back) is tried again on a new connection once the keepalive ping
+// goes unanswered, instead of waiting out its call timeout and failing
+// with DeadlineExceeded, which is not tried again. A worker cut off from
+// its shard for 20 s once failed that way in the cluster test.
+func TestACallOnASilentConnectionIsTriedOnANewOne(t *testing.T) {
+	c := testcluster.StartTCP(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	var d cutDialer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The call timeout is longer than gRPC's shortest ping interval (10 s)
+	// and the ping's 1 s timeout: with the keepalive the call is tried
+	// again well inside it; without, it fails with DeadlineExceeded.
+	cl, err := client.Dial(ctx, c.Addrs(), client.WithDialOptions(grpc.WithContextDialer(d.dial)),
+		client.WithKeepalive(10*time.Second, time.Second), client.WithCallTimeout(40*time.Second), client.WithRetry(0, time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close()
+	before := d.cutAll()
+	params := make([]float32, 8)
+	_, err = cl.Pull(ctx, params)
+	require.NoError(t, err, "a pull on a cut connection")
+	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, params)
+	assert.Greater(t, d.dials(), before, "the pull was answered on a new connection")
+
+	_, err = client.Dial(ctx, c.Addrs(), client.WithKeepalive(0, time.Second))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "keepalive every 0s with a timeout of 1s: want both > 0")
 }
 
 func TestNoRetryOnInvalidArgument(t *testing.T) {
