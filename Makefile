@@ -54,12 +54,16 @@ test-nocgo:
 	CGO_ENABLED=0 $(GO) test ./gpu/ ./internal/dl/
 
 # What a GPU machine without Go runs (see ../shared/GPU.md): the binary and
-# the test binaries of the device code, stripped, in .gpubin/ (git-ignored
-# through .git/info/exclude). Run there with SHOAL_REQUIRE_GPU=1.
+# the test binaries of the device code and of the PS transport, stripped, in
+# .gpubin/ (git-ignored through .gitignore). Run there scripts/gpu-check.sh
+# (SHOAL_REQUIRE_GPU=1) and scripts/ps-check.sh. Together with the data they
+# are over the device tool's 64 MiB: gzip shoal and rpc.test (both scripts
+# unpack them), and leave out what the call does not run.
 gpubin:
 	mkdir -p .gpubin
 	$(GO) build -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
+	$(GO) test -c -ldflags='-s -w' -o .gpubin/rpc.test ./rpc
 	git describe --always --dirty > .gpubin/REVISION
 
 # gofmt, go vet and staticcheck (pinned by the tool directive in go.mod;

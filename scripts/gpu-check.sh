@@ -39,6 +39,10 @@ CHECKS=${STEPS:-1 2 3 4 5 6}
 unset STEPS
 SHOAL=.gpubin/shoal
 mkdir -p "$OUT"
+# A gzipped binary (to fit the device tool's 64 MiB with the data) is unpacked.
+if [ -f "$SHOAL.gz" ] && [ ! -x "$SHOAL" ]; then
+	gunzip -c "$SHOAL.gz" >"$SHOAL" && chmod +x "$SHOAL"
+fi
 [ -x "$SHOAL" ] || { echo "gpu-check: $SHOAL not found: run make gpubin on the build machine and carry .gpubin" >&2; exit 1; }
 export SHOAL_REVISION=${SHOAL_REVISION:-$(cat .gpubin/REVISION 2>/dev/null || echo unknown)}
 export SHOAL_CUDA_CACHE=${SHOAL_CUDA_CACHE:-$OUT/cuda-cache}
