@@ -61,7 +61,9 @@ test-nocgo:
 # unpack them), and leave out what the call does not run.
 gpubin:
 	mkdir -p .gpubin
-	$(GO) build -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
+	# -buildvcs=auto: shoal version and shoal info say the revision there,
+	# also where GOFLAGS turns stamping off (it said "unknown" on the H100).
+	$(GO) build -buildvcs=auto -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/rpc.test ./rpc
 	git describe --always --dirty > .gpubin/REVISION
