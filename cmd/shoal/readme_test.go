@@ -350,7 +350,7 @@ var readmeRuns = map[string]readmeRun{
 	"make bench-compute": {needs: "torch", needsWhy: "the script compares with PyTorch: Debian's python3-torch",
 		env:   []string{"SHOAL={bin}", "ROUNDS=1", "STEPS=5", "WARMUP=1", "DOC={dir}/BENCHMARKS.md"},
 		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-compute (DEVICE=cpu MODELS=\"mlp cnn\" BATCHES=\"64\" THREADS=1 STEPS=5 WARMUP=1 ROUNDS=1)`")},
-	"make gpubin": {skip: "builds two stripped binaries for a GPU machine (a minute of compiling)", dry: true},
+	"make gpubin": {skip: "builds three stripped binaries for a GPU machine (a minute of compiling)", dry: true},
 	// The GPU lines: where CUDA finds a GPU they run (a few steps), else
 	// they are skipped saying so (TestDeviceCUDAWithoutAGPU checks the
 	// error they give there).
