@@ -83,7 +83,7 @@ func (e *OpenBLASError) Error() string {
 		return "nn: OpenBLAS unavailable: " + e.Reason
 	}
 	return "nn: OpenBLAS unavailable: no usable library (install libopenblas0-pthread, or set " + EnvOpenBLAS + " to its path); tried:" +
-		(&dl.NotFoundError{Tried: e.Tried, Empty: e.Empty}).List()
+		(&dl.NotFoundError{Tried: e.Tried, Empty: e.Empty, Names: openblasSonames}).List()
 }
 
 func (e *OpenBLASError) Unwrap() error { return ErrUnavailable }
