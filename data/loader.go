@@ -140,8 +140,12 @@ func NewLoader(cfg LoaderConfig, ds Dataset, s *Sampler) (*Loader, error) {
 		free:  make(chan *Batch, cfg.Depth+1),
 		nbuf:  int32(cfg.Depth + 1),
 	}
+	// No batch holds more than the rank's samples of an epoch, however
+	// large cfg.Batch is (a batch of 10⁸ is one batch of them all, as in
+	// PyTorch, not 10⁸ samples' worth of buffers).
+	rows := min(cfg.Batch, max(s.PerRank(), 1))
 	for range cfg.Depth + 1 {
-		l.free <- newBatch(cfg.Batch, l.size, l)
+		l.free <- newBatch(rows, l.size, l)
 	}
 	return l, nil
 }

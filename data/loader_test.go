@@ -99,6 +99,7 @@ func TestLoaderCoversTheRanksIndicesInOrder(t *testing.T) {
 		{n: 50, world: 2, batch: 100, depth: 3, sizes: []int{25}},
 		{n: 50, world: 2, batch: 100, depth: 3, dropLast: true, sizes: nil},
 		{n: 3, world: 5, batch: 2, depth: 2, sizes: []int{1}},
+		{n: 50, world: 2, batch: 1 << 50, depth: 2, sizes: []int{25}},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("n=%d/world=%d/batch=%d/depth=%d/dropLast=%v", tt.n, tt.world, tt.batch, tt.depth, tt.dropLast)
@@ -118,6 +119,25 @@ func TestLoaderCoversTheRanksIndicesInOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A batch larger than the rank's share of an epoch is one batch of the
+// share, as in PyTorch, and the loader's buffers hold no more than that.
+func TestLoaderBuffersHoldAtMostTheRanksShare(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ds := seqDataset{n: 50, size: 3}
+	l, s := newTestLoader(t, ds, 1, 2, LoaderConfig{Batch: 1 << 50, Depth: 2})
+	defer l.Close()
+	require.Len(t, l.free, 3)
+	for range 3 {
+		b := <-l.free
+		assert.Equal(t, s.PerRank()*ds.size, cap(b.x))
+		assert.Equal(t, s.PerRank(), cap(b.y))
+		l.free <- b
+	}
+	require.NoError(t, l.Start(t.Context(), 0))
+	_, sizes := drain(t, l, ds, 0)
+	assert.Equal(t, []int{25}, sizes)
 }
 
 func TestLoaderRestartMidEpoch(t *testing.T) {

@@ -302,7 +302,7 @@ func syntheticBatch(model nn.Model, batch int, seed uint64) ([]float32, []int32,
 	cfg.C, cfg.H, cfg.W, cfg.Classes = spec.Channels, spec.Height, spec.Width, model.Classes()
 	train, _, err := data.Synthetic(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("--batch %d: a batch of synthetic data that large does not fit: %w", batch, err)
 	}
 	idx := make([]int, batch)
 	for i := range idx {
