@@ -155,6 +155,24 @@ func (t *trainRun) workerThreads() int {
 	return max(1, runtime.NumCPU()/t.workers)
 }
 
+// workerEnv is the environment of a worker with threads GEMM threads;
+// with share, its Go runtime gets the same share of the cores.
+func workerEnv(threads int, share bool) []string {
+	env := []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}
+	if share {
+		// A PS worker's Go runtime gets the same share: with one P per
+		// core of the machine in every process, the transport's
+		// goroutines hand each 16 KiB frame to another thread and the
+		// context switches cost more than the parallelism gains (async
+		// 2×1 on 2 cores: 11,169 against 10,238 samples/s, medians of 3
+		// alternating runs). Never more than the cores, though: a Go
+		// runtime with a P for each of --threads 100000 spent minutes in
+		// its own bookkeeping before the first step.
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(threads, runtime.NumCPU())))
+	}
+	return env
+}
+
 // newTally is the run's tally, its summary begun with what the flags say
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
@@ -224,7 +242,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 // with the worker and the server (one flat list, as the help sorts them).
 func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
-	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
+	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
@@ -420,17 +438,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 		// unless --threads says how many.
 		threads := t.workerThreads()
 		args = append(args, "--threads", strconv.Itoa(threads))
-		env := []string{"OPENBLAS_NUM_THREADS=" + strconv.Itoa(threads)}
-		if !t.ring && os.Getenv("GOMAXPROCS") == "" {
-			// A PS worker's Go runtime gets the same share: with one P
-			// per core of the machine in every process, the transport's
-			// goroutines hand each 16 KiB frame to another thread and
-			// the context switches cost more than the parallelism
-			// gains (async 2×1 on 2 cores: 11,169 against 10,238
-			// samples/s, medians of 3 alternating runs).
-			env = append(env, "GOMAXPROCS="+strconv.Itoa(threads))
-		}
-		c, err := l.Start(ctx, fmt.Sprintf("worker %d", r), r, env, args...)
+		c, err := l.Start(ctx, fmt.Sprintf("worker %d", r), r, workerEnv(threads, !t.ring && os.Getenv("GOMAXPROCS") == ""), args...)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -89,4 +91,14 @@ func (w *eventWriter) next(t *testing.T, ctx context.Context, kind string) launc
 			t.Fatalf("no %s event before the deadline", kind)
 		}
 	}
+}
+
+// A worker's Go runtime gets its share of the cores as GOMAXPROCS, never
+// more Ps than the machine has cores, whatever --threads says; OpenBLAS
+// gets --threads as it is.
+func TestWorkerEnvNeverGivesMorePsThanCores(t *testing.T) {
+	cores := runtime.NumCPU()
+	assert.Equal(t, []string{"OPENBLAS_NUM_THREADS=1", "GOMAXPROCS=1"}, workerEnv(1, true))
+	assert.Equal(t, []string{"OPENBLAS_NUM_THREADS=100000", "GOMAXPROCS=" + strconv.Itoa(cores)}, workerEnv(100000, true))
+	assert.Equal(t, []string{"OPENBLAS_NUM_THREADS=100000"}, workerEnv(100000, false), "ring workers keep the runtime's own")
 }
