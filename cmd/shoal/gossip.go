@@ -89,10 +89,11 @@ func (g *gossipFlags) detectionFor(host string) (cluster.Detection, error) {
 	return cluster.Detection{}, fmt.Errorf("--gossip-detection %q: unknown (want loopback, lan or auto)", g.detection)
 }
 
-// args are the flags that put a child of shoal train into the gossip
-// cluster on loopback, joining peers.
-func gossipArgs(peers []string) []string {
-	args := []string{"--gossip-addr", "127.0.0.1:0", "--gossip-detection", "loopback"}
+// gossipArgs are the flags that put a child of shoal train into the
+// gossip cluster on loopback, joining peers, with detection timings
+// (loopback or lan).
+func gossipArgs(peers []string, detection string) []string {
+	args := []string{"--gossip-addr", "127.0.0.1:0", "--gossip-detection", detection}
 	if len(peers) > 0 {
 		args = append(args, "--join", strings.Join(peers, ","))
 	}

@@ -155,6 +155,31 @@ func (t *trainRun) workerThreads() int {
 	return max(1, runtime.NumCPU()/t.workers)
 }
 
+// maxLoopbackProcsPerCore is how many of shoal train's processes a core
+// may carry before their gossip gets the LAN timings instead of the
+// loopback ones. Loopback timings (a probe every 200 ms, answered within
+// 100 ms) suppose each process gets the CPU when it needs it: 32 servers
+// and 2 workers on 2 cores trained in 8 s, but with 64 servers the
+// members, starved, missed their acks, suspected one another and refuted,
+// and that traffic starved them further (1,484 suspicions, a server that
+// did not answer a worker's first call in a minute); with the LAN timings
+// the same run trained in 16 s without one suspicion.
+const maxLoopbackProcsPerCore = 8
+
+// detection is the gossip's failure-detection timings for the run's
+// processes: loopback's fast ones while the cores can carry them, else
+// the LAN's, which a slow member survives.
+func (t *trainRun) detection() string {
+	procs := t.workers
+	if !t.ring {
+		procs += t.servers
+	}
+	if procs > maxLoopbackProcsPerCore*runtime.NumCPU() {
+		return "lan"
+	}
+	return "loopback"
+}
+
 // workerEnv is the environment of a worker with threads GEMM threads;
 // with share, its Go runtime gets the same share of the cores.
 func workerEnv(threads int, share bool) []string {
@@ -372,7 +397,7 @@ func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shard
 		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal)},
 		append(t.common(), t.of.args()...)...)
 	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", sp.idx), sp.restarts)...)
-	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join)...)...)
+	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join, t.detection())...)...)
 	if err != nil {
 		return err
 	}
@@ -421,13 +446,13 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
 		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
 		if !t.ring {
-			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip)...)
+			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip, t.detection())...)
 		}
 		if t.ring {
 			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
 			if t.rf.elastic {
 				// Rank 0 starts the gossip; the others join it.
-				args = append(args, gossipArgs(ringGossip)...)
+				args = append(args, gossipArgs(ringGossip, t.detection())...)
 			}
 			if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
 				args = append(args, "--save", t.save)

@@ -102,3 +102,15 @@ func TestWorkerEnvNeverGivesMorePsThanCores(t *testing.T) {
 	assert.Equal(t, []string{"OPENBLAS_NUM_THREADS=100000", "GOMAXPROCS=" + strconv.Itoa(cores)}, workerEnv(100000, true))
 	assert.Equal(t, []string{"OPENBLAS_NUM_THREADS=100000"}, workerEnv(100000, false), "ring workers keep the runtime's own")
 }
+
+// shoal train's gossip takes the LAN's timings once its processes
+// outnumber the cores maxLoopbackProcsPerCore to one; a ring has no
+// servers.
+func TestTrainDetectionFollowsTheLoad(t *testing.T) {
+	limit := maxLoopbackProcsPerCore * runtime.NumCPU()
+	assert.Equal(t, "loopback", (&trainRun{workers: 2, servers: 1}).detection())
+	assert.Equal(t, "loopback", (&trainRun{workers: 2, servers: limit - 2}).detection())
+	assert.Equal(t, "lan", (&trainRun{workers: 2, servers: limit - 1}).detection())
+	assert.Equal(t, "loopback", (&trainRun{workers: limit, servers: 64, ring: true}).detection())
+	assert.Equal(t, "lan", (&trainRun{workers: limit + 1, ring: true}).detection())
+}
