@@ -166,6 +166,11 @@ func (t *trainRun) workerThreads() int {
 // the same run trained in 16 s without one suspicion.
 const maxLoopbackProcsPerCore = 8
 
+// maxProcsPerCore bounds shoal train's processes: 66 on 2 cores trained
+// with the LAN's timings, 128 did not start in 5 minutes (the members
+// starved even on those timings).
+const maxProcsPerCore = 32
+
 // detection is the gossip's failure-detection timings for the run's
 // processes: loopback's fast ones while the cores can carry them, else
 // the LAN's, which a slow member survives.
@@ -308,6 +313,14 @@ func (t *trainRun) check() error {
 	}
 	if t.workers < 1 {
 		return fmt.Errorf("--workers %d: want >= 1", t.workers)
+	}
+	if procs, limit := t.workers+t.servers, maxProcsPerCore*runtime.NumCPU(); procs > limit {
+		flags := fmt.Sprintf("--workers %d and --servers %d", t.workers, t.servers)
+		if t.ring {
+			flags = fmt.Sprintf("--workers %d", t.workers)
+		}
+		return fmt.Errorf("%s: %d processes on this machine's %d cores, want at most %d (%d a core): shoal train starts every process here, and beyond that their gossip starves; spread a larger job over machines with shoal ps and shoal worker",
+			flags, procs, runtime.NumCPU(), limit, maxProcsPerCore)
 	}
 	if t.threads < 0 {
 		return fmt.Errorf("--threads %d: want >= 1, or 0 for the cores divided by --workers", t.threads)
