@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,7 +138,9 @@ type Client struct {
 
 // Dial connects to the servers at addrs, which must be the shards of one
 // plan in shard order, waits (bounded by ctx) until each answers Info and
-// checks that they agree on the layout and plan.
+// checks that they agree on the layout and plan. Each address is a
+// HOST:PORT (checked at once), or a name with a scheme ("scheme://…")
+// that a dialer given with WithDialOptions understands.
 func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
@@ -153,6 +156,11 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if o.maxAttempts < 0 || o.retryFor < 0 || o.backoff <= 0 {
 		return nil, fmt.Errorf("client: retry %d times for %v from a backoff of %v: want attempts >= 0 (0: no cap), a time >= 0 and a backoff > 0",
 			o.maxAttempts, o.retryFor, o.backoff)
+	}
+	for i, a := range addrs {
+		if err := checkAddr(a); err != nil {
+			return nil, fmt.Errorf("client: server address %d of %d, %q: %w", i+1, len(addrs), a, err)
+		}
 	}
 	c := &Client{opts: o, addrs: addrs}
 	dialOpts := append([]grpc.DialOption{
@@ -268,6 +276,23 @@ func (c *Client) connect(addr string, opts []grpc.DialOption) (*grpc.ClientConn,
 	return conn, nil
 }
 
+// checkAddr checks that addr is a HOST:PORT a connection can be made to,
+// so that a mistyped address fails at once rather than after the retries
+// that a server still starting gets.
+func checkAddr(addr string) error {
+	if strings.Contains(addr, "://") {
+		return nil // for the caller's dialer
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w; want HOST:PORT", err)
+	}
+	if p, err := net.LookupPort("tcp", port); err != nil || p == 0 {
+		return fmt.Errorf("port %q: want 1..65535", port)
+	}
+	return nil
+}
+
 // SetShardAddr moves shard's connections to addr: a shard restarted
 // elsewhere (membership says where). Calls in flight to the old address
 // fail as they would have, and their retries go to addr; the shard must
@@ -276,7 +301,7 @@ func (c *Client) SetShardAddr(shard int, addr string) error {
 	if shard < 0 || shard >= len(c.stubs) {
 		return fmt.Errorf("client: shard %d: want 0..%d", shard, len(c.stubs)-1)
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	if err := checkAddr(addr); err != nil {
 		return fmt.Errorf("client: shard %d at %q: %w", shard, addr, err)
 	}
 	for _, r := range c.resolvers[2*shard : 2*shard+2] {

@@ -285,6 +285,24 @@ func TestBadBuffers(t *testing.T) {
 	assert.ErrorContains(t, err, "2 clocks")
 }
 
+// A mistyped address fails Dial at once, naming it, instead of after the
+// retries a server that is still starting gets (a minute by default).
+func TestDialRefusesMalformedAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		addrs []string
+		want  string
+	}{
+		{[]string{""}, `server address 1 of 1, "": missing port in address; want HOST:PORT`},
+		{[]string{"127.0.0.1:7070", "ps1"}, `server address 2 of 2, "ps1": address ps1: missing port in address; want HOST:PORT`},
+		{[]string{"127.0.0.1:99999"}, `port "99999": want 1..65535`},
+		{[]string{"127.0.0.1:0"}, `port "0": want 1..65535`},
+		{[]string{"127.0.0.1:x7"}, `port "x7": want 1..65535`},
+	} {
+		_, err := client.Dial(t.Context(), tc.addrs)
+		require.ErrorContains(t, err, tc.want)
+	}
+}
+
 func TestDialChecksShards(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
 	addrs := c.Addrs()
