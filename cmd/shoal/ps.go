@@ -359,7 +359,7 @@ func (f *psFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
 	fs.Int64Var(&f.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
-	fs.Int64Var(&f.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown)")
+	fs.Int64Var(&f.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)")
 	fs.StringVar(&f.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (stop the shard, exit 1) or warn (log it and serve on)")
 	fs.BoolVar(&f.journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
 	fs.DurationVar(&f.maxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
@@ -438,6 +438,9 @@ func (f *psFlags) checkCheckpoints() error {
 	if f.ckptErrors != "fail" && f.ckptErrors != "warn" {
 		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", f.ckptErrors)
 	}
+	if f.ckptEvery < 0 {
+		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at shutdown)", f.ckptEvery)
+	}
 	return nil
 }
 
@@ -456,6 +459,9 @@ func (p *psRun) setLimits(maxStreams uint) error {
 	p.limits.StreamsPerConn = uint32(maxStreams)
 	if p.idle <= 0 {
 		return fmt.Errorf("--stream-idle-timeout %v: want > 0", p.idle)
+	}
+	if p.drain < 0 {
+		return fmt.Errorf("--drain-timeout %v: want >= 0 (0: end the calls in flight at once)", p.drain)
 	}
 	return nil
 }

@@ -283,7 +283,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
 	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
 	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
-	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates")
+	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (0: only at the end)")
 	fs.StringVar(&t.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, and the run with it) or warn (log it and go on)")
 	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
@@ -333,6 +333,9 @@ func (t *trainRun) check() error {
 	}
 	if t.ckptErrors != "fail" && t.ckptErrors != "warn" {
 		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
+	}
+	if t.ckptEvery < 0 {
+		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.ckptEvery)
 	}
 	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline))
 }
