@@ -41,8 +41,9 @@
 // sub-millisecond sleeps, would be far slower). Each rank maps two rings
 // per peer on its host: with 8 ranks on a host and 4 MiB rings that is
 // 56 rings, 224 MiB of /dev/shm (docker's default /dev/shm is 64 MiB;
-// space is reserved at setup, and a pair that cannot have it falls back
-// to TCP). Shared memory is Linux only; elsewhere every pair uses TCP.
+// space is reserved at setup, and a pair that cannot have it, or whose
+// rings would leave less than a quarter of the machine's memory
+// available, falls back to TCP). Shared memory is Linux only; elsewhere every pair uses TCP.
 //
 // # Failures
 //
