@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,6 +163,9 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	if *np < 1 || *iters < 1 || *warmup < 0 {
 		return fmt.Errorf("--np %d, --iters %d, --warmup %d: want np >= 1, iters >= 1, warmup >= 0", *np, *iters, *warmup)
+	}
+	if limit := maxProcsPerCore * runtime.NumCPU(); *np > limit {
+		return fmt.Errorf("--np %d: want at most %d processes on this machine's %d cores (%d a core), as for shoal train", *np, limit, runtime.NumCPU(), maxProcsPerCore)
 	}
 	rf := ringFlags{compression: *comp}
 	compMode, err := rf.compressionMode()

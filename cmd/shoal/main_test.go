@@ -73,6 +73,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
 		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
+		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},
 		{"unknown device", []string{"train", "--device", "tpu"}, `device "tpu": want auto, cpu, cuda or cuda:N with N >= 0`},
 		{"negative GPU", []string{"worker", "--device", "cuda:-1"}, `device "cuda:-1"`},
