@@ -89,17 +89,6 @@ func (g *gossipFlags) detectionFor(host string) (cluster.Detection, error) {
 	return cluster.Detection{}, fmt.Errorf("--gossip-detection %q: unknown (want loopback, lan or auto)", g.detection)
 }
 
-// gossipArgs are the flags that put a child of shoal train into the
-// gossip cluster on loopback, joining peers, with detection timings
-// (loopback or lan).
-func gossipArgs(peers []string, detection string) []string {
-	args := []string{"--gossip-addr", "127.0.0.1:0", "--gossip-detection", detection}
-	if len(peers) > 0 {
-		args = append(args, "--join", strings.Join(peers, ","))
-	}
-	return args
-}
-
 // start joins the gossip cluster as name with meta; nil when gossip is
 // off. The caller Leaves (or Closes, to be seen dying) when done.
 func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta, log *slog.Logger) (*cluster.Membership, error) {

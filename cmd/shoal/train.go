@@ -171,15 +171,25 @@ const maxLoopbackProcsPerCore = 8
 // starved even on those timings).
 const maxProcsPerCore = 32
 
+// procs is how many processes the run starts: workers and servers (none
+// in a ring, once check has run).
+func (t *trainRun) procs() int { return t.workers + t.servers }
+
+// gossipArgs are the flags that put a child into the run's gossip
+// cluster on loopback, joining peers, with the run's detection timings.
+func (t *trainRun) gossipArgs(peers []string) []string {
+	args := []string{"--gossip-addr", "127.0.0.1:0", "--gossip-detection", t.detection()}
+	if len(peers) > 0 {
+		args = append(args, "--join", strings.Join(peers, ","))
+	}
+	return args
+}
+
 // detection is the gossip's failure-detection timings for the run's
 // processes: loopback's fast ones while the cores can carry them, else
 // the LAN's, which a slow member survives.
 func (t *trainRun) detection() string {
-	procs := t.workers
-	if !t.ring {
-		procs += t.servers
-	}
-	if procs > maxLoopbackProcsPerCore*runtime.NumCPU() {
+	if t.procs() > maxLoopbackProcsPerCore*runtime.NumCPU() {
 		return "lan"
 	}
 	return "loopback"
@@ -314,7 +324,7 @@ func (t *trainRun) check() error {
 	if t.workers < 1 {
 		return fmt.Errorf("--workers %d: want >= 1", t.workers)
 	}
-	if procs, limit := t.workers+t.servers, maxProcsPerCore*runtime.NumCPU(); procs > limit {
+	if procs, limit := t.procs(), maxProcsPerCore*runtime.NumCPU(); procs > limit {
 		flags := fmt.Sprintf("--workers %d and --servers %d", t.workers, t.servers)
 		if t.ring {
 			flags = fmt.Sprintf("--workers %d", t.workers)
@@ -413,7 +423,7 @@ func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shard
 		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal)},
 		append(t.common(), t.of.args()...)...)
 	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", sp.idx), sp.restarts)...)
-	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, gossipArgs(join, t.detection())...)...)
+	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, t.gossipArgs(join)...)...)
 	if err != nil {
 		return err
 	}
@@ -462,13 +472,13 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
 		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
 		if !t.ring {
-			args = append(append(args, "--compression", t.rf.compression), gossipArgs(gossip, t.detection())...)
+			args = append(append(args, "--compression", t.rf.compression), t.gossipArgs(gossip)...)
 		}
 		if t.ring {
 			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
 			if t.rf.elastic {
 				// Rank 0 starts the gossip; the others join it.
-				args = append(args, gossipArgs(ringGossip, t.detection())...)
+				args = append(args, t.gossipArgs(ringGossip)...)
 			}
 			if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
 				args = append(args, "--save", t.save)

@@ -104,13 +104,12 @@ func TestWorkerEnvNeverGivesMorePsThanCores(t *testing.T) {
 }
 
 // shoal train's gossip takes the LAN's timings once its processes
-// outnumber the cores maxLoopbackProcsPerCore to one; a ring has no
-// servers.
+// outnumber the cores maxLoopbackProcsPerCore to one.
 func TestTrainDetectionFollowsTheLoad(t *testing.T) {
 	limit := maxLoopbackProcsPerCore * runtime.NumCPU()
 	assert.Equal(t, "loopback", (&trainRun{workers: 2, servers: 1}).detection())
 	assert.Equal(t, "loopback", (&trainRun{workers: 2, servers: limit - 2}).detection())
 	assert.Equal(t, "lan", (&trainRun{workers: 2, servers: limit - 1}).detection())
-	assert.Equal(t, "loopback", (&trainRun{workers: limit, servers: 64, ring: true}).detection())
+	assert.Equal(t, "loopback", (&trainRun{workers: limit, ring: true}).detection())
 	assert.Equal(t, "lan", (&trainRun{workers: limit + 1, ring: true}).detection())
 }
