@@ -19,6 +19,11 @@
 // workers is not emulated: its late workers skip steps the schedule
 // cannot know of.
 //
+// Config.Schedule replaces the simulated schedule with a real run's:
+// Replay rebuilds shard 0's order of reads and pushes from the workers'
+// recorded pushes (shoal train --record-pushes), and with one shard the
+// emulation is then the recorded run, push for push.
+//
 // Run evaluates the server's weights on the test set every EvalEvery
 // updates, giving accuracy against the samples trained on.
 package emulate

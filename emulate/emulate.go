@@ -25,6 +25,10 @@ type Config struct {
 	// workers, SSP bound, compute times and network. Run sets its Steps,
 	// Batch and Trace.
 	Sim sim.Config
+	// Schedule, when not nil, is followed instead of simulating one: a
+	// real run's (Replay), with Sim's mode, workers and bound. Each
+	// worker's pushes in it must be the job's steps.
+	Schedule []sim.Op
 	// Model returns a new replica of the model (one per worker, one to
 	// evaluate with); Seed its initial weights and the data order, as
 	// shoal train's --seed.
@@ -84,7 +88,11 @@ type Result struct {
 	// NaN or infinite and the job stopped there (worker.ErrDiverged): the
 	// curve ends with the shard's weights at that point.
 	Diverged string `json:"diverged,omitempty"`
-	// Simulated is the simulation the schedule came from.
+	// Recordings are the workers' pushes (async and SSP), as a real run
+	// records them: Replay(Recordings) is the schedule followed.
+	Recordings []Recording `json:"-"`
+	// Simulated is the simulation the schedule came from (zero when
+	// Config.Schedule was given).
 	Simulated sim.Result `json:"simulated"`
 }
 
@@ -174,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if cfg.Sim.Mode == consistency.Sync {
 			s = worker.NewSync(g, int64(r), 1)
 		} else {
-			a, err := worker.NewAsync(g, layout.Size(), 1, worker.AsyncConfig{WorkerID: int64(r)})
+			a, err := worker.NewAsync(g, layout.Size(), 1, worker.AsyncConfig{WorkerID: int64(r), Record: true})
 			if err != nil {
 				return Result{}, err
 			}
@@ -191,13 +199,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	steps := perEpoch * int64(cfg.Epochs)
 	t.steps = steps
 
-	sc := cfg.Sim
-	sc.Steps, sc.Batch, sc.Trace = int(steps), cfg.Batch, true
-	simulated, err := sim.Run(sc)
-	if err != nil {
-		return Result{}, fmt.Errorf("emulate: simulating the schedule: %w", err)
+	var simulated sim.Result
+	if cfg.Schedule != nil {
+		if err := checkSchedule(cfg.Schedule, n, steps); err != nil {
+			return Result{}, err
+		}
+		t.ops = cfg.Schedule
+	} else {
+		sc := cfg.Sim
+		sc.Steps, sc.Batch, sc.Trace = int(steps), cfg.Batch, true
+		if simulated, err = sim.Run(sc); err != nil {
+			return Result{}, fmt.Errorf("emulate: simulating the schedule: %w", err)
+		}
+		t.ops, simulated.Schedule = simulated.Schedule, nil
 	}
-	t.ops, simulated.Schedule = simulated.Schedule, nil
 
 	updatesPerEpoch := UpdatesPerEpoch(cfg.Sim.Mode, cfg.Sim.Staleness, n, perEpoch)
 	every := cfg.EvalEvery
@@ -248,10 +263,32 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Curve = curve
 	last := curve[len(curve)-1]
 	res.Final = worker.Evaluation{Accuracy: last.Accuracy, Loss: last.Loss, Samples: cfg.Test.Len()}
-	for _, a := range asyncs {
+	for r, a := range asyncs {
 		if a != nil {
 			res.Staleness.Merge(a.Staleness)
+			res.Recordings = append(res.Recordings, Recording{Rank: r, WorldSize: n, Mode: cfg.Sim.Mode, Staleness: cfg.Sim.Staleness, Servers: 1,
+				Floats: layout.Size(), Batch: cfg.Batch, Seed: cfg.Seed, Pushes: a.Pushes})
 		}
 	}
 	return res, nil
+}
+
+// checkSchedule checks that a given schedule has n workers pushing every
+// one of the job's steps.
+func checkSchedule(ops []sim.Op, n int, steps int64) error {
+	pushes := make([]int64, n)
+	for _, op := range ops {
+		if op.Worker < 0 || op.Worker >= n {
+			return fmt.Errorf("emulate: the schedule has %s in a job of %d workers", describe(op), n)
+		}
+		if !op.Read {
+			pushes[op.Worker]++
+		}
+	}
+	for w, p := range pushes {
+		if p != steps {
+			return fmt.Errorf("emulate: the schedule has %d pushes of worker %d, the job %d steps a worker: replay it with the recorded job's dataset, --epochs and --batch", p, w, steps)
+		}
+	}
+	return nil
 }

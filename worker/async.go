@@ -28,6 +28,20 @@ type AsyncConfig struct {
 	// vector of memory, one copy a step), so Apply's caller may reuse its
 	// buffer as soon as Apply returns.
 	Overlap bool
+	// Record keeps every push's PushRecord in Async.Pushes, for replaying
+	// the run's schedule (package emulate).
+	Record bool
+}
+
+// PushRecord is one push as shard 0 saw it: the step, the clock of the
+// weights its gradient was computed on, and its staleness (how many
+// updates the shard had applied since that clock). Clock + Staleness is
+// the update the push became (counting from 0), and the shard's order
+// of reads and pushes follows from every worker's records.
+type PushRecord struct {
+	Step      int64 `json:"step"`
+	Clock     int64 `json:"clock"`
+	Staleness int64 `json:"staleness"`
 }
 
 // Async is Downpour SGD: pull every FetchEvery steps, push every PushEvery
@@ -45,7 +59,10 @@ type Async struct {
 	last    int64 // the last step accumulated
 	// Staleness counts pushes by the largest staleness any shard saw.
 	Staleness consistency.Staleness
-	waited    time.Duration // by the last pull
+	// Pushes has each push's record, in order, when AsyncConfig.Record
+	// is set. It is not safe to read while Apply or Finish runs.
+	Pushes []PushRecord
+	waited time.Duration // by the last pull
 	// inflight reports the background push (Overlap); Params, Apply and
 	// Finish wait for it. sending is the gradient it pushes: Apply copies
 	// the caller's into it, so the caller may reuse its buffer at once.
@@ -186,7 +203,7 @@ func (a *Async) pushPull(ctx context.Context, step int64, grads, params []float3
 	if err != nil {
 		return err
 	}
-	a.countStaleness(res.Staleness)
+	a.count(step, a.clocks, res.Staleness)
 	a.clocks, a.prefetched = res.PullClocks, true
 	return nil
 }
@@ -217,17 +234,21 @@ func (a *Async) push(ctx context.Context, step int64, clocks []int64, grads []fl
 	if err != nil {
 		return err
 	}
-	a.countStaleness(res.Staleness)
+	a.count(step, clocks, res.Staleness)
 	return nil
 }
 
-// countStaleness counts a push by the largest staleness any shard saw.
-func (a *Async) countStaleness(per []int64) {
+// count counts the push of step, computed on weights of clocks, by the
+// largest staleness any shard saw, and records it (Record).
+func (a *Async) count(step int64, clocks, per []int64) {
 	var worst int64
 	for _, s := range per {
 		worst = max(worst, s)
 	}
 	a.Staleness.Add(worst)
+	if a.cfg.Record && len(clocks) > 0 && len(per) > 0 {
+		a.Pushes = append(a.Pushes, PushRecord{Step: step, Clock: clocks[0], Staleness: per[0]})
+	}
 }
 
 // Sync is synchronous SGD through parameter servers: each step's gradient
