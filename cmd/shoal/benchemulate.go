@@ -29,7 +29,12 @@ simulated job (shoal bench plan's simulator) applies pushes and answers reads, b
 real workers against a real shard (package emulate). Prints each job's final test
 accuracy and staleness; --out DIR also writes results.json and one plot of
 accuracy against epochs per worker count. The run's timing is not emulated:
-shoal bench plan predicts it.`
+shoal bench plan predicts it.
+
+--replay DIR follows instead the order of a real run recorded by shoal train
+--record-pushes DIR: its mode, workers and bound come from the recording; give
+the run's model, data, --batch, --epochs, optimizer and --seed. With one shard
+the replay is the recorded run, gradient for gradient.`
 
 // emulateRun is one emulated job as --json and results.json write it.
 type emulateRun struct {
@@ -62,6 +67,7 @@ type benchEmulateFlags struct {
 	evalEvery  int64
 	out        string
 	jsonOut    bool
+	replay     string // --replay DIR
 }
 
 func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
@@ -75,6 +81,7 @@ func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.evalEvery, "eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
 	fs.StringVar(&f.out, "out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per job")
+	fs.StringVar(&f.replay, "replay", "", "follow the order of the real run recorded in DIR by shoal train --record-pushes (its mode, workers and bound), not a simulated one")
 }
 
 // benchEmulate is one shoal bench emulate, its flags checked: the worker
@@ -84,6 +91,9 @@ type benchEmulate struct {
 	workers []int
 	modes   []consistency.Mode
 	bounds  []int
+	// recorded is --replay's run and schedule.
+	recorded []emulate.Recording
+	schedule []sim.Op
 }
 
 // parseBenchEmulate reads and checks shoal bench emulate's flags, and
@@ -113,6 +123,11 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulate, error) {
 	if err := p.job.validate(); err != nil {
 		return nil, err
 	}
+	if p.replay != "" {
+		if err := p.readReplay(fs); err != nil {
+			return nil, err
+		}
+	}
 	if p.batch < 1 || p.epochs < 1 || p.servers < 1 || p.evalEvery < 0 {
 		return nil, fmt.Errorf("--batch %d, --epochs %d, --servers %d, --eval-every %d: want batch, epochs, servers >= 1, eval-every >= 0",
 			p.batch, p.epochs, p.servers, p.evalEvery)
@@ -138,6 +153,9 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	model, err := e.model()
 	if err != nil {
 		return err
+	}
+	if p.replay != "" {
+		return p.runReplay(ctx, e, model, stdout)
 	}
 	c, err := jf.stepSeconds(ctx, func() (nn.Model, error) { return model, nil }, p.batch, jf.model.seed)
 	if err != nil {
@@ -170,6 +188,56 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	return writeEmulation(p.out, runs, stdout, p.jsonOut)
 }
 
+// readReplay reads --replay's recordings, rebuilds their schedule, and
+// takes the recorded job's mode, workers and bound, which the flags must
+// not say otherwise.
+func (p *benchEmulate) readReplay(fs *flag.FlagSet) error {
+	var set []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "workers", "modes", "staleness", "servers", "compute", "jitter", "nic-gbps", "latency":
+			set = append(set, "--"+f.Name)
+		}
+	})
+	if len(set) > 0 {
+		return fmt.Errorf("--replay %s with %s: a replay follows the recorded run's mode, workers, bound and order; leave %s out", p.replay, strings.Join(set, ", "), strings.Join(set, ", "))
+	}
+	recs, err := readRecordings(p.replay)
+	if err != nil {
+		return err
+	}
+	if p.schedule, err = emulate.Replay(recs); err != nil {
+		return fmt.Errorf("--replay %s: %w", p.replay, err)
+	}
+	r := recs[0]
+	if r.Batch != p.batch || r.Seed != p.job.model.seed {
+		return fmt.Errorf("--replay %s: the run had --batch %d and --seed %d, this emulation --batch %d and --seed %d: give the run's", p.replay, r.Batch, r.Seed, p.batch, p.job.model.seed)
+	}
+	p.recorded, p.workers, p.modes, p.bounds = recs, []int{r.WorldSize}, []consistency.Mode{r.Mode}, []int{int(r.Staleness)}
+	return nil
+}
+
+// runReplay emulates the recorded run along its schedule.
+func (p *benchEmulate) runReplay(ctx context.Context, e emulation, model nn.Model, stdout io.Writer) error {
+	r := p.recorded[0]
+	if n := model.Layout().Size(); n != r.Floats {
+		return fmt.Errorf("--replay %s: the run's model had %d floats, this one (%s) %d: give the run's model flags", p.replay, r.Floats, describeModel(model), n)
+	}
+	if !p.jsonOut {
+		fmt.Fprintf(stdout, "shoal bench emulate: replaying %s: %s, %d workers, batch %d, %d epochs of %s, %s lr %g (%s decay), in the order shard 0 of its %d server(s) applied the pushes\n",
+			p.replay, r.Mode, r.WorldSize, p.batch, p.epochs, e.train.Name(), e.opt.Algorithm, e.opt.LR, p.job.opt.decay, r.Servers)
+	}
+	e.schedule = p.schedule
+	run, err := p.emulate(ctx, e, sim.Config{Mode: r.Mode, Workers: r.WorldSize, Staleness: r.Staleness, Servers: 1}, describeModel(model), stdout)
+	if err != nil {
+		return err
+	}
+	if p.out == "" {
+		return nil
+	}
+	return writeEmulation(p.out, []emulateRun{run}, stdout, p.jsonOut)
+}
+
 // boundsOf is the staleness bounds to emulate mode m at: --staleness's
 // for ssp, else none (0).
 func (p *benchEmulate) boundsOf(m consistency.Mode) []int64 {
@@ -190,7 +258,7 @@ func (p *benchEmulate) emulate(ctx context.Context, e emulation, sc sim.Config, 
 	start := time.Now()
 	res, err := e.run(ctx, sc)
 	if err != nil {
-		return emulateRun{}, fmt.Errorf("%s%s, %d workers: %w", m, boundLabel(m, s), n, err)
+		return emulateRun{}, fmt.Errorf("%s, %d workers: %w", strings.TrimSpace(m.String()+" "+boundLabel(m, s)), n, err)
 	}
 	run := emulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: name, Batch: p.batch, Epochs: p.epochs,
 		Accuracy: res.Final.Accuracy, Loss: finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
@@ -226,6 +294,8 @@ type emulation struct {
 	warmup      int64 // updates
 	train, test data.Dataset
 	evalEvery   int64
+	// schedule, when not nil, is followed instead of simulating one.
+	schedule []sim.Op
 }
 
 // run emulates the job that sc simulates (its mode, workers, bound).
@@ -238,7 +308,7 @@ func (e emulation) run(ctx context.Context, sc sim.Config) (emulate.Result, erro
 		opt.Schedule.DecaySteps = max(perEpoch*int64(e.epochs)-e.warmup, 1)
 	}
 	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: e.model, Seed: e.seed, Batch: e.batch, Epochs: e.epochs, Optimizer: opt,
-		Train: e.train, Test: e.test, EvalEvery: e.evalEvery})
+		Train: e.train, Test: e.test, EvalEvery: e.evalEvery, Schedule: e.schedule})
 }
 
 // emulation is f's job to emulate at batch for epochs: its optimizer,

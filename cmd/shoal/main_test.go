@@ -75,6 +75,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
 		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},
+		{"recording a sync run", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--record-pushes", "rec"}, "--record-pushes: only async and ssp runs are recorded (have --mode sync)"},
+		{"recording a ring worker", []string{"worker", "--dataset", "synthetic", "--mode", "ring", "--record-pushes", "rec.json"}, "--record-pushes: only async and ssp runs are recorded (have --mode ring)"},
 		{"unknown device", []string{"train", "--device", "tpu"}, `device "tpu": want auto, cpu, cuda or cuda:N with N >= 0`},
 		{"negative GPU", []string{"worker", "--device", "cuda:-1"}, `device "cuda:-1"`},
 		{"bad rank", []string{"worker", "--rank", "3", "--world-size", "2"}, "rank 3"},

@@ -249,6 +249,28 @@ var readmeRuns = map[string]readmeRun{
 			assert.FileExists(t, filepath.Join(dir, "emulated", "accuracy-n8.png"))
 		}},
 
+	// A recorded run and its replay: the replay's folder holds the
+	// recording of the same job, made by setup, whose test accuracy the
+	// replay must give.
+	"shoal train --mode async --workers 4 --epochs 1 --record-pushes run1": {check: func(t *testing.T, dir, stdout string) {
+		trainTested(t, dir, stdout)
+		for r := range 4 {
+			assert.FileExists(t, filepath.Join(dir, "run1", fmt.Sprintf("worker-%d.pushes.json", r)))
+		}
+	}},
+	"shoal bench emulate --replay run1 --epochs 1": {limit: 4 * time.Minute, setup: func(t *testing.T, dir string) {
+		ctx := ctxT(t, 3*time.Minute)
+		out, err := exec.CommandContext(ctx, shoalBin, "train", "--mode", "async", "--workers", "4", "--epochs", "1", "--threads", "1",
+			"--record-pushes", filepath.Join(dir, "run1"), "--json").Output()
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "real.json"), out, 0o644))
+	}, check: func(t *testing.T, dir, stdout string) {
+		real, err := os.ReadFile(filepath.Join(dir, "real.json"))
+		require.NoError(t, err)
+		acc := lastJSON(t, string(real))["test_accuracy"].(float64)
+		assert.Contains(t, stdout, fmt.Sprintf("test accuracy %6.2f%%", 100*acc), "the replay gives the recorded run's accuracy")
+	}},
+
 	// Python: the job TestPythonWorker runs (the four processes at once,
 	// which this test's one-line-after-another cannot).
 	"shoal ps --listen 127.0.0.1:7070 --servers 2 --shard 0 --workers 2 --mode sync":                                                    {skip: pythonJob},

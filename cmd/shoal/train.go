@@ -40,6 +40,7 @@ type trainRun struct {
 	sf         statFlags
 	metrics    bool
 	timeline   string // --timeline DIR
+	record     string // --record-pushes DIR
 	workers    int
 	threads    int // GEMM threads per worker; 0: the cores' share
 	servers    int
@@ -115,10 +116,15 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	l.Shutdown()
 	sum.WallSeconds = time.Since(wall).Seconds()
-	if err := t.report(stdout, sum, ev); err != nil {
+	// Before the report, which --json ends with its JSON line.
+	if err := t.mergeTimelines(stdout); err != nil {
 		return err
 	}
-	if err := t.mergeTimelines(stdout); err != nil {
+	if t.record != "" {
+		fmt.Fprintf(stdout, "pushes: %s (replay the run with shoal bench emulate --replay %s and the run's model, data, --batch, --epochs, optimizer and --seed)\n",
+			filepath.Join(t.record, recordGlob), t.record)
+	}
+	if err := t.report(stdout, sum, ev); err != nil {
 		return err
 	}
 	if len(failures) > 0 {
@@ -288,6 +294,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
 	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
+	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json; shoal bench emulate --replay DIR replays the run in one process")
 	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
 	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
@@ -347,7 +354,11 @@ func (t *trainRun) check() error {
 	if t.ckptEvery < 0 {
 		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.ckptEvery)
 	}
-	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline))
+	if t.record != "" && t.tf.mode != consistency.Async && t.tf.mode != consistency.SSP {
+		return fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", t.tf.mode)
+	}
+	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline),
+		writableDir("--record-pushes", t.record))
 }
 
 // build builds the model, places the workers, loads the data and makes
@@ -471,6 +482,9 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			"--call-timeout", t.callTime.String()},
 			append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
 		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
+		if t.record != "" {
+			args = append(args, "--record-pushes", recordFile(t.record, r))
+		}
 		if !t.ring {
 			args = append(append(args, "--compression", t.rf.compression), t.gossipArgs(gossip)...)
 		}

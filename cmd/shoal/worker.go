@@ -114,15 +114,17 @@ type workerRun struct {
 	ranks    rankFlags        // --rank, --world-size, --local-rank, which parseWorker reads into id
 	timeline *timeline.Writer // --timeline
 	// metrics, with --metrics-addr, takes the strategy's counters.
-	metrics  *metrics.Worker
-	save     string
-	threads  int
-	servers  string
-	events   bool
-	eval     bool
-	connect  time.Duration
-	callTime time.Duration
-	retryFor time.Duration
+	metrics *metrics.Worker
+	save    string
+	// recordPushes is --record-pushes: the file the worker's pushes go to.
+	recordPushes string
+	threads      int
+	servers      string
+	events       bool
+	eval         bool
+	connect      time.Duration
+	callTime     time.Duration
+	retryFor     time.Duration
 
 	id          cluster.Identity
 	log         *slog.Logger
@@ -215,6 +217,12 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := writableFile("--save", w.save); err != nil {
 		return nil, err
 	}
+	if w.recordPushes != "" && w.tf.mode != consistency.Async && w.tf.mode != consistency.SSP {
+		return nil, fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", w.tf.mode)
+	}
+	if err := writableFile("--record-pushes", w.recordPushes); err != nil {
+		return nil, err
+	}
 	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
 		return nil, err
 	}
@@ -228,6 +236,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 // with train and the server (one flat list, as the help sorts them).
 func (w *workerRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.save, "save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
+	fs.StringVar(&w.recordPushes, "record-pushes", "", "async, ssp: write every push's step, clock and staleness, as shard 0 saw them, to this JSON file at the end (shoal bench emulate --replay replays the run from the workers' files)")
 	fs.IntVar(&w.threads, "threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
 	fs.StringVar(&w.servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
 	w.ranks.register(fs)
@@ -303,6 +312,8 @@ type psStrategy struct {
 	strategy  worker.Strategy
 	staleness func() consistency.Staleness
 	dropped   func() int64
+	// pushes has the pushes recorded (--record-pushes; async and SSP).
+	pushes func() []worker.PushRecord
 }
 
 // runPS trains against the parameter servers: it dials them, checks they
@@ -362,6 +373,9 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.callTime)
 	defer cancelEnd()
 	w.report(stdout, res, st, steps, stoppedBy)
+	if err := w.writePushes(ps.Info(), wcfg, st); err != nil {
+		return err
+	}
 	if w.events || !w.eval || w.id.Rank != 0 {
 		return nil
 	}
@@ -543,14 +557,16 @@ func (w *workerRun) strategy(ps *client.Client) (psStrategy, error) {
 	shards := ps.Info().Plan.Servers
 	if w.tf.mode == consistency.Sync {
 		s := worker.NewSync(psclient.New(ps), int64(w.id.Rank), shards)
-		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped }}, nil
+		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped },
+			pushes: func() []worker.PushRecord { return nil }}, nil
 	}
 	a, err := worker.NewAsync(psclient.New(ps), w.model.Layout().Size(), shards,
-		worker.AsyncConfig{WorkerID: int64(w.id.Rank), PushEvery: w.tf.pushEvery, FetchEvery: w.tf.fetchEvery, Overlap: w.tf.overlap})
+		worker.AsyncConfig{WorkerID: int64(w.id.Rank), PushEvery: w.tf.pushEvery, FetchEvery: w.tf.fetchEvery, Overlap: w.tf.overlap, Record: w.recordPushes != ""})
 	if err != nil {
 		return psStrategy{}, err
 	}
-	return psStrategy{strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 }}, nil
+	return psStrategy{strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 },
+		pushes: func() []worker.PushRecord { return a.Pushes }}, nil
 }
 
 // checkLayout refuses servers that hold another model's parameters.

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/emulate"
+	"github.com/shoalml/shoal/worker"
+)
+
+// writePushes writes the worker's recorded pushes to --record-pushes,
+// with the job they belong to (package emulate replays them).
+func (w *workerRun) writePushes(info client.Info, cfg worker.Config, st psStrategy) error {
+	if w.recordPushes == "" {
+		return nil
+	}
+	rec := emulate.Recording{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Mode: info.Mode, Staleness: info.Staleness, Servers: info.Plan.Servers,
+		Floats: w.model.Layout().Size(), Batch: w.tf.batch, Seed: w.mf.seed, StartStep: cfg.StartStep, Pushes: st.pushes()}
+	if rec.Pushes == nil {
+		rec.Pushes = []worker.PushRecord{}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(w.recordPushes, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--record-pushes: %w", err)
+	}
+	return nil
+}
+
+// recordGlob matches the files of shoal train --record-pushes DIR.
+const recordGlob = "worker-*.pushes.json"
+
+// recordFile is where shoal train --record-pushes DIR has worker rank
+// write its pushes.
+func recordFile(dir string, rank int) string {
+	return filepath.Join(dir, "worker-"+strconv.Itoa(rank)+".pushes.json")
+}
+
+// readRecordings reads the workers' recordings in dir, as shoal train
+// --record-pushes wrote them.
+func readRecordings(dir string) ([]emulate.Recording, error) {
+	files, err := filepath.Glob(filepath.Join(dir, recordGlob))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("--replay %s: no %s in it: want the folder of a run of shoal train --record-pushes", dir, recordGlob)
+	}
+	var recs []emulate.Recording
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--replay: %w", err)
+		}
+		var r emulate.Recording
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("--replay: %s: not a recording of shoal worker --record-pushes: %w", f, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
