@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/sim"
 	"github.com/shoalml/shoal/worker"
 )
@@ -55,6 +56,9 @@ func Replay(recs []Recording) ([]sim.Op, error) {
 	first := recs[0]
 	if err := Replayable(first.Mode, first.Staleness); err != nil {
 		return nil, err
+	}
+	if first.WorldSize < 1 || first.WorldSize > ps.MaxWorkers {
+		return nil, fmt.Errorf("emulate: replay: worker %d's recording is of a job of %d workers, want 1..%d", first.Rank, first.WorldSize, ps.MaxWorkers)
 	}
 	byRank := make([]*Recording, first.WorldSize)
 	for i := range recs {

@@ -80,6 +80,8 @@ func TestReplayRefusesWhatItCannotReplay(t *testing.T) {
 			return r
 		}, "a ssp run (bound 0) is not replayed"},
 		{"missing", func(r []emulate.Recording) []emulate.Recording { return r[:1] }, "worker 1's is missing"},
+		{"no workers", func(r []emulate.Recording) []emulate.Recording { r[0].WorldSize = -1; return r }, "a job of -1 workers, want 1.."},
+		{"too many workers", func(r []emulate.Recording) []emulate.Recording { r[0].WorldSize = 1 << 40; return r }, "a job of 1099511627776 workers, want 1.."},
 		{"twice", func(r []emulate.Recording) []emulate.Recording { r[1].Rank = 0; return r }, "two recordings of worker 0"},
 		{"rank", func(r []emulate.Recording) []emulate.Recording { r[1].Rank = 5; return r }, "rank 5 in a job of 2 workers"},
 		{"other job", func(r []emulate.Recording) []emulate.Recording { r[1].Seed = 2; return r }, "is of another job"},
