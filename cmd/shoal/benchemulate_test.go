@@ -123,3 +123,20 @@ func TestBenchEmulateErrors(t *testing.T) {
 		assert.Contains(t, string(out), tc.want, tc.args)
 	}
 }
+
+// TestARecordingReplacesTheLastOne: shoal train --record-pushes into a
+// folder that holds an earlier, larger run's recording removes it, so the
+// replay finds this run alone and gives its accuracy.
+func TestARecordingReplacesTheLastOne(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "worker-3.pushes.json")
+	require.NoError(t, os.WriteFile(stale, []byte(`{"rank":3,"world_size":4}`), 0o644))
+	job := []string{"--dataset", "synthetic", "--epochs", "1", "--hidden", "16", "--seed", "3"}
+	r, _ := trainJSON(t, nil, append([]string{"--mode", "ssp", "--staleness", "2", "--workers", "2", "--threads", "1", "--record-pushes", dir}, job...)...)
+	assert.NoFileExists(t, stale)
+	e := emulateJSON(t, append([]string{"--replay", dir}, job...)...)
+	require.Len(t, e, 1)
+	assert.Equal(t, emulateRun{Mode: "ssp", Workers: 2, Staleness: 2}, emulateRun{Mode: e[0].Mode, Workers: e[0].Workers, Staleness: e[0].Staleness})
+	assert.Equal(t, r.Staleness, e[0].Pushes)
+	assert.InDelta(t, r.TestAccuracy, e[0].Accuracy, 0.002)
+}

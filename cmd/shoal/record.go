@@ -42,6 +42,24 @@ func recordFile(dir string, rank int) string {
 	return filepath.Join(dir, "worker-"+strconv.Itoa(rank)+".pushes.json")
 }
 
+// clearRecordings removes an earlier run's recordings from dir (none
+// when dir is empty), so that a replay of dir finds only the next run's.
+func clearRecordings(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	old, err := filepath.Glob(filepath.Join(dir, recordGlob))
+	if err != nil {
+		return err
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("--record-pushes: removing an earlier run's recording: %w", err)
+		}
+	}
+	return nil
+}
+
 // readRecordings reads the workers' recordings in dir, as shoal train
 // --record-pushes wrote them.
 func readRecordings(dir string) ([]emulate.Recording, error) {

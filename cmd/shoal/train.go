@@ -86,6 +86,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer remove()
 	}
+	if err := clearRecordings(t.record); err != nil {
+		return err
+	}
 	addrs, gossip, err := t.startServers(ctx, l)
 	if err != nil {
 		return err
@@ -294,7 +297,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
 	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
-	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json; shoal bench emulate --replay DIR replays the run in one process")
+	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json (an earlier run's there are removed first); shoal bench emulate --replay DIR replays the run in one process")
 	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
 	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
