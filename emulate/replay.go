@@ -20,7 +20,7 @@ type Recording struct {
 	// Staleness is the shards' SSP bound.
 	Staleness int64 `json:"staleness"`
 	Servers   int   `json:"servers"`
-	// Floats is the model's size; Batch, Seed and Steps the worker's.
+	// Floats is the model's size; Batch and Seed the worker's.
 	Floats int    `json:"floats"`
 	Batch  int    `json:"batch"`
 	Seed   uint64 `json:"seed"`
@@ -30,10 +30,10 @@ type Recording struct {
 	Pushes    []worker.PushRecord `json:"pushes"`
 }
 
-// Replayable says whether a run in mode with SSP bound staleness can be
+// replayable says whether a run in mode with SSP bound staleness can be
 // replayed: async and SSP with a bound of at least 1. Sync (and SSP with
 // bound 0, the sync barrier) is one computation whatever the order.
-func Replayable(mode consistency.Mode, staleness int64) error {
+func replayable(mode consistency.Mode, staleness int64) error {
 	if mode != consistency.Async && mode != consistency.SSP || mode.Synchronous(staleness) {
 		return fmt.Errorf("emulate: a %s run (bound %d) is not replayed: only async and ssp with a bound >= 1 have an order that matters (sync is the same computation in any order)", mode, staleness)
 	}
@@ -54,7 +54,7 @@ func Replay(recs []Recording) ([]sim.Op, error) {
 		return nil, fmt.Errorf("emulate: replay: no recordings")
 	}
 	first := recs[0]
-	if err := Replayable(first.Mode, first.Staleness); err != nil {
+	if err := replayable(first.Mode, first.Staleness); err != nil {
 		return nil, err
 	}
 	if first.WorldSize < 1 || first.WorldSize > ps.MaxWorkers {

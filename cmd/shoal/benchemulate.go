@@ -189,8 +189,8 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // readReplay reads --replay's recordings, rebuilds their schedule, and
-// takes the recorded job's mode, workers and bound, which the flags must
-// not say otherwise.
+// keeps them for runReplay, which takes the recorded job's mode, workers
+// and bound; the flags must not say otherwise.
 func (p *benchEmulate) readReplay(fs *flag.FlagSet) error {
 	var set []string
 	fs.Visit(func(f *flag.Flag) {
@@ -213,7 +213,7 @@ func (p *benchEmulate) readReplay(fs *flag.FlagSet) error {
 	if r.Batch != p.batch || r.Seed != p.job.model.seed {
 		return fmt.Errorf("--replay %s: the run had --batch %d and --seed %d, this emulation --batch %d and --seed %d: give the run's", p.replay, r.Batch, r.Seed, p.batch, p.job.model.seed)
 	}
-	p.recorded, p.workers, p.modes, p.bounds = recs, []int{r.WorldSize}, []consistency.Mode{r.Mode}, []int{int(r.Staleness)}
+	p.recorded = recs
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/worker"
 )
@@ -29,6 +30,15 @@ func (w *workerRun) writePushes(info client.Info, cfg worker.Config, st psStrate
 	}
 	if err := os.WriteFile(w.recordPushes, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("--record-pushes: %w", err)
+	}
+	return nil
+}
+
+// recordable refuses --record-pushes (when set) for a mode whose pushes
+// no replay follows.
+func recordable(flag string, mode consistency.Mode) error {
+	if flag != "" && mode != consistency.Async && mode != consistency.SSP {
+		return fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", mode)
 	}
 	return nil
 }

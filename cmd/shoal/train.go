@@ -357,8 +357,8 @@ func (t *trainRun) check() error {
 	if t.ckptEvery < 0 {
 		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.ckptEvery)
 	}
-	if t.record != "" && t.tf.mode != consistency.Async && t.tf.mode != consistency.SSP {
-		return fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", t.tf.mode)
+	if err := recordable(t.record, t.tf.mode); err != nil {
+		return err
 	}
 	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline),
 		writableDir("--record-pushes", t.record))

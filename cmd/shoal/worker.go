@@ -217,8 +217,8 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := writableFile("--save", w.save); err != nil {
 		return nil, err
 	}
-	if w.recordPushes != "" && w.tf.mode != consistency.Async && w.tf.mode != consistency.SSP {
-		return nil, fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", w.tf.mode)
+	if err := recordable(w.recordPushes, w.tf.mode); err != nil {
+		return nil, err
 	}
 	if err := writableFile("--record-pushes", w.recordPushes); err != nil {
 		return nil, err
