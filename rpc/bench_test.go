@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,5 +269,59 @@ func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
 			b.Fatal(err)
 		}
 		step++
+	}
+}
+
+// BenchmarkPushPullShards is BenchmarkPushPull's step of the 670k MLP over
+// TCP against S shards (each with its own connections, handler and
+// optimizer, in one process), with W workers stepping together: an op is
+// one push-pull of every worker. It says what splitting one server's
+// traffic over several connections would buy on a machine with the cores
+// for it, and how much two workers meeting at one shard cost.
+func BenchmarkPushPullShards(b *testing.B) {
+	const n = 669_706
+	for _, servers := range []int{1, 2, 4} {
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("mlp-670k/tcp/servers=%d/workers=%d", servers, workers), func(b *testing.B) {
+				cores := testcluster.Cores(b, n, servers, min(1<<18, (n+servers-1)/servers), 1e-6)
+				c := testcluster.StartTCP(b, cores...)
+				ctx := context.Background()
+				type w struct {
+					cl            *client.Client
+					params, grads []float32
+					clocks        client.Clocks
+				}
+				ws := make([]*w, workers)
+				for i := range ws {
+					cl, err := client.Dial(ctx, c.Addrs(), client.WithDialOptions(c.DialOption()))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { cl.Close() })
+					ws[i] = &w{cl: cl, params: make([]float32, n), grads: make([]float32, n)}
+					if ws[i].clocks, err = cl.Pull(ctx, ws[i].params); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(2 * 4 * int64(n) * int64(workers))
+				b.ReportAllocs()
+				errs := make([]error, workers)
+				for step := int64(0); b.Loop(); step++ {
+					var wg sync.WaitGroup
+					for i, x := range ws {
+						wg.Go(func() {
+							res, err := x.cl.PushPull(ctx, client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: int64(i + 1), Step: step, Clocks: x.clocks, Grads: x.grads}, Pull: true, Dst: x.params})
+							x.clocks, errs[i] = res.PullClocks, err
+						})
+					}
+					wg.Wait()
+					for _, err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
 	}
 }
