@@ -63,6 +63,7 @@ type options struct {
 	maxBackoff  time.Duration
 	keepalive   keepalive.ClientParameters
 	dialOpts    []grpc.DialOption
+	lanes       int
 }
 
 // Option configures a Client.
@@ -104,6 +105,17 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = attempts, backoff }
 }
 
+// MaxLanes bounds WithLanes (the servers refuse more: rpc.MaxLanes).
+const MaxLanes = 16
+
+// WithLanes splits each PushPull to a shard over up to k streams, each on
+// a connection of its own, every stream carrying a consecutive run of the
+// shard's chunks (at most one lane per chunk): several connections'
+// readers and writers, and the server's handlers, then share the step's
+// bytes. k 1 (the default) is one stream per shard. Push and Pull always
+// use one stream.
+func WithLanes(k int) Option { return func(o *options) { o.lanes = k } }
+
 // WithTransport sizes the connections' flow-control windows and buffers
 // (default shoalpb.DefaultTransport; the zero Transport is gRPC's own
 // defaults).
@@ -131,9 +143,16 @@ type Client struct {
 	// resolvers hold the address of each connection, two per shard (conns'
 	// order), so that SetShardAddr can move a shard's connections.
 	resolvers []*manual.Resolver
-	info      Info
+	// laneStubs are, per shard, the connections of a PushPull's lanes
+	// after the first (which uses pushStubs), and laneResolvers their
+	// addresses.
+	laneStubs     [][]pb.ParameterServerClient
+	laneResolvers [][]*manual.Resolver
+	info          Info
 	// push holds, per shard, its owned chunks merged where adjacent.
 	push [][]shard.Range
+	// lanes holds, per shard with more than one lane, each lane's ranges.
+	lanes [][][]shard.Range
 }
 
 // Dial connects to the servers at addrs, which must be the shards of one
@@ -145,10 +164,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no server addresses")
 	}
-	o := options{transport: pb.DefaultTransport, callTimeout: 60 * time.Second, retryFor: 60 * time.Second, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second,
+	o := options{lanes: 1, transport: pb.DefaultTransport, callTimeout: 60 * time.Second, retryFor: 60 * time.Second, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second,
 		keepalive: keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second}}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.lanes < 1 || o.lanes > MaxLanes {
+		return nil, fmt.Errorf("client: %d lanes per shard: want 1..%d", o.lanes, MaxLanes)
 	}
 	if o.keepalive.Time <= 0 || o.keepalive.Timeout <= 0 {
 		return nil, fmt.Errorf("client: keepalive every %v with a timeout of %v: want both > 0", o.keepalive.Time, o.keepalive.Timeout)
@@ -190,6 +212,21 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if err := c.handshake(ctx); err != nil {
 		c.Close()
 		return nil, err
+	}
+	c.laneStubs, c.laneResolvers = make([][]pb.ParameterServerClient, len(addrs)), make([][]*manual.Resolver, len(addrs))
+	for s, a := range addrs {
+		if len(c.lanes[s]) < 2 {
+			continue
+		}
+		for range len(c.lanes[s]) - 1 {
+			conn, err := c.connect(a, dialOpts)
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("client: server %s: %w", a, err)
+			}
+			c.laneStubs[s] = append(c.laneStubs[s], pb.NewParameterServerClient(conn))
+			c.laneResolvers[s] = append(c.laneResolvers[s], c.resolvers[len(c.resolvers)-1])
+		}
 	}
 	return c, nil
 }
@@ -260,8 +297,36 @@ func (c *Client) handshake(ctx context.Context) error {
 			merged = append(merged, r)
 		}
 		c.push = append(c.push, merged)
+		c.lanes = append(c.lanes, splitLanes(plan.Ranges(s), c.opts.lanes))
 	}
 	return nil
+}
+
+// splitLanes splits a shard's chunks into at most k lanes of consecutive
+// chunks (as many chunks each, give or take one), each lane's chunks
+// merged where adjacent. Fewer than two lanes: nil.
+func splitLanes(chunks []shard.Range, k int) [][]shard.Range {
+	k = min(k, len(chunks))
+	if k < 2 {
+		return nil
+	}
+	lanes := make([][]shard.Range, k)
+	at := 0
+	for l := range k {
+		n := len(chunks) / k
+		if l < len(chunks)%k {
+			n++
+		}
+		for _, r := range chunks[at : at+n] {
+			if m := len(lanes[l]); m > 0 && lanes[l][m-1].End() == r.Off {
+				lanes[l][m-1].Len += r.Len
+				continue
+			}
+			lanes[l] = append(lanes[l], r)
+		}
+		at += n
+	}
+	return lanes
 }
 
 // connect opens a connection to addr through a resolver of its own.
@@ -304,7 +369,7 @@ func (c *Client) SetShardAddr(shard int, addr string) error {
 	if err := checkAddr(addr); err != nil {
 		return fmt.Errorf("client: shard %d at %q: %w", shard, addr, err)
 	}
-	for _, r := range c.resolvers[2*shard : 2*shard+2] {
+	for _, r := range append(c.resolvers[2*shard:2*shard+2:2*shard+2], c.laneResolvers[shard]...) {
 		r.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
 	}
 	return nil
@@ -535,10 +600,33 @@ const (
 // the values and, for a PushPull (pushed), the push's result that the
 // first piece carries. dst nil: no values are expected.
 func (c *Client) recvValues(stream grpc.ClientStream, s int, dst []float32, held *time.Duration, pushed bool) (int64, *pb.PushResponse, error) {
+	return c.recvRanges(stream, s, nil, dst, held, pushed)
+}
+
+// recvRanges is recvValues for a lane of a push-pull: the values of
+// ranges alone (nil: the shard's whole share).
+func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Range, dst []float32, held *time.Duration, pushed bool) (int64, *pb.PushResponse, error) {
 	plan := c.info.Plan
 	want := 0
 	if dst != nil {
 		want = plan.Floats(s)
+		if ranges != nil {
+			want = 0
+			for _, r := range ranges {
+				want += r.Len
+			}
+		}
+	}
+	inRanges := func(off, k int) bool {
+		if ranges == nil {
+			return plan.Owner(plan.ChunkAt(off)) == s && plan.Owner(plan.ChunkAt(off+k-1)) == s
+		}
+		for _, r := range ranges {
+			if off >= r.Off && off+k <= r.End() {
+				return true
+			}
+		}
+		return false
 	}
 	got := 0
 	var clock int64
@@ -553,8 +641,7 @@ func (c *Client) recvValues(stream grpc.ClientStream, s int, dst []float32, held
 				return pb.Sink{} // an empty piece (a push-pull's reply without values)
 			case dst == nil:
 				bad = fmt.Sprintf("server sent %d bytes of values; none were asked for", n)
-			case n%4 != 0 || p.Offset < 0 || off > len(dst)-k || k == 0 ||
-				plan.Owner(plan.ChunkAt(off)) != s || plan.Owner(plan.ChunkAt(off+k-1)) != s:
+			case n%4 != 0 || p.Offset < 0 || off > len(dst)-k || k == 0 || !inRanges(off, k):
 				bad = fmt.Sprintf("server sent a piece at offset %d of %d bytes, outside its chunks of a vector of %d floats", p.Offset, n, len(dst))
 			default:
 				return pb.Sink{Floats: dst[off : off+k]}
@@ -664,7 +751,7 @@ func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushR
 	if err != nil {
 		return nil, err
 	}
-	if err := c.sendGrads(stream, s, c.header(s, args), args.Grads); err != nil {
+	if err := c.sendGrads(stream, c.push[s], c.header(s, args), args.Grads); err != nil {
 		return nil, err
 	}
 	return stream.CloseAndRecv()
@@ -682,11 +769,11 @@ func (c *Client) header(s int, args PushArgs) *pb.PushHeader {
 	return h
 }
 
-// sendGrads sends shard s its part of the gradient grads in pieces, the
-// first with h. Each piece is encoded once, into a pooled buffer that the
+// sendGrads sends the ranges of the gradient grads in pieces, the first
+// with h. Each piece is encoded once, into a pooled buffer that the
 // transport frees once it has written it, so the caller may change grads
 // as soon as this returns.
-func (c *Client) sendGrads(stream grpc.ClientStream, s int, h *pb.PushHeader, grads []float32) error {
+func (c *Client) sendGrads(stream grpc.ClientStream, ranges []shard.Range, h *pb.PushHeader, grads []float32) error {
 	// An encoding this build does not know goes as float32 under its own
 	// name, and the server refuses it (the server says which it knows).
 	enc, _ := c.opts.encoding.Wire()
@@ -694,7 +781,7 @@ func (c *Client) sendGrads(stream grpc.ClientStream, s int, h *pb.PushHeader, gr
 	pieceFloats := wire.MaxPieceBytes / size
 	pool := pb.Pool
 	msg := &pb.PushPiece{Header: h}
-	for _, r := range c.push[s] {
+	for _, r := range ranges {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			end := min(off+pieceFloats, r.End())
 			buf := pool.Get(size * (end - off))
@@ -766,11 +853,26 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 			h.PullStep = args.Steps[s]
 		}
 		return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
+			if c.lanes[s] != nil {
+				var dst []float32
+				if args.Pull {
+					dst = args.Dst
+				}
+				clock, r, err := c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
+				if err != nil {
+					return err
+				}
+				replies[s] = r
+				if args.Pull {
+					res.PullClocks[s] = clock
+				}
+				return nil
+			}
 			stream, err := c.pushStubs[s].PushPull(ctx)
 			if err != nil {
 				return err
 			}
-			if err := c.sendGrads(stream, s, h, args.Grads); err != nil {
+			if err := c.sendGrads(stream, c.push[s], h, args.Grads); err != nil {
 				return err
 			}
 			if err := stream.CloseSend(); err != nil {
@@ -802,4 +904,71 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 		}
 	}
 	return res, nil
+}
+
+// pushPullLanes is one attempt at shard s's part of a PushPull over its
+// lanes, all at once, each on its own connection. The first lane to fail
+// ends the others; the shard applies the push only if every lane arrives.
+func (c *Client) pushPullLanes(ctx context.Context, s int, h *pb.PushHeader, grads, dst []float32, held *time.Duration) (int64, *pb.PushResponse, error) {
+	lanes := c.lanes[s]
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	attempt := rand.Uint64()
+	errs := make([]error, len(lanes))
+	clocks := make([]int64, len(lanes))
+	replies := make([]*pb.PushResponse, len(lanes))
+	helds := make([]time.Duration, len(lanes))
+	var wg sync.WaitGroup
+	for l, ranges := range lanes {
+		wg.Go(func() {
+			hl := &pb.PushHeader{WorkerId: h.WorkerId, Step: h.Step, Clock: h.Clock, PlanVersion: h.PlanVersion, Encoding: h.Encoding,
+				Pull: h.Pull, PullStep: h.PullStep, Lane: uint32(l), Lanes: uint32(len(lanes)), Attempt: attempt}
+			for _, r := range ranges {
+				hl.Ranges = append(hl.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
+			}
+			stub := c.pushStubs[s]
+			if l > 0 {
+				stub = c.laneStubs[s][l-1]
+			}
+			errs[l] = func() error {
+				stream, err := stub.PushPull(ctx)
+				if err != nil {
+					return err
+				}
+				if err := c.sendGrads(stream, ranges, hl, grads); err != nil {
+					return err
+				}
+				if err := stream.CloseSend(); err != nil {
+					return err
+				}
+				clocks[l], replies[l], err = c.recvRanges(stream, s, ranges, dst, &helds[l], true)
+				return err
+			}()
+			if errs[l] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	// The error that says why: a lane's own before one that only
+	// reports being ended with the others.
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil || status.Code(first) == codes.Canceled && status.Code(err) != codes.Canceled {
+			first = err
+		}
+	}
+	if first != nil {
+		return 0, nil, first
+	}
+	for l := range lanes {
+		*held = max(*held, helds[l])
+		if clocks[l] != clocks[0] {
+			return 0, nil, status.Errorf(codes.Internal, "server %s sent lane 0 values at clock %d and lane %d at clock %d: want one view", c.addrs[s], clocks[0], l, clocks[l])
+		}
+	}
+	return clocks[0], replies[0], nil
 }

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -455,4 +456,47 @@ func TestNotMemberAfterTheShardsDroppedTheWorker(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Step: step, Grads: make([]float32, 8)})
 	require.NoError(t, err)
+}
+
+// TestPushPullInLanes: a push-pull split over lanes (several streams and
+// connections per shard) leaves the same values and clocks as one stream,
+// for any lane count, more lanes than a shard has chunks included; a
+// lane whose reply was lost makes the whole push-pull try again, and the
+// shard applied the push once.
+func TestPushPullInLanes(t *testing.T) {
+	const n = 29
+	grads := make([]float32, n)
+	want := make([]float32, n)
+	for i := range grads {
+		grads[i], want[i] = 2, float32(i)-1
+	}
+	for _, servers := range []int{1, 3} {
+		for _, lanes := range []int{1, 2, 3, 5} {
+			t.Run(fmt.Sprintf("servers=%d/lanes=%d", servers, lanes), func(t *testing.T) {
+				c := testcluster.Start(t, testcluster.Cores(t, n, servers, 2, 0.5)...)
+				cl := dial(t, c, client.WithLanes(lanes))
+				c.Shard(0).LoseReplies(1)
+				params := make([]float32, n)
+				res, err := cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 7, Step: 3, Grads: grads}, Pull: true, Dst: params})
+				require.NoError(t, err)
+				assert.Equal(t, want, params)
+				assert.Equal(t, 1, res.Duplicates, "shard 0's retry is recognised as a duplicate")
+				for s := range servers {
+					assert.Equal(t, int64(1), res.PullClocks[s], "shard %d", s)
+					assert.Equal(t, int64(1), c.Shard(s).Core.Clock(), "shard %d applied the push once", s)
+				}
+				res, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 7, Step: 4, Grads: grads}})
+				require.NoError(t, err)
+				assert.Equal(t, 0, res.Duplicates)
+				for s := range servers {
+					assert.Equal(t, int64(2), res.Clocks[s], "shard %d", s)
+				}
+			})
+		}
+	}
+	c := testcluster.Start(t, testcluster.Cores(t, n, 1, 2, 0.5)...)
+	for _, k := range []int{0, client.MaxLanes + 1} {
+		_, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithLanes(k))
+		assert.ErrorContains(t, err, fmt.Sprintf("%d lanes per shard: want 1..16", k))
+	}
 }

@@ -20,6 +20,9 @@ type Result struct {
 	// Threads is each worker's GEMM threads (shoal train --threads, or
 	// the cores divided by the workers).
 	Threads int `json:"threads,omitempty"`
+	// Lanes is shoal train --lanes: the connections each worker splits a
+	// push-pull to a server over (PS modes).
+	Lanes int `json:"lanes,omitempty"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
 	Device string `json:"device,omitempty"`
 	// Precision is what the GPU workers' GEMMs multiplied, bf16 or fp16;

@@ -347,6 +347,10 @@ func (s *Server) checkRange(r shard.Range) error {
 // and with them what it keeps per worker.
 const MaxWorkers = 1 << 16
 
+// CheckWorker returns an ErrInvalidArgument for a worker id outside
+// 0..Workers-1, the ids a push may carry.
+func (s *Server) CheckWorker(w int64) error { return s.checkWorker(w) }
+
 // checkWorker refuses worker ids outside 0..Workers-1.
 func (s *Server) checkWorker(w int64) error {
 	if w < 0 || w >= int64(s.cfg.Workers) {

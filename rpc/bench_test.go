@@ -272,6 +272,36 @@ func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
 	}
 }
 
+// BenchmarkPushPullLanes is BenchmarkPushPull over TCP with the push-pull
+// split over 1 to 4 lanes (connections) to the one shard, for the 670k
+// MLP in chunks of 1 MiB (3 chunks: at most 3 lanes) and of 256 KiB, and
+// for the 25.4M model.
+func BenchmarkPushPullLanes(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		n, chunk int
+	}{
+		{"mlp-670k/chunk=1MiB", 669_706, 1 << 18},
+		{"mlp-670k/chunk=256KiB", 669_706, 1 << 16},
+		{"big-25m/chunk=1MiB", 25_452_810, 1 << 18},
+	} {
+		for _, lanes := range []int{1, 2, 3, 4} {
+			if lanes == 4 && tc.n/tc.chunk < 4 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/lanes=%d", tc.name, lanes), func(b *testing.B) {
+				c := testcluster.StartTCP(b, testcluster.Cores(b, tc.n, 1, tc.chunk, 1e-6)...)
+				cl, err := client.Dial(context.Background(), c.Addrs(), client.WithLanes(lanes))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cl.Close()
+				pushPullLoop(b, cl, tc.n, nil)
+			})
+		}
+	}
+}
+
 // BenchmarkPushPullShards is BenchmarkPushPull's step of the 670k MLP over
 // TCP against S shards (each with its own connections, handler and
 // optimizer, in one process), with W workers stepping together: an op is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -66,6 +67,13 @@ type psService struct {
 	floats *freelist.List[float32]
 	// pieces is how many pieces the shard's values take.
 	pieces int
+	// pos maps each owned chunk's offset to its place in the share.
+	pos map[int]int
+	// gmu guards gathers, the push-pulls split over lanes that are
+	// arriving, one per worker at most, and their fields.
+	gmu      sync.Mutex
+	gathers  map[int64]*gather
+	laneWait time.Duration
 }
 
 func (s *psService) getFloats(n int) *[]float32 {
@@ -80,11 +88,15 @@ var _ pb.ParameterServerServer = (*psService)(nil)
 
 // RegisterPS registers the ParameterServer service for core on g and marks
 // it SERVING in h (which may be nil).
-func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Logger) {
+func RegisterPS(g *grpc.Server, h *health.Server, core *ps.Server, log *slog.Logger, opts ...PSOption) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	svc := &psService{core: core, log: log.With("component", "rpc"), floats: freelist.New[float32](maxPushBuffers)}
+	svc := &psService{core: core, log: log.With("component", "rpc"), floats: freelist.New[float32](maxPushBuffers),
+		laneWait: DefaultLaneWait, gathers: map[int64]*gather{}, pos: sharePositions(core)}
+	for _, o := range opts {
+		o(svc)
+	}
 	for _, r := range core.Ranges() {
 		svc.pieces += (r.Len + pieceFloats - 1) / pieceFloats
 	}
@@ -316,9 +328,16 @@ func (s *psService) Push(stream grpc.ClientStreamingServer[pb.PushPiece, pb.Push
 // range for the header's pull step, in one call.
 func (s *psService) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.PullPiece]) error {
 	start := time.Now()
-	pr := &pushReader{s: s}
+	pr := &pushReader{s: s, lanesOK: true}
 	defer pr.release()
-	if err := pr.recv(stream); err != nil {
+	err := pr.recv(stream)
+	if pr.g != nil {
+		if pr.h.Lane == 0 {
+			defer s.core.Config().Timeline.Since(int(pr.h.WorkerId)+1, "push-pull", start, timeline.Arg{Key: "step", Val: pr.h.Step})
+		}
+		return s.pushPullLane(stream, pr, err)
+	}
+	if err != nil {
 		return err
 	}
 	h := pr.h
@@ -409,7 +428,7 @@ func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushRes
 
 // pushed is the push that was read.
 func (pr *pushReader) pushed() ps.Push {
-	pr.in.Grads = (*pr.grads)[:pr.total]
+	pr.in.Grads = pr.dst
 	return pr.in
 }
 
@@ -431,6 +450,9 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 		if pr.h == nil && pr.err == nil { // a first piece without payload
 			pr.err = pr.start(msg)
 		}
+		if i == 0 && pr.err != nil && pr.lanesOK && pr.g == nil {
+			pr.s.refuseLane(msg.GetHeader(), pr.err)
+		}
 		if pr.err == nil && msg.Header != nil && msg.Header != pr.h && i > 0 {
 			pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
 		}
@@ -439,6 +461,13 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 		}
 		if err := pr.finish(in); err != nil {
 			return err
+		}
+		if i == 0 && pr.g != nil {
+			// Headers go out once the shard holds the lane, so that its
+			// client knows (a test orders the next lane after this).
+			if err := stream.SendHeader(nil); err != nil {
+				return err
+			}
 		}
 	}
 	if pr.n != pr.total {
@@ -456,9 +485,14 @@ type pushReader struct {
 	total int // floats the header's ranges hold
 	n     int // floats received
 	enc   wire.Encoding
-	grads *[]float32
-	half  []byte // a piece in float16 or bfloat16
-	err   error  // the first problem, a gRPC status
+	grads *[]float32 // the pooled buffer dst is in (nil for a lane)
+	dst   []float32  // where the floats go
+	half  []byte     // a piece in float16 or bfloat16
+	err   error      // the first problem, a gRPC status
+	// lanesOK: the stream may be one lane of a push-pull (PushHeader.lanes),
+	// whose floats go into g's share.
+	lanesOK bool
+	g       *gather
 }
 
 // start checks the first piece's header and makes room for the gradient.
@@ -488,7 +522,21 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
 	}
 	pr.h, pr.in, pr.total, pr.enc = h, in, total, enc
-	pr.grads = pr.s.getFloats(total)
+	switch {
+	case h.Lanes > 1 && !pr.lanesOK:
+		return invalid("push: header for lane %d of %d; a Push is one stream (lanes are for PushPull)", h.Lane, h.Lanes)
+	case h.Lanes > 1:
+		g, dst, err := pr.s.join(h, in.Ranges, total)
+		if err != nil {
+			return err
+		}
+		pr.g, pr.dst = g, dst
+	case h.Lane != 0:
+		return invalid("push: header for lane %d of %d: want lane 0 of 0 or 1 for a push in one stream", h.Lane, h.Lanes)
+	default:
+		pr.grads = pr.s.getFloats(total)
+		pr.dst = (*pr.grads)[:total]
+	}
 	return nil
 }
 
@@ -516,7 +564,7 @@ func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
 		return pb.Sink{}
 	}
 	if pr.enc == wire.Float32 {
-		return pb.Sink{Floats: (*pr.grads)[pr.n : pr.n+k]}
+		return pb.Sink{Floats: pr.dst[pr.n : pr.n+k]}
 	}
 	if cap(pr.half) < n {
 		pr.half = make([]byte, n)
@@ -534,7 +582,7 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 	}
 	k := in.Len / pr.enc.Size()
 	if pr.enc != wire.Float32 {
-		if err := pr.enc.Decode((*pr.grads)[pr.n:pr.n+k], pr.half[:in.Len]); err != nil {
+		if err := pr.enc.Decode(pr.dst[pr.n:pr.n+k], pr.half[:in.Len]); err != nil {
 			return invalid("push: %v", err)
 		}
 	}

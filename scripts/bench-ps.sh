@@ -20,6 +20,8 @@
 # runs), BENCH_PS_WORKERS (2), BENCH_PS_BATCH (64), BENCH_PS_TCP_ITERS (50),
 # BENCH_PS_THREADS (unset: each side's default, the cores divided by the
 # workers; N: --threads N to Shoal's workers and the peer's alike),
+# BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
+# push-pull to the server over; the peer has one RPC channel),
 # DOC (docs/BENCHMARKS.md; point it at a scratch copy for trial runs),
 # BENCH_PS_OUT (unset: the runs' JSON records go to a temporary folder,
 # removed at the end; set: they are kept there, one .jsonl per run kind,
@@ -38,6 +40,7 @@ WORKERS=${BENCH_PS_WORKERS:-2}
 BATCH=${BENCH_PS_BATCH:-64}
 TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
 THREADS=${BENCH_PS_THREADS:-}
+LANES=${BENCH_PS_LANES:-1}
 DOC=${DOC:-docs/BENCHMARKS.md}
 HIDDEN=512,512
 "$PY" -c 'import torch.distributed.rpc' 2>/dev/null || {
@@ -60,7 +63,7 @@ if [ -n "$THREADS" ]; then
 	threads=(--threads "$THREADS") threads_knob=" BENCH_PS_THREADS=$THREADS"
 fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	--lr-decay none "${length[@]}" "${threads[@]}" --data "$DATA_DIR" --stats --json)
+	--lr-decay none "${length[@]}" "${threads[@]}" --lanes "$LANES" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
 	"${length[@]}" "${threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
@@ -91,7 +94,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
-	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob)" \
+	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_LANES=$LANES)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
 import datetime, json, statistics, sys
 
@@ -178,7 +181,8 @@ table = "\n".join([
     "each way over one loopback connection, measured in the same rounds. "
     f"PyTorch peer: {peer0['transport']} (TCP) or {peer_auto[0]['transport']} (TensorPipe's own choice), "
     f"{peer0['backend']}, {peer0['threads']} thread(s) per worker; Shoal: "
-    f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker.",
+    f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker, "
+    f"{shoal['async'][0].get('lanes', 1)} lane(s) (connections) per push-pull.",
     "",
     "| run | samples/s | test accuracy | comm/step p50 (ms) | comm/step mean (ms) | comm p50 / raw TCP | comm parts (ms, p50) | step p50 (ms) | compute p50 (ms) | steps/worker | rounds (samples/s) |",
     "|---|---|---|---|---|---|---|---|---|---|---|",

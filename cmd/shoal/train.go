@@ -45,6 +45,7 @@ type trainRun struct {
 	threads    int // GEMM threads per worker; 0: the cores' share
 	servers    int
 	chunkBytes int
+	lanes      int
 	save       string
 	jsonOut    bool
 	startup    time.Duration
@@ -226,7 +227,7 @@ func workerEnv(threads int, share bool) []string {
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
 	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Lanes: t.psLanes(), Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 }
 
 // summarise ends the training part of the run once every worker has
@@ -294,6 +295,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
+	fs.IntVar(&t.lanes, "lanes", 1, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
 	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
@@ -344,6 +346,9 @@ func (t *trainRun) check() error {
 	}
 	if t.threads < 0 {
 		return fmt.Errorf("--threads %d: want >= 1, or 0 for the cores divided by --workers", t.threads)
+	}
+	if t.lanes < 1 || t.lanes > client.MaxLanes {
+		return fmt.Errorf("--lanes %d: want 1..%d connections per server", t.lanes, client.MaxLanes)
 	}
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
@@ -470,6 +475,14 @@ func (t *trainRun) restartShard(ctx context.Context, l *launch.Launcher, sp *sha
 	return nil
 }
 
+// psLanes is --lanes where there are servers to split push-pulls to.
+func (t *trainRun) psLanes() int {
+	if t.ring {
+		return 0
+	}
+	return t.lanes
+}
+
 func isListening(e launch.Event) bool { return e.Event == launch.Listening }
 
 // startWorkers starts the workers; in ring mode rank 0 first, whose
@@ -489,7 +502,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 			args = append(args, "--record-pushes", recordFile(t.record, r))
 		}
 		if !t.ring {
-			args = append(append(args, "--compression", t.rf.compression), t.gossipArgs(gossip)...)
+			args = append(append(args, "--compression", t.rf.compression, "--lanes", strconv.Itoa(t.lanes)), t.gossipArgs(gossip)...)
 		}
 		if t.ring {
 			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)

@@ -125,6 +125,7 @@ type workerRun struct {
 	connect      time.Duration
 	callTime     time.Duration
 	retryFor     time.Duration
+	lanes        int // --lanes: connections per server for a push-pull
 
 	id          cluster.Identity
 	log         *slog.Logger
@@ -244,6 +245,7 @@ func (w *workerRun) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
 	fs.DurationVar(&w.callTime, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
+	fs.IntVar(&w.lanes, "lanes", 1, "PS modes: split each push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
 	fs.DurationVar(&w.retryFor, "retry-for", 60*time.Second, "how long a pull or push that finds a server unavailable (restarting, or cut off) is tried again before the worker gives up")
 	w.nf.register(fs)
 	w.sf.register(fs)
@@ -532,7 +534,7 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
 	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
-		client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
+		client.WithLanes(w.lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
 	}

@@ -62,6 +62,12 @@ func Start(t testing.TB, cores ...*ps.Server) *Cluster {
 	return start(t, false, pb.DefaultTransport, cores)
 }
 
+// StartWith is Start with the services registered with opts.
+func StartWith(t testing.TB, opts []rpc.PSOption, cores ...*ps.Server) *Cluster {
+	t.Helper()
+	return start(t, false, pb.DefaultTransport, cores, opts...)
+}
+
 // StartTCP serves each core on its own TCP listener on 127.0.0.1 (for
 // benchmarks of the real transport); DialOption then adds nothing.
 func StartTCP(t testing.TB, cores ...*ps.Server) *Cluster {
@@ -88,9 +94,9 @@ func ServeTCP(cores ...*ps.Server) (*Cluster, error) {
 	return serve(true, pb.DefaultTransport, cores)
 }
 
-func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster {
+func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server, opts ...rpc.PSOption) *Cluster {
 	t.Helper()
-	c, err := serve(tcp, tr, cores)
+	c, err := serve(tcp, tr, cores, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +104,7 @@ func start(t testing.TB, tcp bool, tr pb.Transport, cores []*ps.Server) *Cluster
 	return c
 }
 
-func serve(tcp bool, tr pb.Transport, cores []*ps.Server) (*Cluster, error) {
+func serve(tcp bool, tr pb.Transport, cores []*ps.Server, opts ...rpc.PSOption) (*Cluster, error) {
 	c := &Cluster{answered: make(chan struct{})}
 	for i, core := range cores {
 		s := &Shard{Core: core, c: c, stallStart: make(chan struct{}, 16), served: make(chan struct{}), losses: map[workerStep]Loss{}}
@@ -115,7 +121,7 @@ func serve(tcp bool, tr pb.Transport, cores []*ps.Server) (*Cluster, error) {
 			lis, s.Addr = s.lis, fmt.Sprintf("passthrough:///shard-%d", i)
 		}
 		g, h := rpc.NewGRPCServerWith(tr, grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
-		rpc.RegisterPS(g, h, core, nil)
+		rpc.RegisterPS(g, h, core, nil, opts...)
 		s.g = g
 		go func() { defer close(s.served); _ = g.Serve(lis) }()
 		c.shards = append(c.shards, s)

@@ -940,8 +940,24 @@ type PushHeader struct {
 	// the shard owns, waiting first as a Pull for pull_step does (sync: until
 	// the shard has applied every step before it; ssp: while it is more than
 	// the bound ahead of the slowest worker).
-	Pull          bool  `protobuf:"varint,7,opt,name=pull,proto3" json:"pull,omitempty"`
-	PullStep      int64 `protobuf:"varint,8,opt,name=pull_step,json=pullStep,proto3" json:"pull_step,omitempty"`
+	Pull     bool  `protobuf:"varint,7,opt,name=pull,proto3" json:"pull,omitempty"`
+	PullStep int64 `protobuf:"varint,8,opt,name=pull_step,json=pullStep,proto3" json:"pull_step,omitempty"`
+	// PushPull only: lanes > 1 splits one push-pull over that many streams
+	// (each on its own connection, so that several readers, writers and
+	// handlers share the work). This stream is lane `lane` (0 <= lane <
+	// lanes). Each lane carries a consecutive run of the shard's owned
+	// chunks, in the order the shard owns them, and the lanes together every
+	// owned chunk once; every lane's header is the same but for ranges and
+	// lane. The shard applies the push once every lane has arrived whole
+	// (nothing, if one fails), and each lane's reply carries the values of
+	// its own ranges. lanes 0 or 1: this stream is the whole push.
+	Lane  uint32 `protobuf:"varint,9,opt,name=lane,proto3" json:"lane,omitempty"`
+	Lanes uint32 `protobuf:"varint,10,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	// attempt is a number the client picks for each attempt at a push-pull
+	// in lanes, the same on all its lanes: a lane of another attempt (a
+	// retry) starts the push afresh, and a lane of a failed attempt gets its
+	// error at once.
+	Attempt       uint64 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1028,6 +1044,27 @@ func (x *PushHeader) GetPull() bool {
 func (x *PushHeader) GetPullStep() int64 {
 	if x != nil {
 		return x.PullStep
+	}
+	return 0
+}
+
+func (x *PushHeader) GetLane() uint32 {
+	if x != nil {
+		return x.Lane
+	}
+	return 0
+}
+
+func (x *PushHeader) GetLanes() uint32 {
+	if x != nil {
+		return x.Lanes
+	}
+	return 0
+}
+
+func (x *PushHeader) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
 	}
 	return 0
 }
@@ -1238,7 +1275,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12\x1f\n" +
 	"\vheld_micros\x18\x04 \x01(\x03R\n" +
 	"heldMicros\x12*\n" +
-	"\x04push\x18\x05 \x01(\v2\x16.shoal.v1.PushResponseR\x04push\"\x80\x02\n" +
+	"\x04push\x18\x05 \x01(\v2\x16.shoal.v1.PushResponseR\x04push\"\xc4\x02\n" +
 	"\n" +
 	"PushHeader\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12\x12\n" +
@@ -1248,7 +1285,11 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x06ranges\x18\x05 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12.\n" +
 	"\bencoding\x18\x06 \x01(\x0e2\x12.shoal.v1.EncodingR\bencoding\x12\x12\n" +
 	"\x04pull\x18\a \x01(\bR\x04pull\x12\x1b\n" +
-	"\tpull_step\x18\b \x01(\x03R\bpullStep\"O\n" +
+	"\tpull_step\x18\b \x01(\x03R\bpullStep\x12\x12\n" +
+	"\x04lane\x18\t \x01(\rR\x04lane\x12\x14\n" +
+	"\x05lanes\x18\n" +
+	" \x01(\rR\x05lanes\x12\x18\n" +
+	"\aattempt\x18\v \x01(\x04R\aattempt\"O\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
 	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +

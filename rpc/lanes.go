@@ -1,0 +1,403 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/internal/deadline"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/shard"
+)
+
+// MaxLanes bounds the streams one push-pull may be split over
+// (PushHeader.lanes).
+const MaxLanes = 16
+
+// DefaultLaneWait is how long the lanes of a push-pull that have arrived
+// wait for the others before the push fails, unapplied. The lanes of one
+// push are sent together, so this only ends a push whose client died or
+// lied between lanes; it bounds how long a gradient buffer is held for
+// lanes that never come.
+const DefaultLaneWait = DefaultStreamIdle
+
+// PSOption configures RegisterPS.
+type PSOption func(*psService)
+
+// WithLaneWait sets how long arrived lanes of a push-pull wait for the
+// others (DefaultLaneWait).
+func WithLaneWait(d time.Duration) PSOption { return func(s *psService) { s.laneWait = d } }
+
+// Gather states.
+const (
+	gathering  = iota // lanes are arriving
+	committing        // every lane arrived; the push is being applied
+	gathered          // applied, or failed (err)
+)
+
+// gather is a push-pull split over lanes, collected until every lane has
+// arrived whole. Its fields are guarded by psService.gmu.
+type gather struct {
+	worker, step int64
+	h            *pb.PushHeader // the first lane's: the others must agree
+	lanes        int
+	grads        *[]float32 // the whole share, each lane decoded into its part
+	floats       int
+	start, n     []int // per lane: where its floats begin in the share, how many
+	joined       []bool
+	outs         []chan *pb.TensorOut // per lane: the pieces of its reply
+	arrived      int                  // lanes received whole
+	refs         int                  // lanes that joined and have not left
+	state        int
+	err          error
+	timer        *time.Timer
+}
+
+// sharePositions maps the offset of each chunk the shard owns to where
+// its floats begin in the shard's share (the owned chunks in vector order).
+func sharePositions(core *ps.Server) map[int]int {
+	pos := make(map[int]int, len(core.Ranges()))
+	at := 0
+	for _, r := range core.Ranges() {
+		pos[r.Off] = at
+		at += r.Len
+	}
+	return pos
+}
+
+// lanePosition checks that ranges (validated: whole owned chunks,
+// increasing) are a consecutive run of the shard's owned chunks and
+// returns where the run begins in the share.
+func (s *psService) lanePosition(ranges []shard.Range) (int, error) {
+	plan := s.core.Config().Plan
+	start, at := -1, 0
+	for _, r := range ranges {
+		for c := plan.ChunkAt(r.Off); c <= plan.ChunkAt(r.End()-1); c++ {
+			ch := plan.Chunk(c)
+			p, ok := s.pos[ch.Off]
+			if !ok { // ValidateRanges let through a chunk the shard does not own
+				return 0, invalid("push-pull lane: chunk %d at %d is not this shard's", c, ch.Off)
+			}
+			if start < 0 {
+				start, at = p, p
+			}
+			if p != at {
+				return 0, invalid("push-pull lane: range %v skips owned chunks before chunk %d; a lane carries consecutive owned chunks", r, c)
+			}
+			at += ch.Len
+		}
+	}
+	return start, nil
+}
+
+// join adds the lane that h opens, with its checked ranges holding total
+// floats, to the gather of its push, starting one if it is the first
+// lane, and returns the gather and where in the share the lane's floats
+// go.
+func (s *psService) join(h *pb.PushHeader, ranges []shard.Range, total int) (*gather, []float32, error) {
+	lanes, lane := int(h.Lanes), int(h.Lane)
+	if lanes > MaxLanes || lane >= lanes {
+		return nil, nil, invalid("push-pull: lane %d of %d: want lane < lanes <= %d", h.Lane, h.Lanes, MaxLanes)
+	}
+	if err := s.core.CheckWorker(h.WorkerId); err != nil {
+		return nil, nil, toStatus(err)
+	}
+	at, err := s.lanePosition(ranges)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	g, err := s.gatherLocked(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if g.grads == nil {
+		g.grads = s.getFloats(g.floats)
+		g.timer = time.AfterFunc(s.laneWait, func() {
+			s.gmu.Lock()
+			defer s.gmu.Unlock()
+			s.failLocked(g, status.Errorf(codes.DeadlineExceeded, "push-pull of worker %d, step %d: %d of its %d lanes arrived within %v (the lane wait); the push is not applied",
+				g.worker, g.step, g.arrived, g.lanes, s.laneWait))
+		})
+	}
+	if err := sameHeader(g.h, h); err != nil {
+		s.failLocked(g, err)
+		g.joined[lane] = true
+		return nil, nil, err
+	}
+	for l := range g.lanes {
+		if g.joined[l] && at < g.start[l]+g.n[l] && g.start[l] < at+total {
+			err := invalid("push-pull: lane %d's floats %d..%d of the share overlap lane %d's %d..%d", lane, at, at+total, l, g.start[l], g.start[l]+g.n[l])
+			s.failLocked(g, err)
+			g.joined[lane] = true
+			return nil, nil, err
+		}
+	}
+	g.joined[lane], g.start[lane], g.n[lane] = true, at, total
+	// Room for every piece of the lane's reply, so that the shard never
+	// waits on a lane's sender while it holds its lock.
+	pieces := 1
+	for _, r := range ranges {
+		plan := s.core.Config().Plan
+		pieces += r.Len/pieceFloats + 1 + plan.ChunkAt(r.End()-1) - plan.ChunkAt(r.Off)
+	}
+	g.outs[lane] = make(chan *pb.TensorOut, pieces)
+	g.refs++
+	return g, (*g.grads)[at : at+total], nil
+}
+
+// gatherLocked returns the gather that the lane h opens joins, starting
+// one where the worker has none for h's step and attempt (a retry of a
+// push-pull that broke, which cannot complete now). A lane of an attempt
+// that already failed gets its error.
+func (s *psService) gatherLocked(h *pb.PushHeader) (*gather, error) {
+	lane := int(h.Lane)
+	g := s.gathers[h.WorkerId]
+	switch {
+	case g == nil:
+	case g.step != h.Step || g.h.Attempt != h.Attempt || g.lanes != int(h.Lanes):
+		s.failLocked(g, status.Errorf(codes.Aborted, "push-pull of worker %d, step %d: replaced by lane %d of another attempt, for step %d, before every lane arrived",
+			g.worker, g.step, lane, h.Step))
+		g = nil
+	case g.state != gathering:
+		g.joined[lane] = true
+		return nil, g.err
+	case g.joined[lane]:
+		err := invalid("push-pull of worker %d, step %d: lane %d arrived twice in one attempt", g.worker, g.step, lane)
+		s.failLocked(g, err)
+		return nil, err
+	}
+	if g == nil {
+		lanes := int(h.Lanes)
+		g = &gather{worker: h.WorkerId, step: h.Step, h: h, lanes: lanes, floats: s.core.Floats(),
+			start: make([]int, lanes), n: make([]int, lanes), joined: make([]bool, lanes), outs: make([]chan *pb.TensorOut, lanes)}
+		s.gathers[h.WorkerId] = g
+	}
+	return g, nil
+}
+
+// refuseLane fails the push that the lane h opens, which its header
+// made the shard refuse before it joined: the other lanes learn at once.
+// A header that names no lane of a worker of this job changes nothing.
+func (s *psService) refuseLane(h *pb.PushHeader, err error) {
+	if h == nil || h.Lanes < 2 || h.Lanes > MaxLanes || h.Lane >= h.Lanes || s.core.CheckWorker(h.WorkerId) != nil {
+		return
+	}
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	g, gerr := s.gatherLocked(h)
+	if gerr != nil {
+		return
+	}
+	st := status.Convert(err)
+	s.failLocked(g, status.Errorf(st.Code(), "push-pull of worker %d, step %d: lane %d of %d: %s", g.worker, g.step, h.Lane, h.Lanes, st.Message()))
+	g.joined[h.Lane] = true
+}
+
+// sameHeader checks that a lane's header agrees with the first lane's.
+func sameHeader(first, h *pb.PushHeader) error {
+	if first.Lanes != h.Lanes || first.Clock != h.Clock || first.Pull != h.Pull || first.PullStep != h.PullStep || first.PlanVersion != h.PlanVersion {
+		return invalid("push-pull of worker %d, step %d: lane %d says lanes %d, clock %d, pull %v for step %d; lane %d said lanes %d, clock %d, pull %v for step %d: want the same header on every lane but for ranges and lane",
+			h.WorkerId, h.Step, h.Lane, h.Lanes, h.Clock, h.Pull, h.PullStep, first.Lane, first.Lanes, first.Clock, first.Pull, first.PullStep)
+	}
+	return nil
+}
+
+// failLocked ends g unapplied with err, waking the lanes waiting on it.
+func (s *psService) failLocked(g *gather, err error) {
+	if g.state != gathering {
+		return
+	}
+	// A failed push stays the worker's until it pushes again, so that
+	// its lanes still to come get its error instead of waiting.
+	g.state, g.err = gathered, err
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	for _, ch := range g.outs {
+		if ch != nil {
+			close(ch)
+		}
+	}
+	if g.refs == 0 && g.grads != nil {
+		s.floats.Put(g.grads)
+		g.grads = nil
+	}
+}
+
+// arrive marks one lane of g received whole; the lane that completes g
+// gets commit true and must apply it.
+func (s *psService) arrive(g *gather) (commit bool, err error) {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	if g.state != gathering {
+		return false, g.err
+	}
+	g.arrived++
+	if g.arrived < g.lanes {
+		return false, nil
+	}
+	n := 0
+	for _, k := range g.n {
+		n += k
+	}
+	if n != g.floats { // disjoint (join checks) and complete
+		err := invalid("push-pull of worker %d, step %d: its %d lanes carry %d floats, the shard owns %d: want every owned chunk in exactly one lane",
+			g.worker, g.step, g.lanes, n, g.floats)
+		s.failLocked(g, err)
+		return false, err
+	}
+	g.state = committing
+	g.timer.Stop()
+	delete(s.gathers, g.worker)
+	return true, nil
+}
+
+// leave is a lane's end: one that ends with err before g is applied fails
+// it. The last lane to leave returns the gradient buffer.
+func (s *psService) leave(g *gather, lane int, err error) {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	if err != nil {
+		st := status.Convert(err)
+		s.failLocked(g, status.Errorf(st.Code(), "push-pull of worker %d, step %d: lane %d of %d: %s", g.worker, g.step, lane, g.lanes, st.Message()))
+	}
+	if g.refs--; g.refs == 0 && g.state != committing && g.grads != nil {
+		s.floats.Put(g.grads)
+		g.grads = nil
+	}
+}
+
+// laneOf returns the lane whose floats hold share position p.
+func (g *gather) laneOf(p int) int {
+	for l := range g.lanes {
+		if p >= g.start[l] && p < g.start[l]+g.n[l] {
+			return l
+		}
+	}
+	panic(fmt.Sprintf("rpc: share position %d is in no lane of a complete push-pull", p))
+}
+
+// commit applies the gathered push (every lane has arrived) and queues
+// each lane its part of the reply: async, each chunk's values right after
+// its update, as PushRead gives them; otherwise, after the pull's wait,
+// one snapshot of the shard, so that the lanes together are one
+// consistent view in every mode.
+func (s *psService) commit(ctx context.Context, g *gather) {
+	h := g.h
+	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats]}
+	first := make([]bool, g.lanes)
+	for l := range first {
+		first[l] = true
+	}
+	var held int64
+	wctx, cancel := deadline.Early(ctx)
+	defer cancel()
+	var res ps.PushResult
+	var err error
+	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32) {
+		l := g.laneOf(s.pos[r.Off])
+		for off := 0; off < r.Len; off += pieceFloats {
+			part := vals[off:min(off+pieceFloats, r.Len)]
+			buf, _ := pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
+			p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}
+			if first[l] {
+				p.Push, p.HeldMicros, first[l] = toPushResponse(res), held, false
+			}
+			g.outs[l] <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: buf}
+		}
+	}
+	switch {
+	case h.Pull && s.core.Config().Mode == consistency.Async:
+		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, r shard.Range, vals []float32) { route(res, res.Clock, r, vals) })
+	default:
+		res, err = s.core.Push(wctx, in)
+		if err != nil || !h.Pull {
+			break
+		}
+		start := time.Now()
+		if err = s.core.WaitToRead(wctx, g.worker, h.PullStep); err != nil {
+			break
+		}
+		held = time.Since(start).Microseconds()
+		snap := make([]float32, g.floats)
+		var clock int64
+		if clock, err = s.core.Snapshot(snap); err != nil {
+			break
+		}
+		for _, r := range s.core.Ranges() {
+			at := s.pos[r.Off]
+			route(res, clock, r, snap[at:at+r.Len])
+		}
+	}
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	if err != nil {
+		g.state = gathering // so that failLocked ends it
+		s.failLocked(g, toStatus(err))
+		return
+	}
+	if !h.Pull {
+		for l := range g.lanes {
+			g.outs[l] <- &pb.TensorOut{Msg: &pb.PullPiece{Push: toPushResponse(res)}, Field: pullValuesField}
+		}
+	}
+	g.state = gathered
+	for _, ch := range g.outs {
+		close(ch)
+	}
+}
+
+// sendLane streams a lane's part of the reply as the commit queues it,
+// until the commit is done or has failed.
+func sendLane(stream grpc.ServerStream, g *gather, lane int, gerr func() error) error {
+	ch := g.outs[lane]
+	ctx := stream.Context()
+	for {
+		select {
+		case out, ok := <-ch:
+			if !ok {
+				return gerr()
+			}
+			if err := stream.SendMsg(out); err != nil {
+				out.Payload.Free()
+				for out := range ch {
+					out.Payload.Free()
+				}
+				return err
+			}
+		case <-ctx.Done():
+			return toStatus(ctx.Err())
+		}
+	}
+}
+
+// pushPullLane ends one lane of a push-pull whose pieces have been read
+// (recvErr: they could not be): it waits for the other lanes, applies the
+// push if it is the last to arrive, and sends the lane its values.
+func (s *psService) pushPullLane(stream grpc.ServerStream, pr *pushReader, recvErr error) (err error) {
+	g, lane := pr.g, int(pr.h.Lane)
+	defer func() { s.leave(g, lane, err) }()
+	if recvErr != nil {
+		return recvErr
+	}
+	commit, err := s.arrive(g)
+	if err != nil {
+		return err
+	}
+	if commit {
+		s.commit(stream.Context(), g)
+	}
+	return sendLane(stream, g, lane, func() error {
+		s.gmu.Lock()
+		defer s.gmu.Unlock()
+		return g.err
+	})
+}
