@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -62,6 +64,12 @@ type Config struct {
 	// MaxWait bounds every wait for other workers, also for callers that
 	// set no deadline (default 10 minutes).
 	MaxWait time.Duration
+	// ParallelStep updates the shard's chunks in parallel, up to
+	// GOMAXPROCS at once, while the pull of a push-pull reads the ones
+	// done (stepLocked). Off by default: on 2 cores it measured within the
+	// noise of the serial update; it is there to be measured where the
+	// cores are (docs/BENCHMARKS.md).
+	ParallelStep bool
 	// CheckpointDir, when set, is where the shard checkpoints every
 	// CheckpointEvery updates and resumes from at start.
 	CheckpointDir   string
@@ -159,7 +167,9 @@ type Server struct {
 
 	mu     sync.Mutex // guards everything below
 	chunks []chunk    // owned chunks in vector order
-	clock  int64
+	// chunkAt holds where each chunk's floats begin in the share.
+	chunkAt []int
+	clock   int64
 	// changed is closed (and replaced) whenever clock or progress moves,
 	// waking the calls that wait for them.
 	changed chan struct{}
@@ -258,6 +268,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		ch := chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o}
 		ch.unbound()
 		s.chunks = append(s.chunks, ch)
+		s.chunkAt = append(s.chunkAt, s.floats)
 		s.floats += r.Len
 	}
 	if cfg.Mode != consistency.Async {
@@ -778,22 +789,65 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 
 // stepLocked runs the optimizer of every chunk over grads (the shard's
 // floats, chunk after chunk, none larger in magnitude than gmax), calling
-// after (when not nil) on each chunk once it is updated.
+// after (when not nil) on each chunk once it is updated, in vector order,
+// from the calling goroutine. With Config.ParallelStep, several chunks and
+// a share of at least parallelStepFloats, up to GOMAXPROCS goroutines
+// update the chunks
+// (each chunk has its own optimizer state, so the values are the same
+// bit for bit), taking them in order, while after reads the ones done:
+// the update is memory-bound, and on one core it held the shard's lock
+// for most of a push of the 670k MLP.
 func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	defer s.cfg.Timeline.Since(0, "optimizer step", time.Now(), timeline.Arg{Key: "clock", Val: s.clock})
-	for i := range s.chunks {
+	step := func(i int, g []float32) {
 		ch := &s.chunks[i]
 		ch.maxValue, ch.maxState, _ = ch.opt.StepBound(ch.maxValue, ch.maxState, gmax)
-		if err := ch.opt.Step(ch.values, grads[:ch.r.Len]); err != nil {
+		if err := ch.opt.Step(ch.values, g); err != nil {
 			// Lengths were checked on the way in; this is a bug.
 			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
 		}
-		if after != nil {
-			after(ch)
-		}
-		grads = grads[ch.r.Len:]
 	}
+	n := len(s.chunks)
+	par := min(runtime.GOMAXPROCS(0), n)
+	if !s.cfg.ParallelStep || par < 2 || s.floats < parallelStepFloats {
+		at := 0
+		for i := range s.chunks {
+			step(i, grads[at:at+s.chunks[i].r.Len])
+			at += s.chunks[i].r.Len
+			if after != nil {
+				after(&s.chunks[i])
+			}
+		}
+		return
+	}
+	var next atomic.Int64
+	done := make(chan int, n)
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				at := s.chunkAt[i]
+				step(i, grads[at:at+s.chunks[i].r.Len])
+				done <- i
+			}
+		})
+	}
+	ready := make([]bool, n)
+	for k, cursor := 0, 0; k < n; k++ {
+		ready[<-done] = true
+		for ; cursor < n && ready[cursor]; cursor++ {
+			if after != nil {
+				after(&s.chunks[cursor])
+			}
+		}
+	}
+	wg.Wait()
 }
+
+// parallelStepFloats is the smallest share whose chunks stepLocked
+// updates in parallel: below it starting goroutines costs more than it
+// saves.
+const parallelStepFloats = 1 << 16
 
 func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (PushResult, error) {
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -455,4 +456,62 @@ func TestAsyncWorkerIDs(t *testing.T) {
 	}
 	_, err = New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), Workers: MaxWorkers + 1}, make([]float32, 8))
 	assert.ErrorContains(t, err, "workers 65537: want 1..65536")
+}
+
+// TestParallelStepIsTheSerialStep: with ParallelStep the chunks, updated
+// by several goroutines, end bit for bit where the serial update leaves
+// them, in every mode, and a push-pull's reader still gets every chunk
+// once, in vector order.
+func TestParallelStepIsTheSerialStep(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 200_003 // 13 chunks of 16,384 floats and a short one
+	var l nn.Layout
+	l.Add("w", n)
+	plan, err := shard.New(n, 1, 1<<16)
+	require.NoError(t, err)
+	require.Greater(t, plan.NumChunks(), 4)
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i%200-100) * 1e-3
+	}
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.SSP, consistency.Sync} {
+		t.Run(mode.String(), func(t *testing.T) {
+			servers := make([]*Server, 2)
+			for i, par := range []bool{false, true} {
+				cfg := Config{Mode: mode, Plan: plan, Layout: l, Optimizer: optim.Config{Algorithm: "momentum", LR: 0.05, Momentum: 0.9}, Workers: 1, Staleness: 2, ParallelStep: par}
+				servers[i], err = New(cfg, initial)
+				require.NoError(t, err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			grads := make([]float32, n)
+			for step := range int64(5) {
+				for i := range grads {
+					grads[i] = float32(rng.NormFloat64()) * 1e-2
+				}
+				for i, s := range servers {
+					var order []int
+					_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, r shard.Range, vals []float32) {
+						order = append(order, r.Off)
+						assert.Equal(t, r.Len, len(vals))
+					})
+					require.NoError(t, err)
+					if mode == consistency.Async {
+						assert.Len(t, order, plan.NumChunks(), "server %d: chunks read", i)
+						assert.IsIncreasing(t, order, "server %d: chunks read out of order", i)
+					}
+				}
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			_, err := servers[0].Snapshot(want)
+			require.NoError(t, err)
+			_, err = servers[1].Snapshot(got)
+			require.NoError(t, err)
+			for i := range want {
+				if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+					t.Fatalf("float %d: parallel %v, serial %v", i, got[i], want[i])
+				}
+			}
+			assert.NotEqual(t, initial, got, "the pushes changed nothing")
+		})
+	}
 }

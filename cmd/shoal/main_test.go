@@ -72,6 +72,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"missing data", []string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
 		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
+		{"no lanes", []string{"train", "--dataset", "synthetic", "--lanes", "0"}, "--lanes 0: want 1..16 connections per server"},
+		{"too many lanes", []string{"train", "--dataset", "synthetic", "--lanes", "17"}, "--lanes 17: want 1..16 connections per server"},
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
 		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},
@@ -351,6 +353,14 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 				assert.LessOrEqual(t, rel, 1e-5)
 			})
 		}
+		// Push-pulls split over lanes (13 chunks a shard, 3 lanes), the
+		// servers updating their chunks in parallel.
+		t.Run(fmt.Sprintf("N=%d S=2 lanes=3 parallel-step", n), func(t *testing.T) {
+			got := trainSave(t, append(common, "--workers", fmt.Sprint(n), "--servers", "2", "--batch", "16", "--chunk-bytes", "8192", "--lanes", "3", "--parallel-step")...)
+			rel := testcluster.RelErr(got, one)
+			t.Logf("relative error %.2e", rel)
+			assert.LessOrEqual(t, rel, 1e-5)
+		})
 	}
 }
 

@@ -153,7 +153,9 @@ func (p *psRun) newServer(core *ps.Server, lis net.Listener, psm *metrics.PS, gr
 		opts = append(opts, grpcm.ServerOptions()...)
 	}
 	s.g, s.health = rpc.NewGRPCServer(opts...)
-	rpc.RegisterPS(s.g, s.health, core, log)
+	// The lanes of a push-pull that arrived wait for the others as long
+	// as a stream may leave the shard waiting.
+	rpc.RegisterPS(s.g, s.health, core, log, rpc.WithLaneWait(p.idle))
 	if psm != nil {
 		grpcm.Initialize(s.g)
 		psm.Attach(core)
@@ -347,6 +349,7 @@ type psFlags struct {
 	ckptErrors string
 	journal    bool
 	maxWait    time.Duration
+	parStep    bool
 	shardIdx   int
 	servers    int
 	chunkBytes int
@@ -366,6 +369,7 @@ func (f *psFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.shardIdx, "shard", 0, "this server's shard index")
 	fs.IntVar(&f.servers, "servers", 1, "number of server shards")
 	fs.IntVar(&f.chunkBytes, "chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
+	fs.BoolVar(&f.parStep, "parallel-step", false, "update the shard's chunks in parallel, up to GOMAXPROCS at once (off: measured within the noise on 2 cores; see docs/BENCHMARKS.md)")
 	fs.UintVar(&f.maxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	f.mf.register(fs)
 	f.of.register(fs, "none")
@@ -380,7 +384,7 @@ func (p *psRun) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, give --tls-cert, --tls-key, --tls-ca and --auth-token-file, or anyone who reaches it can read and change the model")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
-	fs.IntVar(&p.limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two)")
+	fs.IntVar(&p.limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two, and one more for each --lanes past the first)")
 	fs.DurationVar(&p.limits.ConnIdle, "conn-idle-timeout", rpc.DefaultLimits.ConnIdle, "close a connection that had no stream open this long (clients reconnect when they next call)")
 	fs.DurationVar(&p.idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
 	p.nf.register(fs)
@@ -493,7 +497,7 @@ func (p *psRun) configure(f *psFlags, stderr io.Writer) error {
 	initial := make([]float32, layout.Size())
 	model.Init(initial, f.mf.seed)
 	p.cfg = ps.Config{Mode: m, Shard: f.shardIdx, Plan: plan, Layout: layout, Optimizer: ocfg,
-		Workers: f.workers, BackupWorkers: f.backup, Staleness: f.staleness, MaxWait: f.maxWait,
+		Workers: f.workers, BackupWorkers: f.backup, Staleness: f.staleness, MaxWait: f.maxWait, ParallelStep: f.parStep,
 		CheckpointDir: f.ckptDir, CheckpointEvery: f.ckptEvery, CheckpointErrorsWarn: f.ckptErrors == "warn", Journal: f.journal, Logger: log, StallWarning: f.lf.stall}
 	p.initial, p.model = initial, describeModel(model)
 	return nil

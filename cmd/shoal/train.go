@@ -46,6 +46,7 @@ type trainRun struct {
 	servers    int
 	chunkBytes int
 	lanes      int
+	parStep    bool
 	save       string
 	jsonOut    bool
 	startup    time.Duration
@@ -295,6 +296,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
+	fs.BoolVar(&t.parStep, "parallel-step", false, "PS modes: each server updates its chunks in parallel (shoal ps --parallel-step)")
 	fs.IntVar(&t.lanes, "lanes", 1, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
@@ -439,7 +441,8 @@ func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shard
 	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(sp.idx), "--servers", strconv.Itoa(t.servers),
 		"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
 		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal)},
+		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal),
+		"--parallel-step=" + strconv.FormatBool(t.parStep)},
 		append(t.common(), t.of.args()...)...)
 	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", sp.idx), sp.restarts)...)
 	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, t.gossipArgs(join)...)...)
