@@ -69,6 +69,7 @@ gpubin:
 	$(GO) build -buildvcs=auto -ldflags='-s -w' -o .gpubin/shoal ./cmd/shoal
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/rpc.test ./rpc
+	$(GO) test -c -ldflags='-s -w' -o .gpubin/ps.test ./ps
 	git describe --always --dirty > .gpubin/REVISION
 
 # gofmt, go vet and staticcheck (pinned by the tool directive in go.mod;

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"flag"
 	"testing"
 
 	"github.com/shoalml/shoal/consistency"
@@ -9,6 +10,10 @@ import (
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
 )
+
+// parallelStep is Config.ParallelStep for BenchmarkPush
+// (scripts/ps-check.sh measures both).
+var parallelStep = flag.Bool("parallel-step", false, "BenchmarkPush: the shard updates its chunks in parallel")
 
 // BenchmarkPush is an async shard taking one push of the 784-512-512-10
 // MLP's 669,706 floats with the default optimizer (momentum): the checks
@@ -26,7 +31,7 @@ func BenchmarkPush(b *testing.B) {
 	for i := range initial {
 		initial[i] = float32(i%200-100) * 1e-3
 	}
-	srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}, initial)
+	srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), ParallelStep: *parallelStep}, initial)
 	if err != nil {
 		b.Fatal(err)
 	}
