@@ -852,45 +852,22 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 		if args.Pull && args.Steps != nil {
 			h.PullStep = args.Steps[s]
 		}
+		var dst []float32
+		if args.Pull {
+			dst = args.Dst
+		}
 		return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
+			var clock int64
+			var err error
 			if c.lanes[s] != nil {
-				var dst []float32
-				if args.Pull {
-					dst = args.Dst
-				}
-				clock, r, err := c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
-				if err != nil {
-					return err
-				}
-				replies[s] = r
-				if args.Pull {
-					res.PullClocks[s] = clock
-				}
-				return nil
+				clock, replies[s], err = c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
+			} else {
+				clock, replies[s], err = c.pushPullStream(ctx, c.pushStubs[s], s, nil, h, args.Grads, dst, &held[s])
 			}
-			stream, err := c.pushStubs[s].PushPull(ctx)
-			if err != nil {
-				return err
-			}
-			if err := c.sendGrads(stream, c.push[s], h, args.Grads); err != nil {
-				return err
-			}
-			if err := stream.CloseSend(); err != nil {
-				return err
-			}
-			var dst []float32
-			if args.Pull {
-				dst = args.Dst
-			}
-			clock, r, err := c.recvValues(stream, s, dst, &held[s], true)
-			if err != nil {
-				return err
-			}
-			replies[s] = r
-			if args.Pull {
+			if err == nil && args.Pull {
 				res.PullClocks[s] = clock
 			}
-			return nil
+			return err
 		})
 	})
 	if err != nil {
@@ -904,6 +881,26 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 		}
 	}
 	return res, nil
+}
+
+// pushPullStream is one attempt at a push-pull of shard s's ranges (nil:
+// its whole share) over one stream of stub, with header h.
+func (c *Client) pushPullStream(ctx context.Context, stub pb.ParameterServerClient, s int, ranges []shard.Range, h *pb.PushHeader, grads, dst []float32, held *time.Duration) (int64, *pb.PushResponse, error) {
+	stream, err := stub.PushPull(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	send := ranges
+	if send == nil {
+		send = c.push[s]
+	}
+	if err := c.sendGrads(stream, send, h, grads); err != nil {
+		return 0, nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return 0, nil, err
+	}
+	return c.recvRanges(stream, s, ranges, dst, held, true)
 }
 
 // pushPullLanes is one attempt at shard s's part of a PushPull over its
@@ -930,20 +927,7 @@ func (c *Client) pushPullLanes(ctx context.Context, s int, h *pb.PushHeader, gra
 			if l > 0 {
 				stub = c.laneStubs[s][l-1]
 			}
-			errs[l] = func() error {
-				stream, err := stub.PushPull(ctx)
-				if err != nil {
-					return err
-				}
-				if err := c.sendGrads(stream, ranges, hl, grads); err != nil {
-					return err
-				}
-				if err := stream.CloseSend(); err != nil {
-					return err
-				}
-				clocks[l], replies[l], err = c.recvRanges(stream, s, ranges, dst, &helds[l], true)
-				return err
-			}()
+			clocks[l], replies[l], errs[l] = c.pushPullStream(ctx, stub, s, ranges, hl, grads, dst, &helds[l])
 			if errs[l] != nil {
 				cancel()
 			}

@@ -12,9 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/testcluster"
-	"github.com/shoalml/shoal/nn"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
@@ -185,16 +183,8 @@ func TestPushPullInLanes(t *testing.T) {
 	}
 }
 
-// syncCores2 is one sync shard of an 8-float vector in chunks of 2 for
-// one worker, plain SGD at lr 0.5, values 0..7.
-func syncCores2(t *testing.T) []*ps.Server {
-	var l nn.Layout
-	l.Add("w", 8)
-	cfg := ps.DefaultConfig()
-	cfg.Mode, cfg.Workers = consistency.Sync, 1
-	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
-	return testcluster.CoresWith(t, cfg, l, []float32{0, 1, 2, 3, 4, 5, 6, 7}, 1, 2)
-}
+// syncCores2 is syncCores for one worker with chunks of 2 floats.
+func syncCores2(t *testing.T) []*ps.Server { return syncCoresChunk(t, 1, 2) }
 
 // TestLaneBadInput: a bad lane, or lanes that do not make one push, fail
 // every lane with a code that says why, and the shard's values do not

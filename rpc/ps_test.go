@@ -163,13 +163,16 @@ var pushRPCs = []struct {
 
 // syncCores is one sync shard of an 8-float vector (chunks of 4) for the
 // given number of workers, plain SGD at lr 0.5, values 0..7.
-func syncCores(t *testing.T, workers int) []*ps.Server {
+func syncCores(t *testing.T, workers int) []*ps.Server { return syncCoresChunk(t, workers, 4) }
+
+// syncCoresChunk is syncCores with chunks of chunk floats.
+func syncCoresChunk(t *testing.T, workers, chunk int) []*ps.Server {
 	var l nn.Layout
 	l.Add("w", 8)
 	cfg := ps.DefaultConfig()
 	cfg.Mode, cfg.Workers = consistency.Sync, workers
 	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = "sgd", 0.5
-	return testcluster.CoresWith(t, cfg, l, []float32{0, 1, 2, 3, 4, 5, 6, 7}, 1, 4)
+	return testcluster.CoresWith(t, cfg, l, []float32{0, 1, 2, 3, 4, 5, 6, 7}, 1, chunk)
 }
 
 // TestPushOfAWrongStep: a sync shard refuses a push for a step it already
