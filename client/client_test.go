@@ -500,3 +500,30 @@ func TestPushPullInLanes(t *testing.T) {
 		assert.ErrorContains(t, err, fmt.Sprintf("%d lanes per shard: want 1..16", k))
 	}
 }
+
+// TestSetShardAddrMovesEveryLane: a shard served elsewhere (restarted on
+// another address) is reached there by every connection the client holds
+// to it, its lanes' too: a push-pull in lanes after the move goes through.
+func TestSetShardAddrMovesEveryLane(t *testing.T) {
+	cores := testcluster.Cores(t, 29, 1, 2, 0.5)
+	old := testcluster.StartTCP(t, cores...)
+	cl, err := client.Dial(ctxT(t), old.Addrs(), client.WithLanes(3), client.WithRetry(0, 5*time.Millisecond), client.WithRetryFor(20*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	grads := make([]float32, 29)
+	for i := range grads {
+		grads[i] = 2
+	}
+	params := make([]float32, 29)
+	_, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: 0, Grads: grads}, Pull: true, Dst: params})
+	require.NoError(t, err)
+	moved := testcluster.StartTCP(t, cores...)
+	old.Close()
+	require.NoError(t, cl.SetShardAddr(0, moved.Addrs()[0]))
+	res, err := cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: 1, Grads: grads}, Pull: true, Dst: params})
+	require.NoError(t, err)
+	assert.Equal(t, client.Clocks{2}, res.PullClocks)
+	for i, v := range params {
+		require.Equal(t, float32(i)-2, v, "index %d", i)
+	}
+}
