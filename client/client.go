@@ -404,6 +404,16 @@ func (c *Client) Stalls(ctx context.Context) ([]Stall, error) {
 	return out, errors.Join(errs...)
 }
 
+// Lanes returns, per shard, how many streams a PushPull to it is split
+// over: WithLanes, or fewer where the shard owns fewer chunks.
+func (c *Client) Lanes() []int {
+	out := make([]int, len(c.lanes))
+	for s, l := range c.lanes {
+		out[s] = max(len(l), 1)
+	}
+	return out
+}
+
 // Info returns what the servers said at Dial.
 func (c *Client) Info() Info { return c.info }
 

@@ -475,6 +475,9 @@ func TestPushPullInLanes(t *testing.T) {
 			t.Run(fmt.Sprintf("servers=%d/lanes=%d", servers, lanes), func(t *testing.T) {
 				c := testcluster.Start(t, testcluster.Cores(t, n, servers, 2, 0.5)...)
 				cl := dial(t, c, client.WithLanes(lanes))
+				for s, k := range cl.Lanes() { // 29 floats in chunks of 2: 15 chunks
+					assert.Equal(t, min(lanes, len(c.Shard(s).Core.Ranges())), k, "shard %d", s)
+				}
 				c.Shard(0).LoseReplies(1)
 				params := make([]float32, n)
 				res, err := cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 7, Step: 3, Grads: grads}, Pull: true, Dst: params})

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/consistency"
@@ -143,9 +144,9 @@ func (s *psService) join(h *pb.PushHeader, ranges []shard.Range, total int) (*ga
 	g.joined[lane], g.start[lane], g.n[lane] = true, at, total
 	// Room for every piece of the lane's reply, so that the shard never
 	// waits on a lane's sender while it holds its lock.
+	plan := s.core.Config().Plan
 	pieces := 1
 	for _, r := range ranges {
-		plan := s.core.Config().Plan
 		pieces += r.Len/pieceFloats + 1 + plan.ChunkAt(r.End()-1) - plan.ChunkAt(r.Off)
 	}
 	g.outs[lane] = make(chan *pb.TensorOut, pieces)
@@ -302,21 +303,19 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	defer cancel()
 	var res ps.PushResult
 	var err error
-	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32) {
+	// route queues chunk r's values (vals, or snap's) to the lane that
+	// carries it.
+	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, snap mem.Buffer) {
 		l := g.laneOf(s.pos[r.Off])
-		for off := 0; off < r.Len; off += pieceFloats {
-			part := vals[off:min(off+pieceFloats, r.Len)]
-			buf, _ := pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
-			p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}
+		queueChunk(g.outs[l], r, clock, vals, snap, s.pos[r.Off], func(p *pb.PullPiece) {
 			if first[l] {
 				p.Push, p.HeldMicros, first[l] = toPushResponse(res), held, false
 			}
-			g.outs[l] <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: buf}
-		}
+		})
 	}
 	switch {
 	case h.Pull && s.core.Config().Mode == consistency.Async:
-		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, r shard.Range, vals []float32) { route(res, res.Clock, r, vals) })
+		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, r shard.Range, vals []float32) { route(res, res.Clock, r, vals, nil) })
 	default:
 		res, err = s.core.Push(wctx, in)
 		if err != nil || !h.Pull {
@@ -327,15 +326,20 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 			break
 		}
 		held = time.Since(start).Microseconds()
-		snap := make([]float32, g.floats)
+		// One pooled snapshot, sent as slices: each piece holds a
+		// reference, and the buffer returns to the pool after the last.
 		var clock int64
-		if clock, err = s.core.Snapshot(snap); err != nil {
+		var snap mem.Buffer
+		if snap, err = pb.NewFloatBuffer(g.floats, func(dst []float32) (err error) {
+			clock, err = s.core.Snapshot(dst)
+			return err
+		}); err != nil {
 			break
 		}
 		for _, r := range s.core.Ranges() {
-			at := s.pos[r.Off]
-			route(res, clock, r, snap[at:at+r.Len])
+			route(res, clock, r, nil, snap)
 		}
+		snap.Free()
 	}
 	s.gmu.Lock()
 	defer s.gmu.Unlock()

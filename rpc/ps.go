@@ -381,15 +381,11 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	first := true
 	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
-		for off := 0; off < r.Len; off += pieceFloats {
-			part := vals[off:min(off+pieceFloats, r.Len)]
-			buf, _ := pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
-			p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: res.Clock}
+		queueChunk(pieces, r, res.Clock, vals, nil, 0, func(p *pb.PullPiece) {
 			if first {
 				p.Push, first = toPushResponse(res), false
 			}
-			pieces <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: buf}
-		}
+		})
 	})
 	cancel()
 	close(pieces)
@@ -397,6 +393,28 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 		err = serr
 	}
 	return toStatus(err)
+}
+
+// queueChunk queues the values of chunk r, at clock, as pieces of at most
+// pieceFloats: slices of snap (a snapshot holding the chunk's floats from
+// float at on; each slice holds its own reference) where snap is not nil,
+// else copies of vals (the shard's own memory, read under its lock). head
+// gets each piece before it is queued, to fill in what the first piece of
+// a reply carries.
+func queueChunk(out chan<- *pb.TensorOut, r shard.Range, clock int64, vals []float32, snap mem.Buffer, at int, head func(*pb.PullPiece)) {
+	for off := 0; off < r.Len; off += pieceFloats {
+		end := min(off+pieceFloats, r.Len)
+		var payload mem.Buffer
+		if snap != nil {
+			payload = snap.Slice(4*(at+off), 4*(at+end))
+		} else {
+			part := vals[off:end]
+			payload, _ = pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
+		}
+		p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}
+		head(p)
+		out <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload}
+	}
 }
 
 func toPushResponse(res ps.PushResult) *pb.PushResponse {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -550,6 +551,10 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	if err != nil {
 		ps.Close()
 		return nil, err
+	}
+	if lanes := slices.Max(ps.Lanes()); lanes < w.lanes && w.id.Rank == 0 {
+		w.log.Warn(fmt.Sprintf("--lanes %d: the servers' shares hold at most %d chunk(s) each, so a push-pull goes over %d lane(s) (a lane carries whole chunks; a smaller --chunk-bytes gives more)",
+			w.lanes, lanes, lanes))
 	}
 	return ps, nil
 }
