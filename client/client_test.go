@@ -3,7 +3,10 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 )
@@ -528,5 +532,57 @@ func TestSetShardAddrMovesEveryLane(t *testing.T) {
 	assert.Equal(t, client.Clocks{2}, res.PullClocks)
 	for i, v := range params {
 		require.Equal(t, float32(i)-2, v, "index %d", i)
+	}
+}
+
+// TestPushPullWithTheParallelStep: a shard that updates its chunks in
+// parallel, and reads each for the reply from the goroutine that updated
+// it, answers an async push-pull, in one stream or in lanes, with the
+// values and result of a serial shard, bit for bit, the push result in the
+// first piece whichever chunk it came with.
+func TestPushPullWithTheParallelStep(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 200_003 // 13 chunks of 16,384 floats and a short one
+	var l nn.Layout
+	l.Add("w", n)
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i%200-100) * 1e-3
+	}
+	for _, lanes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
+			cls := make([]*client.Client, 2)
+			for i, par := range []bool{false, true} {
+				cfg := ps.DefaultConfig()
+				cfg.Optimizer = optim.Config{Algorithm: "momentum", LR: 0.05, Momentum: 0.9}
+				cfg.ParallelStep = par
+				c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, initial, 1, 1<<14)...)
+				cls[i] = dial(t, c, client.WithLanes(lanes))
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			grads := make([]float32, n)
+			params := [][]float32{make([]float32, n), make([]float32, n)}
+			clocks := client.Clocks{0}
+			for step := range int64(4) {
+				for i := range grads {
+					grads[i] = float32(rng.NormFloat64()) * 1e-2
+				}
+				var res [2]client.PushPullResult
+				for i, cl := range cls {
+					var err error
+					res[i], err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: step, Clocks: clocks, Grads: grads}, Pull: true, Dst: params[i]})
+					require.NoError(t, err, "parallel step %v", i == 1)
+				}
+				assert.Equal(t, res[0], res[1], "step %d: the push-pull's result", step)
+				assert.Equal(t, client.Clocks{step + 1}, res[1].PullClocks, "step %d", step)
+				clocks = res[1].PullClocks
+				for k := range params[0] {
+					if math.Float32bits(params[0][k]) != math.Float32bits(params[1][k]) {
+						t.Fatalf("step %d, float %d: the parallel step's reply %v, the serial one's %v", step, k, params[1][k], params[0][k])
+					}
+				}
+			}
+			assert.NotEqual(t, initial, params[1], "the pushes changed nothing")
+		})
 	}
 }

@@ -613,16 +613,20 @@ func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
 
 // ChunkReader receives the values of one owned chunk, right after a push,
 // with the push's result. It runs under the shard's lock: it must copy
-// what it needs and return without waiting for anything.
+// what it needs and return without waiting for anything. With
+// Config.ParallelStep it may be called from several goroutines at once,
+// each with a different chunk, in any order.
 type ChunkReader func(res PushResult, r shard.Range, vals []float32)
 
 // PushRead is Push and, in async mode, a read of the values right after
-// the push in the same critical section: read gets each owned chunk, in
-// vector order, as soon as the optimizer has updated it, so a caller can
-// send the first chunks while the later ones are still being updated, and
-// together they are one consistent view. For a duplicate push read gets
-// the values as they are. In the other modes read is not called (a pull
-// there waits for other workers; see WaitToRead). read nil is Push.
+// the push in the same critical section: read gets each owned chunk as
+// soon as the optimizer has updated it (in vector order, or, with
+// Config.ParallelStep, from the goroutine that updated it), so a caller
+// can send the first chunks while the later ones are still being updated,
+// and together they are one consistent view. For a duplicate push read
+// gets the values as they are, in vector order. In the other modes read
+// is not called (a pull there waits for other workers; see WaitToRead).
+// read nil is Push.
 func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
 	if s.cfg.Mode != consistency.Async {
 		read = nil
@@ -789,14 +793,15 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 
 // stepLocked runs the optimizer of every chunk over grads (the shard's
 // floats, chunk after chunk, none larger in magnitude than gmax), calling
-// after (when not nil) on each chunk once it is updated, in vector order,
-// from the calling goroutine. With Config.ParallelStep, several chunks and
-// a share of at least parallelStepFloats, up to GOMAXPROCS goroutines
-// update the chunks
-// (each chunk has its own optimizer state, so the values are the same
-// bit for bit), taking them in order, while after reads the ones done:
-// the update is memory-bound, and on one core it held the shard's lock
-// for most of a push of the 670k MLP.
+// after (when not nil) on each chunk once it is updated: in vector order,
+// from the calling goroutine, unless the step is parallel. With
+// Config.ParallelStep, several chunks and a share of at least
+// parallelStepFloats, up to GOMAXPROCS goroutines take the chunks in
+// order, and each updates a chunk (each chunk has its own optimizer state,
+// so the values are the same bit for bit) and then calls after on it, so
+// that the copies of a reply are made in parallel too: the update and the
+// copy are memory-bound, and on one core they held the shard's lock for
+// most of a push of the 670k MLP.
 func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	defer s.cfg.Timeline.Since(0, "optimizer step", time.Now(), timeline.Arg{Key: "clock", Val: s.clock})
 	step := func(i int, g []float32) {
@@ -821,25 +826,17 @@ func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 		return
 	}
 	var next atomic.Int64
-	done := make(chan int, n)
 	var wg sync.WaitGroup
 	for range par {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				at := s.chunkAt[i]
 				step(i, grads[at:at+s.chunks[i].r.Len])
-				done <- i
+				if after != nil {
+					after(&s.chunks[i])
+				}
 			}
 		})
-	}
-	ready := make([]bool, n)
-	for k, cursor := 0, 0; k < n; k++ {
-		ready[<-done] = true
-		for ; cursor < n && ready[cursor]; cursor++ {
-			if after != nil {
-				after(&s.chunks[cursor])
-			}
-		}
 	}
 	wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -488,16 +489,40 @@ func TestParallelStepIsTheSerialStep(t *testing.T) {
 				for i := range grads {
 					grads[i] = float32(rng.NormFloat64()) * 1e-2
 				}
+				reads := make([]map[int][]float32, len(servers))
 				for i, s := range servers {
+					var mu sync.Mutex
 					var order []int
+					reads[i] = map[int][]float32{}
 					_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, r shard.Range, vals []float32) {
+						// The parallel step reads each chunk from the
+						// goroutine that updated it.
+						mu.Lock()
+						defer mu.Unlock()
 						order = append(order, r.Off)
 						assert.Equal(t, r.Len, len(vals))
+						assert.NotContains(t, reads[i], r.Off, "server %d: chunk %v read twice", i, r)
+						reads[i][r.Off] = slices.Clone(vals)
 					})
 					require.NoError(t, err)
 					if mode == consistency.Async {
 						assert.Len(t, order, plan.NumChunks(), "server %d: chunks read", i)
-						assert.IsIncreasing(t, order, "server %d: chunks read out of order", i)
+						if i == 0 {
+							assert.IsIncreasing(t, order, "the serial step read chunks out of order")
+						}
+					}
+				}
+				// What each chunk's read saw is its values right after
+				// the push, the same bit for bit.
+				for off, want := range reads[0] {
+					got, ok := reads[1][off]
+					if !assert.True(t, ok, "chunk at %d: not read by the parallel step", off) {
+						continue
+					}
+					for k := range want {
+						if math.Float32bits(want[k]) != math.Float32bits(got[k]) {
+							t.Fatalf("step %d, chunk at %d, float %d: the parallel step read %v, the serial %v", step, off, k, got[k], want[k])
+						}
 					}
 				}
 			}

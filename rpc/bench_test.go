@@ -275,7 +275,9 @@ func benchStepWith(b *testing.B, n int, tcp, pushPull bool, tr *pb.Transport) {
 // BenchmarkPushPullLanes is BenchmarkPushPull over TCP with the push-pull
 // split over 1 to 4 lanes (connections) to the one shard, for the 670k
 // MLP in chunks of 1 MiB (3 chunks: at most 3 lanes) and of 256 KiB, and
-// for the 25.4M model.
+// for the 25.4M model, with the shard's serial step and with its parallel
+// step (ps.Config.ParallelStep: the chunks updated and copied for the
+// reply on up to GOMAXPROCS goroutines).
 func BenchmarkPushPullLanes(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
@@ -289,15 +291,23 @@ func BenchmarkPushPullLanes(b *testing.B) {
 			if lanes == 4 && tc.n/tc.chunk < 4 {
 				continue
 			}
-			b.Run(fmt.Sprintf("%s/lanes=%d", tc.name, lanes), func(b *testing.B) {
-				c := testcluster.StartTCP(b, testcluster.Cores(b, tc.n, 1, tc.chunk, 1e-6)...)
-				cl, err := client.Dial(context.Background(), c.Addrs(), client.WithLanes(lanes))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cl.Close()
-				pushPullLoop(b, cl, tc.n, nil)
-			})
+			for _, par := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/lanes=%d/step=%s", tc.name, lanes, map[bool]string{false: "serial", true: "parallel"}[par]), func(b *testing.B) {
+					cfg := ps.DefaultConfig()
+					cfg.Optimizer = optim.DefaultConfig()
+					cfg.Optimizer.LR = 1e-6
+					cfg.ParallelStep = par
+					var l nn.Layout
+					l.Add("w", tc.n)
+					c := testcluster.StartTCP(b, testcluster.CoresWith(b, cfg, l, make([]float32, tc.n), 1, tc.chunk)...)
+					cl, err := client.Dial(context.Background(), c.Addrs(), client.WithLanes(lanes))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer cl.Close()
+					pushPullLoop(b, cl, tc.n, nil)
+				})
+			}
 		}
 	}
 }

@@ -294,9 +294,9 @@ func (g *gather) laneOf(p int) int {
 func (s *psService) commit(ctx context.Context, g *gather) {
 	h := g.h
 	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats]}
-	first := make([]bool, g.lanes)
-	for l := range first {
-		first[l] = true
+	queues := make([]*replyQueue, g.lanes)
+	for l := range queues {
+		queues[l] = &replyQueue{out: g.outs[l]}
 	}
 	var held int64
 	wctx, cancel := deadline.Early(ctx)
@@ -307,10 +307,8 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	// carries it.
 	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, snap mem.Buffer) {
 		l := g.laneOf(s.pos[r.Off])
-		queueChunk(g.outs[l], r, clock, vals, snap, s.pos[r.Off], func(p *pb.PullPiece) {
-			if first[l] {
-				p.Push, p.HeldMicros, first[l] = toPushResponse(res), held, false
-			}
+		queueChunk(queues[l], r, clock, vals, snap, s.pos[r.Off], func(p *pb.PullPiece) {
+			p.Push, p.HeldMicros = toPushResponse(res), held
 		})
 	}
 	switch {

@@ -378,14 +378,10 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 		}
 		sent <- err
 	}()
-	first := true
+	q := &replyQueue{out: pieces}
 	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
-		queueChunk(pieces, r, res.Clock, vals, nil, 0, func(p *pb.PullPiece) {
-			if first {
-				p.Push, first = toPushResponse(res), false
-			}
-		})
+		queueChunk(q, r, res.Clock, vals, nil, 0, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
 	})
 	cancel()
 	close(pieces)
@@ -395,13 +391,36 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	return toStatus(err)
 }
 
-// queueChunk queues the values of chunk r, at clock, as pieces of at most
-// pieceFloats: slices of snap (a snapshot holding the chunk's floats from
-// float at on; each slice holds its own reference) where snap is not nil,
-// else copies of vals (the shard's own memory, read under its lock). head
-// gets each piece before it is queued, to fill in what the first piece of
-// a reply carries.
-func queueChunk(out chan<- *pb.TensorOut, r shard.Range, clock int64, vals []float32, snap mem.Buffer, at int, head func(*pb.PullPiece)) {
+// replyQueue holds the pieces of one reply stream until its sender takes
+// them. Chunks may be queued from several goroutines at once (a parallel
+// step reads each chunk from the goroutine that updated it), so the
+// pieces go out in no set order (each says where it belongs); the first
+// piece queued, whichever chunk it is from, carries the reply's head.
+type replyQueue struct {
+	out     chan<- *pb.TensorOut // room for every piece: a put never waits
+	mu      sync.Mutex
+	started bool // a piece is queued: the head went out
+}
+
+// put queues piece p with payload, calling head on it first if it is the
+// reply's first piece.
+func (q *replyQueue) put(p *pb.PullPiece, payload mem.Buffer, head func(*pb.PullPiece)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.started {
+		head(p)
+		q.started = true
+	}
+	q.out <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload}
+}
+
+// queueChunk queues the values of chunk r, at clock, on q as pieces of at
+// most pieceFloats: slices of snap (a snapshot holding the chunk's floats
+// from float at on; each slice holds its own reference) where snap is not
+// nil, else copies of vals (the shard's own memory, read under its lock,
+// copied before q is locked, so that chunks read at once copy at once).
+// head fills in what the first piece of the reply carries.
+func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, snap mem.Buffer, at int, head func(*pb.PullPiece)) {
 	for off := 0; off < r.Len; off += pieceFloats {
 		end := min(off+pieceFloats, r.Len)
 		var payload mem.Buffer
@@ -411,9 +430,7 @@ func queueChunk(out chan<- *pb.TensorOut, r shard.Range, clock int64, vals []flo
 			part := vals[off:end]
 			payload, _ = pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
 		}
-		p := &pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}
-		head(p)
-		out <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload}
+		q.put(&pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}, payload, head)
 	}
 }
 

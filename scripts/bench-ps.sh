@@ -23,7 +23,10 @@
 # BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
 # push-pull to the server over; the peer has one RPC channel),
 # BENCH_PS_PARALLEL_STEP (0; 1: --parallel-step, Shoal's server updates
-# its chunks on several goroutines),
+# its chunks, and copies them for the replies, on several goroutines),
+# BENCH_PS_CHUNK_BYTES (unset: Shoal's default --chunk-bytes, 1 MiB, 3
+# chunks of this model; N: --chunk-bytes N, so that more lanes have
+# chunks to carry),
 # DOC (docs/BENCHMARKS.md; point it at a scratch copy for trial runs),
 # BENCH_PS_OUT (unset: the runs' JSON records go to a temporary folder,
 # removed at the end; set: they are kept there, one .jsonl per run kind,
@@ -44,6 +47,7 @@ TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
 THREADS=${BENCH_PS_THREADS:-}
 LANES=${BENCH_PS_LANES:-1}
 PARSTEP=${BENCH_PS_PARALLEL_STEP:-0}
+CHUNK=${BENCH_PS_CHUNK_BYTES:-}
 case $PARSTEP in 0) parstep=false ;; 1) parstep=true ;; *) echo "bench-ps: BENCH_PS_PARALLEL_STEP=$PARSTEP: want 0 or 1" >&2; exit 1 ;; esac
 DOC=${DOC:-docs/BENCHMARKS.md}
 HIDDEN=512,512
@@ -62,12 +66,16 @@ if [ -n "$STEPS" ]; then
 else
 	length=(--epochs "$EPOCHS") length_knob=BENCH_PS_EPOCHS=$EPOCHS
 fi
+chunk=() chunk_knob=
+if [ -n "$CHUNK" ]; then
+	chunk=(--chunk-bytes "$CHUNK") chunk_knob=" BENCH_PS_CHUNK_BYTES=$CHUNK"
+fi
 threads=() threads_knob=
 if [ -n "$THREADS" ]; then
 	threads=(--threads "$THREADS") threads_knob=" BENCH_PS_THREADS=$THREADS"
 fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	--lr-decay none "${length[@]}" "${threads[@]}" --lanes "$LANES" --parallel-step=$parstep --data "$DATA_DIR" --stats --json)
+	--lr-decay none "${length[@]}" "${threads[@]}" --lanes "$LANES" --parallel-step=$parstep "${chunk[@]}" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
 	"${length[@]}" "${threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
@@ -98,7 +106,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
-	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP)" \
+	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP$chunk_knob)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
 import datetime, json, statistics, sys
 

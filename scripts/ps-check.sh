@@ -6,18 +6,24 @@
 # The 2026-11-26 runs there (docs/BENCHMARKS.md, "On 16 cores") found the
 # PyTorch peer at its best with 4 threads a worker, a lone push-pull 2.4x a
 # raw TCP round trip, and 4 shards in one process training 1.7x faster
-# than one: the shard's serial optimizer step, under its lock, serves both
-# workers. What is left to measure:
+# than one. Lanes (several connections to one shard) took a lone
+# push-pull from 3.7 to 2.7 ms but 4 shards to 1.7: after the last lane
+# arrives, one shard updates its chunks and copies them for the replies
+# one after another under its lock, and the last lane's values wait for
+# all of that. The parallel step does both on several goroutines. What is
+# left to measure:
 #
 #   1. The lanes and the parallel step alone: BenchmarkPushPullLanes (the
-#      670k push-pull over 1-4 connections) beside `shoal bench tcp`, and
-#      ps's BenchmarkPush (the shard's update of the 670k vector) with
-#      GOMAXPROCS 1, 4 and 8, the parallel step on and off, alternating,
-#      ROUNDS rounds -> micro.txt
-#   2. make bench-ps at THREADS threads a worker (default 4, the peer's
-#      best) for each of VARIANTS, "LANES:PARALLEL_STEP" (default "1:0 1:1
-#      3:1") -> bench-ps-<lanes>-<parstep>.txt, with the runs' JSON records
-#      in ps-<lanes>-<parstep>/
+#      670k push-pull over 1-4 connections, serial and parallel step)
+#      beside `shoal bench tcp`, and ps's BenchmarkPush (the shard's
+#      update of the 670k vector) with GOMAXPROCS 1, 4 and 8, the parallel
+#      step on and off, alternating, ROUNDS rounds -> micro.txt
+#   2. make bench-ps for each of VARIANTS,
+#      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES]]" (THREADS, a worker's,
+#      default 4, the peer's best; CHUNK_BYTES default 1 MiB, 3 chunks of
+#      the 670k MLP; default "1:0 3:1 4:1:4:262144")
+#      -> bench-ps-<variant>.txt, with the runs' JSON records in
+#      ps-<variant>/ (the variant's colons as dashes)
 #
 # STEPS (steps per worker) replaces EPOCHS for a short trial. Everything
 # goes into OUT (default ps-check-out/). With the defaults (EPOCHS=1,
@@ -29,7 +35,7 @@ OUT=${OUT:-ps-check-out}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PYTHON=${PYTHON:-python3}
 THREADS=${THREADS:-4}
-VARIANTS=${VARIANTS:-1:0 1:1 3:1}
+VARIANTS=${VARIANTS:-1:0 3:1 4:1:4:262144}
 EPOCHS=${EPOCHS:-1}
 STEPS=${STEPS:-} # steps per worker instead of epochs (a short trial run)
 ROUNDS=${ROUNDS:-3}
@@ -47,7 +53,7 @@ status=0
 	echo "revision $SHOAL_REVISION, $(nproc) cores, $(date -u +%FT%TZ)"
 	for round in $(seq 1 "$ROUNDS"); do
 		echo "== round $round"
-		(cd rpc && ../.gpubin/rpc.test -test.run '^$' -test.bench 'PushPullLanes/mlp' -test.benchtime 1s) | grep -E '^Benchmark' || status=1
+		(cd rpc && ../.gpubin/rpc.test -test.run '^$' -test.bench 'PushPullLanes/mlp' -test.benchtime 0.5s) | grep -E '^Benchmark' || status=1
 		.gpubin/shoal bench tcp --bytes 2678824 --iters 200 || status=1
 		for par in false true; do
 			echo "parallel step $par"
@@ -58,15 +64,17 @@ status=0
 echo "ps-check: lanes, parallel step and raw TCP alone -> $OUT/micro.txt" >&2
 
 for v in $VARIANTS; do
-	lanes=${v%%:*} par=${v##*:}
-	knob=(BENCH_PS_THREADS="$THREADS" BENCH_PS_LANES="$lanes" BENCH_PS_PARALLEL_STEP="$par")
+	IFS=: read -r lanes par threads chunk <<<"$v"
+	name=${v//:/-}
+	knob=(BENCH_PS_THREADS="${threads:-$THREADS}" BENCH_PS_LANES="$lanes" BENCH_PS_PARALLEL_STEP="$par")
+	[ -z "$chunk" ] || knob+=(BENCH_PS_CHUNK_BYTES="$chunk")
 	[ -z "$STEPS" ] || knob+=(BENCH_PS_STEPS="$STEPS")
-	cp docs/BENCHMARKS.md "$OUT/BENCHMARKS-$lanes-$par.md"
-	echo "ps-check: make bench-ps, $THREADS threads, lanes $lanes, parallel step $par" >&2
-	env "${knob[@]}" BENCH_PS_EPOCHS="$EPOCHS" BENCH_PS_ROUNDS="$ROUNDS" BENCH_PS_OUT="$OUT/ps-$lanes-$par" PYTHON="$PYTHON" \
-		SHOAL=.gpubin/shoal DATA_DIR="$DATA" DOC="$OUT/BENCHMARKS-$lanes-$par.md" scripts/bench-ps.sh \
-		>"$OUT/bench-ps-$lanes-$par.txt" 2>"$OUT/bench-ps-$lanes-$par.stderr" || status=1
-	rm -f "$OUT/BENCHMARKS-$lanes-$par.md"
-	grep -E '^\| Shoal|^\| PyTorch|^Shoal async /' "$OUT/bench-ps-$lanes-$par.txt" >&2
+	cp docs/BENCHMARKS.md "$OUT/BENCHMARKS-$name.md"
+	echo "ps-check: make bench-ps, ${knob[*]}" >&2
+	env "${knob[@]}" BENCH_PS_EPOCHS="$EPOCHS" BENCH_PS_ROUNDS="$ROUNDS" BENCH_PS_OUT="$OUT/ps-$name" PYTHON="$PYTHON" \
+		SHOAL=.gpubin/shoal DATA_DIR="$DATA" DOC="$OUT/BENCHMARKS-$name.md" scripts/bench-ps.sh \
+		>"$OUT/bench-ps-$name.txt" 2>"$OUT/bench-ps-$name.stderr" || status=1
+	rm -f "$OUT/BENCHMARKS-$name.md"
+	grep -E '^\| Shoal|^\| PyTorch|^Shoal async /' "$OUT/bench-ps-$name.txt" >&2
 done
 exit $status
