@@ -568,6 +568,13 @@ type Push struct {
 	Ranges []shard.Range
 	// Grads holds the gradient of each range, concatenated.
 	Grads []float32
+	// Scanned, when not 0, says that the caller ran ScanGradient over
+	// every float of Grads (piece by piece, as they arrived, while they
+	// were in the cache) and found them all finite, and is the largest
+	// bound it returned: the shard does not scan Grads again. 0 (or any
+	// value no scan returns): the shard scans Grads and names the first
+	// NaN or ±Inf.
+	Scanned float64
 }
 
 // PushResult says what a push did.
@@ -698,9 +705,11 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if total != s.floats {
 		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats))
 	}
-	gmax, err := checkFinite(in.Grads, in.Ranges)
-	if err != nil {
-		return PushResult{}, refuse(RejectedNonFinite, err)
+	gmax := in.Scanned
+	if gmax < scanFloor {
+		if gmax, err = checkFinite(in.Grads, in.Ranges); err != nil {
+			return PushResult{}, refuse(RejectedNonFinite, err)
+		}
 	}
 	if err := s.checkWorker(in.WorkerID); err != nil {
 		return PushResult{}, refuse(RejectedWorker, err)
@@ -936,6 +945,12 @@ func vectorIndex(i int, rs []shard.Range) int {
 	}
 	return i
 }
+
+// ScanGradient is the shard's check of a gradient, for a caller that
+// scans the pieces of a push as they arrive (see Push.Scanned): the index
+// of the first NaN or ±Inf in g, or -1 and a bound on the magnitudes in g
+// (the largest bound over the pieces is the push's).
+func ScanGradient(g []float32) (int, float64) { return scanGradient(g) }
 
 // scanGradient returns the index of the first NaN or ±Inf in g, or -1
 // and a bound on the magnitudes in g: the largest magnitude where that is

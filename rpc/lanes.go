@@ -54,6 +54,8 @@ type gather struct {
 	joined       []bool
 	outs         []chan *pb.TensorOut // per lane: the pieces of its reply
 	arrived      int                  // lanes received whole
+	bound        float64              // the largest ps.ScanGradient bound of the lanes' pieces
+	unscanned    bool                 // a lane's pieces were not all scanned finite: the shard scans
 	refs         int                  // lanes that joined and have not left
 	state        int
 	err          error
@@ -233,13 +235,18 @@ func (s *psService) failLocked(g *gather, err error) {
 	}
 }
 
-// arrive marks one lane of g received whole; the lane that completes g
-// gets commit true and must apply it.
-func (s *psService) arrive(g *gather) (commit bool, err error) {
+// arrive marks one lane of g received whole, its pieces scanned as pr
+// says; the lane that completes g gets commit true and must apply it.
+func (s *psService) arrive(g *gather, pr *pushReader) (commit bool, err error) {
 	s.gmu.Lock()
 	defer s.gmu.Unlock()
 	if g.state != gathering {
 		return false, g.err
+	}
+	if b, ok := pr.scanned(); ok {
+		g.bound = max(g.bound, b)
+	} else {
+		g.unscanned = true
 	}
 	g.arrived++
 	if g.arrived < g.lanes {
@@ -294,6 +301,9 @@ func (g *gather) laneOf(p int) int {
 func (s *psService) commit(ctx context.Context, g *gather) {
 	h := g.h
 	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats]}
+	if !g.unscanned {
+		in.Scanned = g.bound
+	}
 	queues := make([]*replyQueue, g.lanes)
 	for l := range queues {
 		queues[l] = &replyQueue{out: g.outs[l]}
@@ -390,7 +400,7 @@ func (s *psService) pushPullLane(stream grpc.ServerStream, pr *pushReader, recvE
 	if recvErr != nil {
 		return recvErr
 	}
-	commit, err := s.arrive(g)
+	commit, err := s.arrive(g, pr)
 	if err != nil {
 		return err
 	}

@@ -217,6 +217,9 @@ func TestLaneBadInput(t *testing.T) {
 		{"nan in a lane", []lane{
 			{lane: 0, lanes: 2, ranges: [][2]int64{{0, 4}}, grads: g4},
 			{lane: 1, lanes: 2, ranges: [][2]int64{{4, 4}}, grads: []float32{2, nan, 2, 2}}}, codes.InvalidArgument, "is NaN"},
+		{"huge value in the first lane", []lane{
+			{lane: 0, lanes: 2, ranges: [][2]int64{{0, 4}}, grads: []float32{2, 3e38, 2, 2}},
+			{lane: 1, lanes: 2, ranges: [][2]int64{{4, 4}}, grads: g4}}, codes.InvalidArgument, "reaches 3e+38 (at index 1)"},
 		{"wrong length in a lane", []lane{
 			{lane: 0, lanes: 2, ranges: [][2]int64{{0, 4}}, grads: g4},
 			{lane: 1, lanes: 2, ranges: [][2]int64{{4, 4}}, grads: g4[:3]}}, codes.InvalidArgument, "carry 3 floats, the header's ranges hold 4"},

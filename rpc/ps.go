@@ -464,7 +464,18 @@ func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushRes
 // pushed is the push that was read.
 func (pr *pushReader) pushed() ps.Push {
 	pr.in.Grads = pr.dst
+	pr.in.Scanned, _ = pr.scanned()
 	return pr.in
+}
+
+// scanned returns the bound ps.ScanGradient gave the pieces' floats, and
+// whether it covered every float of the push (or lane) and found them
+// all finite; else the shard scans them itself, and names the first NaN.
+func (pr *pushReader) scanned() (float64, bool) {
+	if pr.nonFinite || pr.n != pr.total {
+		return 0, false
+	}
+	return pr.bound, true
 }
 
 // recv reads a push stream to its end, checking and decoding every piece.
@@ -524,6 +535,10 @@ type pushReader struct {
 	dst   []float32  // where the floats go
 	half  []byte     // a piece in float16 or bfloat16
 	err   error      // the first problem, a gRPC status
+	// bound is the largest ps.ScanGradient bound of the pieces so far;
+	// nonFinite says one held a NaN or ±Inf.
+	bound     float64
+	nonFinite bool
 	// lanesOK: the stream may be one lane of a push-pull (PushHeader.lanes),
 	// whose floats go into g's share.
 	lanesOK bool
@@ -616,10 +631,19 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 		return status.Errorf(codes.Internal, "push: a piece of %d bytes was not stored", in.Len)
 	}
 	k := in.Len / pr.enc.Size()
+	piece := pr.dst[pr.n : pr.n+k]
 	if pr.enc != wire.Float32 {
-		if err := pr.enc.Decode(pr.dst[pr.n:pr.n+k], pr.half[:in.Len]); err != nil {
+		if err := pr.enc.Decode(piece, pr.half[:in.Len]); err != nil {
 			return invalid("push: %v", err)
 		}
+	}
+	// The shard's finiteness check, here while the piece is in the cache
+	// and the next one is arriving, instead of over the whole push after
+	// its last byte, when the step waits for it.
+	if i, b := ps.ScanGradient(piece); i >= 0 {
+		pr.nonFinite = true
+	} else {
+		pr.bound = max(pr.bound, b)
 	}
 	pr.n += k
 	return nil

@@ -103,6 +103,7 @@ func TestPushBadInput(t *testing.T) {
 		{"negative length", []*pb.PushPiece{{Header: header(0, [2]int64{0, -4})}}, codes.InvalidArgument, "length > 0"},
 		{"nan", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, nan, 1)}, {Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "index 2 is NaN"},
 		{"inf in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, inf, 1, 1)}}, codes.InvalidArgument, "index 5 is +Inf"},
+		{"huge in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, 3e38, 1, 1)}}, codes.InvalidArgument, "reaches 3e+38 (at index 5)"},
 		{"second header", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Header: header(0, [2]int64{0, 8})}}, codes.InvalidArgument, "second header"},
 		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version"},
 		{"oversize piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: make([]byte, 2<<20)}}, codes.ResourceExhausted, "larger than max"},
