@@ -17,7 +17,8 @@
 #      670k push-pull over 1-4 connections, serial and parallel step)
 #      beside `shoal bench tcp`, and ps's BenchmarkPush (the shard's
 #      update of the 670k vector) with GOMAXPROCS 1, 4 and 8, the parallel
-#      step on and off, alternating, ROUNDS rounds -> micro.txt
+#      step on and off, the push scanned by the shard and beforehand,
+#      alternating, MICRO_ROUNDS rounds (default 2) -> micro.txt
 #   2. make bench-ps for each of VARIANTS,
 #      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES]]" (THREADS, a worker's,
 #      default 4, the peer's best; CHUNK_BYTES default 1 MiB, 3 chunks of
@@ -27,7 +28,8 @@
 #
 # STEPS (steps per worker) replaces EPOCHS for a short trial. Everything
 # goes into OUT (default ps-check-out/). With the defaults (EPOCHS=1,
-# ROUNDS=3) it takes about 8 minutes on the device machine; pack OUT into
+# ROUNDS=3) it should take about 8 minutes on the device machine (the
+# 2026-11-26 version, 3 micro rounds, took 514 s); pack OUT into
 # one file there (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,7 @@ VARIANTS=${VARIANTS:-1:0 3:1 4:1:4:262144}
 EPOCHS=${EPOCHS:-1}
 STEPS=${STEPS:-} # steps per worker instead of epochs (a short trial run)
 ROUNDS=${ROUNDS:-3}
+MICRO_ROUNDS=${MICRO_ROUNDS:-2}
 mkdir -p "$OUT" bin
 for b in shoal rpc.test ps.test; do
 	if [ -f ".gpubin/$b.gz" ] && [ ! -x ".gpubin/$b" ]; then
@@ -51,13 +54,13 @@ status=0
 
 {
 	echo "revision $SHOAL_REVISION, $(nproc) cores, $(date -u +%FT%TZ)"
-	for round in $(seq 1 "$ROUNDS"); do
+	for round in $(seq 1 "$MICRO_ROUNDS"); do
 		echo "== round $round"
 		(cd rpc && ../.gpubin/rpc.test -test.run '^$' -test.bench 'PushPullLanes/mlp' -test.benchtime 0.5s) | grep -E '^Benchmark' || status=1
 		.gpubin/shoal bench tcp --bytes 2678824 --iters 200 || status=1
 		for par in false true; do
 			echo "parallel step $par"
-			(cd ps && ../.gpubin/ps.test -test.run '^$' -test.bench 'BenchmarkPush$' -test.cpu 1,4,8 -test.benchtime 1s -parallel-step=$par) | grep -E '^Benchmark' || status=1
+			(cd ps && ../.gpubin/ps.test -test.run '^$' -test.bench 'BenchmarkPush$' -test.cpu 1,4,8 -test.benchtime 0.5s -parallel-step=$par) | grep -E '^Benchmark' || status=1
 		done
 	done
 } >"$OUT/micro.txt" 2>&1
