@@ -62,9 +62,18 @@ func (o *Optimizer) LR() float64 { return o.cfg.Schedule.LRAt(o.cfg.LR, o.steps)
 // have Len() floats; otherwise Step returns an error wrapping ErrLength and changes nothing.
 // Step does not allocate, does not retain either slice, and does not check for NaN or Inf
 // (that is the job of whoever received the gradients). It advances the step count by one.
-func (o *Optimizer) Step(params, grads []float32) error {
+func (o *Optimizer) Step(params, grads []float32) error { return o.StepInto(params, params, grads) }
+
+// StepInto is Step with the updated values written into dst and params only read, so that
+// whoever still reads params (a reply being sent from it) keeps the values as they were. dst is
+// params (Step) or does not overlap it, and has Len() floats. The values are the same bit for
+// bit as Step's.
+func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 	if len(params) != o.n || len(grads) != o.n {
 		return errorf(ErrLength, "step: params has %d floats, grads %d, want %d", len(params), len(grads), o.n)
+	}
+	if len(dst) != o.n {
+		return errorf(ErrLength, "step: dst has %d floats, want %d", len(dst), o.n)
 	}
 	lr := o.LR()
 	o.steps++
@@ -72,17 +81,17 @@ func (o *Optimizer) Step(params, grads []float32) error {
 	wd := float32(c.WeightDecay)
 	switch o.alg {
 	case algSGD:
-		stepSGD(params, grads, float32(lr), wd)
+		stepSGD(dst, params, grads, float32(lr), wd)
 	case algMomentum, algNesterov:
-		stepMomentum(params, grads, o.buf, float32(lr), wd, float32(c.Momentum), o.alg == algNesterov)
+		stepMomentum(dst, params, grads, o.buf, float32(lr), wd, float32(c.Momentum), o.alg == algNesterov)
 	case algAdagrad:
 		// clr = lr / (1 + (t-1)·lr_decay) with lr_decay 0 is lr itself.
-		stepAdagrad(params, grads, o.buf, float32(lr), wd, float32(c.Epsilon))
+		stepAdagrad(dst, params, grads, o.buf, float32(lr), wd, float32(c.Epsilon))
 	case algAdam:
 		t := float64(o.steps)
 		bc1 := 1 - math.Pow(c.Beta1, t)
 		bc2 := 1 - math.Pow(c.Beta2, t)
-		stepAdam(params, grads, o.m, o.v, adamScalars{
+		stepAdam(dst, params, grads, o.m, o.v, adamScalars{
 			stepSize: float32(lr / bc1),
 			bc2Sqrt:  float32(math.Sqrt(bc2)),
 			weight:   float32(1 - c.Beta1),
@@ -100,17 +109,19 @@ func (o *Optimizer) Step(params, grads []float32) error {
 // multiply and an add (the Go spec allows fusion otherwise, and arm64 does it), so every
 // platform computes bit-identical updates: a server shard and a worker agree exactly.
 //
-// Each kernel re-slices its inputs to len(p) so the compiler drops the bounds checks.
+// Each kernel writes the updated p into d (p itself, or a slice that does not overlap it) and
+// re-slices its inputs to len(p) so the compiler drops the bounds checks.
 
 // stepSGD: g = grad + wd·p; p -= lr·g.
-func stepSGD(p, grad []float32, lr, wd float32) {
+func stepSGD(d, p, grad []float32, lr, wd float32) {
+	d = d[:len(p)]
 	grad = grad[:len(p)]
 	for i := range p {
 		g := grad[i]
 		if wd != 0 {
 			g += float32(wd * p[i])
 		}
-		p[i] -= float32(lr * g)
+		d[i] = p[i] - float32(lr*g)
 	}
 }
 
@@ -118,21 +129,32 @@ func stepSGD(p, grad []float32, lr, wd float32) {
 // Optimizer configured for momentum does (the reference a device's update
 // kernel is checked against). All three slices have len(p) elements.
 func StepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
-	stepMomentum(p, grad, buf, lr, wd, mu, nesterov)
+	stepMomentum(p, p, grad, buf, lr, wd, mu, nesterov)
 }
 
 // stepMomentum: g = grad + wd·p; buf = μ·buf + g; g = g + μ·buf (nesterov) or buf; p -= lr·g.
 // PyTorch sets buf = g on the first step; a zero buffer gives exactly that (μ·0 + g = g).
-func stepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
+func stepMomentum(d, p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
+	d = d[:len(p)]
 	grad = grad[:len(p)]
 	buf = buf[:len(p)]
 	if wd == 0 && !nesterov {
 		// The common case, without the per-element branches (a parameter
-		// server applies it to every push): the same operations.
+		// server applies it to every push): the same operations; in
+		// place when d is p (the loop through d was 6% slower there,
+		// BenchmarkStep/momentum, four alternating rounds).
+		if len(p) > 0 && &d[0] == &p[0] {
+			for i := range p {
+				b := float32(mu*buf[i]) + grad[i]
+				buf[i] = b
+				p[i] -= float32(lr * b)
+			}
+			return
+		}
 		for i := range p {
 			b := float32(mu*buf[i]) + grad[i]
 			buf[i] = b
-			p[i] -= float32(lr * b)
+			d[i] = p[i] - float32(lr*b)
 		}
 		return
 	}
@@ -148,12 +170,13 @@ func stepMomentum(p, grad, buf []float32, lr, wd, mu float32, nesterov bool) {
 		} else {
 			g = b
 		}
-		p[i] -= float32(lr * g)
+		d[i] = p[i] - float32(lr*g)
 	}
 }
 
 // stepAdagrad: g = grad + wd·p; sum += g²; p -= lr·g / (sqrt(sum) + eps).
-func stepAdagrad(p, grad, sum []float32, lr, wd, eps float32) {
+func stepAdagrad(d, p, grad, sum []float32, lr, wd, eps float32) {
+	d = d[:len(p)]
 	grad = grad[:len(p)]
 	sum = sum[:len(p)]
 	for i := range p {
@@ -164,7 +187,7 @@ func stepAdagrad(p, grad, sum []float32, lr, wd, eps float32) {
 		s := sum[i] + float32(g*g)
 		sum[i] = s
 		std := float32(math.Sqrt(float64(s))) + eps
-		p[i] -= float32(float32(lr*g) / std)
+		d[i] = p[i] - float32(float32(lr*g)/std)
 	}
 }
 
@@ -182,7 +205,8 @@ type adamScalars struct {
 // p -= (lr/bias1)·m / (sqrt(v)/sqrt(bias2) + eps).
 // m is updated with PyTorch's lerp (m + w·(g−m), or g − (g−m)·(1−w) when w >= 0.5), which is
 // β1·m + (1−β1)·g up to rounding.
-func stepAdam(p, grad, m, v []float32, k adamScalars) {
+func stepAdam(d, p, grad, m, v []float32, k adamScalars) {
+	d = d[:len(p)]
 	grad = grad[:len(p)]
 	m = m[:len(p)]
 	v = v[:len(p)]
@@ -204,6 +228,6 @@ func stepAdam(p, grad, m, v []float32, k adamScalars) {
 		vi := float32(v[i]*k.beta2) + float32(float32(k.oneMinB2*g)*g)
 		v[i] = vi
 		denom := float32(float32(math.Sqrt(float64(vi)))/k.bc2Sqrt) + k.eps
-		p[i] -= float32(float32(k.stepSize*mi) / denom)
+		d[i] = p[i] - float32(float32(k.stepSize*mi)/denom)
 	}
 }

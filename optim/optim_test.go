@@ -2,6 +2,7 @@ package optim_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -373,4 +374,38 @@ func TestStepDoesNotAllocate(t *testing.T) {
 func TestErrorsAreDistinct(t *testing.T) {
 	assert.False(t, errors.Is(optim.ErrLength, optim.ErrInvalidConfig))
 	assert.False(t, errors.Is(optim.ErrInvalidState, optim.ErrLength))
+}
+
+// TestStepIntoIsStep: StepInto writes into dst the values Step computes in
+// place, bit for bit, leaves params as they were, and refuses a dst of
+// the wrong length without changing anything.
+func TestStepIntoIsStep(t *testing.T) {
+	for _, alg := range optim.Algorithms() {
+		for _, wd := range []float64{0, 0.01} {
+			t.Run(fmt.Sprintf("%s/wd=%v", alg, wd), func(t *testing.T) {
+				const n = 37
+				inPlace, into := newOpt(t, config(alg, 0.1, wd), n), newOpt(t, config(alg, 0.1, wd), n)
+				rng := rand.New(rand.NewPCG(7, 8))
+				p := randomVector(rng, n, 1)
+				q := slices.Clone(p)
+				for step := range 4 {
+					g := randomVector(rng, n, 1)
+					require.NoError(t, inPlace.Step(p, g))
+					before := slices.Clone(q)
+					dst := make([]float32, n)
+					require.NoError(t, into.StepInto(dst, q, g))
+					assert.Equal(t, before, q, "step %d: params changed", step)
+					for i := range p {
+						require.Equal(t, math.Float32bits(p[i]), math.Float32bits(dst[i]), "step %d, float %d: in place %v, into dst %v", step, i, p[i], dst[i])
+					}
+					q = dst
+				}
+				state := into.State()
+				err := into.StepInto(make([]float32, n-1), q, randomVector(rng, n, 1))
+				require.ErrorIs(t, err, optim.ErrLength)
+				assert.EqualError(t, err, "step: dst has 36 floats, want 37")
+				assert.Equal(t, state, into.State(), "a refused step changed the state")
+			})
+		}
+	}
 }
