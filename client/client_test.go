@@ -542,7 +542,7 @@ func TestSetShardAddrMovesEveryLane(t *testing.T) {
 // first piece whichever chunk it came with.
 func TestPushPullWithTheParallelStep(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	const n = 200_003 // 13 chunks of 16,384 floats and a short one
+	const n = 200_003 // 13 chunks of about 15,400 floats
 	var l nn.Layout
 	l.Add("w", n)
 	initial := make([]float32, n)
@@ -583,6 +583,61 @@ func TestPushPullWithTheParallelStep(t *testing.T) {
 				}
 			}
 			assert.NotEqual(t, initial, params[1], "the pushes changed nothing")
+		})
+	}
+}
+
+// TestRepliesAreOneViewWhilePushesGoOn: workers push-pulling one async
+// shard at once each get back one consistent view (every value after the
+// same pushes), although the shard sends replies from its own values
+// without a copy and goes on updating meanwhile (copy-on-write): all
+// weights start equal and every gradient is the same, so a view is a
+// vector of one value, and a reply that mixed versions would hold two.
+func TestRepliesAreOneViewWhilePushesGoOn(t *testing.T) {
+	const n, workers, steps = 60_000, 4, 25
+	var l nn.Layout
+	l.Add("w", n)
+	for _, tc := range []struct {
+		lanes int
+		par   bool
+	}{{1, false}, {3, false}, {3, true}} {
+		t.Run(fmt.Sprintf("lanes=%d/parallel-step=%v", tc.lanes, tc.par), func(t *testing.T) {
+			cfg := ps.DefaultConfig()
+			cfg.Optimizer = optim.Config{Algorithm: "momentum", LR: 0.01, Momentum: 0.9}
+			cfg.ParallelStep = tc.par
+			c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, n), 1, 4096)...)
+			grads := make([]float32, n)
+			for i := range grads {
+				grads[i] = 1
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, workers)
+			for w := range workers {
+				cl := dial(t, c, client.WithLanes(tc.lanes))
+				wg.Go(func() {
+					dst := make([]float32, n)
+					clocks := client.Clocks{0}
+					for step := range int64(steps) {
+						res, err := cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: int64(w), Step: step, Clocks: clocks, Grads: grads}, Pull: true, Dst: dst})
+						if err != nil {
+							errs[w] = err
+							return
+						}
+						clocks = res.PullClocks
+						for i, v := range dst {
+							if math.Float32bits(v) != math.Float32bits(dst[0]) {
+								errs[w] = fmt.Errorf("worker %d, step %d, clock %d: float %d is %v, float 0 %v: a reply of two versions", w, step, clocks[0], i, v, dst[0])
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(workers*steps), c.Shard(0).Core.Clock())
 		})
 	}
 }

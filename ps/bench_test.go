@@ -56,3 +56,54 @@ func BenchmarkPush(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPushRead is BenchmarkPush with the async push-pull's read of
+// every chunk under the shard's lock, three ways: reply=copy copies each
+// chunk out (what rpc did before copy-on-write), reply=held holds it and
+// lets go before the next push (a reply sent by then: the next update is
+// in place), reply=held-across holds it until after the next push (a
+// reply still in flight: that update goes into another buffer).
+func BenchmarkPushRead(b *testing.B) {
+	const n = 669_706
+	var l nn.Layout
+	l.Add("w", n)
+	plan, err := shard.New(n, 1, 1<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	grads := make([]float32, n)
+	for i := range grads {
+		grads[i] = float32(i%100-50) * 1e-4
+	}
+	for _, reply := range []string{"copy", "held", "held-across"} {
+		b.Run("reply="+reply, func(b *testing.B) {
+			srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), ParallelStep: *parallelStep}, make([]float32, n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			out := make([]float32, n)
+			var held, prev []func()
+			read := func(_ PushResult, c ChunkRead) {
+				if reply == "copy" {
+					copy(out[c.Range.Off:], c.Values)
+					return
+				}
+				held = append(held, c.Hold())
+			}
+			b.SetBytes(4 * n)
+			ctx := context.Background()
+			for step := int64(0); b.Loop(); step++ {
+				if _, err := srv.PushRead(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads}, read); err != nil {
+					b.Fatal(err)
+				}
+				if reply == "held-across" { // let go of the push before's
+					held, prev = prev, held
+				}
+				for _, release := range held {
+					release()
+				}
+				held = held[:0]
+			}
+		})
+	}
+}

@@ -358,6 +358,7 @@ func (s *Server) restore(st *ckptState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.chunks {
+		s.ownLocked(&s.chunks[i])
 		copy(s.chunks[i].values, st.values[i])
 		s.chunks[i].unbound()
 		if err := s.chunks[i].opt.Restore(st.opt[i]); err != nil {

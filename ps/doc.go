@@ -28,7 +28,9 @@
 //
 // Ownership: Push does not retain the caller's slices; Read and Snapshot
 // copy values into the caller's buffer; a ChunkReader gets the shard's own
-// values, under its lock, and must copy what it keeps.
+// values, under its lock, and either copies what it keeps or holds them
+// (ChunkRead.Hold) until it is done: the shard then writes the next
+// update of the chunk into another buffer (copy-on-write).
 //
 // Example (example_test.go) serves reads of a shard and applies a push.
 package ps

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/internal/freelist"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -151,11 +152,78 @@ func (c Config) synchronous() bool { return c.Mode.Synchronous(c.Staleness) }
 // chunk is one owned chunk of the vector with its optimizer state.
 type chunk struct {
 	r      shard.Range
-	values []float32
+	values []float32 // buf's: the chunk's values now
+	buf    *valueBuf
 	opt    *optim.Optimizer
 	// maxValue and maxState bound the magnitudes in values and in the
 	// optimizer's state (growth.go); +Inf until measured.
 	maxValue, maxState float64
+}
+
+// valueBuf holds one version of a chunk's values. The chunk holds a
+// reference to its current version, and each reader that sends the values
+// after the shard's lock is let go (ChunkRead.Hold) holds one more until
+// it is done. An update writes in place while the chunk's is the only
+// reference, and into another buffer otherwise (copy-on-write), so a held
+// version never changes: a push-pull's reply goes out from the values
+// themselves, without a copy under the lock.
+type valueBuf struct {
+	data []float32
+	refs atomic.Int32
+}
+
+// newValueBuf returns an unheld buffer of n floats (contents
+// undefined), from the shard's free list when it has one.
+func (s *Server) newValueBuf(n int) *valueBuf {
+	b := &valueBuf{}
+	if p := s.freeVals.Get(n); p != nil {
+		b.data = *p
+	} else {
+		b.data = make([]float32, n)
+	}
+	b.refs.Store(1)
+	return b
+}
+
+// release drops a reference to b, keeping it for reuse after the last.
+func (s *Server) release(b *valueBuf) {
+	if b.refs.Add(-1) == 0 {
+		s.freeVals.Put(&b.data)
+	}
+}
+
+// ChunkRead is one chunk as a ChunkReader gets it.
+type ChunkRead struct {
+	Range shard.Range
+	// Values are the chunk's values, to be read before the reader
+	// returns (under the shard's lock), or after it returns while held.
+	Values []float32
+	s      *Server
+	buf    *valueBuf
+}
+
+// Hold keeps Values as they are after the reader returns, until release
+// is called (once): later updates go into another buffer meanwhile.
+func (c ChunkRead) Hold() (release func()) {
+	c.buf.refs.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { c.s.release(c.buf) }) }
+}
+
+// chunkRead is ch as a ChunkReader gets it (under the shard's lock).
+func (s *Server) chunkRead(ch *chunk) ChunkRead {
+	return ChunkRead{Range: ch.r, Values: ch.values, s: s, buf: ch.buf}
+}
+
+// ownLocked makes ch's buffer one no reader holds, for a write in place
+// that is not an update (restoring a checkpoint): a fresh one if a reader
+// holds the current one, its contents undefined.
+func (s *Server) ownLocked(ch *chunk) {
+	if ch.buf.refs.Load() > 1 {
+		b := s.newValueBuf(len(ch.values))
+		s.release(ch.buf)
+		ch.buf, ch.values = b, b.data
+	}
 }
 
 // Server is one parameter-server shard.
@@ -192,6 +260,10 @@ type Server struct {
 	// since), stallLogged when the stall was last logged.
 	waiters                int
 	waitSince, stallLogged time.Time
+
+	// freeVals keeps the chunks' value buffers that copy-on-write let go
+	// (valueBuf), for the next updates that need one.
+	freeVals *freelist.List[float32]
 
 	ckpt checkpointer
 	jour *journal // with Config.Journal
@@ -260,12 +332,23 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	}
 	s.log = s.log.With("component", "ps", "shard", cfg.Shard)
 	s.ranges = cfg.Plan.Ranges(cfg.Shard)
+	// Room for a few versions of every chunk (a reply in flight per
+	// worker holds one), at most 1 GiB of them unless that is less than
+	// one more version of each: the list keeps only what was in use at
+	// once, and what it does not keep is allocated again.
+	keep := 4*len(s.ranges) + 8
+	if b := 4 * cfg.Plan.ChunkFloats; b > 0 {
+		keep = min(keep, max(len(s.ranges)+8, (1<<30)/b))
+	}
+	s.freeVals = freelist.New[float32](keep)
 	for _, r := range s.ranges {
 		o, err := optim.New(cfg.Optimizer, r.Len)
 		if err != nil {
 			return nil, fmt.Errorf("parameter server: %w", err)
 		}
-		ch := chunk{r: r, values: append([]float32(nil), initial[r.Off:r.End()]...), opt: o}
+		ch := chunk{r: r, buf: &valueBuf{data: append([]float32(nil), initial[r.Off:r.End()]...)}, opt: o}
+		ch.buf.refs.Store(1)
+		ch.values = ch.buf.data
 		ch.unbound()
 		s.chunks = append(s.chunks, ch)
 		s.chunkAt = append(s.chunkAt, s.floats)
@@ -623,7 +706,7 @@ func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
 // what it needs and return without waiting for anything. With
 // Config.ParallelStep it may be called from several goroutines at once,
 // each with a different chunk, in any order.
-type ChunkReader func(res PushResult, r shard.Range, vals []float32)
+type ChunkReader func(res PushResult, c ChunkRead)
 
 // PushRead is Push and, in async mode, a read of the values right after
 // the push in the same critical section: read gets each owned chunk as
@@ -734,8 +817,8 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 		s.stats.Duplicates++
 		res := PushResult{Clock: s.clock, Duplicate: true}
 		if read != nil {
-			for _, ch := range s.chunks {
-				read(res, ch.r, ch.values)
+			for i := range s.chunks {
+				read(res, s.chunkRead(&s.chunks[i]))
 			}
 		}
 		return res, nil
@@ -789,7 +872,7 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
 	var after func(ch *chunk)
 	if read != nil {
-		after = func(ch *chunk) { read(res, ch.r, ch.values) }
+		after = func(ch *chunk) { read(res, s.chunkRead(ch)) }
 	}
 	s.stepLocked(grads, gmax, after)
 	s.lastStep[in.WorkerID] = in.Step
@@ -816,9 +899,17 @@ func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	step := func(i int, g []float32) {
 		ch := &s.chunks[i]
 		ch.maxValue, ch.maxState, _ = ch.opt.StepBound(ch.maxValue, ch.maxState, gmax)
-		if err := ch.opt.Step(ch.values, g); err != nil {
+		dst := ch.buf
+		if dst.refs.Load() > 1 { // a reply still sends these values
+			dst = s.newValueBuf(len(ch.values))
+		}
+		if err := ch.opt.StepInto(dst.data, ch.values, g); err != nil {
 			// Lengths were checked on the way in; this is a bug.
 			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
+		}
+		if dst != ch.buf {
+			s.release(ch.buf)
+			ch.buf, ch.values = dst, dst.data
 		}
 	}
 	n := len(s.chunks)

@@ -312,8 +312,8 @@ func TestPushRead(t *testing.T) {
 		vals []float32
 	}
 	var reads []got
-	read := func(res PushResult, r shard.Range, vals []float32) {
-		reads = append(reads, got{res, r, append([]float32(nil), vals...)})
+	read := func(res PushResult, c ChunkRead) {
+		reads = append(reads, got{res, c.Range, append([]float32(nil), c.Values...)})
 	}
 	push := Push{WorkerID: 3, Step: 0, Ranges: s.Ranges(), Grads: ones(s.Floats())}
 	res, err := s.PushRead(context.Background(), push, read)
@@ -465,7 +465,7 @@ func TestAsyncWorkerIDs(t *testing.T) {
 // once, in vector order.
 func TestParallelStepIsTheSerialStep(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	const n = 200_003 // 13 chunks of 16,384 floats and a short one
+	const n = 200_003 // 13 chunks of about 15,400 floats
 	var l nn.Layout
 	l.Add("w", n)
 	plan, err := shard.New(n, 1, 1<<16)
@@ -494,7 +494,8 @@ func TestParallelStepIsTheSerialStep(t *testing.T) {
 					var mu sync.Mutex
 					var order []int
 					reads[i] = map[int][]float32{}
-					_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, r shard.Range, vals []float32) {
+					_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, c ChunkRead) {
+						r, vals := c.Range, c.Values
 						// The parallel step reads each chunk from the
 						// goroutine that updated it.
 						mu.Lock()
@@ -571,4 +572,68 @@ func TestPushScannedByTheCaller(t *testing.T) {
 	assert.ErrorContains(t, err, "index 2 is NaN")
 	assert.Equal(t, before, readAll(t, scanned))
 	assert.Equal(t, map[string]int64{RejectedMagnitude: 1, RejectedNonFinite: 1}, scanned.Stats().RejectedBy)
+}
+
+// TestHeldValuesDoNotChange: values a reader holds after a push stay as
+// they were through later pushes (the shard updates into another buffer:
+// copy-on-write), serial and parallel; once released, the next update is
+// in place again and the spare buffer is kept for reuse.
+func TestHeldValuesDoNotChange(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 100_003 // 7 chunks of about 14,300 floats
+	var l nn.Layout
+	l.Add("w", n)
+	plan, err := shard.New(n, 1, 1<<16)
+	require.NoError(t, err)
+	require.Greater(t, plan.NumChunks(), 4)
+	initial := make([]float32, n)
+	for i := range initial {
+		initial[i] = float32(i%200-100) * 1e-3
+	}
+	for _, par := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parallel=%v", par), func(t *testing.T) {
+			s, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.Config{Algorithm: "momentum", LR: 0.05, Momentum: 0.9}, ParallelStep: par}, initial)
+			require.NoError(t, err)
+			grads := make([]float32, n)
+			for i := range grads {
+				grads[i] = float32(i%7+1) * 1e-2
+			}
+			var mu sync.Mutex
+			held := map[int][]float32{} // chunk offset: the held slice
+			copies := map[int][]float32{}
+			var releases []func()
+			_, err = s.PushRead(context.Background(), Push{WorkerID: 1, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, c ChunkRead) {
+				mu.Lock()
+				defer mu.Unlock()
+				held[c.Range.Off], copies[c.Range.Off] = c.Values, slices.Clone(c.Values)
+				releases = append(releases, c.Hold())
+			})
+			require.NoError(t, err)
+			require.Len(t, held, plan.NumChunks())
+			for step := int64(1); step <= 3; step++ {
+				_, err = s.Push(context.Background(), Push{WorkerID: 1, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads})
+				require.NoError(t, err)
+			}
+			now := readAll(t, s)
+			for off, vals := range held {
+				assert.Equal(t, copies[off], vals, "chunk at %d: held values changed", off)
+				assert.NotEqual(t, copies[off][0], now[off], "chunk at %d: the pushes after the hold changed nothing", off)
+			}
+			for _, release := range releases {
+				release()
+				release() // a second call does nothing
+			}
+			bufs := make([]*valueBuf, len(s.chunks))
+			for i := range s.chunks {
+				bufs[i] = s.chunks[i].buf
+				assert.Equal(t, int32(1), bufs[i].refs.Load(), "chunk %d", i)
+			}
+			_, err = s.Push(context.Background(), Push{WorkerID: 1, Step: 4, Clock: 4, Ranges: s.Ranges(), Grads: grads})
+			require.NoError(t, err)
+			for i := range s.chunks {
+				assert.Same(t, bufs[i], s.chunks[i].buf, "chunk %d: updated into another buffer with no reader holding it", i)
+			}
+			assert.NotNil(t, s.freeVals.Get(s.chunks[0].r.Len), "the released versions were not kept for reuse")
+		})
+	}
 }

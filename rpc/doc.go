@@ -5,8 +5,10 @@
 // and Serve, which serves until its context ends and then drains.
 //
 // Tensors never take a protobuf copy: a pull's pieces are sent from the
-// shard's snapshot (shoalpb.TensorOut) and a push's pieces are decoded from
-// gRPC's buffers straight into the gradient (shoalpb.TensorIn); the wire is
+// shard's snapshot, and an async push-pull's from the shard's own values,
+// held while they are sent (shoalpb.TensorOut, ps.ChunkRead.Hold), and a
+// push's pieces are decoded from gRPC's buffers straight into the gradient
+// (shoalpb.TensorIn) and scanned there, piece by piece; the wire is
 // the plain protobuf of ps.proto. PushPull is a push and a pull in one
 // call: the push is read whole, checked and applied (or refused, changing
 // nothing), then the values after it are streamed back, the push's result

@@ -315,15 +315,15 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	var err error
 	// route queues chunk r's values (vals, or snap's) to the lane that
 	// carries it.
-	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, snap mem.Buffer) {
+	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, hold func() func(), snap mem.Buffer) {
 		l := g.laneOf(s.pos[r.Off])
-		queueChunk(queues[l], r, clock, vals, snap, s.pos[r.Off], func(p *pb.PullPiece) {
+		queueChunk(queues[l], r, clock, vals, hold, snap, s.pos[r.Off], func(p *pb.PullPiece) {
 			p.Push, p.HeldMicros = toPushResponse(res), held
 		})
 	}
 	switch {
 	case h.Pull && s.core.Config().Mode == consistency.Async:
-		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, r shard.Range, vals []float32) { route(res, res.Clock, r, vals, nil) })
+		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, c ps.ChunkRead) { route(res, res.Clock, c.Range, c.Values, c.Hold, nil) })
 	default:
 		res, err = s.core.Push(wctx, in)
 		if err != nil || !h.Pull {
@@ -345,7 +345,7 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 			break
 		}
 		for _, r := range s.core.Ranges() {
-			route(res, clock, r, nil, snap)
+			route(res, clock, r, nil, nil, snap)
 		}
 		snap.Free()
 	}

@@ -380,8 +380,8 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	}()
 	q := &replyQueue{out: pieces}
 	wctx, cancel := deadline.Early(stream.Context())
-	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, r shard.Range, vals []float32) {
-		queueChunk(q, r, res.Clock, vals, nil, 0, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
+	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, c ps.ChunkRead) {
+		queueChunk(q, c.Range, res.Clock, c.Values, c.Hold, nil, 0, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
 	})
 	cancel()
 	close(pieces)
@@ -417,10 +417,18 @@ func (q *replyQueue) put(p *pb.PullPiece, payload mem.Buffer, head func(*pb.Pull
 // queueChunk queues the values of chunk r, at clock, on q as pieces of at
 // most pieceFloats: slices of snap (a snapshot holding the chunk's floats
 // from float at on; each slice holds its own reference) where snap is not
-// nil, else copies of vals (the shard's own memory, read under its lock,
-// copied before q is locked, so that chunks read at once copy at once).
-// head fills in what the first piece of the reply carries.
-func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, snap mem.Buffer, at int, head func(*pb.PullPiece)) {
+// nil; else slices of vals themselves (the shard's memory, read under its
+// lock) where hold can keep them as they are until the last piece is sent
+// (ps.ChunkRead.Hold, which the shard answers with copy-on-write), and
+// copies of vals otherwise. head fills in what the first piece of the
+// reply carries.
+func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, hold func() func(), snap mem.Buffer, at int, head func(*pb.PullPiece)) {
+	if snap == nil && hold != nil {
+		if held, ok := pb.HeldFloatBuffer(vals, hold); ok {
+			snap, at = held, 0
+			defer held.Free()
+		}
+	}
 	for off := 0; off < r.Len; off += pieceFloats {
 		end := min(off+pieceFloats, r.Len)
 		var payload mem.Buffer

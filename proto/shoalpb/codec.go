@@ -218,6 +218,28 @@ func (in *TensorIn) place(r *mem.Reader, n int) error {
 	return nil
 }
 
+// HeldFloatBuffer returns a buffer over vals' own memory, without a copy,
+// for values that stay as they are until release is called: hold takes
+// that promise (see ps.ChunkRead.Hold) and returns release, which the
+// buffer calls once its last reference is freed. ok is false, and hold is
+// not called, where the memory cannot go as it is (a big-endian host) or
+// gRPC would not count the buffer's references (one of at most
+// mem.BufferPoolingThreshold bytes): copy then.
+func HeldFloatBuffer(vals []float32, hold func() (release func())) (b mem.Buffer, ok bool) {
+	if !wire.NativeLittleEndian || mem.IsBelowBufferPoolingThreshold(4*len(vals)) {
+		return nil, false
+	}
+	bytes := wire.Float32Bytes(vals)
+	return mem.NewBuffer(&bytes, releaser(hold())), true
+}
+
+// releaser is the "pool" of a HeldFloatBuffer: giving the memory back is
+// calling it.
+type releaser func()
+
+func (r releaser) Get(int) *[]byte { panic("shoalpb: a held buffer has no pool to get from") }
+func (r releaser) Put(*[]byte)     { r() }
+
 // NewFloatBuffer returns a pooled buffer of n little-endian float32 values
 // that fill writes (into the buffer's own memory on a little-endian host).
 // Whoever holds the buffer frees it; the transport does for a TensorOut's
