@@ -379,14 +379,28 @@ func sendLane(stream grpc.ServerStream, g *gather, lane int, gerr func() error) 
 				return gerr()
 			}
 			if err := stream.SendMsg(out); err != nil {
-				out.Payload.Free()
-				for out := range ch {
-					out.Payload.Free()
-				}
+				// SendMsg took out's payload whatever it returns (the
+				// codec hands it to gRPC, which frees it): free only
+				// what is still queued. Freeing it again panicked the
+				// shard when a client went away mid-reply.
+				drain(ch)
 				return err
 			}
 		case <-ctx.Done():
+			// What the commit queues from now on is freed as it comes
+			// (a held chunk goes back to the shard); the commit closes
+			// ch whatever happens.
+			go drain(ch)
 			return toStatus(ctx.Err())
+		}
+	}
+}
+
+// drain frees the payload of every piece left in ch, until it is closed.
+func drain(ch <-chan *pb.TensorOut) {
+	for out := range ch {
+		if out.Payload != nil {
+			out.Payload.Free()
 		}
 	}
 }

@@ -9,9 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/internal/testcluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -343,4 +346,49 @@ func TestALaneSentAgainReplacesThePush(t *testing.T) {
 	assert.Contains(t, status.Convert(r.err).Message(), "replaced by lane")
 	assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6}, pullAll(t, ps))
 	assert.Equal(t, int64(1), c.Shard(0).Core.Clock())
+}
+
+// TestLanesThatStopReadingEndCleanly: lanes whose client stops reading
+// their reply, and then goes away, end the shard's sends with an error
+// that frees what was queued once (a second free of the piece gRPC had
+// already taken panicked the shard), and the shard serves on.
+func TestLanesThatStopReadingEndCleanly(t *testing.T) {
+	const n, chunk = 1 << 20, 1 << 16 // 16 chunks of 256 KiB; each lane's reply 8 of them
+	c := testcluster.Start(t, testcluster.Cores(t, n, 1, chunk, 1e-3)...)
+	// Static 64 KiB windows (no BDP growth): a reply the client does not
+	// read stops the shard's sender after a piece or two.
+	conn, err := grpc.NewClient(c.Addrs()[0], c.DialOption(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	require.NoError(t, err)
+	defer conn.Close()
+	ps := pb.NewParameterServerClient(conn)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	grads := make([]float32, n/2)
+	streams := make([]pb.ParameterServer_PushPullClient, 2)
+	for l := range streams {
+		streams[l], err = ps.PushPull(ctx)
+		require.NoError(t, err)
+		lane := lane{lane: l, lanes: 2, worker: 1, ranges: [][2]int64{{int64(l * n / 2), n / 2}}}
+		for at := 0; at < n/2; at += n / 8 {
+			piece := &pb.PushPiece{Grads: floats(grads[at : at+n/8]...)}
+			if at == 0 {
+				piece.Header = lane.header(true)
+			}
+			require.NoError(t, streams[l].Send(piece))
+		}
+		require.NoError(t, streams[l].CloseSend())
+	}
+	for l, stream := range streams {
+		p, err := stream.Recv() // the push is applied and the reply under way
+		require.NoError(t, err, "lane %d", l)
+		require.NotNil(t, p.Push, "lane %d", l)
+	}
+	cancel() // neither lane reads the rest of its reply
+	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithLanes(2))
+	require.NoError(t, err)
+	defer cl.Close()
+	dst := make([]float32, n)
+	_, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: 1, Grads: make([]float32, n)}, Pull: true, Dst: dst})
+	require.NoError(t, err, "the next push-pull")
+	assert.Equal(t, int64(2), c.Shard(0).Core.Clock())
 }
