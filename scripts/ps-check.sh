@@ -8,17 +8,20 @@
 # raw TCP round trip, and 4 shards in one process training 1.7x faster
 # than one. Lanes (several connections to one shard) took a lone
 # push-pull from 3.7 to 2.7 ms but 4 shards to 1.7: after the last lane
-# arrives, one shard updates its chunks and copies them for the replies
-# one after another under its lock, and the last lane's values wait for
-# all of that. The parallel step does both on several goroutines. What is
-# left to measure:
+# arrived, one shard scanned the gradient, updated its chunks and copied
+# them for the replies, one after another, and the last lane's values
+# waited for all of that. Since 2026-11-27 the scan runs as the pieces
+# arrive, replies go out without a copy (copy-on-write), and the parallel
+# step updates the chunks on several goroutines. What is left to measure:
 #
 #   1. The lanes and the parallel step alone: BenchmarkPushPullLanes (the
 #      670k push-pull over 1-4 connections, serial and parallel step)
-#      beside `shoal bench tcp`, and ps's BenchmarkPush (the shard's
-#      update of the 670k vector) with GOMAXPROCS 1, 4 and 8, the parallel
-#      step on and off, the push scanned by the shard and beforehand,
-#      alternating, MICRO_ROUNDS rounds (default 2) -> micro.txt
+#      beside `shoal bench tcp`, and ps's BenchmarkPush and
+#      BenchmarkPushRead (the shard's serial work per push of the 670k
+#      vector: the push scanned by the shard or as it arrived; the reply
+#      copied, held, held across the next push) with GOMAXPROCS 1, 4 and
+#      8, the parallel step on and off, alternating, MICRO_ROUNDS rounds
+#      (default 2) -> micro.txt
 #   2. make bench-ps for each of VARIANTS,
 #      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES]]" (THREADS, a worker's,
 #      default 4, the peer's best; CHUNK_BYTES default 1 MiB, 3 chunks of
@@ -60,7 +63,7 @@ status=0
 		.gpubin/shoal bench tcp --bytes 2678824 --iters 200 || status=1
 		for par in false true; do
 			echo "parallel step $par"
-			(cd ps && ../.gpubin/ps.test -test.run '^$' -test.bench 'BenchmarkPush$' -test.cpu 1,4,8 -test.benchtime 0.5s -parallel-step=$par) | grep -E '^Benchmark' || status=1
+			(cd ps && ../.gpubin/ps.test -test.run '^$' -test.bench 'BenchmarkPush(Read)?$' -test.cpu 1,4,8 -test.benchtime 0.5s -parallel-step=$par) | grep -E '^Benchmark' || status=1
 		done
 	done
 } >"$OUT/micro.txt" 2>&1
