@@ -587,10 +587,11 @@ func TestPushPullWithTheParallelStep(t *testing.T) {
 	}
 }
 
-// TestRepliesAreOneViewWhilePushesGoOn: workers push-pulling one async
-// shard at once each get back one consistent view (every value after the
-// same pushes), although the shard sends replies from its own values
-// without a copy and goes on updating meanwhile (copy-on-write): all
+// TestRepliesAreOneViewWhilePushesGoOn: workers push-pulling one async or
+// SSP shard at once each get back one consistent view (every value after
+// the same pushes), although the shard sends replies and pulls from its
+// own values without a copy and goes on updating meanwhile
+// (copy-on-write): all
 // weights start equal and every gradient is the same, so a view is a
 // vector of one value, and a reply that mixed versions would hold two.
 func TestRepliesAreOneViewWhilePushesGoOn(t *testing.T) {
@@ -598,11 +599,13 @@ func TestRepliesAreOneViewWhilePushesGoOn(t *testing.T) {
 	var l nn.Layout
 	l.Add("w", n)
 	for _, tc := range []struct {
+		mode  consistency.Mode
 		lanes int
 		par   bool
-	}{{1, false}, {3, false}, {3, true}} {
-		t.Run(fmt.Sprintf("lanes=%d/parallel-step=%v", tc.lanes, tc.par), func(t *testing.T) {
+	}{{consistency.Async, 1, false}, {consistency.Async, 3, false}, {consistency.Async, 3, true}, {consistency.SSP, 1, false}, {consistency.SSP, 3, true}} {
+		t.Run(fmt.Sprintf("%v/lanes=%d/parallel-step=%v", tc.mode, tc.lanes, tc.par), func(t *testing.T) {
 			cfg := ps.DefaultConfig()
+			cfg.Mode, cfg.Workers, cfg.Staleness = tc.mode, workers, steps // SSP: pulls never wait, pushes go on meanwhile
 			cfg.Optimizer = optim.Config{Algorithm: "momentum", LR: 0.01, Momentum: 0.9}
 			cfg.ParallelStep = tc.par
 			c := testcluster.Start(t, testcluster.CoresWith(t, cfg, l, make([]float32, n), 1, 4096)...)

@@ -623,6 +623,20 @@ func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
 	return s.clock, nil
 }
 
+// View hands every owned chunk, in vector order, to read under the
+// shard's lock, as one consistent view, and returns its clock: a Snapshot
+// without the copy, for a reader that holds what it sends
+// (ChunkRead.Hold). It counts as a pull, as Snapshot does.
+func (s *Server) View(read func(ChunkRead)) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.chunks {
+		read(s.chunkRead(&s.chunks[i]))
+	}
+	s.stats.Pulls++
+	return s.clock
+}
+
 // Snapshot copies every owned value, chunk after chunk in vector order,
 // into dst (len Floats()) as one consistent view, and returns its clock.
 func (s *Server) Snapshot(dst []float32) (int64, error) {

@@ -317,7 +317,7 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	// carries it.
 	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, hold func() func(), snap mem.Buffer) {
 		l := g.laneOf(s.pos[r.Off])
-		queueChunk(queues[l], r, clock, vals, hold, snap, s.pos[r.Off], func(p *pb.PullPiece) {
+		queueChunk(queues[l], r, clock, vals, hold, snap, func(p *pb.PullPiece) {
 			p.Push, p.HeldMicros = toPushResponse(res), held
 		})
 	}
@@ -334,20 +334,14 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 			break
 		}
 		held = time.Since(start).Microseconds()
-		// One pooled snapshot, sent as slices: each piece holds a
-		// reference, and the buffer returns to the pool after the last.
-		var clock int64
-		var snap mem.Buffer
-		if snap, err = pb.NewFloatBuffer(g.floats, func(dst []float32) (err error) {
-			clock, err = s.core.Snapshot(dst)
-			return err
-		}); err != nil {
-			break
+		// One view of the shard, each chunk held (not copied) until the
+		// lane that carries it has sent it.
+		var chunks []mem.Buffer
+		clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+		for i, r := range s.core.Ranges() {
+			route(res, clock, r, nil, nil, chunks[i])
+			chunks[i].Free()
 		}
-		for _, r := range s.core.Ranges() {
-			route(res, clock, r, nil, nil, snap)
-		}
-		snap.Free()
 	}
 	s.gmu.Lock()
 	defer s.gmu.Unlock()

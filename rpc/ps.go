@@ -265,26 +265,22 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 		return stream.SendMsg(&pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload})
 	}
 	if len(ranges) == 0 {
-		// The whole shard, as one consistent snapshot, sent from the
-		// snapshot's own memory: the transport frees each piece once it
-		// is written, and the snapshot returns to the pool after the last.
-		var clock int64
-		snap, err := pb.NewFloatBuffer(s.core.Floats(), func(dst []float32) (err error) {
-			clock, err = s.core.Snapshot(dst)
-			return err
-		})
-		if err != nil {
-			return toStatus(err)
-		}
-		defer snap.Free()
-		at := 0
-		for _, r := range s.core.Ranges() {
+		// The whole shard, as one consistent view, sent from the chunks'
+		// own memory, held until the transport has written the last
+		// piece of each (the shard copies-on-write meanwhile).
+		var chunks []mem.Buffer
+		clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+		defer func() {
+			for _, b := range chunks {
+				b.Free()
+			}
+		}()
+		for i, r := range s.core.Ranges() {
 			for off := 0; off < r.Len; off += pieceFloats {
 				k := min(pieceFloats, r.Len-off)
-				if err := send(r.Off+off, clock, snap.Slice(4*at, 4*(at+k))); err != nil {
+				if err := send(r.Off+off, clock, chunks[i].Slice(4*off, 4*(off+k))); err != nil {
 					return err
 				}
-				at += k
 			}
 		}
 		return nil
@@ -381,7 +377,7 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	q := &replyQueue{out: pieces}
 	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, c ps.ChunkRead) {
-		queueChunk(q, c.Range, res.Clock, c.Values, c.Hold, nil, 0, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
+		queueChunk(q, c.Range, res.Clock, c.Values, c.Hold, nil, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
 	})
 	cancel()
 	close(pieces)
@@ -414,18 +410,28 @@ func (q *replyQueue) put(p *pb.PullPiece, payload mem.Buffer, head func(*pb.Pull
 	q.out <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload}
 }
 
+// chunkBuffer is chunk c's values as one buffer: held (no copy) where
+// that can be, else a copy; the caller frees it.
+func chunkBuffer(c ps.ChunkRead) mem.Buffer {
+	if b, ok := pb.HeldFloatBuffer(c.Values, c.Hold); ok {
+		return b
+	}
+	b, _ := pb.NewFloatBuffer(len(c.Values), func(dst []float32) error { copy(dst, c.Values); return nil })
+	return b
+}
+
 // queueChunk queues the values of chunk r, at clock, on q as pieces of at
-// most pieceFloats: slices of snap (a snapshot holding the chunk's floats
-// from float at on; each slice holds its own reference) where snap is not
-// nil; else slices of vals themselves (the shard's memory, read under its
+// most pieceFloats: slices of snap (the chunk's floats; each slice holds
+// its own reference) where snap is not nil; else slices
+// of vals themselves (the shard's memory, read under its
 // lock) where hold can keep them as they are until the last piece is sent
 // (ps.ChunkRead.Hold, which the shard answers with copy-on-write), and
 // copies of vals otherwise. head fills in what the first piece of the
 // reply carries.
-func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, hold func() func(), snap mem.Buffer, at int, head func(*pb.PullPiece)) {
+func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, hold func() func(), snap mem.Buffer, head func(*pb.PullPiece)) {
 	if snap == nil && hold != nil {
 		if held, ok := pb.HeldFloatBuffer(vals, hold); ok {
-			snap, at = held, 0
+			snap = held
 			defer held.Free()
 		}
 	}
@@ -433,7 +439,7 @@ func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, hold 
 		end := min(off+pieceFloats, r.Len)
 		var payload mem.Buffer
 		if snap != nil {
-			payload = snap.Slice(4*(at+off), 4*(at+end))
+			payload = snap.Slice(4*off, 4*end)
 		} else {
 			part := vals[off:end]
 			payload, _ = pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
