@@ -15,14 +15,10 @@ import (
 // (scripts/ps-check.sh measures both).
 var parallelStep = flag.Bool("parallel-step", false, "BenchmarkPush: the shard updates its chunks in parallel")
 
-// BenchmarkPush is an async shard taking one push of the 784-512-512-10
-// MLP's 669,706 floats with the default optimizer (momentum): the checks
-// of the gradient (finite, its largest magnitude), of what the update can
-// do to the weights, and the update; scan=caller is the same push scanned
-// beforehand (Push.Scanned, as rpc scans a push piece by piece while it
-// arrives), so the difference is what the scan costs after the last byte.
-func BenchmarkPush(b *testing.B) {
-	const n = 669_706
+// benchShard is an async shard of n floats in chunks of 1 MiB with the
+// default optimizer (momentum; the parallel step as -parallel-step says),
+// and a gradient for it.
+func benchShard(b *testing.B, n int) (*Server, []float32) {
 	var l nn.Layout
 	l.Add("w", n)
 	plan, err := shard.New(n, 1, 1<<20)
@@ -41,6 +37,18 @@ func BenchmarkPush(b *testing.B) {
 	for i := range grads {
 		grads[i] = float32(i%100-50) * 1e-4
 	}
+	return srv, grads
+}
+
+// BenchmarkPush is an async shard taking one push of the 784-512-512-10
+// MLP's 669,706 floats with the default optimizer (momentum): the checks
+// of the gradient (finite, its largest magnitude), of what the update can
+// do to the weights, and the update; scan=caller is the same push scanned
+// beforehand (Push.Scanned, as rpc scans a push piece by piece while it
+// arrives), so the difference is what the scan costs after the last byte.
+func BenchmarkPush(b *testing.B) {
+	const n = 669_706
+	srv, grads := benchShard(b, n)
 	_, bound := ScanGradient(grads)
 	step := int64(0)
 	for _, scanned := range []float64{0, bound} {
@@ -65,22 +73,9 @@ func BenchmarkPush(b *testing.B) {
 // reply still in flight: that update goes into another buffer).
 func BenchmarkPushRead(b *testing.B) {
 	const n = 669_706
-	var l nn.Layout
-	l.Add("w", n)
-	plan, err := shard.New(n, 1, 1<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	grads := make([]float32, n)
-	for i := range grads {
-		grads[i] = float32(i%100-50) * 1e-4
-	}
 	for _, reply := range []string{"copy", "held", "held-across"} {
 		b.Run("reply="+reply, func(b *testing.B) {
-			srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), ParallelStep: *parallelStep}, make([]float32, n))
-			if err != nil {
-				b.Fatal(err)
-			}
+			srv, grads := benchShard(b, n)
 			out := make([]float32, n)
 			var held, prev []func()
 			read := func(_ PushResult, c ChunkRead) {

@@ -202,8 +202,9 @@ type ChunkRead struct {
 	buf    *valueBuf
 }
 
-// Hold keeps Values as they are after the reader returns, until release
-// is called (once): later updates go into another buffer meanwhile.
+// Hold, called while the reader runs, keeps Values as they are after it
+// returns, until release is called (once): later updates of the chunk go
+// into another buffer meanwhile.
 func (c ChunkRead) Hold() (release func()) {
 	c.buf.refs.Add(1)
 	var once sync.Once
@@ -717,7 +718,8 @@ func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
 
 // ChunkReader receives the values of one owned chunk, right after a push,
 // with the push's result. It runs under the shard's lock: it must copy
-// what it needs and return without waiting for anything. With
+// what it needs or hold it (ChunkRead.Hold), and return without waiting
+// for anything. With
 // Config.ParallelStep it may be called from several goroutines at once,
 // each with a different chunk, in any order.
 type ChunkReader func(res PushResult, c ChunkRead)
@@ -905,9 +907,9 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 // parallelStepFloats, up to GOMAXPROCS goroutines take the chunks in
 // order, and each updates a chunk (each chunk has its own optimizer state,
 // so the values are the same bit for bit) and then calls after on it, so
-// that the copies of a reply are made in parallel too: the update and the
-// copy are memory-bound, and on one core they held the shard's lock for
-// most of a push of the 670k MLP.
+// that each chunk goes to the reply as soon as it is ready: the update is
+// memory-bound, and on one core it held the shard's lock for most of a
+// push of the 670k MLP.
 func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	defer s.cfg.Timeline.Since(0, "optimizer step", time.Now(), timeline.Arg{Key: "clock", Val: s.clock})
 	step := func(i int, g []float32) {

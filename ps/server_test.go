@@ -459,13 +459,10 @@ func TestAsyncWorkerIDs(t *testing.T) {
 	assert.ErrorContains(t, err, "workers 65537: want 1..65536")
 }
 
-// TestParallelStepIsTheSerialStep: with ParallelStep the chunks, updated
-// by several goroutines, end bit for bit where the serial update leaves
-// them, in every mode, and a push-pull's reader still gets every chunk
-// once, in vector order.
-func TestParallelStepIsTheSerialStep(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	const n = 200_003 // 13 chunks of about 15,400 floats
+// manyChunks is a vector of n floats in chunks of at most 64 KiB, more
+// than 4 of them, all on one shard, and values for it.
+func manyChunks(t *testing.T, n int) (nn.Layout, shard.Plan, []float32) {
+	t.Helper()
 	var l nn.Layout
 	l.Add("w", n)
 	plan, err := shard.New(n, 1, 1<<16)
@@ -475,6 +472,18 @@ func TestParallelStepIsTheSerialStep(t *testing.T) {
 	for i := range initial {
 		initial[i] = float32(i%200-100) * 1e-3
 	}
+	return l, plan, initial
+}
+
+// TestParallelStepIsTheSerialStep: with ParallelStep the chunks, updated
+// by several goroutines, end bit for bit where the serial update leaves
+// them, in every mode, and a push-pull's reader still gets every chunk
+// once, in vector order.
+func TestParallelStepIsTheSerialStep(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 200_003 // 13 chunks of about 15,400 floats
+	l, plan, initial := manyChunks(t, n)
+	var err error
 	for _, mode := range []consistency.Mode{consistency.Async, consistency.SSP, consistency.Sync} {
 		t.Run(mode.String(), func(t *testing.T) {
 			servers := make([]*Server, 2)
@@ -581,15 +590,7 @@ func TestPushScannedByTheCaller(t *testing.T) {
 func TestHeldValuesDoNotChange(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	const n = 100_003 // 7 chunks of about 14,300 floats
-	var l nn.Layout
-	l.Add("w", n)
-	plan, err := shard.New(n, 1, 1<<16)
-	require.NoError(t, err)
-	require.Greater(t, plan.NumChunks(), 4)
-	initial := make([]float32, n)
-	for i := range initial {
-		initial[i] = float32(i%200-100) * 1e-3
-	}
+	l, plan, initial := manyChunks(t, n)
 	for _, par := range []bool{false, true} {
 		t.Run(fmt.Sprintf("parallel=%v", par), func(t *testing.T) {
 			s, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.Config{Algorithm: "momentum", LR: 0.05, Momentum: 0.9}, ParallelStep: par}, initial)

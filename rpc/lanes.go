@@ -313,17 +313,21 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	defer cancel()
 	var res ps.PushResult
 	var err error
-	// route queues chunk r's values (vals, or snap's) to the lane that
-	// carries it.
-	route := func(res ps.PushResult, clock int64, r shard.Range, vals []float32, hold func() func(), snap mem.Buffer) {
+	// route queues chunk r's values, buf (see chunkBuffer), to the lane
+	// that carries it.
+	route := func(res ps.PushResult, clock int64, r shard.Range, buf mem.Buffer) {
 		l := g.laneOf(s.pos[r.Off])
-		queueChunk(queues[l], r, clock, vals, hold, snap, func(p *pb.PullPiece) {
+		queueChunk(queues[l], r, clock, buf, func(p *pb.PullPiece) {
 			p.Push, p.HeldMicros = toPushResponse(res), held
 		})
 	}
 	switch {
 	case h.Pull && s.core.Config().Mode == consistency.Async:
-		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, c ps.ChunkRead) { route(res, res.Clock, c.Range, c.Values, c.Hold, nil) })
+		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, c ps.ChunkRead) {
+			buf := chunkBuffer(c)
+			route(res, res.Clock, c.Range, buf)
+			buf.Free()
+		})
 	default:
 		res, err = s.core.Push(wctx, in)
 		if err != nil || !h.Pull {
@@ -339,7 +343,7 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 		var chunks []mem.Buffer
 		clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
 		for i, r := range s.core.Ranges() {
-			route(res, clock, r, nil, nil, chunks[i])
+			route(res, clock, r, chunks[i])
 			chunks[i].Free()
 		}
 	}

@@ -377,7 +377,9 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	q := &replyQueue{out: pieces}
 	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, c ps.ChunkRead) {
-		queueChunk(q, c.Range, res.Clock, c.Values, c.Hold, nil, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
+		buf := chunkBuffer(c)
+		queueChunk(q, c.Range, res.Clock, buf, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
+		buf.Free()
 	})
 	cancel()
 	close(pieces)
@@ -410,8 +412,10 @@ func (q *replyQueue) put(p *pb.PullPiece, payload mem.Buffer, head func(*pb.Pull
 	q.out <- &pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload}
 }
 
-// chunkBuffer is chunk c's values as one buffer: held (no copy) where
-// that can be, else a copy; the caller frees it.
+// chunkBuffer is chunk c's values as one buffer, made while the shard's
+// lock is held: the values themselves, held until the buffer's last
+// reference is freed (the shard copies-on-write meanwhile), where that can
+// be (see shoalpb.HeldFloatBuffer), else a copy. The caller frees it.
 func chunkBuffer(c ps.ChunkRead) mem.Buffer {
 	if b, ok := pb.HeldFloatBuffer(c.Values, c.Hold); ok {
 		return b
@@ -421,30 +425,13 @@ func chunkBuffer(c ps.ChunkRead) mem.Buffer {
 }
 
 // queueChunk queues the values of chunk r, at clock, on q as pieces of at
-// most pieceFloats: slices of snap (the chunk's floats; each slice holds
-// its own reference) where snap is not nil; else slices
-// of vals themselves (the shard's memory, read under its
-// lock) where hold can keep them as they are until the last piece is sent
-// (ps.ChunkRead.Hold, which the shard answers with copy-on-write), and
-// copies of vals otherwise. head fills in what the first piece of the
-// reply carries.
-func queueChunk(q *replyQueue, r shard.Range, clock int64, vals []float32, hold func() func(), snap mem.Buffer, head func(*pb.PullPiece)) {
-	if snap == nil && hold != nil {
-		if held, ok := pb.HeldFloatBuffer(vals, hold); ok {
-			snap = held
-			defer held.Free()
-		}
-	}
+// most pieceFloats, slices of buf (the chunk's floats, see chunkBuffer;
+// each slice holds its own reference, so the caller frees buf once it is
+// queued). head fills in what the first piece of the reply carries.
+func queueChunk(q *replyQueue, r shard.Range, clock int64, buf mem.Buffer, head func(*pb.PullPiece)) {
 	for off := 0; off < r.Len; off += pieceFloats {
 		end := min(off+pieceFloats, r.Len)
-		var payload mem.Buffer
-		if snap != nil {
-			payload = snap.Slice(4*off, 4*end)
-		} else {
-			part := vals[off:end]
-			payload, _ = pb.NewFloatBuffer(len(part), func(dst []float32) error { copy(dst, part); return nil })
-		}
-		q.put(&pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}, payload, head)
+		q.put(&pb.PullPiece{Offset: int64(r.Off + off), Clock: clock}, buf.Slice(4*off, 4*end), head)
 	}
 }
 
