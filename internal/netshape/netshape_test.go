@@ -316,7 +316,7 @@ func TestWriteDeadlineChangedWhileWaiting(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
-			want := randomBytes(4, 5000)
+			want := randomBytes(4, 50_000) // 49 s at 1000 B/s past the first 1000
 			go func() {
 				n, err := w.Write(want) // 1000 now, 1000 queued, the rest waits
 				done <- result{n, err}
@@ -325,9 +325,12 @@ func TestWriteDeadlineChangedWhileWaiting(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, w.SetWriteDeadline(time.Now()))
 			res := <-done
-			// The second piece may or may not have been queued before the
-			// deadline moved; the third cannot have been.
-			assert.Contains(t, []int{1000, 2000}, res.n)
+			// How much was queued before the deadline moved depends on how
+			// long this goroutine took to move it (a piece a second; under
+			// -race on a loaded machine it once took more than one): the
+			// Write ends early, with a timeout, having queued what it says.
+			assert.GreaterOrEqual(t, res.n, 1000)
+			assert.Less(t, res.n, len(want))
 			assertTimeout(t, res.err)
 			require.NoError(t, w.Close())
 			rest, err := io.ReadAll(r)
