@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"flag"
+	"sync"
 	"testing"
 
 	"github.com/shoalml/shoal/consistency"
@@ -78,12 +79,16 @@ func BenchmarkPushRead(b *testing.B) {
 			srv, grads := benchShard(b, n)
 			out := make([]float32, n)
 			var held, prev []func()
+			var mu sync.Mutex // with -parallel-step, chunks are read from several goroutines
 			read := func(_ PushResult, c ChunkRead) {
 				if reply == "copy" {
 					copy(out[c.Range.Off:], c.Values)
 					return
 				}
-				held = append(held, c.Hold())
+				release := c.Hold()
+				mu.Lock()
+				held = append(held, release)
+				mu.Unlock()
 			}
 			b.SetBytes(4 * n)
 			ctx := context.Background()
