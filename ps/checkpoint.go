@@ -84,7 +84,7 @@ func (s *Server) captureLocked() {
 	}
 	st := &ckptState{clock: s.clock, lastStep: map[int64]int64{}, progress: map[int64]int64{}}
 	for _, ch := range s.chunks {
-		st.values = append(st.values, append([]float32(nil), ch.values...))
+		st.values = append(st.values, append([]float32(nil), ch.buf.data...))
 		st.opt = append(st.opt, ch.opt.State())
 	}
 	for k, v := range s.lastStep {
@@ -359,7 +359,7 @@ func (s *Server) restore(st *ckptState) {
 	defer s.mu.Unlock()
 	for i := range s.chunks {
 		s.ownLocked(&s.chunks[i])
-		copy(s.chunks[i].values, st.values[i])
+		copy(s.chunks[i].buf.data, st.values[i])
 		s.chunks[i].unbound()
 		if err := s.chunks[i].opt.Restore(st.opt[i]); err != nil {
 			panic(fmt.Sprintf("ps: restoring a checked checkpoint: %v", err))

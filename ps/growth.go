@@ -35,7 +35,7 @@ func (s *Server) checkGrowthLocked(in Push, gmax float64) error {
 		if _, _, peak := ch.opt.StepBound(ch.maxValue, ch.maxState, gmax); peak <= MaxMagnitude {
 			continue
 		}
-		ch.maxValue, ch.maxState = optim.MaxAbs(ch.values), ch.opt.StateMaxAbs()
+		ch.maxValue, ch.maxState = optim.MaxAbs(ch.buf.data), ch.opt.StateMaxAbs()
 		if _, _, peak := ch.opt.StepBound(ch.maxValue, ch.maxState, gmax); !(peak <= MaxMagnitude) {
 			at, g := largest(in.Grads)
 			return refuse(RejectedMagnitude, fmt.Errorf("%w: push for step %d from worker %d: its gradient reaches %v (at index %d), which could take chunk %v's weights (now at most %.3g in magnitude) or optimizer state (%.3g) past %.3g; refused whole, nothing changed",

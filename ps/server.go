@@ -151,10 +151,9 @@ func (c Config) synchronous() bool { return c.Mode.Synchronous(c.Staleness) }
 
 // chunk is one owned chunk of the vector with its optimizer state.
 type chunk struct {
-	r      shard.Range
-	values []float32 // buf's: the chunk's values now
-	buf    *valueBuf
-	opt    *optim.Optimizer
+	r   shard.Range
+	buf *valueBuf // the chunk's values now (buf.data)
+	opt *optim.Optimizer
 	// maxValue and maxState bound the magnitudes in values and in the
 	// optimizer's state (growth.go); +Inf until measured.
 	maxValue, maxState float64
@@ -175,12 +174,15 @@ type valueBuf struct {
 // newValueBuf returns an unheld buffer of n floats (contents
 // undefined), from the shard's free list when it has one.
 func (s *Server) newValueBuf(n int) *valueBuf {
-	b := &valueBuf{}
 	if p := s.freeVals.Get(n); p != nil {
-		b.data = *p
-	} else {
-		b.data = make([]float32, n)
+		return valueBufOf(*p)
 	}
+	return valueBufOf(make([]float32, n))
+}
+
+// valueBufOf is data as an unheld valueBuf.
+func valueBufOf(data []float32) *valueBuf {
+	b := &valueBuf{data: data}
 	b.refs.Store(1)
 	return b
 }
@@ -213,7 +215,7 @@ func (c ChunkRead) Hold() (release func()) {
 
 // chunkRead is ch as a ChunkReader gets it (under the shard's lock).
 func (s *Server) chunkRead(ch *chunk) ChunkRead {
-	return ChunkRead{Range: ch.r, Values: ch.values, s: s, buf: ch.buf}
+	return ChunkRead{Range: ch.r, Values: ch.buf.data, s: s, buf: ch.buf}
 }
 
 // ownLocked makes ch's buffer one no reader holds, for a write in place
@@ -221,9 +223,9 @@ func (s *Server) chunkRead(ch *chunk) ChunkRead {
 // holds the current one, its contents undefined.
 func (s *Server) ownLocked(ch *chunk) {
 	if ch.buf.refs.Load() > 1 {
-		b := s.newValueBuf(len(ch.values))
+		b := s.newValueBuf(len(ch.buf.data))
 		s.release(ch.buf)
-		ch.buf, ch.values = b, b.data
+		ch.buf = b
 	}
 }
 
@@ -347,9 +349,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parameter server: %w", err)
 		}
-		ch := chunk{r: r, buf: &valueBuf{data: append([]float32(nil), initial[r.Off:r.End()]...)}, opt: o}
-		ch.buf.refs.Store(1)
-		ch.values = ch.buf.data
+		ch := chunk{r: r, buf: valueBufOf(append([]float32(nil), initial[r.Off:r.End()]...)), opt: o}
 		ch.unbound()
 		s.chunks = append(s.chunks, ch)
 		s.chunkAt = append(s.chunkAt, s.floats)
@@ -619,7 +619,7 @@ func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
 	for c := p.ChunkAt(r.Off); c <= p.ChunkAt(r.End()-1); c++ {
 		ch := &s.chunks[c/p.Servers]
 		lo, hi := max(r.Off, ch.r.Off), min(r.End(), ch.r.End())
-		copy(dst[lo-r.Off:hi-r.Off], ch.values[lo-ch.r.Off:hi-ch.r.Off])
+		copy(dst[lo-r.Off:hi-r.Off], ch.buf.data[lo-ch.r.Off:hi-ch.r.Off])
 	}
 	return s.clock, nil
 }
@@ -648,7 +648,7 @@ func (s *Server) Snapshot(dst []float32) (int64, error) {
 	defer s.mu.Unlock()
 	off := 0
 	for _, ch := range s.chunks {
-		off += copy(dst[off:], ch.values)
+		off += copy(dst[off:], ch.buf.data)
 	}
 	s.stats.Pulls++
 	return s.clock, nil
@@ -917,15 +917,15 @@ func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 		ch.maxValue, ch.maxState, _ = ch.opt.StepBound(ch.maxValue, ch.maxState, gmax)
 		dst := ch.buf
 		if dst.refs.Load() > 1 { // a reply still sends these values
-			dst = s.newValueBuf(len(ch.values))
+			dst = s.newValueBuf(len(ch.buf.data))
 		}
-		if err := ch.opt.StepInto(dst.data, ch.values, g); err != nil {
+		if err := ch.opt.StepInto(dst.data, ch.buf.data, g); err != nil {
 			// Lengths were checked on the way in; this is a bug.
 			panic(fmt.Sprintf("ps: optimizer step on chunk %v: %v", ch.r, err))
 		}
 		if dst != ch.buf {
 			s.release(ch.buf)
-			ch.buf, ch.values = dst, dst.data
+			ch.buf = dst
 		}
 	}
 	n := len(s.chunks)
@@ -1034,7 +1034,7 @@ func (s *Server) applyStepLocked() {
 // checkFinite returns the largest magnitude in g, the floats of ranges
 // rs, or an error naming the first NaN or ±Inf.
 func checkFinite(g []float32, rs []shard.Range) (float64, error) {
-	i, gmax := scanGradient(g)
+	i, gmax := ScanGradient(g)
 	if i < 0 {
 		return gmax, nil
 	}
@@ -1053,13 +1053,7 @@ func vectorIndex(i int, rs []shard.Range) int {
 	return i
 }
 
-// ScanGradient is the shard's check of a gradient, for a caller that
-// scans the pieces of a push as they arrive (see Push.Scanned): the index
-// of the first NaN or ±Inf in g, or -1 and a bound on the magnitudes in g
-// (the largest bound over the pieces is the push's).
-func ScanGradient(g []float32) (int, float64) { return scanGradient(g) }
-
-// scanGradient returns the index of the first NaN or ±Inf in g, or -1
+// ScanGradient returns the index of the first NaN or ±Inf in g, or -1
 // and a bound on the magnitudes in g: the largest magnitude where that is
 // at least scanFloor, else scanFloor. NaN, ±Inf and every float32 of
 // magnitude scanFloor or more have an exponent of at least
@@ -1069,8 +1063,10 @@ func ScanGradient(g []float32) (int, float64) { return scanGradient(g) }
 // float (for the first NaN or ±Inf, and the largest magnitude) only when
 // the test hits: every push is checked whole before anything is applied,
 // so this runs over every gradient, and ordinary gradients, all below
-// scanFloor, cost no more than the finite check alone.
-func scanGradient(g []float32) (int, float64) {
+// scanFloor, cost no more than the finite check alone. rpc runs it over
+// each piece of a push as it arrives (the push's bound is the largest of
+// the pieces') and passes the bound as Push.Scanned.
+func ScanGradient(g []float32) (int, float64) {
 	const (
 		exp   = 0x7f8000007f800000
 		carry = (256 - scanFloorExp) << 23 * (1 + 1<<32)
@@ -1109,7 +1105,7 @@ func scanGradient(g []float32) (int, float64) {
 	return -1, max(float64(top), scanFloor)
 }
 
-// scanFloor is the magnitude below which scanGradient does not look at
+// scanFloor is the magnitude below which ScanGradient does not look at
 // gradients float by float: 2^20, far above any ordinary gradient, and
 // far enough below MaxMagnitude to prove every update it bounds safe.
 const (

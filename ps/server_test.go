@@ -350,9 +350,9 @@ func TestPushRead(t *testing.T) {
 	assert.Equal(t, int64(1), syncSrv.Clock())
 }
 
-// firstNonFinite is scanGradient's index alone.
+// firstNonFinite is ScanGradient's index alone.
 func firstNonFinite(g []float32) int {
-	i, _ := scanGradient(g)
+	i, _ := ScanGradient(g)
 	return i
 }
 
@@ -404,7 +404,7 @@ func TestHugeGradientIsRefusedWhole(t *testing.T) {
 	}
 }
 
-// scanGradient's bound is the largest magnitude, wherever it sits (either
+// ScanGradient's bound is the largest magnitude, wherever it sits (either
 // half of a word, an odd float at either end), where that is at least
 // 2^20, and 2^20 below.
 func TestScanGradientLargest(t *testing.T) {
@@ -421,15 +421,15 @@ func TestScanGradientLargest(t *testing.T) {
 				}
 				saved := v[at]
 				v[at] = -7e30
-				i, m := scanGradient(v)
+				i, m := ScanGradient(v)
 				assert.Equal(t, -1, i)
 				assert.Equal(t, optim.MaxAbs(v), m, "n=%d, largest at %d", len(v), at)
 				assert.Equal(t, float64(float32(7e30)), m)
 				v[at] = 1<<20 + 1
-				_, m = scanGradient(v)
+				_, m = ScanGradient(v)
 				assert.Equal(t, float64(1<<20+1), m, "n=%d, just past the floor at %d", len(v), at)
 				v[at] = saved
-				_, m = scanGradient(v)
+				_, m = ScanGradient(v)
 				assert.Equal(t, float64(1<<20), m, "n=%d, all below the floor", len(v))
 			}
 		}

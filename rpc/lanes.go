@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/consistency"
@@ -313,20 +312,14 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 	defer cancel()
 	var res ps.PushResult
 	var err error
-	// route queues chunk r's values, buf (see chunkBuffer), to the lane
-	// that carries it.
-	route := func(res ps.PushResult, clock int64, r shard.Range, buf mem.Buffer) {
-		l := g.laneOf(s.pos[r.Off])
-		queueChunk(queues[l], r, clock, buf, func(p *pb.PullPiece) {
-			p.Push, p.HeldMicros = toPushResponse(res), held
-		})
-	}
+	// lane is the queue of the lane that carries chunk r; head fills in
+	// the first piece of each lane's reply.
+	lane := func(r shard.Range) *replyQueue { return queues[g.laneOf(s.pos[r.Off])] }
+	head := func(p *pb.PullPiece) { p.Push, p.HeldMicros = toPushResponse(res), held }
 	switch {
 	case h.Pull && s.core.Config().Mode == consistency.Async:
-		res, err = s.core.PushRead(wctx, in, func(res ps.PushResult, c ps.ChunkRead) {
-			buf := chunkBuffer(c)
-			route(res, res.Clock, c.Range, buf)
-			buf.Free()
+		res, err = s.core.PushRead(wctx, in, func(pres ps.PushResult, c ps.ChunkRead) {
+			queueRead(lane(c.Range), pres.Clock, c, func(p *pb.PullPiece) { p.Push = toPushResponse(pres) })
 		})
 	default:
 		res, err = s.core.Push(wctx, in)
@@ -340,10 +333,9 @@ func (s *psService) commit(ctx context.Context, g *gather) {
 		held = time.Since(start).Microseconds()
 		// One view of the shard, each chunk held (not copied) until the
 		// lane that carries it has sent it.
-		var chunks []mem.Buffer
-		clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+		clock, chunks := s.view()
 		for i, r := range s.core.Ranges() {
-			route(res, clock, r, chunks[i])
+			queueChunk(lane(r), r, clock, chunks[i], head)
 			chunks[i].Free()
 		}
 	}

@@ -268,8 +268,7 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 		// The whole shard, as one consistent view, sent from the chunks'
 		// own memory, held until the transport has written the last
 		// piece of each (the shard copies-on-write meanwhile).
-		var chunks []mem.Buffer
-		clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+		clock, chunks := s.view()
 		defer func() {
 			for _, b := range chunks {
 				b.Free()
@@ -377,9 +376,7 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 	q := &replyQueue{out: pieces}
 	wctx, cancel := deadline.Early(stream.Context())
 	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, c ps.ChunkRead) {
-		buf := chunkBuffer(c)
-		queueChunk(q, c.Range, res.Clock, buf, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
-		buf.Free()
+		queueRead(q, res.Clock, c, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
 	})
 	cancel()
 	close(pieces)
@@ -422,6 +419,21 @@ func chunkBuffer(c ps.ChunkRead) mem.Buffer {
 	}
 	b, _ := pb.NewFloatBuffer(len(c.Values), func(dst []float32) error { copy(dst, c.Values); return nil })
 	return b
+}
+
+// view is one consistent view of the whole shard, each chunk as
+// chunkBuffer makes it, with its clock; the caller frees the buffers.
+func (s *psService) view() (int64, []mem.Buffer) {
+	var chunks []mem.Buffer
+	clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+	return clock, chunks
+}
+
+// queueRead queues chunk c, read under the shard's lock, at clock, on q.
+func queueRead(q *replyQueue, clock int64, c ps.ChunkRead, head func(*pb.PullPiece)) {
+	buf := chunkBuffer(c)
+	queueChunk(q, c.Range, clock, buf, head)
+	buf.Free()
 }
 
 // queueChunk queues the values of chunk r, at clock, on q as pieces of at
