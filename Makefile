@@ -14,7 +14,7 @@ PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 PY_PROTOS := shoal/ps.proto
 PYTHON_STUBS ?= yes
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-repeat bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo gpubin images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-repeat bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo test-purego gpubin images test-cluster bench-cluster
 
 all: build
 
@@ -27,7 +27,7 @@ run: build
 	@scripts/ensure-dataset.sh $(DATA_DIR)
 	$(BIN) train --data $(DATA_DIR)
 
-test: lint verify-generate test-nocgo test-race fuzz-short test-cluster
+test: lint verify-generate test-nocgo test-purego test-race fuzz-short test-cluster
 
 # Everything but the docker-compose cluster, which test-cluster runs on its
 # own (its containers would load the machine under the timing-sensitive
@@ -55,6 +55,12 @@ test-nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) vet ./nn/ ./gpu/ ./internal/dl/
 	CGO_ENABLED=0 $(GO) test ./gpu/ ./internal/dl/
+
+# The Go loops that the AVX2 kernels (optim's updates, ps's gradient scan)
+# stand in for on amd64, as every other architecture runs them.
+test-purego:
+	$(GO) vet -tags purego ./optim/ ./ps/
+	$(GO) test -tags purego ./optim/ ./ps/
 
 # What a GPU machine without Go runs (see ../shared/GPU.md): the binary and
 # the test binaries of the device code and of the PS transport, stripped, in
