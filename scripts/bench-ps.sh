@@ -23,7 +23,7 @@
 # BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
 # push-pull to the server over; the peer has one RPC channel),
 # BENCH_PS_PARALLEL_STEP (0; 1: --parallel-step, Shoal's server updates
-# its chunks, and copies them for the replies, on several goroutines),
+# its chunks on several goroutines, each chunk's reply going out once it is updated),
 # BENCH_PS_CHUNK_BYTES (unset: Shoal's default --chunk-bytes, 1 MiB, 3
 # chunks of this model; N: --chunk-bytes N, so that more lanes have
 # chunks to carry),

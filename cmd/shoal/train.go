@@ -296,7 +296,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
-	fs.BoolVar(&t.parStep, "parallel-step", false, "PS modes: each server updates its chunks, and copies them into the replies, in parallel (shoal ps --parallel-step)")
+	fs.BoolVar(&t.parStep, "parallel-step", false, "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step)")
 	fs.IntVar(&t.lanes, "lanes", 1, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
