@@ -49,6 +49,9 @@ type Event struct {
 	Times *StepLog `json:"times,omitempty"`
 	// done: the run ended early at --stop-at-accuracy
 	Stopped bool `json:"stopped,omitempty"`
+	// done: the CPUs a worker bound to with --cpus may run on, as the
+	// kernel lists them (its affinity read back after binding)
+	CPUs string `json:"cpus,omitempty"`
 }
 
 // The kinds of Event.

@@ -20,6 +20,11 @@ type Result struct {
 	// Threads is each worker's GEMM threads (shoal train --threads, or
 	// the cores divided by the workers).
 	Threads int `json:"threads,omitempty"`
+	// CPUs is, per worker rank, the CPUs it was bound to (shoal train
+	// --bind) as the worker itself reported them, in the kernel's list
+	// format; nil where the workers were not bound, "" for a worker that
+	// did not report.
+	CPUs []string `json:"cpus,omitempty"`
 	// Lanes is shoal train --lanes: the connections each worker splits a
 	// push-pull to a server over (PS modes).
 	Lanes int `json:"lanes,omitempty"`

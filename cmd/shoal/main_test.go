@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/internal/cpubind"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/launch"
@@ -73,6 +75,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{"no workers", []string{"train", "--workers", "0"}, "--workers 0"},
 		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
 		{"no lanes", []string{"train", "--dataset", "synthetic", "--lanes", "0"}, "--lanes 0: want 1..16 connections per server"},
+		{"unknown binding", []string{"train", "--dataset", "synthetic", "--bind", "numa"}, `--bind "numa": want auto, cores or none`},
+		{"bound workers beyond the cores", []string{"train", "--dataset", "synthetic", "--bind", "cores", "--workers", "3", "--threads", strconv.Itoa(runtime.NumCPU())},
+			fmt.Sprintf("--bind cores: 3 worker(s) × %d thread(s) need %d CPUs, and this process may run on %d", runtime.NumCPU(), 3*runtime.NumCPU(), runtime.NumCPU())},
+		// Refused before anything is bound (run is this test's process).
+		{"a worker's CPU list backwards", []string{"worker", "--dataset", "synthetic", "--cpus", "1-0"}, `--cpus 1-0: CPU range "1-0": its end is below its start`},
+		{"a worker's CPU beyond the machine's", []string{"worker", "--dataset", "synthetic", "--cpus", "1023"}, "--cpus 1023: CPU 1023 is not one this process may run on"},
 		{"too many lanes", []string{"train", "--dataset", "synthetic", "--lanes", "17"}, "--lanes 17: want 1..16 connections per server"},
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
 		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
@@ -550,4 +558,26 @@ func TestAShardWhoseCheckpointsFailStops(t *testing.T) {
 	require.Error(t, err, "the shard should stop")
 	assert.Contains(t, p.stderr.String(), "checkpoint at clock 1 into "+dir)
 	assert.Contains(t, p.stderr.String(), "the shard stopped (--checkpoint-errors warn")
+}
+
+// TestWorkersBoundToCoresOfTheirOwn: with --bind cores each worker runs
+// on cores of its own, in rank order, as the workers themselves report
+// their affinity after binding (PS and ring); with --bind none no worker
+// is bound.
+func TestWorkersBoundToCoresOfTheirOwn(t *testing.T) {
+	allowed, err := cpubind.Allowed()
+	if err != nil {
+		t.Skipf("cannot read this process's CPUs here: %v", err)
+	}
+	if len(allowed) < 2 {
+		t.Skipf("this process may run on CPU %s only: two workers cannot have cores of their own", cpubind.Format(allowed))
+	}
+	want := []string{strconv.Itoa(allowed[0]), strconv.Itoa(allowed[1])}
+	job := []string{"--dataset", "synthetic", "--workers", "2", "--threads", "1", "--steps", "3", "--test=false"}
+	for _, mode := range []string{"async", "ring"} {
+		res, out := trainJSON(t, nil, append([]string{"--mode", mode, "--bind", "cores"}, job...)...)
+		assert.Equal(t, want, res.CPUs, "%s:\n%s", mode, out)
+	}
+	res, out := trainJSON(t, nil, append([]string{"--bind", "none"}, job...)...)
+	assert.Nil(t, res.CPUs, out)
 }

@@ -108,6 +108,7 @@ func (r *ringFlags) masterAddr() (string, error) {
 // ringRun is everything a ring worker needs.
 type ringRun struct {
 	id       cluster.Identity
+	cpus     string // the CPUs the rank was bound to (--cpus); "" unbound
 	model    nn.Model
 	seed     uint64
 	ocfg     optim.Config
@@ -291,7 +292,7 @@ func (r *ringRun) join(ctx context.Context) (collective.Transport, func(), error
 func (r *ringRun) report(res worker.Result, ev worker.Evaluation, steps *launch.StepLog) {
 	if r.events {
 		done := launch.Event{Event: launch.Done, Rank: r.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples, Stopped: res.Stopped}
+			TestLoss: ev.Loss, TestAccuracy: ev.Accuracy, TestSamples: ev.Samples, Stopped: res.Stopped, CPUs: r.cpus}
 		if r.sf.stats {
 			done.Times = steps
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/internal/cpubind"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/metrics"
@@ -120,6 +121,8 @@ type workerRun struct {
 	// recordPushes is --record-pushes: the file the worker's pushes go to.
 	recordPushes string
 	threads      int
+	cpus         string // --cpus: the CPUs to bind to
+	boundTo      string // the CPUs it may run on after binding; "" unbound
 	servers      string
 	events       bool
 	eval         bool
@@ -216,6 +219,22 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.threads < 1 {
 		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
 	}
+	if w.cpus != "" {
+		// Before the data and the model: the threads started from
+		// here on (OpenBLAS's among them) inherit the binding.
+		cpus, err := cpubind.Parse(w.cpus)
+		if err == nil {
+			err = cpubind.Bind(cpus)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--cpus %s: %w", w.cpus, err)
+		}
+		allowed, err := cpubind.Allowed()
+		if err != nil {
+			return nil, fmt.Errorf("--cpus %s: %w", w.cpus, err)
+		}
+		w.boundTo = cpubind.Format(allowed)
+	}
 	if err := writableFile("--save", w.save); err != nil {
 		return nil, err
 	}
@@ -240,6 +259,7 @@ func (w *workerRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.save, "save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
 	fs.StringVar(&w.recordPushes, "record-pushes", "", "async, ssp: write every push's step, clock and staleness, as shard 0 saw them, to this JSON file at the end (shoal bench emulate --replay replays the run from the workers' files)")
 	fs.IntVar(&w.threads, "threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
+	fs.StringVar(&w.cpus, "cpus", "", "bind this worker's threads to these CPUs, a list such as 0-3,8 (Linux; shoal train --bind gives each of its workers cores of its own)")
 	fs.StringVar(&w.servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
 	w.ranks.register(fs)
 	fs.BoolVar(&w.events, "events", false, "write JSON events on stdout for a launcher")
@@ -304,7 +324,7 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	return runRing(ctx, ringRun{sec: w.sec.creds, id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
-		events: w.events, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval, mtf: w.mtf, stall: w.lf.stall, timeline: w.timeline})
+		events: w.events, cpus: w.boundTo, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval, mtf: w.mtf, stall: w.lf.stall, timeline: w.timeline})
 }
 
 // psStrategy is a parameter-server strategy and what it counts. The
@@ -433,7 +453,7 @@ func (w *workerRun) runSteps(ctx, runCtx context.Context, ps *client.Client, cfg
 func (w *workerRun) report(stdout io.Writer, res worker.Result, st psStrategy, steps *launch.StepLog, stoppedBy string) {
 	if w.events {
 		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped}
+			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped, CPUs: w.boundTo}
 		if w.sf.stats {
 			ev.Times = steps
 		}
