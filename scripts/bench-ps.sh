@@ -6,6 +6,8 @@
 #       TensorPipe held to TCP over loopback (as Shoal's gRPC) and then
 #       with the transports TensorPipe picks itself (shared memory and
 #       cross-memory attach on one host, as PyTorch's examples run it),
+#       and over TCP again with its workers bound to cores of their own as
+#       shoal train binds Shoal's (--bind auto),
 #   (d) shoal bench tcp: one loopback TCP connection's round trip of the
 #       same vector each way (669,706 float32 for --hidden 512,512),
 # all with 2 workers, 1 server, the MLP 784-512-512-10, batch 64, momentum
@@ -20,7 +22,8 @@
 # runs), BENCH_PS_WORKERS (2), BENCH_PS_BATCH (64), BENCH_PS_TCP_ITERS (50),
 # BENCH_PS_THREADS (unset: each side's default, the cores divided by the
 # workers; N: --threads N to Shoal's workers and the peer's alike),
-# BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
+# BENCH_PS_BIND (auto: --bind, Shoal's workers bound to cores of their
+# own where they fit; none: unbound), BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
 # push-pull to the server over; the peer has one RPC channel),
 # BENCH_PS_PARALLEL_STEP (0; 1: --parallel-step, Shoal's server updates
 # its chunks on several goroutines, each chunk's reply going out once it is updated),
@@ -46,6 +49,7 @@ BATCH=${BENCH_PS_BATCH:-64}
 TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
 THREADS=${BENCH_PS_THREADS:-}
 LANES=${BENCH_PS_LANES:-1}
+BIND=${BENCH_PS_BIND:-auto}
 PARSTEP=${BENCH_PS_PARALLEL_STEP:-0}
 CHUNK=${BENCH_PS_CHUNK_BYTES:-}
 case $PARSTEP in 0) parstep=false ;; 1) parstep=true ;; *) echo "bench-ps: BENCH_PS_PARALLEL_STEP=$PARSTEP: want 0 or 1" >&2; exit 1 ;; esac
@@ -75,7 +79,7 @@ if [ -n "$THREADS" ]; then
 	threads=(--threads "$THREADS") threads_knob=" BENCH_PS_THREADS=$THREADS"
 fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	--lr-decay none "${length[@]}" "${threads[@]}" --lanes "$LANES" --parallel-step=$parstep "${chunk[@]}" --data "$DATA_DIR" --stats --json)
+	--lr-decay none "${length[@]}" "${threads[@]}" --bind "$BIND" --lanes "$LANES" --parallel-step=$parstep "${chunk[@]}" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
 	"${length[@]}" "${threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
@@ -100,13 +104,15 @@ for round in $(seq 1 "$ROUNDS"); do
 	"$PY" "${peer[@]}" | record >>"$out/peer.jsonl"
 	echo "round $round/$ROUNDS: pytorch rpc, transport auto" >&2
 	"$PY" "${peer[@]}" --transport auto | record >>"$out/peer-auto.jsonl"
+	echo "round $round/$ROUNDS: pytorch rpc, workers bound" >&2
+	"$PY" "${peer[@]}" --bind auto | record >>"$out/peer-bound.jsonl"
 	echo "round $round/$ROUNDS: raw tcp" >&2
 	"$SHOAL" "${tcp[@]}" | record >>"$out/tcp.jsonl"
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
-	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP$chunk_knob)" \
+	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_BIND=$BIND BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP$chunk_knob)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
 import datetime, json, statistics, sys
 
@@ -126,8 +132,8 @@ def load(name):
 
 med = statistics.median
 shoal = {m: load(f"shoal-{m}") for m in ("async", "sync")}
-peer, peer_auto, tcp = load("peer"), load("peer-auto"), load("tcp")
-for r in shoal["async"] + shoal["sync"] + peer + peer_auto:
+peer, peer_auto, peer_bound, tcp = load("peer"), load("peer-auto"), load("peer-bound"), load("tcp")
+for r in shoal["async"] + shoal["sync"] + peer + peer_auto + peer_bound:
     if r["parameters"] != 669706:
         sys.exit(f"bench-ps: a run trained {r['parameters']} parameters, want 669,706")
 tcp_p50 = med(r["median_seconds"] for r in tcp)
@@ -163,7 +169,8 @@ def peer_row(rs, name):
 
 
 rows = [shoal_row(shoal["async"], "async"), shoal_row(shoal["sync"], "sync"),
-        peer_row(peer, "PyTorch RPC (async, TCP)"), peer_row(peer_auto, "PyTorch RPC (async, TensorPipe's choice)")]
+        peer_row(peer, "PyTorch RPC (async, TCP)"), peer_row(peer_auto, "PyTorch RPC (async, TensorPipe's choice)"),
+        peer_row(peer_bound, "PyTorch RPC (async, TCP, workers bound)")]
 lines = []
 for r in rows:
     comm = med(r["comm_p50"])
@@ -175,6 +182,8 @@ ratio = med(rows[0]["sps"]) / med(rows[2]["sps"])
 points = 100 * (med(rows[0]["acc"]) - med(rows[2]["acc"]))
 ratio_auto = med(rows[0]["sps"]) / med(rows[3]["sps"])
 points_auto = 100 * (med(rows[0]["acc"]) - med(rows[3]["acc"]))
+ratio_bound = med(rows[0]["sps"]) / med(rows[4]["sps"])
+points_bound = 100 * (med(rows[0]["acc"]) - med(rows[4]["acc"]))
 peer0 = peer[0]
 table = "\n".join([
     f"Command: `{make_cmd}` at revision {revision()}, {datetime.date.today()}; per round, in this order:",
@@ -192,8 +201,11 @@ table = "\n".join([
     f"{669706 * 4:,}-byte vector each way per step. Raw TCP: `shoal bench tcp`'s median round trip of the same bytes "
     "each way over one loopback connection, measured in the same rounds. "
     f"PyTorch peer: {peer0['transport']} (TCP) or {peer_auto[0]['transport']} (TensorPipe's own choice), "
-    f"{peer0['backend']}, {peer0['threads']} thread(s) per worker; Shoal: "
+    f"{peer0['backend']}, {peer0['threads']} thread(s) per worker, its workers on CPUs "
+    f"{' | '.join(','.join(map(str, c)) for c in peer0['cpus'])} (unbound, as PyTorch's examples run) or "
+    f"{' | '.join(','.join(map(str, c)) for c in peer_bound[0]['cpus'])} (`--bind auto`, as Shoal's); Shoal: "
     f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker, "
+    f"workers bound to CPUs {' | '.join(shoal['async'][0].get('cpus') or ['none (unbound)'])}, "
     f"{shoal['async'][0].get('lanes', 1)} lane(s) (connections) per push-pull.",
     "",
     "| run | samples/s | test accuracy | comm/step p50 (ms) | comm/step mean (ms) | comm p50 / raw TCP | comm parts (ms, p50) | step p50 (ms) | compute p50 (ms) | steps/worker | rounds (samples/s) |",
@@ -203,7 +215,8 @@ table = "\n".join([
     + ", ".join(f"{1e3 * r['median_seconds']:.2f} ms" for r in tcp) + " |",
     "",
     f"Shoal async / PyTorch RPC over TCP: **{ratio:.2f}×** samples/s, test accuracy {points:+.2f} points; "
-    f"against TensorPipe's own choice of transport: **{ratio_auto:.2f}×**, {points_auto:+.2f} points.",
+    f"against TensorPipe's own choice of transport: **{ratio_auto:.2f}×**, {points_auto:+.2f} points; "
+    f"against the peer over TCP with its workers bound as Shoal's: **{ratio_bound:.2f}×**, {points_bound:+.2f} points.",
 ])
 put_section(doc, "ps", table, "Parameter server: Shoal vs PyTorch RPC")
 print(table)

@@ -76,6 +76,24 @@ def set_threads(n):
         os.environ[var] = str(n)
 
 
+def bind_worker(index, workers, per):
+    """Binds this process to per CPUs of its own, the index-th share of
+    those it may run on, as shoal train --bind auto binds its workers;
+    returns the CPUs, or None (binding nothing) where workers x per do not
+    fit. Call it before importing torch: the threads started later
+    inherit the binding (every thread there is now is bound too)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if workers * per > len(allowed):
+        return None
+    cpus = allowed[index * per:(index + 1) * per]
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:
+            pass  # it has exited
+    return cpus
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago, for the
     processes of a run to meet on."""

@@ -72,7 +72,8 @@ import tempfile
 import threading
 import time
 
-from peerlib import add_training_args, blas_name, check_training_args, run_children, set_threads, write_result
+from peerlib import add_training_args, bind_worker, blas_name, check_training_args, run_children, set_threads, \
+    write_result
 from peerlib import main as peer_main
 from torch_ddp import TEST_FILES, DEFAULT_DATA, SIDE, build, evaluate, load_set, pixel_table, preflight, quantiles, \
     training_share
@@ -93,6 +94,9 @@ def parse_args(argv=None):
     p.add_argument("--transport", choices=["tcp", "auto"], default="tcp",
                    help="tcp: TensorPipe's uv transport and basic channel only; auto: TensorPipe's choice")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for init and each update RPC")
+    p.add_argument("--bind", choices=["none", "auto"], default="none",
+                   help="auto: bind each worker to --threads CPUs of its own where they fit, as shoal train "
+                        "--bind auto does (the server is not bound); none: as PyTorch's examples run")
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     bad = []
@@ -226,7 +230,8 @@ def worker_loop(ps_rref, index, conf):
             for k, v in (("step", t4 - t0), ("data", t1 - t0), ("compute", t2 - t1), ("rpc", t3 - t2), ("copy", t4 - t3)):
                 phases[k].append(v)
     return {"worker": index, "steps": total, "samples": samples, "seconds": time.perf_counter() - start,
-            "phases": phases, "threads": torch.get_num_threads()}
+            "phases": phases, "threads": torch.get_num_threads(),
+            "cpus": sorted(os.sched_getaffinity(0))}
 
 
 def worker_main(args, torch, rpc):
@@ -238,6 +243,8 @@ def worker_main(args, torch, rpc):
 
 def process_main(args):
     set_threads(1 if args.rank == 0 else args.threads)
+    if args.rank > 0 and args.bind == "auto":
+        bind_worker(args.rank - 1, args.workers, args.threads)
     import torch
     import torch.distributed.rpc as rpc
     if not rpc.is_available():
@@ -309,6 +316,9 @@ def record(args, res, command):
         "transport": "tensorpipe/uv+basic (tcp)" if args.transport == "tcp" else "tensorpipe/auto",
         "backend": res["backend"],
         "threads": per[0]["threads"],
+        "bind": args.bind,
+        # Each worker's CPUs (its affinity; all of the machine's unless bound).
+        "cpus": [w["cpus"] for w in per],
         "notes": [
             "one update_and_fetch RPC per step: the gradients out, the weights back; the server applies each at once "
             "under a lock (async, Downpour)",
