@@ -581,3 +581,44 @@ func TestWorkersBoundToCoresOfTheirOwn(t *testing.T) {
 	res, out := trainJSON(t, nil, append([]string{"--bind", "none"}, job...)...)
 	assert.Nil(t, res.CPUs, out)
 }
+
+// TestBindPlan: auto binds where the workers take the CPUs (fewer than
+// --threads left over), so that two runs side by side on a large machine
+// are not both bound to its first cores; cores binds wherever they fit.
+func TestBindPlan(t *testing.T) {
+	cpus := func(n int) []int {
+		c := make([]int, n)
+		for i := range c {
+			c[i] = i + 4 // not from 0: the sets come from what is allowed
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		mode             string
+		allowed          int
+		workers, threads int
+		want             [][]int
+		err              string
+	}{
+		{"auto", 2, 2, 1, [][]int{{4}, {5}}, ""},
+		{"auto", 16, 2, 8, [][]int{{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}}, ""},
+		{"auto", 16, 3, 5, [][]int{{4, 5, 6, 7, 8}, {9, 10, 11, 12, 13}, {14, 15, 16, 17, 18}}, ""}, // one CPU over
+		{"auto", 16, 2, 1, nil, ""}, // room for 14 more workers
+		{"auto", 2, 3, 1, nil, ""},  // oversubscribed: not bound
+		{"cores", 16, 2, 1, [][]int{{4}, {5}}, ""},
+		{"cores", 2, 3, 1, nil, "--bind cores: 3 worker(s) × 1 thread(s) need 3 CPUs, and this process may run on 2 (4-5)"},
+		{"none", 2, 2, 1, nil, ""},
+		{"numa", 2, 2, 1, nil, `--bind "numa": want auto, cores or none`},
+	} {
+		name := fmt.Sprintf("%s %d CPUs %d×%d", tc.mode, tc.allowed, tc.workers, tc.threads)
+		got, err := bindPlan(tc.mode, cpus(tc.allowed), nil, tc.workers, tc.threads)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, name)
+			continue
+		}
+		require.NoError(t, err, name)
+		assert.Equal(t, tc.want, got, name)
+	}
+	_, err := bindPlan("cores", nil, cpubind.ErrUnsupported, 2, 1)
+	assert.ErrorContains(t, err, "--bind cores: binding to CPUs needs Linux")
+}

@@ -210,37 +210,49 @@ func (t *trainRun) detection() string {
 }
 
 // planBinding gives each worker --threads CPUs of its own, from those
-// this process may run on, where --bind says so. Bound, a worker keeps its
+// this process may run on, where --bind says so: cores always (an error
+// where they do not fit), auto where the workers take those CPUs, with
+// fewer than --threads left over (as the default --threads does). Bound, a worker keeps its
 // caches and the scheduler does not move it onto the core where another
 // worker computes (async 2×1 on 2 cores, each worker pinned by hand:
 // 8–13% more samples/s in three alternating runs; docs/BENCHMARKS.md).
 // The servers are not bound: they go where the cores are free.
 func (t *trainRun) planBinding() error {
-	switch t.bind {
-	case "none":
+	if t.bind == "none" {
 		return nil
-	case "auto", "cores":
-	default:
-		return fmt.Errorf("--bind %q: want auto, cores or none", t.bind)
 	}
 	allowed, err := cpubind.Allowed()
-	if err != nil {
-		if t.bind == "cores" {
-			return fmt.Errorf("--bind cores: %w", err)
-		}
+	if err != nil && t.bind == "auto" {
 		return nil
 	}
-	threads := t.workerThreads()
-	sets, ok := cpubind.Split(allowed, t.workers, threads)
-	if !ok {
-		if t.bind == "cores" {
-			return fmt.Errorf("--bind cores: %d worker(s) × %d thread(s) need %d CPUs, and this process may run on %d (%s): use fewer --workers or --threads, or --bind none",
-				t.workers, threads, t.workers*threads, len(allowed), cpubind.Format(allowed))
-		}
-		return nil
+	t.cpuSets, err = bindPlan(t.bind, allowed, err, t.workers, t.workerThreads())
+	return err
+}
+
+// bindPlan is planBinding's choice for --bind mode, given the CPUs this
+// process may run on (or why they could not be read, allowedErr).
+func bindPlan(mode string, allowed []int, allowedErr error, workers, threads int) ([][]int, error) {
+	switch mode {
+	case "none":
+		return nil, nil
+	case "auto", "cores":
+	default:
+		return nil, fmt.Errorf("--bind %q: want auto, cores or none", mode)
 	}
-	t.cpuSets = sets
-	return nil
+	if allowedErr != nil {
+		return nil, fmt.Errorf("--bind %s: %w", mode, allowedErr)
+	}
+	if mode == "auto" && len(allowed)-workers*threads >= threads {
+		// Room for more workers: another run may be beside this one,
+		// and binding both to the first cores would pile them there.
+		return nil, nil
+	}
+	sets, ok := cpubind.Split(allowed, workers, threads)
+	if !ok && mode == "cores" {
+		return nil, fmt.Errorf("--bind cores: %d worker(s) × %d thread(s) need %d CPUs, and this process may run on %d (%s): use fewer --workers or --threads, or --bind none",
+			workers, threads, workers*threads, len(allowed), cpubind.Format(allowed))
+	}
+	return sets, nil
 }
 
 // workerEnv is the environment of a worker with threads GEMM threads;
@@ -331,7 +343,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
-	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers' cores fit those this process may use), cores (an error where they do not), none")
+	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
 	fs.BoolVar(&t.parStep, "parallel-step", false, "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step)")
