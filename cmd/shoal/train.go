@@ -212,11 +212,11 @@ func (t *trainRun) detection() string {
 // planBinding gives each worker --threads CPUs of its own, from those
 // this process may run on, where --bind says so: cores always (an error
 // where they do not fit), auto where the workers take those CPUs, with
-// fewer than --threads left over (as the default --threads does). Bound, a worker keeps its
-// caches and the scheduler does not move it onto the core where another
-// worker computes (async 2×1 on 2 cores, each worker pinned by hand:
-// 8–13% more samples/s in three alternating runs; docs/BENCHMARKS.md).
-// The servers are not bound: they go where the cores are free.
+// fewer than --threads left over (as the default --threads does). Bound,
+// a worker keeps its caches and the scheduler does not move it onto the
+// core where another worker computes (async 2×1 on 2 cores: 8–13% more
+// samples/s on a slow spell, 3% on a fast one; docs/BENCHMARKS.md). The
+// servers are not bound: they go where the cores are free.
 func (t *trainRun) planBinding() error {
 	if t.bind == "none" {
 		return nil
