@@ -7,7 +7,8 @@
 #       with the transports TensorPipe picks itself (shared memory and
 #       cross-memory attach on one host, as PyTorch's examples run it),
 #       and over TCP again with its workers bound to cores of their own as
-#       shoal train binds Shoal's (--bind auto),
+#       shoal train binds Shoal's (--bind auto; only where that binds: the
+#       workers' threads take the CPUs),
 #   (d) shoal bench tcp: one loopback TCP connection's round trip of the
 #       same vector each way (669,706 float32 for --hidden 512,512),
 # all with 2 workers, 1 server, the MLP 784-512-512-10, batch 64, momentum
@@ -94,6 +95,11 @@ else
 fi
 # The last JSON line of a run's stdout is its record.
 record() { grep '^{' | tail -n 1; }
+# The peer runs bound too where shoal train --bind auto binds (the same
+# rule, peerlib.binds_workers): its workers' threads take the CPUs.
+peer_binds=$("$PY" -c 'import os, sys; sys.path.insert(0, "bench/peers"); from peerlib import binds_workers
+w, t = int(sys.argv[1]), int(sys.argv[2] or 0) or max(1, len(os.sched_getaffinity(0)) // int(sys.argv[1]))
+print(int(binds_workers(len(os.sched_getaffinity(0)), w, t)))' "$WORKERS" "$THREADS")
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in async sync; do
@@ -104,8 +110,10 @@ for round in $(seq 1 "$ROUNDS"); do
 	"$PY" "${peer[@]}" | record >>"$out/peer.jsonl"
 	echo "round $round/$ROUNDS: pytorch rpc, transport auto" >&2
 	"$PY" "${peer[@]}" --transport auto | record >>"$out/peer-auto.jsonl"
-	echo "round $round/$ROUNDS: pytorch rpc, workers bound" >&2
-	"$PY" "${peer[@]}" --bind auto | record >>"$out/peer-bound.jsonl"
+	if [ "$peer_binds" = 1 ]; then
+		echo "round $round/$ROUNDS: pytorch rpc, workers bound" >&2
+		"$PY" "${peer[@]}" --bind auto | record >>"$out/peer-bound.jsonl"
+	fi
 	echo "round $round/$ROUNDS: raw tcp" >&2
 	"$SHOAL" "${tcp[@]}" | record >>"$out/tcp.jsonl"
 done
@@ -114,7 +122,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
 	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_BIND=$BIND BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP$chunk_knob)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
-import datetime, json, statistics, sys
+import datetime, json, os, statistics, sys
 
 sys.path.insert(0, "scripts")
 from benchdoc import machine, put_section, revision
@@ -132,7 +140,9 @@ def load(name):
 
 med = statistics.median
 shoal = {m: load(f"shoal-{m}") for m in ("async", "sync")}
-peer, peer_auto, peer_bound, tcp = load("peer"), load("peer-auto"), load("peer-bound"), load("tcp")
+peer, peer_auto, tcp = load("peer"), load("peer-auto"), load("tcp")
+# The bound peer ran only where shoal train --bind auto binds.
+peer_bound = load("peer-bound") if os.path.exists(f"{folder}/peer-bound.jsonl") else []
 for r in shoal["async"] + shoal["sync"] + peer + peer_auto + peer_bound:
     if r["parameters"] != 669706:
         sys.exit(f"bench-ps: a run trained {r['parameters']} parameters, want 669,706")
@@ -169,8 +179,9 @@ def peer_row(rs, name):
 
 
 rows = [shoal_row(shoal["async"], "async"), shoal_row(shoal["sync"], "sync"),
-        peer_row(peer, "PyTorch RPC (async, TCP)"), peer_row(peer_auto, "PyTorch RPC (async, TensorPipe's choice)"),
-        peer_row(peer_bound, "PyTorch RPC (async, TCP, workers bound)")]
+        peer_row(peer, "PyTorch RPC (async, TCP)"), peer_row(peer_auto, "PyTorch RPC (async, TensorPipe's choice)")]
+if peer_bound:
+    rows.append(peer_row(peer_bound, "PyTorch RPC (async, TCP, workers bound)"))
 lines = []
 for r in rows:
     comm = med(r["comm_p50"])
@@ -182,8 +193,6 @@ ratio = med(rows[0]["sps"]) / med(rows[2]["sps"])
 points = 100 * (med(rows[0]["acc"]) - med(rows[2]["acc"]))
 ratio_auto = med(rows[0]["sps"]) / med(rows[3]["sps"])
 points_auto = 100 * (med(rows[0]["acc"]) - med(rows[3]["acc"]))
-ratio_bound = med(rows[0]["sps"]) / med(rows[4]["sps"])
-points_bound = 100 * (med(rows[0]["acc"]) - med(rows[4]["acc"]))
 peer0 = peer[0]
 table = "\n".join([
     f"Command: `{make_cmd}` at revision {revision()}, {datetime.date.today()}; per round, in this order:",
@@ -202,8 +211,9 @@ table = "\n".join([
     "each way over one loopback connection, measured in the same rounds. "
     f"PyTorch peer: {peer0['transport']} (TCP) or {peer_auto[0]['transport']} (TensorPipe's own choice), "
     f"{peer0['backend']}, {peer0['threads']} thread(s) per worker, its workers on CPUs "
-    f"{' | '.join(','.join(map(str, c)) for c in peer0['cpus'])} (unbound, as PyTorch's examples run) or "
-    f"{' | '.join(','.join(map(str, c)) for c in peer_bound[0]['cpus'])} (`--bind auto`, as Shoal's); Shoal: "
+    f"{' | '.join(','.join(map(str, c)) for c in peer0['cpus'])} (unbound, as PyTorch's examples run)"
+    + (f" or {' | '.join(','.join(map(str, c)) for c in peer_bound[0]['cpus'])} (`--bind auto`, as Shoal's)" if peer_bound else
+       " (not run bound: shoal train --bind auto binds no workers here)") + "; Shoal: "
     f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker, "
     f"workers bound to CPUs {' | '.join(shoal['async'][0].get('cpus') or ['none (unbound)'])}, "
     f"{shoal['async'][0].get('lanes', 1)} lane(s) (connections) per push-pull.",
@@ -215,8 +225,9 @@ table = "\n".join([
     + ", ".join(f"{1e3 * r['median_seconds']:.2f} ms" for r in tcp) + " |",
     "",
     f"Shoal async / PyTorch RPC over TCP: **{ratio:.2f}×** samples/s, test accuracy {points:+.2f} points; "
-    f"against TensorPipe's own choice of transport: **{ratio_auto:.2f}×**, {points_auto:+.2f} points; "
-    f"against the peer over TCP with its workers bound as Shoal's: **{ratio_bound:.2f}×**, {points_bound:+.2f} points.",
+    f"against TensorPipe's own choice of transport: **{ratio_auto:.2f}×**, {points_auto:+.2f} points"
+    + (f"; against the peer over TCP with its workers bound as Shoal's: **{med(rows[0]['sps']) / med(rows[4]['sps']):.2f}×**, "
+       f"{100 * (med(rows[0]['acc']) - med(rows[4]['acc'])):+.2f} points." if peer_bound else "."),
 ])
 put_section(doc, "ps", table, "Parameter server: Shoal vs PyTorch RPC")
 print(table)

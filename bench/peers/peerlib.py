@@ -76,14 +76,20 @@ def set_threads(n):
         os.environ[var] = str(n)
 
 
+def binds_workers(cpus, workers, per):
+    """Whether shoal train --bind auto binds workers of per threads each
+    on cpus CPUs: where they fit, with fewer than per CPUs left over."""
+    return workers * per <= cpus and cpus - workers * per < per
+
+
 def bind_worker(index, workers, per):
     """Binds this process to per CPUs of its own, the index-th share of
-    those it may run on, as shoal train --bind auto binds its workers;
-    returns the CPUs, or None (binding nothing) where workers x per do not
-    fit. Call it before importing torch: the threads started later
-    inherit the binding (every thread there is now is bound too)."""
+    those it may run on, where shoal train --bind auto would bind its
+    workers (binds_workers); returns the CPUs, or None, binding nothing.
+    Call it before importing torch: the threads started later inherit the
+    binding (every thread there is now is bound too)."""
     allowed = sorted(os.sched_getaffinity(0))
-    if workers * per > len(allowed):
+    if not binds_workers(len(allowed), workers, per):
         return None
     cpus = allowed[index * per:(index + 1) * per]
     for tid in os.listdir("/proc/self/task"):
