@@ -76,6 +76,7 @@ gpubin:
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/gpu.test ./gpu
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/rpc.test ./rpc
 	$(GO) test -c -ldflags='-s -w' -o .gpubin/ps.test ./ps
+	$(GO) test -c -tags purego -ldflags='-s -w' -o .gpubin/ps-purego.test ./ps
 	git describe --always --dirty > .gpubin/REVISION
 
 # gofmt, go vet and staticcheck (pinned by the tool directive in go.mod;

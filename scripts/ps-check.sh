@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What issue 10 still asks of a machine with cores to spare, from binaries
-# built elsewhere (make gpubin: .gpubin/shoal, .gpubin/rpc.test and
-# .gpubin/ps.test, plain or gzipped; the Fashion-MNIST files in DATA) on a
+# built elsewhere (make gpubin: .gpubin/shoal, .gpubin/rpc.test,
+# .gpubin/ps.test and .gpubin/ps-purego.test, plain or gzipped; the Fashion-MNIST files in DATA) on a
 # machine with PyTorch but no Go, such as the device machine (16 cores).
 # The 2026-11-26 runs there (docs/BENCHMARKS.md, "On 16 cores") found the
 # PyTorch peer at its best with 4 threads a worker, a lone push-pull 2.4x a
@@ -12,7 +12,8 @@
 # them for the replies, one after another, and the last lane's values
 # waited for all of that. Since 2026-11-27 the scan runs as the pieces
 # arrive, replies go out without a copy (copy-on-write), and the parallel
-# step updates the chunks on several goroutines. What is left to measure:
+# step updates the chunks on several goroutines, and the update and the
+# scan run in AVX2 (4-6x the Go loops on 2 cores). What is left to measure:
 #
 #   1. The lanes and the parallel step alone: BenchmarkPushPullLanes (the
 #      670k push-pull over 1-4 connections, serial and parallel step)
@@ -20,8 +21,9 @@
 #      BenchmarkPushRead (the shard's serial work per push of the 670k
 #      vector: the push scanned by the shard or as it arrived; the reply
 #      copied, held, held across the next push) with GOMAXPROCS 1, 4 and
-#      8, the parallel step on and off, alternating, MICRO_ROUNDS rounds
-#      (default 2) -> micro.txt
+#      8, the parallel step on and off, alternating, and once more with
+#      the Go loops instead of the AVX2 update and scan (ps-purego.test,
+#      GOMAXPROCS 1), MICRO_ROUNDS rounds (default 2) -> micro.txt
 #   2. make bench-ps for each of VARIANTS,
 #      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES]]" (THREADS, a worker's,
 #      default 4, the peer's best; CHUNK_BYTES default 1 MiB, 3 chunks of
@@ -46,7 +48,7 @@ STEPS=${STEPS:-} # steps per worker instead of epochs (a short trial run)
 ROUNDS=${ROUNDS:-3}
 MICRO_ROUNDS=${MICRO_ROUNDS:-2}
 mkdir -p "$OUT" bin
-for b in shoal rpc.test ps.test; do
+for b in shoal rpc.test ps.test ps-purego.test; do
 	if [ -f ".gpubin/$b.gz" ] && [ ! -x ".gpubin/$b" ]; then
 		gunzip -c ".gpubin/$b.gz" >".gpubin/$b" && chmod +x ".gpubin/$b"
 	fi
@@ -65,6 +67,8 @@ status=0
 			echo "parallel step $par"
 			(cd ps && ../.gpubin/ps.test -test.run '^$' -test.bench 'BenchmarkPush(Read)?$' -test.cpu 1,4,8 -test.benchtime 0.5s -parallel-step=$par) | grep -E '^Benchmark' || status=1
 		done
+		echo "the Go loops (purego), parallel step false"
+		(cd ps && ../.gpubin/ps-purego.test -test.run '^$' -test.bench 'BenchmarkPush(Read)?$' -test.cpu 1 -test.benchtime 0.5s) | grep -E '^Benchmark' || status=1
 	done
 } >"$OUT/micro.txt" 2>&1
 echo "ps-check: lanes, parallel step and raw TCP alone -> $OUT/micro.txt" >&2
