@@ -24,11 +24,20 @@ func momentumAVX2(d, p, grad, buf *float32, n int, lr, mu float32)
 //go:noescape
 func sgdAVX2(d, p, grad *float32, n int, lr float32)
 
-// momentumVec runs the momentum kernel over the leading multiple of
-// vecBlock floats and returns how many it did (0 without AVX2).
+// vecLen is how many of n floats the kernels do: the leading multiple of
+// vecBlock, 0 without AVX2.
+func vecLen(n int) int {
+	if !vectorized {
+		return 0
+	}
+	return n / vecBlock * vecBlock
+}
+
+// momentumVec runs the momentum kernel over vecLen(len(p)) floats and
+// returns how many it did.
 func momentumVec(d, p, g, buf []float32, lr, mu float32) int {
-	n := len(p) / vecBlock * vecBlock
-	if !vectorized || n == 0 {
+	n := vecLen(len(p))
+	if n == 0 {
 		return 0
 	}
 	_, _, _ = d[n-1], g[n-1], buf[n-1]
@@ -38,8 +47,8 @@ func momentumVec(d, p, g, buf []float32, lr, mu float32) int {
 
 // sgdVec is momentumVec for plain SGD.
 func sgdVec(d, p, g []float32, lr float32) int {
-	n := len(p) / vecBlock * vecBlock
-	if !vectorized || n == 0 {
+	n := vecLen(len(p))
+	if n == 0 {
 		return 0
 	}
 	_, _ = d[n-1], g[n-1]

@@ -31,9 +31,9 @@ func kernelInput(rng *rand.Rand, n int, special bool) []float32 {
 	return v
 }
 
-// sameBits reports the first index where a and b differ as bits (any two
+// firstDiff reports the first index where a and b differ as bits (any two
 // NaNs are the same), or -1.
-func sameBits(a, b []float32) int {
+func firstDiff(a, b []float32) int {
 	for i := range a {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
 			return i
@@ -73,16 +73,16 @@ func TestVectorKernelsAreTheLoops(t *testing.T) {
 						d = make([]float32, n)
 					}
 					k.run(d, pp, g, bb)
-					if !inPlace && sameBits(pp, p) >= 0 {
+					if !inPlace && firstDiff(pp, p) >= 0 {
 						t.Fatalf("%s n=%d vectorized=%v: wrote into p, which it should only read", k.name, n, vec)
 					}
 					out[i] = [2][]float32{d, bb}
 				}
-				if i := sameBits(out[0][0], out[1][0]); i >= 0 {
+				if i := firstDiff(out[0][0], out[1][0]); i >= 0 {
 					t.Errorf("%s n=%d in place=%v: value %d is %g (%#x) from the kernel, %g (%#x) from the loop (p %g, g %g, buf %g)",
 						k.name, n, inPlace, i, out[1][0][i], math.Float32bits(out[1][0][i]), out[0][0][i], math.Float32bits(out[0][0][i]), p[i], g[i], buf[i])
 				}
-				if i := sameBits(out[0][1], out[1][1]); i >= 0 {
+				if i := firstDiff(out[0][1], out[1][1]); i >= 0 {
 					t.Errorf("%s n=%d in place=%v: buffer %d is %g from the kernel, %g from the loop", k.name, n, inPlace, i, out[1][1][i], out[0][1][i])
 				}
 			}

@@ -621,4 +621,7 @@ func TestBindPlan(t *testing.T) {
 	}
 	_, err := bindPlan("cores", nil, cpubind.ErrUnsupported, 2, 1)
 	assert.ErrorContains(t, err, "--bind cores: binding to CPUs needs Linux")
+	got, err := bindPlan("auto", nil, cpubind.ErrUnsupported, 2, 1)
+	assert.NoError(t, err, "auto where CPUs cannot be read binds nothing")
+	assert.Nil(t, got)
 }

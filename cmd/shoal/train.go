@@ -222,15 +222,13 @@ func (t *trainRun) planBinding() error {
 		return nil
 	}
 	allowed, err := cpubind.Allowed()
-	if err != nil && t.bind == "auto" {
-		return nil
-	}
 	t.cpuSets, err = bindPlan(t.bind, allowed, err, t.workers, t.workerThreads())
 	return err
 }
 
 // bindPlan is planBinding's choice for --bind mode, given the CPUs this
-// process may run on (or why they could not be read, allowedErr).
+// process may run on (or why they could not be read, allowedErr: auto
+// then binds nothing).
 func bindPlan(mode string, allowed []int, allowedErr error, workers, threads int) ([][]int, error) {
 	switch mode {
 	case "none":
@@ -240,6 +238,9 @@ func bindPlan(mode string, allowed []int, allowedErr error, workers, threads int
 		return nil, fmt.Errorf("--bind %q: want auto, cores or none", mode)
 	}
 	if allowedErr != nil {
+		if mode == "auto" {
+			return nil, nil
+		}
 		return nil, fmt.Errorf("--bind %s: %w", mode, allowedErr)
 	}
 	if mode == "auto" && len(allowed)-workers*threads >= threads {

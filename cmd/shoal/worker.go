@@ -222,18 +222,18 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.cpus != "" {
 		// Before the data and the model: the threads started from
 		// here on (OpenBLAS's among them) inherit the binding.
+		// What it reports is its affinity read back, not the flag.
 		cpus, err := cpubind.Parse(w.cpus)
 		if err == nil {
 			err = cpubind.Bind(cpus)
 		}
+		if err == nil {
+			cpus, err = cpubind.Allowed()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--cpus %s: %w", w.cpus, err)
 		}
-		allowed, err := cpubind.Allowed()
-		if err != nil {
-			return nil, fmt.Errorf("--cpus %s: %w", w.cpus, err)
-		}
-		w.boundTo = cpubind.Format(allowed)
+		w.boundTo = cpubind.Format(cpus)
 	}
 	if err := writableFile("--save", w.save); err != nil {
 		return nil, err
