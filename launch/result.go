@@ -14,9 +14,12 @@ type Result struct {
 	Mode       consistency.Mode `json:"mode"`
 	Model      string           `json:"model"`
 	Parameters int              `json:"parameters"`
-	Dataset    string           `json:"dataset"`
-	Workers    int              `json:"workers"`
-	Servers    int              `json:"servers"`
+	// Dataset is what the workers trained on, TestDataset what
+	// test_accuracy was measured on.
+	Dataset     string `json:"dataset"`
+	TestDataset string `json:"test_dataset,omitempty"`
+	Workers     int    `json:"workers"`
+	Servers     int    `json:"servers"`
 	// Threads is each worker's GEMM threads (shoal train --threads, or
 	// the cores divided by the workers).
 	Threads int `json:"threads,omitempty"`

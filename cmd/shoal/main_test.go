@@ -145,6 +145,10 @@ func TestTrainEndToEnd(t *testing.T) {
 	assert.Equal(t, float64(1), sum["threads"], "--threads 1: one GEMM thread a worker")
 	assert.Equal(t, float64(2), sum["epochs"])
 	assert.Greater(t, sum["test_accuracy"], 0.9)
+	// The run names the set it trains on, not the one it tests on.
+	assert.Equal(t, "synthetic/train", sum["dataset"])
+	assert.Equal(t, "synthetic/test", sum["test_dataset"])
+	assert.Contains(t, string(out), ", synthetic/train (6000 samples; tested on synthetic/test)\n")
 	assert.Contains(t, string(out), "epoch 1/2")
 	assert.Contains(t, string(out), "epoch 2/2")
 

@@ -69,6 +69,7 @@ type trainRun struct {
 	ring   bool
 	shards []*shardProc
 	model  nn.Model
+	train  data.Dataset // what the workers train on (the header and --json name it)
 	test   data.Dataset
 	ocfg   optim.Config
 }
@@ -155,8 +156,8 @@ func (t *trainRun) printHeader(stdout io.Writer) string {
 		prec = t.dev.precision.String()
 		where += " in " + prec
 	}
-	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s\n",
-		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.test.Name())
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s (%d samples; tested on %s)\n",
+		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
 	return prec
 }
 
@@ -277,7 +278,7 @@ func workerEnv(threads int, share bool) []string {
 // newTally is the run's tally, its summary begun with what the flags say
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
-	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.test.Name(),
+	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
 		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Lanes: t.psLanes(), Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 }
 
@@ -442,7 +443,7 @@ func (t *trainRun) build() error {
 	if err != nil {
 		return err
 	}
-	t.test = test
+	t.train, t.test = train, test
 	if t.of.decay != "none" && t.of.decaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
 		t.of.decaySteps = max(totalUpdates(train.Len(), t.workers, t.staleness, &t.tf)-t.of.warmup, 1)
