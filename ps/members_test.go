@@ -188,3 +188,30 @@ func TestJoinLaterReleasesAStepThatWaitedForTheWorker(t *testing.T) {
 	assert.Equal(t, int64(1), step)
 	assert.Equal(t, int64(1), s.Clock(), "step 0 went on with worker 0's push")
 }
+
+// TestJoinPastTheStepGapPushes: a worker that joins a sync or SSP run
+// more than MaxStepGap steps in pushes at the step it was given, though
+// it never pushed before (the step bound that keeps a forged push from
+// stalling a run measures a sync push from the shard's step).
+func TestJoinPastTheStepGapPushes(t *testing.T) {
+	for _, mode := range []consistency.Mode{consistency.Sync, consistency.SSP} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := newModeServer(t, mode, 2, 0, 1)
+			require.True(t, s.WorkerGone(1))
+			for step := range int64(MaxStepGap + 10) {
+				push(t, s, 0, step, step, 0)
+			}
+			at, err := s.Join(1, 0)
+			require.NoError(t, err)
+			require.Greater(t, at, int64(MaxStepGap))
+			before := s.Clock()
+			push(t, s, 1, at, at, 0)
+			push(t, s, 0, at, at, 0)
+			want := before + 1 // sync: one step of both pushes
+			if mode == consistency.SSP {
+				want = before + 2 // one update a push
+			}
+			assert.Equal(t, want, s.Clock())
+		})
+	}
+}

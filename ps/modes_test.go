@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -260,5 +261,30 @@ func TestModeConfigErrors(t *testing.T) {
 			_, err := New(tc.cfg, make([]float32, 4))
 			assert.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// TestForgedStepsCannotStallAnyMode: a push whose step is far past the
+// worker's own, or below 0, is refused in every mode. Before, sync took a
+// push for step 2⁴⁰ (at the right clock), so that every real push of that
+// worker after it was a "duplicate" that never reached the barrier and
+// the run stalled; any mode took step -5000, after which async refused
+// every real push as too far past it.
+func TestForgedStepsCannotStallAnyMode(t *testing.T) {
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+		for _, step := range []int64{1 << 40, -5000} {
+			t.Run(fmt.Sprintf("%v/step %d", mode, step), func(t *testing.T) {
+				s := newModeServer(t, mode, 1, 0, 2)
+				_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: step, Clock: 0, Ranges: whole, Grads: fill(1)})
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				assert.Equal(t, int64(0), s.Clock(), "the forged push changed nothing")
+				for real := int64(0); real < 2; real++ {
+					res, err := s.Push(context.Background(), Push{WorkerID: 0, Step: real, Clock: real, Ranges: whole, Grads: fill(1)})
+					require.NoError(t, err, "the worker's real push for step %d", real)
+					assert.False(t, res.Duplicate, "step %d", real)
+				}
+				assert.Equal(t, int64(2), s.Clock(), "both real pushes were applied")
+			})
+		}
 	}
 }

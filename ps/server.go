@@ -823,11 +823,24 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if !ok {
 		last = -1
 	}
-	if s.cfg.Mode == consistency.Async && in.Step > last+MaxStepGap {
+	switch {
+	case in.Step < 0:
+		// The worker's record would sit below every real step: in async
+		// mode each of them would then be too far past it.
+		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: steps count from 0", ErrInvalidArgument, in.Step, in.WorkerID))
+	case s.cfg.Mode == consistency.Async && in.Step > last+MaxStepGap:
 		// A step far past the worker's own would make every real push up
 		// to it a "duplicate": one forged push could stop a run learning.
 		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
 			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap))
+	case s.bar != nil && in.Step > max(last, s.clock)+MaxStepGap:
+		// The same in sync mode, where the run would stall: the worker's
+		// pushes would never reach the barrier again. A worker that joins
+		// a run under way starts at the shard's step, so that is the base
+		// until it has pushed. (SSP's bound holds steps to the slowest
+		// worker's.)
+		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past the shard's step %d and the worker's last push (step %d)",
+			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, s.clock, last))
 	}
 	if ok && in.Step <= last {
 		s.stats.Duplicates++
@@ -873,10 +886,12 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 }
 
 // MaxStepGap bounds how far past a worker's last push (or past step 0,
-// for its first) an async push's step may be: Downpour's --push-every is
-// at most this, and a forged push cannot mark more than this many of the
-// worker's real pushes as duplicates. SSP's staleness bound and sync's
-// barrier bound steps more tightly.
+// for its first) an async push's step may be, and a sync push's past the
+// shard's step or the worker's last push, whichever is later: Downpour's
+// --push-every is at most this, and a forged push cannot mark more than
+// this many of the worker's real pushes as duplicates. (The barrier holds
+// the clock a sync push names, not the worker's own step count, which the
+// duplicate check reads; SSP's bound holds steps to the slowest worker's.)
 const MaxStepGap = 1024
 
 // applyLocked applies one update (async, ssp), whose largest magnitude

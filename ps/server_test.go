@@ -99,6 +99,7 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 		{"inf", Push{Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: inf}, "index 3 is -Inf"},
 		{"step from the far future", Push{Step: math.MaxInt64, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "more than 1024 steps past its last push (step -1)"},
 		{"first push past the gap", Push{Step: MaxStepGap, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "step 1024 from worker 0"},
+		{"negative step", Push{Step: -5000, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "push for step -5000 from worker 0: steps count from 0"},
 		{"negative worker id", Push{WorkerID: -1, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "worker -1: this shard expects workers 0..65535"},
 		{"worker id past MaxWorkers", Push{WorkerID: MaxWorkers, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}, "worker 65536: this shard expects workers 0..65535"},
 		{"huge finite gradient", Push{WorkerID: 3, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: filled(10, 3e38)}, "from worker 3: its gradient reaches 3e+38 (at index 0)"},
@@ -123,7 +124,7 @@ var reasonOf = map[string]string{
 	"wrong length": RejectedShape, "unknown range past the end": RejectedShape, "negative offset": RejectedShape,
 	"not whole chunks": RejectedShape, "overlapping ranges": RejectedShape, "no ranges": RejectedShape,
 	"nan": RejectedNonFinite, "inf": RejectedNonFinite,
-	"step from the far future": RejectedStep, "first push past the gap": RejectedStep,
+	"step from the far future": RejectedStep, "first push past the gap": RejectedStep, "negative step": RejectedStep,
 	"negative worker id": RejectedWorker, "worker id past MaxWorkers": RejectedWorker,
 	"huge finite gradient": RejectedMagnitude,
 }
