@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -614,7 +615,11 @@ func (c *Client) recvValues(stream grpc.ClientStream, s int, dst []float32, held
 }
 
 // recvRanges is recvValues for a lane of a push-pull: the values of
-// ranges alone (nil: the shard's whole share).
+// ranges alone (nil: the shard's whole share). A reply must be one view:
+// every piece at one clock, each inside one of the ranges (or one owned
+// chunk), no float twice, every float once. A piece is checked before it
+// is written, so a lying shard cannot write into another shard's part of
+// dst; on an error, its own part is left partly written.
 func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Range, dst []float32, held *time.Duration, pushed bool) (int64, *pb.PushResponse, error) {
 	plan := c.info.Plan
 	want := 0
@@ -629,7 +634,10 @@ func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Rang
 	}
 	inRanges := func(off, k int) bool {
 		if ranges == nil {
-			return plan.Owner(plan.ChunkAt(off)) == s && plan.Owner(plan.ChunkAt(off+k-1)) == s
+			// Chunks next to each other belong to different shards,
+			// unless there is one.
+			first, last := plan.ChunkAt(off), plan.ChunkAt(off+k-1)
+			return plan.Owner(first) == s && (first == last || plan.Servers == 1)
 		}
 		for _, r := range ranges {
 			if off >= r.Off && off+k <= r.End() {
@@ -638,7 +646,7 @@ func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Rang
 		}
 		return false
 	}
-	got := 0
+	var pieces []shard.Range // where the values went
 	var clock int64
 	var res *pb.PushResponse
 	for i := 0; ; i++ {
@@ -672,13 +680,26 @@ func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Rang
 			if held != nil {
 				*held = time.Duration(p.HeldMicros) * time.Microsecond
 			}
-			res = p.Push
+			res, clock = p.Push, p.Clock
+		} else if p.Clock != clock {
+			return 0, nil, status.Errorf(codes.Internal, "server sent values at clocks %d and %d in one reply; want one view of its share", clock, p.Clock)
 		}
-		got += in.Len / 4
-		clock = p.Clock
+		if in.Len > 0 {
+			pieces = append(pieces, shard.Range{Off: int(p.Offset), Len: in.Len / 4})
+		}
 	}
 	if pushed && res == nil {
 		return 0, nil, status.Error(codes.Internal, "server's reply to a push-pull carries no push result")
+	}
+	// Each piece lies in the share: with none twice, the share is whole
+	// when their floats add up to it.
+	slices.SortFunc(pieces, func(a, b shard.Range) int { return cmp.Compare(a.Off, b.Off) })
+	got := 0
+	for i, r := range pieces {
+		if i > 0 && r.Off < pieces[i-1].End() {
+			return 0, nil, status.Errorf(codes.Internal, "server sent floats [%d,%d) twice", r.Off, min(r.End(), pieces[i-1].End()))
+		}
+		got += r.Len
 	}
 	if got != want {
 		return 0, nil, status.Errorf(codes.Internal, "server sent %d floats, it owns %d", got, want)
