@@ -425,6 +425,10 @@ func (s *Server) CheckPlan(version uint32) error {
 }
 
 // checkRange verifies r lies inside chunks this shard owns.
+// CheckRange returns an ErrInvalidArgument unless r is a non-empty range
+// of chunks this shard owns, the ranges Read takes.
+func (s *Server) CheckRange(r shard.Range) error { return s.checkRange(r) }
+
 func (s *Server) checkRange(r shard.Range) error {
 	p := s.cfg.Plan
 	if r.Len <= 0 || r.Off < 0 || r.End() > p.VectorLen {

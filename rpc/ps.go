@@ -209,8 +209,9 @@ func toRange(r *pb.Range) (shard.Range, error) {
 // and must not overlap: a reply then holds each float at most once and is
 // never larger than the shard, however the request is written (a request
 // naming the whole vector 2,000 times would otherwise make the shard send
-// it 2,000 times). Read checks that each lies inside the shard.
-func pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
+// it 2,000 times). Each must lie in chunks the shard owns, checked here so
+// that a bad range is refused before the pull waits or sends anything.
+func (s *psService) pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
 	rs := make([]shard.Range, len(ranges))
 	prevEnd := 0
 	for i, wr := range ranges {
@@ -221,6 +222,9 @@ func pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
 		if i > 0 && r.Off < prevEnd {
 			return nil, fmt.Errorf("%w: pull range %v overlaps or precedes the previous one, which ends at %d: name each float at most once, in increasing order",
 				ps.ErrInvalidArgument, r, prevEnd)
+		}
+		if err := s.core.CheckRange(r); err != nil {
+			return nil, err
 		}
 		rs[i], prevEnd = r, r.End()
 	}
@@ -245,7 +249,7 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 // wire.MaxPieceBytes. The first piece carries how long the wait took and,
 // for a PushPull, pushed.
 func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
-	rs, err := pullRanges(ranges)
+	rs, err := s.pullRanges(ranges)
 	if err != nil {
 		return toStatus(err)
 	}

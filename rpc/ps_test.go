@@ -374,6 +374,35 @@ func TestPullOfUnownedRange(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 }
 
+// TestPullOfAnUnownedRangeIsRefusedFirst: a pull naming a range the shard
+// does not own is refused before anything else: before a sync pull waits
+// for its step (it waited out the deadline, then said DeadlineExceeded),
+// and before the owned ranges named ahead of it are sent.
+func TestPullOfAnUnownedRangeIsRefusedFirst(t *testing.T) {
+	t.Run("before the wait", func(t *testing.T) {
+		c := testcluster.Start(t, syncCores(t, 2)...)
+		ps := pb.NewParameterServerClient(dial(t, c, 0))
+		// Step 1 waits for two pushes that never come: only the deadline
+		// would end it.
+		ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+		defer cancel()
+		stream, err := ps.Pull(ctx, &pb.PullRequest{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: 100, Length: 4}}})
+		require.NoError(t, err)
+		_, err = stream.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		assert.ErrorContains(t, err, "want a non-empty range inside [0,8)")
+	})
+	t.Run("before the owned ranges", func(t *testing.T) {
+		c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...) // shard 0 owns [0,4)
+		ps := pb.NewParameterServerClient(dial(t, c, 0))
+		stream, err := ps.Pull(ctxT(t), &pb.PullRequest{Ranges: []*pb.Range{{Offset: 0, Length: 4}, {Offset: 4, Length: 4}}})
+		require.NoError(t, err)
+		p, err := stream.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "first message %v, error %v", p, err)
+		assert.ErrorContains(t, err, "chunk 1 is owned by shard 1, this is shard 0")
+	})
+}
+
 // TestPullOfOverlappingRangesIsRefused: a small request that names the
 // whole vector 2,000 times would make the shard send it 2,000 times; a
 // pull's ranges must be increasing and disjoint, so a reply is never
