@@ -61,6 +61,16 @@ func (s *lyingShard) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.P
 
 func serveLiars(t *testing.T, shards ...*lyingShard) *client.Client {
 	t.Helper()
+	cl, err := client.Dial(ctxT(t), listenLiars(t, shards...), client.WithRetry(1, time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// listenLiars serves each shard on a port of its own and returns their
+// addresses.
+func listenLiars(t *testing.T, shards ...*lyingShard) []string {
+	t.Helper()
 	var addrs []string
 	for _, s := range shards {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -71,10 +81,7 @@ func serveLiars(t *testing.T, shards ...*lyingShard) *client.Client {
 		t.Cleanup(g.Stop)
 		addrs = append(addrs, lis.Addr().String())
 	}
-	cl, err := client.Dial(ctxT(t), addrs, client.WithRetry(1, time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Close() })
-	return cl
+	return addrs
 }
 
 func piece(off, clock int64, v float32, n int) *pb.PullPiece {
@@ -155,4 +162,12 @@ func TestALyingShardIsCaught(t *testing.T) {
 			assert.NoError(t, err, "%s: pieces in any order, each once", call)
 		}
 	})
+}
+
+// TestAPlanOfTooManyChunksIsRefused: a shard whose plan cuts 2⁴⁰ floats
+// into 2³⁸ chunks would have Dial walk every one; it is refused at once.
+func TestAPlanOfTooManyChunksIsRefused(t *testing.T) {
+	addrs := listenLiars(t, &lyingShard{shard: 0, n: 1 << 40}, &lyingShard{shard: 1, n: 1 << 40})
+	_, err := client.Dial(ctxT(t), addrs, client.WithRetry(1, time.Millisecond))
+	assert.ErrorContains(t, err, "chunks of 16 bytes cut a vector of 1099511627776 floats into 274877906944 chunks, more than 1048576")
 }

@@ -14,6 +14,11 @@ const Version uint32 = 2
 // DefaultChunkBytes is the default largest chunk: about 1 MiB of float32.
 const DefaultChunkBytes = 1 << 20
 
+// MaxChunks bounds how many chunks a plan cuts the vector into: what every
+// node keeps per chunk stays small, and a plan received from a lying peer
+// cannot make a node walk 2⁴⁰ chunks.
+const MaxChunks = 1 << 20
+
 // Range is the half-open range [Off, Off+Len) of the vector, in floats.
 type Range struct {
 	Off, Len int
@@ -47,8 +52,15 @@ func New(n, servers, chunkBytes int) (Plan, error) {
 		return Plan{}, fmt.Errorf("shard plan: chunk of %d bytes, want >= 4 (one float32)", chunkBytes)
 	case n < servers:
 		return Plan{}, fmt.Errorf("shard plan: a vector of %d floats cannot give each of %d servers a share; use at most %d servers", n, servers, n)
+	case servers > MaxChunks:
+		return Plan{}, fmt.Errorf("shard plan: %d servers, want at most %d", servers, MaxChunks)
 	}
-	return Plan{VectorLen: n, Servers: servers, ChunkFloats: chunkBytes / 4}, nil
+	p := Plan{VectorLen: n, Servers: servers, ChunkFloats: chunkBytes / 4}
+	if k := p.NumChunks(); k > MaxChunks {
+		return Plan{}, fmt.Errorf("shard plan: chunks of %d bytes cut a vector of %d floats into %d chunks, more than %d: use larger chunks (at least %d bytes)",
+			chunkBytes, n, k, MaxChunks, 4*((n+MaxChunks-1)/MaxChunks))
+	}
+	return p, nil
 }
 
 // Validate checks a plan received from elsewhere.

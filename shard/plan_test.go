@@ -80,6 +80,8 @@ func TestPlanErrors(t *testing.T) {
 		{"no servers", 10, 0, 64},
 		{"chunk under a float", 10, 1, 3},
 		{"more servers than floats", 5, 6, 64},
+		{"more chunks than MaxChunks", 1 << 40, 1, 4},
+		{"more servers than MaxChunks", 1 << 40, MaxChunks + 1, 1 << 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.n, tc.servers, tc.chunk)
