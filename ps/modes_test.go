@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -119,6 +120,37 @@ func TestSyncFuturePushWaits(t *testing.T) {
 	res := <-done
 	assert.False(t, res.Duplicate)
 	assert.Equal(t, int64(1), res.Clock, "step 1 still waits for worker 1")
+}
+
+// TestSyncPushSentTwiceWhileItWaits: a push for the next step waits for
+// the current one; the same push sent again meanwhile (a retry) waits
+// beside it. When the step ends, one goes in and the other is a
+// duplicate; before, the second was refused as InvalidArgument ("already
+// pushed"), which a client does not retry, and the worker failed.
+func TestSyncPushSentTwiceWhileItWaits(t *testing.T) {
+	s := newModeServer(t, consistency.Sync, 2, 0, 0)
+	push(t, s, 0, 0, 0, 1)
+	type reply struct {
+		res PushResult
+		err error
+	}
+	replies := make(chan reply, 2)
+	for range 2 {
+		go func() {
+			res, err := s.Push(context.Background(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+			replies <- reply{res, err}
+		}()
+	}
+	for st, _ := s.Stall(); st.Pulls < 2; st, _ = s.Stall() {
+		runtime.Gosched() // until both wait for step 0 to end
+	}
+	push(t, s, 1, 0, 0, 1)
+	a, b := <-replies, <-replies
+	require.NoError(t, a.err)
+	require.NoError(t, b.err)
+	assert.True(t, a.res.Duplicate != b.res.Duplicate, "one goes in, the other is a duplicate: %+v, %+v", a.res, b.res)
+	push(t, s, 1, 1, 1, 1)
+	assert.Equal(t, int64(2), s.Clock(), "step 1 took worker 0's push once, and worker 1's")
 }
 
 // TestWaitSaysWhyItEnded: a wait that ends before what it waits for is an

@@ -991,6 +991,12 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (Pus
 		if err != nil {
 			return PushResult{}, err
 		}
+		// The same push sent again (a retry) may have waited beside it
+		// and gone in first.
+		if last, ok := s.lastStep[in.WorkerID]; ok && in.Step <= last {
+			s.stats.Duplicates++
+			return PushResult{Clock: s.clock, Duplicate: true}, nil
+		}
 	}
 	if in.Clock < s.clock {
 		if s.cfg.BackupWorkers > 0 {
