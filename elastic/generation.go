@@ -47,6 +47,14 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	if err != nil {
 		return closeOnErr(err)
 	}
+	// The ring's optimizer starts from this member's own state, which the
+	// root sends to every rank (a fresh one would reset momentum and the
+	// schedule's step at every re-form).
+	if m.opt != nil {
+		if err := ring.Restore(*m.opt); err != nil {
+			return closeOnErr(fmt.Errorf("restoring this member's optimizer state: %w", err))
+		}
+	}
 	if err := m.sync(ctx, comm, ring, int(resp.Root)); err != nil {
 		return closeOnErr(fmt.Errorf("taking up rank %d's state: %w", resp.Root, err))
 	}
@@ -69,7 +77,12 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 	if m.start.IsZero() {
 		m.start = time.Now()
 	}
-	if err := m.train(ctx, rank, size, ring); err != nil {
+	err = m.train(ctx, rank, size, ring)
+	// The state that goes with the weights as training left them: a step
+	// that failed before its update changed neither.
+	st := ring.State()
+	m.opt = &st
+	if err != nil {
 		return closeOnErr(err)
 	}
 	return &Outcome{Steps: m.pos.step, Samples: m.samples, Last: m.last, Rank: rank, Size: size, Comm: comm, Ring: ring, Params: m.params, transport: tr}, nil
@@ -119,7 +132,9 @@ func (m *member) watch(ctx context.Context, members []int, cancel context.Cancel
 
 // sync makes every rank hold the root's weights, optimizer state and data
 // position. Integers travel as the bits of float32s (a broadcast moves
-// them unchanged).
+// them unchanged). A rank takes none of it unless all of it arrived and
+// checked out: a root that dies part-way leaves it with its own state
+// whole, not the root's weights in part of its own.
 func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *worker.Ring, root int) error {
 	var head [10]float32
 	st := ring.State()
@@ -147,14 +162,20 @@ func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *
 	if err := comm.Broadcast(ctx, rest, root); err != nil {
 		return err
 	}
-	if err := comm.Broadcast(ctx, m.params, root); err != nil {
+	params := m.params
+	if comm.Rank() != root {
+		params = make([]float32, len(m.params))
+	}
+	if err := comm.Broadcast(ctx, params, root); err != nil {
 		return err
 	}
-	for i, v := range m.params {
+	for i, v := range params {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return fmt.Errorf("the root sent weight %d = %v: want finite", i, v)
 		}
 	}
+	// st's slots are copies (ring.State): the ring keeps its own until
+	// Restore.
 	for _, name := range slices.Sorted(maps.Keys(st.Slots)) {
 		if err := comm.Broadcast(ctx, st.Slots[name], root); err != nil {
 			return err
@@ -178,6 +199,7 @@ func (m *member) sync(ctx context.Context, comm *collective.Communicator, ring *
 	if err := ring.Restore(st); err != nil {
 		return err
 	}
+	copy(m.params, params)
 	m.pos = pos
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/worker"
 )
@@ -106,9 +107,12 @@ type position struct {
 }
 
 type member struct {
-	cfg     Config
-	log     *slog.Logger
-	params  []float32
+	cfg    Config
+	log    *slog.Logger
+	params []float32
+	// opt is the optimizer state that goes with params (nil before the
+	// first generation trained): a new generation's ring starts from it.
+	opt     *optim.State
 	pos     position
 	samples int64
 	last    worker.Progress
