@@ -67,7 +67,26 @@ type ckptMeta struct {
 	CRC32C      uint32          `json:"crc32c"`
 }
 
-const ckptKind = "shoal-ps-checkpoint/1"
+// ckptKind names the format: version 2's CRC32C covers the metadata (the
+// clock, the steps, the progress) as well as the floats; version 1's, the
+// floats alone, so a damaged clock went unseen and the journal's replay
+// skipped acknowledged updates as already in the checkpoint. Version 1
+// files are still read.
+const (
+	ckptKind   = "shoal-ps-checkpoint/2"
+	ckptKindV1 = "shoal-ps-checkpoint/1"
+)
+
+// checksum is the CRC32C of the floats and then of the metadata as JSON,
+// with its own CRC32C field zero.
+func (m ckptMeta) checksum(vec []float32) (uint32, error) {
+	m.CRC32C = 0
+	js, err := json.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	return crc32.Update(crcFloats(vec), crc32.MakeTable(crc32.Castagnoli), js), nil
+}
 
 func (s *Server) ckptName(clock int64) string {
 	return filepath.Join(s.ckpt.dir, fmt.Sprintf("shard-%d-of-%d-clock-%012d.safetensors", s.cfg.Shard, s.cfg.Plan.Servers, clock))
@@ -195,7 +214,11 @@ func (s *Server) writeCheckpoint(st *ckptState) error {
 		}
 		meta.OptSteps = append(meta.OptSteps, st.opt[i].Steps)
 	}
-	meta.CRC32C = crcFloats(vec)
+	crc, err := meta.checksum(vec)
+	if err != nil {
+		return err
+	}
+	meta.CRC32C = crc
 	js, err := json.Marshal(meta)
 	if err != nil {
 		return err
@@ -303,12 +326,33 @@ func (s *Server) loadCheckpoint(path string) (*ckptState, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The file's name says it is this shard's: metadata that does not
+	// parse, or names no kind, is damage (an older file may serve); a
+	// kind of another version is another Shoal's.
 	var meta ckptMeta
-	if err := json.Unmarshal([]byte(m["shoal_checkpoint"]), &meta); err != nil || meta.Kind != ckptKind {
-		return nil, fmt.Errorf("%w: no %s metadata", errForeign, ckptKind)
+	js, ok := m["shoal_checkpoint"]
+	if !ok {
+		return nil, fmt.Errorf("no shoal_checkpoint metadata: the file is damaged")
 	}
-	if got := crcFloats(vec); got != meta.CRC32C {
-		return nil, fmt.Errorf("checksum %08x, the file says %08x: the data is damaged", got, meta.CRC32C)
+	if err := json.Unmarshal([]byte(js), &meta); err != nil {
+		return nil, fmt.Errorf("its metadata does not parse (%v): the file is damaged", err)
+	}
+	var sum uint32
+	switch meta.Kind {
+	case ckptKind:
+		if sum, err = meta.checksum(vec); err != nil {
+			return nil, err
+		}
+	case ckptKindV1:
+		sum = crcFloats(vec)
+	default:
+		if strings.HasPrefix(meta.Kind, "shoal-ps-checkpoint/") {
+			return nil, fmt.Errorf("%w: it is a %s, this Shoal reads %s and %s", errForeign, meta.Kind, ckptKind, ckptKindV1)
+		}
+		return nil, fmt.Errorf("its metadata names kind %q, not %s: the file is damaged", meta.Kind, ckptKind)
+	}
+	if sum != meta.CRC32C {
+		return nil, fmt.Errorf("checksum %08x, the file says %08x: the data is damaged", sum, meta.CRC32C)
 	}
 	p := s.cfg.Plan
 	want := fmt.Sprintf("shard %d of %d, vector %d, chunks %d, plan v%d, optimizer %s, layout %s",

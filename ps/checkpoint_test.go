@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -127,9 +128,11 @@ func TestCheckpointOfAnOldPlanIsRefused(t *testing.T) {
 	require.NotEmpty(t, files)
 	l, vec, meta, err := nn.LoadSafetensors(files[0].path)
 	require.NoError(t, err)
+	// As the code of plan version 1 wrote it: format 1, whose checksum
+	// covers the floats alone.
 	var m map[string]any
 	require.NoError(t, json.Unmarshal([]byte(meta["shoal_checkpoint"]), &m))
-	m["plan_version"] = 1
+	m["plan_version"], m["kind"], m["crc32c"] = 1, ckptKindV1, crcFloats(vec)
 	js, err := json.Marshal(m)
 	require.NoError(t, err)
 	require.NoError(t, nn.SaveSafetensors(files[0].path, l, vec, map[string]string{"shoal_checkpoint": string(js)}))
@@ -187,6 +190,55 @@ func TestACheckpointThatCannotBeWrittenIsReported(t *testing.T) {
 			default:
 				require.True(t, warn, "the failed checkpoint was not reported")
 			}
+		})
+	}
+}
+
+// TestDamagedCheckpointMetadataFallsBack: the checksum covers the
+// metadata too, and damaged metadata is damage, not another Shoal's file:
+// the shard resumes from the older checkpoint and replays the journal
+// from there, losing nothing. Before, a clock changed from 6 to 8 was
+// accepted (the shard claimed clock 8 with clock 6's values, and the
+// replay skipped updates 7 and 8 as already in the checkpoint), and a
+// flipped bit in the metadata's "kind" stopped the shard as if the file
+// were foreign.
+func TestDamagedCheckpointMetadataFallsBack(t *testing.T) {
+	for name, damage := range map[string]func(b []byte) []byte{
+		"clock": func(b []byte) []byte {
+			old := []byte(`clock\":6,`)
+			require.Equal(t, 1, bytes.Count(b, old))
+			return bytes.Replace(b, old, []byte(`clock\":8,`), 1)
+		},
+		"kind": func(b []byte) []byte {
+			i := bytes.Index(b, []byte(`\"kind\"`))
+			require.Positive(t, i)
+			b[i+2] ^= 1 // "kind" becomes "jind"
+			return b
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := journalConfig(consistency.Async, 1, dir) // a checkpoint every 3 updates
+			s, err := New(cfg, []float32{0, 1, 2, 3})
+			require.NoError(t, err)
+			for step := range int64(8) {
+				push(t, s, 0, step, step, 1)
+			}
+			want := values(t, s)
+			files, err := s.listCheckpoints()
+			require.NoError(t, err)
+			require.Len(t, files, 2)
+			require.Equal(t, int64(6), files[0].clock)
+			require.NoError(t, s.Close()) // a crash: no final checkpoint
+			b, err := os.ReadFile(files[0].path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(files[0].path, damage(b), 0o644))
+
+			r, err := New(cfg, []float32{0, 1, 2, 3})
+			require.NoError(t, err, "the older checkpoint and the journal hold every update")
+			defer r.Close()
+			assert.Equal(t, int64(8), r.Clock())
+			assert.Equal(t, want, values(t, r))
 		})
 	}
 }
