@@ -80,19 +80,22 @@ type Config struct {
 	// for on data-plane connections; default DefaultSocketBufferBytes; a
 	// negative value leaves the kernel's default (and its autotuning).
 	SocketBufferBytes int
-	// WrapData, when set, wraps each TCP data-plane connection after its
-	// handshake; Send and Recv then go through the wrapper (which must
-	// honour read and write deadlines). The benchmark harness puts its NIC
+	// WrapData, when set, wraps each TCP data-plane connection once it is
+	// dialed or accepted (TLS, when on, runs over the wrapper); Send and
+	// Recv then go through the wrapper (which must honour read and write
+	// deadlines). The benchmark harness puts its NIC
 	// model here. Links over shared memory do not use it: turn
 	// SharedMemory off to have every byte pass through it.
 	WrapData func(net.Conn) net.Conn
 	// Security, when it has TLS, makes the rendezvous a mutual-TLS gRPC
 	// server (with its token, when it has one) and runs every TCP
-	// data-plane link over mutual TLS once set up (the hello before it
-	// and shared-memory links stay as they are: rings are files only the
-	// two ranks' user can open, named over the link). Every rank is given
-	// credentials of one CA, and its certificate must name the host of
-	// its data address. Nil: plaintext.
+	// data-plane link over mutual TLS from its first byte: the hello, and
+	// the offer of a shared-memory ring, travel encrypted between peers
+	// with certificates, so a stranger can neither take a rank's place
+	// nor hand a rank a ring (shared-memory links then carry the data
+	// outside TLS: rings are files only the two ranks' user can open).
+	// Every rank is given credentials of one CA, and its certificate must
+	// name the host of its data address. Nil: plaintext.
 	Security *secure.Credentials
 	// Logger receives setup and failure events; nil discards them.
 	Logger *slog.Logger

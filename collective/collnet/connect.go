@@ -3,7 +3,6 @@ package collnet
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -107,8 +106,8 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 
 	conns, err := mesh(ctx, cfg, lis, resp)
 	for peer, c := range conns {
-		if c != nil {
-			t.links[peer] = newLink(peer, c, cfg.WrapData)
+		if c.tcp != nil {
+			t.links[peer] = newLink(peer, c.tcp, c.greet, c.data)
 		}
 	}
 	if err != nil {
@@ -119,12 +118,6 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 	if err := t.setupShm(ctx, cfg, resp); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("collnet: rank %d of %d: shared memory setup: %w", cfg.Rank, cfg.Size, err)
-	}
-	if cfg.Security.TLS() {
-		if err := t.secureLinks(ctx, cfg, resp); err != nil {
-			t.Close()
-			return nil, fmt.Errorf("collnet: rank %d of %d: TLS: %w", cfg.Rank, cfg.Size, err)
-		}
 	}
 	for _, l := range t.links {
 		if l != nil && l.send != nil {
@@ -149,11 +142,18 @@ func listenData(addr string) (*net.TCPListener, error) {
 	return lis.(*net.TCPListener), nil
 }
 
+// peerConn is a data-plane connection: the TCP connection, what the
+// handshake went over, and what Send and Recv use (see secureData).
+type peerConn struct {
+	tcp         *net.TCPConn
+	greet, data net.Conn // see secureData
+}
+
 // mesh connects this rank to every other: it dials the higher ranks and
 // accepts the lower ones. conns[peer] is set for each connection made,
 // even when it fails.
-func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinResponse) ([]*net.TCPConn, error) {
-	conns := make([]*net.TCPConn, cfg.Size)
+func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinResponse) ([]peerConn, error) {
+	conns := make([]peerConn, cfg.Size)
 	var wg sync.WaitGroup
 	var acceptErr error
 	stopOnCancel := context.AfterFunc(ctx, func() { lis.Close() })
@@ -168,8 +168,8 @@ func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinRe
 	}
 	wg.Wait()
 	for _, c := range conns {
-		if c != nil {
-			tune(c, cfg.SocketBufferBytes)
+		if c.tcp != nil {
+			tune(c.tcp, cfg.SocketBufferBytes)
 		}
 	}
 	if dialErr != nil {
@@ -178,67 +178,161 @@ func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinRe
 	return conns, acceptErr
 }
 
-// accept takes connections on lis until every lower rank (len(conns)) has
-// dialed in with a valid hello. Connections with a bad hello are refused
-// and closed; accept goes on waiting.
-func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []*net.TCPConn) error {
-	log := cfg.Logger.With("component", "collnet", "rank", cfg.Rank)
-	for have := 0; have < len(conns); {
-		c, err := lis.AcceptTCP()
+// secureData runs the data-plane connection c over mutual TLS when cfg
+// says so, as the client of a peer at addr or as the server: under TLS,
+// the hello and everything after it are encrypted and come from a peer
+// with a certificate of the job's CA, so a stranger cannot take a rank's
+// place or name a shared-memory ring. It returns the connection to say
+// hello over and the one Send and Recv use (TLS over Config.WrapData's
+// wrapper; without TLS, c and the wrapper of c, which then sees no
+// hello). The caller bounds the handshake with c's deadline.
+func secureData(ctx context.Context, cfg Config, c *net.TCPConn, addr string) (greet, data net.Conn, err error) {
+	data = c
+	if cfg.WrapData != nil {
+		data = cfg.WrapData(c)
+	}
+	if !cfg.Security.TLS() {
+		return c, data, nil
+	}
+	var tc *tls.Conn
+	if addr != "" {
+		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			var missing []int
-			for i, c := range conns {
-				if c == nil {
-					missing = append(missing, i)
-				}
-			}
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return &collective.PeerError{Rank: missing[0], Err: fmt.Errorf("ranks %v never connected: %w", missing, err)}
+			return nil, nil, err
 		}
+		tc = tls.Client(data, cfg.Security.ClientTLS(host))
+	} else {
+		server := cfg.Security.ServerTLS()
+		// No session tickets: nothing is ever resumed, and none is sent.
+		server.SessionTicketsDisabled = true
+		tc = tls.Server(data, server)
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, tc, nil
+}
+
+// accept takes connections on lis until every lower rank (len(conns)) has
+// dialed in with a valid hello. Each connection says hello (after its TLS
+// handshake, when on) in a goroutine of its own, within helloTimeout, so
+// that a silent or stray client holds up no one; one with a bad hello is
+// refused and closed, and accept goes on waiting.
+func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []peerConn) error {
+	if len(conns) == 0 {
+		return nil
+	}
+	log := cfg.Logger.With("component", "collnet", "rank", cfg.Rank)
+	var (
+		mu   sync.Mutex
+		have int
+		open = map[*net.TCPConn]bool{} // connections still saying hello
+		wg   sync.WaitGroup
+	)
+	allIn := make(chan struct{})
+	defer func() {
+		// Connections still saying hello are strays now: end them.
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	greet := func(c *net.TCPConn) {
 		deadline := time.Now().Add(helloTimeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
 		}
 		c.SetDeadline(deadline)
-		h, err := readHello(c)
+		hc, data, err := secureData(ctx, cfg, c, "")
+		var h hello
+		if err == nil {
+			h, err = readHello(hc)
+		}
 		if err == nil {
 			err = h.check(cfg.Rank, cfg.Size, cfg.JobID)
 		}
-		if err == nil && conns[h.From] != nil {
+		mu.Lock()
+		delete(open, c)
+		if err == nil && conns[h.From].tcp != nil {
 			err = fmt.Errorf("%w: rank %d connected twice", errHandshake, h.From)
 		}
+		if err == nil {
+			conns[h.From] = peerConn{tcp: c, greet: hc, data: data}
+			if have++; have == len(conns) {
+				close(allIn)
+			}
+		}
+		mu.Unlock()
 		if err != nil {
 			log.Warn("refused a data-plane connection", "remote", c.RemoteAddr().String(), "err", err)
-			c.Write(appendVerdict(nil, err.Error()))
+			if hc != nil {
+				hc.Write(appendVerdict(nil, err.Error()))
+			}
 			c.Close()
-			continue
+			return
 		}
-		if _, err := c.Write(appendVerdict(nil, "")); err != nil {
+		if _, err := hc.Write(appendVerdict(nil, "")); err != nil {
+			// The rank's dial fails with it, and so does the setup.
 			log.Warn("answering a hello", "peer", h.From, "err", err)
-			c.Close()
-			continue
 		}
 		c.SetDeadline(time.Time{})
-		conns[h.From] = c
-		have++
 	}
-	return nil
+	accepted := make(chan error, 1)
+	go func() {
+		for {
+			c, err := lis.AcceptTCP()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			mu.Lock()
+			open[c] = true
+			mu.Unlock()
+			wg.Go(func() { greet(c) })
+		}
+	}()
+	var err error
+	select {
+	case <-allIn:
+		lis.Close() // every lower rank is in: no more hellos
+		<-accepted
+		return nil
+	case err = <-accepted:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var missing []int
+	for i, c := range conns {
+		if c.tcp == nil {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return nil // the last hello and the listener's end crossed
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return &collective.PeerError{Rank: missing[0], Err: fmt.Errorf("ranks %v never connected: %w", missing, err)}
 }
 
-// dial connects to peer at addr and says hello.
-func dial(ctx context.Context, cfg Config, peer int, addr string) (*net.TCPConn, error) {
+// dial connects to peer at addr (over TLS, when on) and says hello.
+func dial(ctx context.Context, cfg Config, peer int, addr string) (peerConn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, &collective.PeerError{Rank: peer, Err: fmt.Errorf("dialing %s: %w", addr, err)}
+		return peerConn{}, &collective.PeerError{Rank: peer, Err: fmt.Errorf("dialing %s: %w", addr, err)}
 	}
 	tc := c.(*net.TCPConn)
 	release := bindDeadline(ctx, tc.SetDeadline)
-	_, err = tc.Write(appendHello(nil, hello{From: cfg.Rank, To: peer, Size: cfg.Size, JobID: cfg.JobID}))
+	hc, data, err := secureData(ctx, cfg, tc, addr)
 	if err == nil {
-		err = readVerdict(tc)
+		_, err = hc.Write(appendHello(nil, hello{From: cfg.Rank, To: peer, Size: cfg.Size, JobID: cfg.JobID}))
+	}
+	if err == nil {
+		err = readVerdict(hc)
 	}
 	release()
 	if err != nil {
@@ -246,10 +340,10 @@ func dial(ctx context.Context, cfg Config, peer int, addr string) (*net.TCPConn,
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake with %s: %w", addr, err)}
+		return peerConn{}, &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake with %s: %w", addr, err)}
 	}
 	tc.SetDeadline(time.Time{})
-	return tc, nil
+	return peerConn{tcp: tc, greet: hc, data: data}, nil
 }
 
 // tune sets a data-plane connection's options: no Nagle delay (each Send
@@ -318,12 +412,12 @@ func (t *transport) setupShm(ctx context.Context, cfg Config, resp *pb.JoinRespo
 				p.own, p.offer = nil, shmOffer{}
 			}
 		}
-		if _, err := p.l.conn.Write(appendOffer(nil, p.offer)); err != nil {
+		if _, err := p.l.ctl.Write(appendOffer(nil, p.offer)); err != nil {
 			return t.setupError(ctx, p.l.peer, err)
 		}
 	}
 	for _, p := range pairs {
-		o, err := readOffer(p.l.conn)
+		o, err := readOffer(p.l.ctl)
 		if err != nil {
 			return t.setupError(ctx, p.l.peer, err)
 		}
@@ -336,13 +430,13 @@ func (t *transport) setupShm(ctx context.Context, cfg Config, resp *pb.JoinRespo
 		if p.peerRing != nil {
 			mapped = 1
 		}
-		if _, err := p.l.conn.Write([]byte{mapped}); err != nil {
+		if _, err := p.l.ctl.Write([]byte{mapped}); err != nil {
 			return t.setupError(ctx, p.l.peer, err)
 		}
 	}
 	var b [1]byte
 	for _, p := range pairs {
-		if _, err := io.ReadFull(p.l.conn, b[:]); err != nil {
+		if _, err := io.ReadFull(p.l.ctl, b[:]); err != nil {
 			return t.setupError(ctx, p.l.peer, err)
 		}
 		if b[0] > 1 {
@@ -363,41 +457,4 @@ func (t *transport) setupError(ctx context.Context, peer int, err error) error {
 		err = fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return &collective.PeerError{Rank: peer, Err: err}
-}
-
-// secureLinks runs every TCP link over mutual TLS, all at once (each
-// handshake needs its peer): this rank is the client of the peers it
-// dialed (the higher ranks) and the server of the others. A client checks
-// that the peer's certificate names the host of its data address.
-func (t *transport) secureLinks(ctx context.Context, cfg Config, resp *pb.JoinResponse) error {
-	server := cfg.Security.ServerTLS()
-	// No session tickets: nothing is ever resumed, and none is sent.
-	server.SessionTicketsDisabled = true
-	errs := make([]error, len(t.links))
-	var wg sync.WaitGroup
-	for peer, l := range t.links {
-		if l == nil || l.send != nil {
-			continue // this rank, or shared memory
-		}
-		wg.Go(func() {
-			var c *tls.Conn
-			if peer > cfg.Rank {
-				host, _, err := net.SplitHostPort(resp.Ranks[peer].DataAddress)
-				if err != nil {
-					errs[peer] = &collective.PeerError{Rank: peer, Err: err}
-					return
-				}
-				c = tls.Client(l.data, cfg.Security.ClientTLS(host))
-			} else {
-				c = tls.Server(l.data, server)
-			}
-			if err := c.HandshakeContext(ctx); err != nil {
-				errs[peer] = &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake: %w", err)}
-				return
-			}
-			l.data, l.setRead, l.setWrite = c, c.SetReadDeadline, c.SetWriteDeadline
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

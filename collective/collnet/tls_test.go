@@ -3,6 +3,7 @@ package collnet
 import (
 	"context"
 	"crypto/tls"
+	"net"
 	"testing"
 	"time"
 
@@ -26,9 +27,10 @@ func testCreds(t testing.TB, token bool) *secure.Credentials {
 	return c
 }
 
-// With credentials, every TCP link runs over mutual TLS (and the
-// rendezvous checks the token); messages of every size arrive intact;
-// shared-memory links stay as they are.
+// With credentials, every link runs over mutual TLS from its hello on
+// (and the rendezvous checks the token): the TCP links carry the data
+// over it, the shared-memory links set up their rings over it and carry
+// the data in them; messages of every size arrive intact.
 func TestTLSLinks(t *testing.T) {
 	creds := testCreds(t, true)
 	for _, m := range modes {
@@ -40,7 +42,8 @@ func TestTLSLinks(t *testing.T) {
 						continue
 					}
 					_, isTLS := l.data.(*tls.Conn)
-					assert.Equal(t, l.send == nil, isTLS, "rank %d to %d: TLS exactly where TCP carries the data", tr.Rank(), p)
+					assert.True(t, isTLS, "rank %d to %d: the link is TLS", tr.Rank(), p)
+					assert.Equal(t, m.shm && shmSupported, l.send != nil, "rank %d to %d: shared memory where asked for", tr.Rank(), p)
 				}
 			}
 			exchange(t, ts, mixedSizes)
@@ -94,4 +97,68 @@ func TestATokenIsNotSentInTheClear(t *testing.T) {
 	assert.ErrorIs(t, err, ErrConfig)
 	assert.ErrorContains(t, err, "in the clear")
 	group(t, 2, false, func(cfg *Config) { cfg.Security = tokenOnly }) // loopback: fine
+}
+
+// TestAStrangerCannotTakeARanksPlace: rank 1 accepts a stranger's
+// connection before rank 0's. Under TLS the stranger, who has no
+// certificate, gets nowhere whatever it sends (before, a plaintext hello
+// naming rank 0 took rank 0's place: the real rank 0 was refused, and a
+// stranger that then echoed rank 1's own shared-memory offer back had
+// rank 1 talk to itself outside TLS). A stranger that says nothing holds
+// up no one, with TLS or without (before, hellos were read one at a
+// time, each for up to helloTimeout, longer than this test's deadline).
+func TestAStrangerCannotTakeARanksPlace(t *testing.T) {
+	creds := testCreds(t, true)
+	for _, tc := range []struct {
+		name     string
+		tls      bool
+		stranger []byte // what it sends, then it waits
+	}{
+		{"TLS, a hello as rank 0", true, nil},
+		{"TLS, silent", true, []byte{}},
+		{"plaintext, silent", false, []byte{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfgs := groupConfigs(t, 2, true)
+			cfgs[0].MasterListener.Close()
+			for i := range cfgs {
+				if tc.tls {
+					cfgs[i].Security = creds
+				}
+				var err error
+				cfgs[i], err = cfgs[i].withDefaults()
+				require.NoError(t, err)
+			}
+			lis, err := listenData("127.0.0.1:0")
+			require.NoError(t, err)
+			defer lis.Close()
+			addr := lis.Addr().String()
+			// Shorter than helloTimeout: a stranger read first would outlast it.
+			ctx, cancel := context.WithTimeout(context.Background(), helloTimeout/2)
+			defer cancel()
+
+			stranger, err := net.Dial("tcp", addr) // queued before rank 0's
+			require.NoError(t, err)
+			defer stranger.Close()
+			say := tc.stranger
+			if say == nil {
+				say = appendHello(nil, hello{From: 0, To: 1, Size: 2, JobID: cfgs[1].JobID})
+			}
+			_, err = stranger.Write(say)
+			require.NoError(t, err)
+
+			conns := make([]peerConn, 1)
+			accepted := make(chan error, 1)
+			go func() { accepted <- accept(ctx, cfgs[1], lis, conns) }()
+			rank0, err := dial(ctx, cfgs[0], 1, addr)
+			require.NoError(t, err, "the real rank 0")
+			defer rank0.tcp.Close()
+			require.NoError(t, <-accepted)
+			require.NotNil(t, conns[0].tcp)
+			defer conns[0].tcp.Close()
+			assert.Equal(t, rank0.tcp.LocalAddr().String(), conns[0].tcp.RemoteAddr().String(), "rank 1's link to rank 0 is rank 0's connection")
+			_, isTLS := conns[0].greet.(*tls.Conn)
+			assert.Equal(t, tc.tls, isTLS, "the hello went over TLS")
+		})
+	}
 }

@@ -53,7 +53,10 @@ type transport struct {
 type link struct {
 	peer int
 	conn *net.TCPConn
-	data net.Conn // conn, or Config.WrapData's wrapper of it: what Send and Recv use
+	data net.Conn // conn, Config.WrapData's wrapper of it, or TLS over that: what Send and Recv use
+	// ctl is what the handshake went over, and the shared-memory setup
+	// after it: conn, or (with TLS) data.
+	ctl net.Conn
 	// setRead and setWrite are conn's deadline setters, made once.
 	setRead, setWrite func(time.Time) error
 
@@ -67,12 +70,8 @@ type link struct {
 
 var _ collective.Transport = (*transport)(nil)
 
-func newLink(peer int, conn *net.TCPConn, wrap func(net.Conn) net.Conn) *link {
-	var data net.Conn = conn
-	if wrap != nil {
-		data = wrap(conn)
-	}
-	return &link{peer: peer, conn: conn, data: data, setRead: data.SetReadDeadline, setWrite: data.SetWriteDeadline}
+func newLink(peer int, conn *net.TCPConn, ctl, data net.Conn) *link {
+	return &link{peer: peer, conn: conn, data: data, ctl: ctl, setRead: data.SetReadDeadline, setWrite: data.SetWriteDeadline}
 }
 
 // Rank returns this process's rank.
@@ -241,7 +240,7 @@ func sleepFor(ctx context.Context) time.Duration {
 // then marks the peer gone. It is the only reader of that connection.
 func (t *transport) watch(l *link) {
 	var b [1]byte
-	_, err := l.conn.Read(b[:])
+	_, err := l.ctl.Read(b[:]) // under TLS, the peer's close_notify is an EOF
 	if t.closed.Load() {
 		return
 	}
