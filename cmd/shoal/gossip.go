@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/nn"
 )
@@ -194,12 +193,19 @@ func logChanges(v cluster.View, log *slog.Logger) {
 	}
 }
 
+// shardMover moves a client's connection to a shard (client.Client).
+type shardMover interface {
+	SetShardAddr(shard int, addr string) error
+}
+
 // followShards moves the client's connection to a shard whose gossiped
 // gRPC address changed (a shard restarted elsewhere). seen holds the
 // address each shard gossiped last; the first one a shard gossips is only
 // recorded: it may name the same server as --servers in other words (an
-// IP for a host name, one interface for another).
-func followShards(v cluster.View, fp uint64, seen []string, c *client.Client, log *slog.Logger) {
+// IP for a host name, one interface for another). An address check
+// refuses (secure.Credentials.CheckDial: a token in the clear beyond
+// loopback) is not followed, as --servers naming it would not be.
+func followShards(v cluster.View, fp uint64, seen []string, c shardMover, check func(addr string) error, log *slog.Logger) {
 	for _, m := range v.Members {
 		meta := m.Meta
 		if meta.Role != cluster.RolePS || meta.ModelFingerprint != fp || meta.Rank >= len(seen) || meta.GRPCAddr == "" || meta.GRPCAddr == seen[meta.Rank] {
@@ -208,6 +214,10 @@ func followShards(v cluster.View, fp uint64, seen []string, c *client.Client, lo
 		old := seen[meta.Rank]
 		seen[meta.Rank] = meta.GRPCAddr
 		if old == "" {
+			continue
+		}
+		if err := check(meta.GRPCAddr); err != nil {
+			log.Warn("shard moved to an address this worker does not dial; staying", "component", "membership", "shard", meta.Rank, "addr", meta.GRPCAddr, "err", err)
 			continue
 		}
 		if err := c.SetShardAddr(meta.Rank, meta.GRPCAddr); err != nil {

@@ -540,7 +540,7 @@ func (w *workerRun) joinGossip(ctx context.Context, ps *client.Client, stdout io
 	return follow(m, w.log, 2*time.Second, func(views <-chan cluster.View) {
 		for v := range views {
 			logChanges(v, w.log)
-			followShards(v, fp, seen, ps, w.log)
+			followShards(v, fp, seen, ps, w.sec.creds.CheckDial, w.log)
 		}
 	}), nil
 }
