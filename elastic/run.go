@@ -57,6 +57,11 @@ type Config struct {
 	// credentials of the other members' Elastic services); default
 	// plaintext.
 	DialOptions []grpc.DialOption
+	// CheckDial, when set, vets the address of the coordinator the
+	// default Ask is about to call (the roster's gossip names it): an
+	// error fails the re-form at once (secure.Credentials.CheckDial
+	// refuses to send a token in the clear beyond loopback).
+	CheckDial func(addr string) error
 	// ReformTimeout bounds each re-form: finding the coordinator and
 	// waiting for the round.
 	ReformTimeout time.Duration
@@ -264,6 +269,11 @@ func (m *member) ask(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResp
 }
 
 func (m *member) askGRPC(ctx context.Context, addr string, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	if m.cfg.CheckDial != nil {
+		if err := m.cfg.CheckDial(addr); err != nil {
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, m.cfg.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {

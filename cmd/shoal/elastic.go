@@ -96,7 +96,7 @@ func runElastic(ctx context.Context, r ringRun) error {
 		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
 		Model:   r.model, Train: r.train, Initial: initial,
 		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes, Timeline: r.timeline},
-		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(),
+		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(), CheckDial: r.sec.CheckDial,
 		OnGeneration: r.generationEvents(),
 	})
 	if err != nil {
@@ -157,6 +157,11 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("elastic: listening for the Elastic service on %s: %w", host, err)
+	}
+	// Its callers send the token: in the clear, only on loopback.
+	if err := r.sec.CheckListen(lis.Addr()); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("elastic: the Elastic service: %w", err)
 	}
 	roster := &gossipRoster{fp: fingerprint(r.model.Layout())}
 	var advertised string // the host the gossip advertises, once joined

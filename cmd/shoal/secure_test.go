@@ -166,3 +166,19 @@ func TestFiveHundredHostileStreams(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, p.exit(t, ctx, "shoal ps"))
 }
+
+// TestElasticRingKeepsTheTokenOnLoopback: a ring worker with a token and
+// no TLS refuses to serve its Elastic service beyond loopback, as shoal ps
+// refuses (before, it listened on every interface, and its callers sent
+// the token there in the clear).
+func TestElasticRingKeepsTheTokenOnLoopback(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	out, err := exec.CommandContext(ctx, shoalBin, "certs", "--out", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.CommandContext(ctx, shoalBin, "worker", "--mode", "ring", "--rank", "0", "--world-size", "2", "--dataset", "synthetic", "--hidden", "16",
+		"--steps", "1", "--auth-token-file", filepath.Join(dir, "token"), "--gossip-addr", "0.0.0.0:0").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, string(out), "elastic: the Elastic service: --auth-token-file without --tls-cert on ")
+	assert.Contains(t, string(out), "the token would cross the network in the clear")
+}
