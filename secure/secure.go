@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Files names a node's credentials, as given by --tls-cert, --tls-key,
@@ -212,9 +213,12 @@ type Refusals struct{ n atomic.Int64 }
 func (r *Refusals) Load() int64 { return r.n.Load() }
 
 // ServerOptions are the gRPC options of a server with c: TLS, and with a
-// token, interceptors that refuse calls without it, counting them in
-// refused (which may be nil) and logging them with the peer's address,
-// at most one line a second.
+// token, a tap on every new stream that refuses calls without it before
+// anything of their messages is read (an interceptor would run after a
+// unary call's request was received and decoded: a caller without the
+// token could hold a goroutine and a megabyte with a message it never
+// finishes), counting them in refused (which may be nil) and logging them
+// with the peer's address, at most one line a second.
 func (c *Credentials) ServerOptions(log *slog.Logger, refused *Refusals) []grpc.ServerOption {
 	var o []grpc.ServerOption
 	if c.TLS() {
@@ -225,7 +229,7 @@ func (c *Credentials) ServerOptions(log *slog.Logger, refused *Refusals) []grpc.
 			refused = &Refusals{}
 		}
 		a := &authenticator{want: []byte("Bearer " + c.token), log: log, refused: refused, every: rate.Sometimes{Interval: time.Second}}
-		o = append(o, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+		o = append(o, grpc.InTapHandle(a.tap))
 	}
 	return o
 }
@@ -270,18 +274,10 @@ func (a *authenticator) check(ctx context.Context, method string) error {
 	return status.Errorf(codes.Unauthenticated, "%s: the call carried %s; send the job's token as \"authorization: Bearer <token>\" (--auth-token-file)", method, why)
 }
 
-func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := a.check(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := a.check(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return h(srv, ss)
+// tap checks a new stream's headers, in the connection's reader
+// goroutine (check neither blocks nor waits).
+func (a *authenticator) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	return ctx, a.check(ctx, info.FullMethodName)
 }
 
 // WithoutToken is c without its token (the same certificates): a client

@@ -26,6 +26,7 @@ import (
 	"github.com/shoalml/shoal/rpc"
 	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/wire"
 )
 
 // pki writes a fresh CA, node certificate and token.
@@ -159,6 +160,28 @@ func TestTokenOnLoopback(t *testing.T) {
 	assert.ErrorContains(t, creds.CheckListen(&net.TCPAddr{IP: net.IPv4zero, Port: 7070}), "in the clear")
 	require.NoError(t, creds.CheckListen(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7070}))
 	require.NoError(t, load(t, f).CheckDial("10.1.2.3:7070"), "with TLS a token may go anywhere")
+}
+
+// TestACallWithoutTheTokenIsRefusedBeforeItsMessage: the token is checked
+// on a call's headers, before its message is read. A unary call without it
+// whose message is too large for the server gets Unauthenticated, not
+// ResourceExhausted: nothing of the message was read (before, the check
+// ran after the request was received and decoded, so a caller without the
+// token could hold a goroutine and a megabyte with a message it never
+// finished), and the refusal is counted.
+func TestACallWithoutTheTokenIsRefusedBeforeItsMessage(t *testing.T) {
+	f := pki(t)
+	creds := load(t, secure.Files{Token: f.Token})
+	addr, refused := serve(t, creds)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tooLarge := &pb.PullPiece{Values: make([]byte, 2*wire.MaxMessageBytes)}
+	err = conn.Invoke(ctx, "/shoal.v1.ParameterServer/Info", tooLarge, new(pb.InfoResponse))
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	assert.Equal(t, int64(1), refused.Load())
 }
 
 // Load says what is wrong with a set of files.
