@@ -296,6 +296,10 @@ func New(cfg Config) (*Membership, error) {
 		if mc.SecretKey, err = readGossipKey(cfg.KeyFile); err != nil {
 			return nil, fmt.Errorf("membership config: %w", err)
 		}
+		if fi, err := os.Stat(cfg.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			logger.Warn("a secret file others can read", "component", "auth",
+				"problem", fmt.Sprintf("--gossip-key-file %s can be read by other users (mode %04o): chmod 600 it", cfg.KeyFile, fi.Mode().Perm()))
+		}
 	}
 
 	ml, err := memberlist.Create(mc)

@@ -108,11 +108,34 @@ func WriteTestPKI(dir string, hosts []string, validFor time.Duration) (Files, er
 		{f.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600},
 		{f.Token, []byte(hex.EncodeToString(tok) + "\n"), 0o600},
 	} {
-		if err := os.WriteFile(w.path, w.data, w.perm); err != nil {
+		if err := writeNew(w.path, w.data, w.perm); err != nil {
 			return Files{}, err
 		}
 	}
 	return f, nil
+}
+
+// writeNew writes data to a new file with perm and renames it to path:
+// os.WriteFile would keep the mode of a file already there (a token
+// readable by everyone stays so).
+func writeNew(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone once renamed
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // serial is a random 128-bit certificate serial number.

@@ -51,6 +51,27 @@ type Credentials struct {
 	cert  *tls.Certificate
 	pool  *x509.CertPool
 	token string
+	// exposed names the secret files other users may read.
+	exposed []string
+}
+
+// Exposed says which of the secret files Load read (the private key and
+// the token) other users of the machine may read too, each with its mode
+// and what to do, for the caller to log as a warning. (Not refused: a
+// Kubernetes Secret is mounted readable by all by default, inside a
+// container of one user.)
+func (c *Credentials) Exposed() []string {
+	if c == nil {
+		return nil
+	}
+	return c.exposed
+}
+
+// exposedFile notes path when others than its owner may read it.
+func (c *Credentials) exposedFile(flag, path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		c.exposed = append(c.exposed, fmt.Sprintf("%s %s can be read by other users (mode %04o): chmod 600 it", flag, path, fi.Mode().Perm()))
+	}
 }
 
 // MinTokenBytes is the shortest token accepted: 16 bytes of a random
@@ -80,6 +101,7 @@ func Load(f Files) (*Credentials, error) {
 			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.Cert, f.Key, err)
 		}
 		c.cert = &cert
+		c.exposedFile("--tls-key", f.Key)
 		pem, err := os.ReadFile(f.CA)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
@@ -102,6 +124,7 @@ func Load(f Files) (*Credentials, error) {
 			return nil, fmt.Errorf("--auth-token-file %s: want one line, the token", f.Token)
 		}
 		c.token = tok
+		c.exposedFile("--auth-token-file", f.Token)
 	}
 	return c, nil
 }

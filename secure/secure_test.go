@@ -2,6 +2,7 @@ package secure_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -182,6 +183,36 @@ func TestACallWithoutTheTokenIsRefusedBeforeItsMessage(t *testing.T) {
 	err = conn.Invoke(ctx, "/shoal.v1.ParameterServer/Info", tooLarge, new(pb.InfoResponse))
 	assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 	assert.Equal(t, int64(1), refused.Load())
+}
+
+// TestSecretFilesStayPrivate: shoal certs writes the key and the token
+// readable by their owner alone, also over files that were readable by
+// all (before, os.WriteFile kept an old file's mode); Load says when
+// others may read them (a warning the commands log: a Kubernetes Secret
+// is mounted readable by all by default).
+func TestSecretFilesStayPrivate(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{secure.TokenFile, secure.KeyFile} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("old\n"), 0o644))
+	}
+	f, err := secure.WriteTestPKI(dir, nil, time.Hour)
+	require.NoError(t, err)
+	for _, p := range []string{f.Token, f.Key} {
+		fi, err := os.Stat(p)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), p)
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 4, "no temporary files left: %v", entries)
+	assert.Empty(t, load(t, f).Exposed())
+
+	require.NoError(t, os.Chmod(f.Token, 0o644))
+	require.NoError(t, os.Chmod(f.Key, 0o640))
+	assert.Equal(t, []string{
+		fmt.Sprintf("--tls-key %s can be read by other users (mode 0640): chmod 600 it", f.Key),
+		fmt.Sprintf("--auth-token-file %s can be read by other users (mode 0644): chmod 600 it", f.Token),
+	}, load(t, f).Exposed())
 }
 
 // Load says what is wrong with a set of files.

@@ -173,6 +173,7 @@ func (p *psRun) newServer(core *ps.Server, lis net.Listener, psm *metrics.PS, gr
 // or with --events the launcher's event.
 func (p *psRun) announce(core *ps.Server, srv *psServer, gossip string, stdout io.Writer) {
 	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
+	p.sec.warnExposed(log)
 	log.Info("serving", "component", "ps", "addr", srv.addr, "security", p.sec.creds.Describe(), "stream_limit", srv.total.Round(time.Second), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
 		"model", p.model, "floats", plan.Floats(idx))
 	if p.events {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -48,6 +49,13 @@ func (s *secFlags) load() error {
 	c, err := secure.Load(s.files)
 	s.creds = c
 	return err
+}
+
+// warnExposed logs the secret files other users may read.
+func (s *secFlags) warnExposed(log *slog.Logger) {
+	for _, e := range s.creds.Exposed() {
+		log.Warn("a secret file others can read", "component", "auth", "problem", e)
+	}
 }
 
 // args are the flags that give a child the same credentials.

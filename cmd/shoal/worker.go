@@ -213,6 +213,7 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.log, err = w.lf.logger(stderr); err != nil {
 		return nil, err
 	}
+	w.sec.warnExposed(w.log)
 	if w.id, err = w.ranks.identity(); err != nil {
 		return nil, err
 	}
