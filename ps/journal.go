@@ -144,9 +144,20 @@ func (s *Server) replayJournal() (int, error) {
 		for {
 			rec, err := s.readRecord(r)
 			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					s.log.Warn("journal ends in a torn or damaged record (the process died writing it)", "path", jf.path, "err", err)
+				if errors.Is(err, io.EOF) {
+					break
 				}
+				// A record the process died writing is the journal's
+				// last; one with intact records after it was damaged
+				// since, and the updates after it were acknowledged.
+				if errors.Is(err, errRecordDamaged) {
+					if after := s.countRecords(r); after > 0 {
+						f.Close()
+						return n, fmt.Errorf("%w: journal %s: the record after clock %d is damaged (%v) and %d intact record(s) follow it: replaying past it is impossible, and stopping there would lose updates that were acknowledged; move the journal away to start from clock %d",
+							ErrCheckpoint, jf.path, s.clock, err, after, s.clock)
+					}
+				}
+				s.log.Warn("journal ends in a torn or damaged record (the process died writing it)", "path", jf.path, "err", err)
 				break
 			}
 			if rec.clock <= s.clock {
@@ -171,6 +182,21 @@ func (s *Server) replayJournal() (int, error) {
 	return n, nil
 }
 
+// errRecordDamaged is a whole record whose checksum does not match.
+var errRecordDamaged = errors.New("a record's checksum does not match")
+
+// countRecords counts the intact records left in r, up to the first that
+// is not.
+func (s *Server) countRecords(r io.Reader) int {
+	n := 0
+	for {
+		if _, err := s.readRecord(r); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
 // readRecord reads one record, checking its frame and checksum.
 func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 	var frame [4]byte
@@ -190,7 +216,7 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 	}
 	body, sum := body[:size], binary.LittleEndian.Uint32(body[size:])
 	if crc32.Checksum(body, castagnoli) != sum {
-		return journalRecord{}, errors.New("a record's checksum does not match")
+		return journalRecord{}, errRecordDamaged
 	}
 	d := &bodyReader{b: body}
 	rec := journalRecord{clock: int64(d.u64())}

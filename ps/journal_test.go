@@ -93,6 +93,41 @@ func TestJournalTornTailIsDropped(t *testing.T) {
 	assert.Equal(t, int64(5), r.Clock())
 }
 
+// TestJournalDamagedInTheMiddleStopsTheStart: a record whose checksum
+// fails with intact records after it was not torn by a dying process: the
+// updates after it were acknowledged. The shard does not start (before, it
+// warned and went on without them), and says how to start anyway.
+func TestJournalDamagedInTheMiddleStopsTheStart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := journalConfig(consistency.Async, 1, dir)
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	for step := range int64(5) { // a checkpoint at 3, then updates 4 and 5 journaled
+		push(t, s, 0, step, step, 1)
+	}
+	require.NoError(t, s.Close())
+	files, err := s.listJournals()
+	require.NoError(t, err)
+	last := files[len(files)-1].path
+	b, err := os.ReadFile(last)
+	require.NoError(t, err)
+	b[4+8] ^= 1 // a bit of update 4's body, past its length and clock
+	require.NoError(t, os.WriteFile(last, b, 0o644))
+
+	_, err = New(cfg, []float32{0, 1, 2, 3})
+	require.ErrorIs(t, err, ErrCheckpoint)
+	assert.ErrorContains(t, err, "the record after clock 3 is damaged (a record's checksum does not match) and 1 intact record(s) follow it")
+	assert.ErrorContains(t, err, "move the journal away to start from clock 3")
+
+	// The same damage in the last record is a tear: update 4 is back.
+	b[4+8] ^= 1
+	size := len(b) / 2 // two records of one size
+	b[size+4+8] ^= 1
+	require.NoError(t, os.WriteFile(last, b, 0o644))
+	r := crashAndRestart(t, cfg)
+	assert.Equal(t, int64(4), r.Clock())
+}
+
 func TestJournalNeedsACheckpointDir(t *testing.T) {
 	cfg := journalConfig(consistency.Async, 1, "")
 	_, err := New(cfg, []float32{0, 1, 2, 3})
