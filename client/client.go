@@ -717,7 +717,16 @@ type PushArgs struct {
 	Clocks Clocks
 	// Grads is the whole gradient vector (len Plan.VectorLen).
 	Grads []float32
+	// Skip, when not nil (one per shard), names the shards the call
+	// leaves out: none of Grads goes to them, a PushPull reads nothing
+	// from them (Dst keeps its values in their shares), and their entries
+	// in the result are zero. A sync worker skips the shards that already
+	// applied every step of its run.
+	Skip []bool
 }
+
+// skips says whether args leave shard s out.
+func (args PushArgs) skips(s int) bool { return args.Skip != nil && args.Skip[s] }
 
 // PushResult says what the shards did with a push.
 type PushResult struct {
@@ -739,6 +748,9 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 	}
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	err := c.fanOut(func(s int) error {
+		if args.skips(s) {
+			return nil
+		}
 		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
 			var err error
 			replies[s], err = c.pushShard(ctx, s, args)
@@ -755,6 +767,9 @@ func (c *Client) checkPush(args PushArgs) error {
 	}
 	if args.Clocks != nil && len(args.Clocks) != len(c.stubs) {
 		return fmt.Errorf("client: push with %d clocks, want one per shard (%d)", len(args.Clocks), len(c.stubs))
+	}
+	if args.Skip != nil && len(args.Skip) != len(c.stubs) {
+		return fmt.Errorf("client: push skipping %d shards' worth, want one flag per shard (%d)", len(args.Skip), len(c.stubs))
 	}
 	return nil
 }
@@ -878,6 +893,9 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	held := make([]time.Duration, len(c.stubs))
 	err := c.fanOut(func(s int) error {
+		if args.skips(s) {
+			return nil
+		}
 		h := c.header(s, args.PushArgs)
 		h.Pull = args.Pull
 		if args.Pull && args.Steps != nil {

@@ -14,7 +14,11 @@ type AsyncConfig struct {
 	// WorkerID identifies the worker to the servers (its rank).
 	WorkerID int64
 	// PushEvery: push the summed gradients every PushEvery steps (Downpour's
-	// n_push; default 1).
+	// n_push; default 1). With async servers only: an SSP shard counts a
+	// worker's progress in pushed steps, so a worker that pushes less
+	// often than every staleness+1 steps waits for its own push (and
+	// times out). NewAsync cannot tell the servers' mode; shoal worker
+	// refuses --push-every and --fetch-every other than 1 outside async.
 	PushEvery int
 	// FetchEvery: pull fresh weights every FetchEvery steps (n_fetch;
 	// default 1). In between, steps compute on the weights last pulled.
@@ -331,7 +335,20 @@ func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) e
 	for i, c := range s.clocks {
 		s.next[i] = c + 1
 	}
-	push := PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads}
+	// With backup workers the shards may end the run at different times:
+	// a push to one that applied every step of it would open a step no
+	// one else joins (it waits out --max-wait, or is applied past the
+	// end), so the shards past the last step are left out.
+	var skip []bool
+	for i, c := range s.clocks {
+		if s.lastStep >= 0 && c > s.lastStep {
+			if skip == nil {
+				skip = make([]bool, len(s.clocks))
+			}
+			skip[i] = true
+		}
+	}
+	push := PushArgs{WorkerID: s.worker, Step: step, Clocks: s.clocks, Grads: grads, Skip: skip}
 	if step == s.lastStep {
 		res, err := s.ps.Push(ctx, push)
 		if err != nil {
@@ -345,6 +362,11 @@ func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) e
 		return err
 	}
 	s.Dropped += int64(res.Dropped)
+	for i := range skip {
+		if skip[i] {
+			res.PullClocks[i] = s.clocks[i] // not read again: as it was
+		}
+	}
 	s.clocks, s.prefetched = res.PullClocks, true
 	// Every step of a run of lastStep+1 steps is applied once the shards
 	// are past it; a worker whose late pushes were dropped (backup

@@ -47,6 +47,9 @@ type PushArgs struct {
 	Clocks []int64
 	// Grads is the whole gradient vector.
 	Grads []float32
+	// Skip, when not nil, names the shards the push leaves out (and a
+	// PushPull's pull: Dst keeps its values there): see client.PushArgs.
+	Skip []bool
 }
 
 // PushResult is what the shards did with a push.

@@ -141,3 +141,52 @@ func TestSyncNamesAMissingWorker(t *testing.T) {
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
 	assert.Contains(t, err.Error(), "waiting for worker(s) 1")
 }
+
+// TestABackupStragglerDoesNotPushPastTheEnd: with backup workers and two
+// shards, a straggler may find one shard done with the run (it applied
+// both steps without it) and the other not. Its push goes to the second
+// alone: before, it also went to the first and opened a step past the
+// run's end there, which waited out --max-wait for pushes no one sends
+// (3 workers, 2 needed) or was applied as an extra update (2 workers, 1
+// needed).
+func TestABackupStragglerDoesNotPushPastTheEnd(t *testing.T) {
+	for _, workers := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			model := newModel(t)
+			train, _ := synthetic(t)
+			cfg := ps.DefaultConfig()
+			cfg.Mode, cfg.Workers, cfg.BackupWorkers, cfg.MaxWait = consistency.Sync, workers, 1, 10*time.Second
+			cores := testcluster.CoresWith(t, cfg, model.Layout(), make([]float32, model.Layout().Size()), 2, 512)
+			c := testcluster.Start(t, cores...)
+			push := func(core *ps.Server, w, step int64) {
+				_, err := core.Push(context.Background(), ps.Push{WorkerID: w, Step: step, Clock: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+				require.NoError(t, err)
+			}
+			// A run of 2 steps; worker 1 is the straggler. The others
+			// finish it on shard 0, and step 1 on shard 1 lacks one push.
+			others := []int64{0, 2}[:workers-1]
+			for _, w := range others {
+				push(cores[0], w, 0)
+				push(cores[1], w, 0)
+			}
+			for _, w := range others {
+				push(cores[0], w, 1)
+			}
+			if workers == 3 {
+				push(cores[1], 0, 1) // one of the two step 1 needs
+			}
+			require.Equal(t, []int64{2, 1}, []int64{cores[0].Clock(), cores[1].Clock()})
+
+			cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+			require.NoError(t, err)
+			defer cl.Close()
+			w, err := worker.New(worker.Config{Rank: 1, WorldSize: workers, Batch: 16, Steps: 2}, model, train, worker.NewSync(psclient.New(cl), 1, 2))
+			require.NoError(t, err)
+			defer w.Close()
+			res, err := w.Run(ctxT(t))
+			require.NoError(t, err)
+			assert.True(t, res.Complete)
+			assert.Equal(t, []int64{2, 2}, []int64{cores[0].Clock(), cores[1].Clock()}, "each shard applied the run's 2 steps, no more")
+		})
+	}
+}

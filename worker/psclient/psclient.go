@@ -35,7 +35,7 @@ func (s *Servers) PushPull(ctx context.Context, args worker.PushPullArgs) (worke
 }
 
 func pushArgs(a worker.PushArgs) client.PushArgs {
-	return client.PushArgs{WorkerID: a.WorkerID, Step: a.Step, Clocks: a.Clocks, Grads: a.Grads}
+	return client.PushArgs{WorkerID: a.WorkerID, Step: a.Step, Clocks: a.Clocks, Grads: a.Grads, Skip: a.Skip}
 }
 
 func pushResult(r client.PushResult) worker.PushResult {
