@@ -101,7 +101,8 @@ func Replay(recs []Recording) ([]sim.Op, error) {
 			switch {
 			case p.Step != int64(i):
 				return nil, fmt.Errorf("emulate: replay: worker %d's push %d is of step %d: only a run in which every worker pushes every step from step 0 (--push-every 1, no worker that failed) can be replayed", r.Rank, i, p.Step)
-			case p.Clock < 0 || p.Staleness < 0 || u >= int64(total):
+			// Each bounded first, so that their sum cannot overflow.
+			case p.Clock < 0 || p.Staleness < 0 || p.Clock >= int64(total) || p.Staleness >= int64(total) || u >= int64(total):
 				return nil, fmt.Errorf("emulate: replay: worker %d's push of step %d was computed on clock %d with staleness %d, which is not one of the run's %d updates", r.Rank, p.Step, p.Clock, p.Staleness, total)
 			case p.Clock <= lastUpdate:
 				return nil, fmt.Errorf("emulate: replay: worker %d's step %d was computed on clock %d, before its own push of step %d (update %d) was applied: a run with --fetch-every > 1 or --overlap-push-pull cannot be replayed", r.Rank, p.Step, p.Clock, p.Step-1, lastUpdate)

@@ -1,6 +1,7 @@
 package emulate_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -89,6 +90,12 @@ func TestReplayRefusesWhatItCannotReplay(t *testing.T) {
 		{"gap", func(r []emulate.Recording) []emulate.Recording { r[0].Pushes[1].Step = 2; return r }, "push 1 is of step 2"},
 		{"past the end", func(r []emulate.Recording) []emulate.Recording { r[1].Pushes[1].Staleness = 7; return r }, "not one of the run's 4 updates"},
 		{"negative", func(r []emulate.Recording) []emulate.Recording { r[1].Pushes[1].Clock = -1; return r }, "not one of the run's 4 updates"},
+		// Clock + staleness overflowed to a negative update, which
+		// passed the check and panicked as an index.
+		{"overflow", func(r []emulate.Recording) []emulate.Recording {
+			r[1].Pushes[1].Clock, r[1].Pushes[1].Staleness = math.MaxInt64, 1
+			return r
+		}, "not one of the run's 4 updates"},
 		{"overlap", func(r []emulate.Recording) []emulate.Recording {
 			r[0].Pushes[1] = worker.PushRecord{Step: 1, Clock: 0, Staleness: 2}
 			return r
