@@ -109,6 +109,9 @@ func DefaultConfig() Config {
 }
 
 func (c Config) validate() error {
+	if c.MaxWait < 0 {
+		return fmt.Errorf("max wait %v: want > 0 (0: the default, 10 minutes)", c.MaxWait)
+	}
 	if !c.Mode.UsesServers() {
 		return fmt.Errorf("mode %s: not a parameter-server mode (want %s, %s or %s)", c.Mode, consistency.Async, consistency.Sync, consistency.SSP)
 	}

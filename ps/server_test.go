@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -220,6 +221,7 @@ func TestNewValidates(t *testing.T) {
 		{"layout size", func(c *Config) { c.Layout = nn.Layout{}; c.Layout.Add("w", 7) }, 8, "layout holds 7 floats, plan 8"},
 		{"bad optimizer", func(c *Config) { c.Optimizer.LR = -1 }, 8, "lr -1"},
 		{"short initial", func(*Config) {}, 7, "initial vector has 7 floats, want 8"},
+		{"negative max wait", func(c *Config) { c.MaxWait = -time.Second }, 8, "max wait -1s: want > 0 (0: the default, 10 minutes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

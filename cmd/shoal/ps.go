@@ -478,6 +478,10 @@ func (p *psRun) configure(f *psFlags, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
 	}
+	if f.maxWait <= 0 {
+		// The stream limit is computed from it too.
+		return fmt.Errorf("--max-wait %v: want > 0", f.maxWait)
+	}
 	log, err := f.lf.logger(stderr)
 	if err != nil {
 		return err

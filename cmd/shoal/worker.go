@@ -173,6 +173,16 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 // identity is the worker's place in the job: from the launcher's
 // environment, with the flags that are set over it.
 func (f *rankFlags) identity() (cluster.Identity, error) {
+	// -1 is unset; anything below is a mistake, not "unset" (--rank -5
+	// ran as rank 0).
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--rank", f.rank}, {"--world-size", f.world}, {"--local-rank", f.localRank}} {
+		if v.n < -1 {
+			return cluster.Identity{}, fmt.Errorf("%s %d: want >= 0", v.name, v.n)
+		}
+	}
 	id, err := cluster.FromEnv(os.Getenv)
 	if err != nil {
 		return cluster.Identity{}, err
