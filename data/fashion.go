@@ -107,15 +107,16 @@ func loadFashionSet(dir, name, imagesBase, labelsBase string, lut *[256]float32)
 	if err != nil {
 		return nil, err
 	}
-	images, err := readIDXFile(imagesPath, IDXImagesMagic)
+	images, err := readIDXFile(imagesPath, IDXImagesMagic, func(dims []int) error {
+		if dims[1] != fashionSide || dims[2] != fashionSide { // the magic says 3 dimensions
+			return fmt.Errorf("images are %d×%d, want %d×%d: %w", dims[1], dims[2], fashionSide, fashionSide, ErrFormat)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if images.Dims[1] != fashionSide || images.Dims[2] != fashionSide {
-		return nil, fmt.Errorf("%s: images are %d×%d, want %d×%d: %w",
-			imagesPath, images.Dims[1], images.Dims[2], fashionSide, fashionSide, ErrFormat)
-	}
-	labels, err := readIDXFile(labelsPath, IDXLabelsMagic)
+	labels, err := readIDXFile(labelsPath, IDXLabelsMagic, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func findIDX(dir, base string) (string, error) {
 
 // readIDXFile reads one idx file, gunzipping it when its name ends in ".gz".
 // Errors name the path.
-func readIDXFile(path string, magic uint32) (idx *IDX, err error) {
+func readIDXFile(path string, magic uint32, dimsOK func(dims []int) error) (idx *IDX, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("fashion-mnist: %w", err)
@@ -169,7 +170,7 @@ func readIDXFile(path string, magic uint32) (idx *IDX, err error) {
 	}()
 	br := bufio.NewReaderSize(f, 256<<10)
 	if !strings.HasSuffix(path, ".gz") {
-		if idx, err = readIDX(br, magic); err != nil {
+		if idx, err = readIDX(br, magic, dimsOK); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return idx, nil
@@ -178,7 +179,7 @@ func readIDXFile(path string, magic uint32) (idx *IDX, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: want a gzip stream: %w", path, err)
 	}
-	if idx, err = readIDX(zr, magic); err != nil {
+	if idx, err = readIDX(zr, magic, dimsOK); err != nil {
 		return nil, fmt.Errorf("%s (gunzipped): %w", path, err)
 	}
 	return idx, nil

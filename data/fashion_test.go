@@ -153,6 +153,17 @@ func TestLoadFashionMNISTErrors(t *testing.T) {
 			has: []string{"DIR/train-images-idx3-ubyte: images are 32×32, want 28×28"},
 		},
 		{
+			// Refused on its header, before its data is read: a small
+			// gzip file can hold the 256 MiB of zeros this promises
+			// (here there is none, and the error says so only if the
+			// data was read first).
+			name: "wrong image size, refused before its data", isErr: ErrFormat,
+			modify: func(m map[string][]byte) {
+				m[FashionMNISTTrainImages] = encodeIDX(IDXImagesMagic, []uint32{1, 16384, 16384}, nil)
+			},
+			has: []string{"DIR/train-images-idx3-ubyte: images are 16384×16384, want 28×28"},
+		},
+		{
 			name: "no samples", isErr: ErrFormat,
 			modify: func(m map[string][]byte) {
 				m[FashionMNISTTestImages] = encodeIDX(IDXImagesMagic, []uint32{0, 28, 28}, nil)

@@ -63,15 +63,15 @@ type IDX struct {
 // *TruncatedError, trailing bytes are an error. Errors wrap ErrFormat
 // unless they come from r. It never allocates more than MaxIDXBytes, nor
 // much more than r actually delivers.
-func ReadIDX(r io.Reader) (*IDX, error) { return readIDX(r, 0) }
+func ReadIDX(r io.Reader) (*IDX, error) { return readIDX(r, 0, nil) }
 
 // ReadIDXImages is ReadIDX for an image file: the magic must be
 // IDXImagesMagic (three dimensions: count, rows, cols).
-func ReadIDXImages(r io.Reader) (*IDX, error) { return readIDX(r, IDXImagesMagic) }
+func ReadIDXImages(r io.Reader) (*IDX, error) { return readIDX(r, IDXImagesMagic, nil) }
 
 // ReadIDXLabels is ReadIDX for a label file: the magic must be
 // IDXLabelsMagic (one dimension: count).
-func ReadIDXLabels(r io.Reader) (*IDX, error) { return readIDX(r, IDXLabelsMagic) }
+func ReadIDXLabels(r io.Reader) (*IDX, error) { return readIDX(r, IDXLabelsMagic, nil) }
 
 func describeMagic(m uint32) string {
 	switch m {
@@ -85,7 +85,7 @@ func describeMagic(m uint32) string {
 }
 
 // readIDX reads an idx file; want, when not zero, is the only magic accepted.
-func readIDX(r io.Reader, want uint32) (*IDX, error) {
+func readIDX(r io.Reader, want uint32, dimsOK func(dims []int) error) (*IDX, error) {
 	var head [4 + 4*idxMaxDims]byte
 	if n, err := io.ReadFull(r, head[:4]); err != nil {
 		return nil, readErr(err, 4, int64(n))
@@ -118,6 +118,13 @@ func readIDX(r io.Reader, want uint32) (*IDX, error) {
 		if size *= int64(d); size > MaxIDXBytes {
 			return nil, fmt.Errorf("%w: dimensions %v promise more than %d bytes (MaxIDXBytes)",
 				ErrFormat, dims, int64(MaxIDXBytes))
+		}
+	}
+	// What the caller needs of the shape, before the data is read: a
+	// small gzip file can promise, and hold, a gigabyte of zeros.
+	if dimsOK != nil {
+		if err := dimsOK(dims); err != nil {
+			return nil, err
 		}
 	}
 	buf, err := readExact(r, int(size))
