@@ -200,9 +200,11 @@ func Read(r io.Reader) (Trace, error) {
 }
 
 // ReadFile reads the trace at path. The file of a process that was
-// killed ends without its closing brackets, possibly mid-event: ReadFile
-// keeps the events written whole before that, and says how many bytes
-// it dropped (0 for a complete file).
+// killed ends without its closing brackets, possibly mid-event, or holds
+// no event at all (it was killed before it first wrote out, and the file
+// may be empty): ReadFile keeps the events written whole before that, and
+// says how many bytes it dropped (0 for a complete file, which holds at
+// least its process's name).
 func ReadFile(path string) (t Trace, dropped int, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -212,10 +214,16 @@ func ReadFile(path string) (t Trace, dropped int, err error) {
 	if err == nil {
 		return t, 0, nil
 	}
+	if bytes.HasPrefix([]byte(header), b) {
+		return Trace{}, len(b), nil // no event written out
+	}
+	if !bytes.HasPrefix(b, []byte(header)) {
+		return Trace{}, 0, fmt.Errorf("%s: %w", path, err)
+	}
 	// Events are written one per line, separated by ",\n".
 	cut := bytes.LastIndex(b, []byte("},\n"))
-	if cut < 0 || !bytes.HasPrefix(b, []byte(header)) {
-		return Trace{}, 0, fmt.Errorf("%s: %w", path, err)
+	if cut < 0 {
+		return Trace{}, len(b), nil // not one event whole
 	}
 	fixed := append(b[:cut+1:cut+1], footer...)
 	t, rerr := Read(bytes.NewReader(fixed))
@@ -227,8 +235,8 @@ func ReadFile(path string) (t Trace, dropped int, err error) {
 
 // Merge writes the events of every file in files, in order, into one
 // trace at out: the processes' tracks side by side on their shared clock.
-// A file cut short (its process was killed) contributes the events it
-// holds whole; truncated names those files.
+// A file cut short (its process was killed), even one left empty,
+// contributes the events it holds whole; truncated names those files.
 func Merge(out string, files []string) (truncated []string, err error) {
 	var all Trace
 	all.DisplayTimeUnit = "ms"
@@ -237,7 +245,7 @@ func Merge(out string, files []string) (truncated []string, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if dropped > 0 {
+		if dropped > 0 || len(t.TraceEvents) == 0 {
 			truncated = append(truncated, path)
 		}
 		all.TraceEvents = append(all.TraceEvents, t.TraceEvents...)

@@ -1,6 +1,7 @@
 package timeline_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"sync"
@@ -107,4 +108,33 @@ func TestMergePutsTheProcessesOnOneTrace(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[int]int{100: 200, 101: 200}, pids)
+}
+
+// TestMergeTakesAProcessKilledBeforeItWroteOut: a process killed before
+// its first write leaves an empty file (the writer buffers), or one cut
+// inside its first event. Merge takes the other processes' events and
+// names it as ended early; before, it failed, and with it a shoal train
+// run that had gone on without that worker.
+func TestMergeTakesAProcessKilledBeforeItWroteOut(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "ps-0.json")
+	w, err := timeline.Create(good, "ps 0", 1)
+	require.NoError(t, err)
+	w.Span(1, "push", time.Unix(100, 0), time.Millisecond)
+	require.NoError(t, w.Close())
+	empty := filepath.Join(dir, "worker-1.json")
+	_, err = timeline.Create(empty, "worker 1", 2) // never written out: killed
+	require.NoError(t, err)
+	cut := filepath.Join(dir, "worker-2.json")
+	b, err := os.ReadFile(good)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cut, b[:bytes.Index(b, []byte("\n"))+10], 0o644)) // the header and part of an event
+
+	out := filepath.Join(dir, "timeline.json")
+	truncated, err := timeline.Merge(out, []string{good, empty, cut})
+	require.NoError(t, err)
+	assert.Equal(t, []string{empty, cut}, truncated)
+	tr, _, err := timeline.ReadFile(out)
+	require.NoError(t, err)
+	assert.Len(t, tr.TraceEvents, 2, "ps 0's name and its span")
 }

@@ -54,17 +54,23 @@ func recordFile(dir string, rank int) string {
 
 // clearRecordings removes an earlier run's recordings from dir (none
 // when dir is empty), so that a replay of dir finds only the next run's.
-func clearRecordings(dir string) error {
+func clearRecordings(dir string) error { return clearEarlier(dir, "--record-pushes", recordGlob) }
+
+// clearEarlier removes the files of an earlier run matching globs from
+// dir (nothing when dir is empty), for flag.
+func clearEarlier(dir, flag string, globs ...string) error {
 	if dir == "" {
 		return nil
 	}
-	old, err := filepath.Glob(filepath.Join(dir, recordGlob))
-	if err != nil {
-		return err
-	}
-	for _, f := range old {
-		if err := os.Remove(f); err != nil {
-			return fmt.Errorf("--record-pushes: removing an earlier run's recording: %w", err)
+	for _, g := range globs {
+		old, err := filepath.Glob(filepath.Join(dir, g))
+		if err != nil {
+			return err
+		}
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				return fmt.Errorf("%s: removing an earlier run's file: %w", flag, err)
+			}
 		}
 	}
 	return nil

@@ -31,6 +31,11 @@ func TestTimelineOfEveryProcess(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			dir := t.TempDir()
+			// An earlier run's file in the folder is not merged into this
+			// one's (it was: the count of processes below caught it).
+			stale, err := timeline.Create(filepath.Join(dir, "worker-7.json"), "worker 7", 8)
+			require.NoError(t, err)
+			require.NoError(t, stale.Close())
 			args := []string{"train", "--mode", tc.mode, "--workers", "2", "--steps", "50", "--dataset", "synthetic", "--hidden", "32", "--timeline", dir}
 			if tc.servers > 0 {
 				args = append(args, "--servers", "2")

@@ -95,6 +95,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := clearRecordings(t.record); err != nil {
 		return err
 	}
+	// The merge takes every process's file in the folder: an earlier
+	// run's would join this one's.
+	if err := clearEarlier(t.timeline, "--timeline", timelineGlobs...); err != nil {
+		return err
+	}
 	addrs, gossip, err := t.startServers(ctx, l)
 	if err != nil {
 		return err
@@ -842,13 +847,17 @@ func (t *trainRun) timelineArgs(name string, restart int) []string {
 	return []string{"--timeline", filepath.Join(t.timeline, name+".json")}
 }
 
+// timelineGlobs are the files of shoal train --timeline DIR: the
+// processes' (merged) and the merge.
+var timelineGlobs = []string{"ps-*.json", "worker-*.json", "timeline.json"}
+
 // mergeTimelines merges the children's timelines into DIR/timeline.json.
 func (t *trainRun) mergeTimelines(stdout io.Writer) error {
 	if t.timeline == "" {
 		return nil
 	}
 	var files []string
-	for _, pattern := range []string{"ps-*.json", "worker-*.json"} {
+	for _, pattern := range timelineGlobs[:2] {
 		m, err := filepath.Glob(filepath.Join(t.timeline, pattern))
 		if err != nil {
 			return err
