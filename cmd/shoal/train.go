@@ -415,6 +415,9 @@ func (t *trainRun) check() error {
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
+	if t.startup <= 0 {
+		return fmt.Errorf("--startup-timeout %v: want > 0", t.startup)
+	}
 	if t.callTime <= 0 {
 		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
 	}

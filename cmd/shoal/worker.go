@@ -214,6 +214,12 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.retryFor < 0 {
 		return nil, fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
 	}
+	if w.connect <= 0 {
+		return nil, fmt.Errorf("--connect-timeout %v: want > 0", w.connect)
+	}
+	if w.callTime <= 0 {
+		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", w.callTime)
+	}
 	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
 		if err := v(); err != nil {
 			return nil, err
