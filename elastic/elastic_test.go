@@ -222,7 +222,10 @@ func TestSurvivorsReformAndFinish(t *testing.T) {
 }
 
 // A member that starts while two train is taken in at a step boundary,
-// takes up their state, and all three finish alike.
+// takes up their state, and all three finish alike: their weights, and
+// their optimizer's state, which the re-form carries over (before, each
+// generation's ring started from a zero state: every rank's optimizer
+// had counted the last generation's steps only, and lost its momentum).
 func TestAJoiningMemberIsTakenIn(t *testing.T) {
 	j := newJob(t, 2)
 	j.roster.set(0, 1)
@@ -251,6 +254,10 @@ func TestAJoiningMemberIsTakenIn(t *testing.T) {
 	assert.Equal(t, ra.out.Params, rb.out.Params)
 	assert.Equal(t, ra.out.Params, rc.out.Params, "the joiner's weights differ")
 	assert.Equal(t, 3, rc.out.Size)
+	for i, r := range []outcome{ra, rb, rc} {
+		assert.Equal(t, r.out.Steps, r.out.Ring.State().Steps, "member %d: optimizer steps against steps trained", i)
+	}
+	assert.Equal(t, ra.out.Ring.State(), rc.out.Ring.State(), "the joiner's optimizer state differs")
 }
 
 // Below --min-workers the survivor waits --rejoin-timeout, then stops

@@ -70,18 +70,25 @@ func TestJournalLosesNoUpdate(t *testing.T) {
 	}
 }
 
-func TestJournalTornTailIsDropped(t *testing.T) {
-	dir := t.TempDir()
-	cfg := journalConfig(consistency.Async, 1, dir)
+// fivePushesJournaled runs one async worker's 5 pushes through a shard
+// that checkpoints at update 3 and journals 4 and 5, then stops it as a
+// crash would; it returns the shard's config and its last journal file.
+func fivePushesJournaled(t *testing.T) (Config, string) {
+	t.Helper()
+	cfg := journalConfig(consistency.Async, 1, t.TempDir())
 	s, err := New(cfg, []float32{0, 1, 2, 3})
 	require.NoError(t, err)
-	for step := range int64(5) { // a checkpoint at 3, then updates 4 and 5 journaled
+	for step := range int64(5) {
 		push(t, s, 0, step, step, 1)
 	}
 	require.NoError(t, s.Close())
 	files, err := s.listJournals()
 	require.NoError(t, err)
-	last := files[len(files)-1].path
+	return cfg, files[len(files)-1].path
+}
+
+func TestJournalTornTailIsDropped(t *testing.T) {
+	cfg, last := fivePushesJournaled(t)
 	st, err := os.Stat(last)
 	require.NoError(t, err)
 	require.NoError(t, os.Truncate(last, st.Size()-3)) // the process died writing update 5
@@ -98,17 +105,7 @@ func TestJournalTornTailIsDropped(t *testing.T) {
 // updates after it were acknowledged. The shard does not start (before, it
 // warned and went on without them), and says how to start anyway.
 func TestJournalDamagedInTheMiddleStopsTheStart(t *testing.T) {
-	dir := t.TempDir()
-	cfg := journalConfig(consistency.Async, 1, dir)
-	s, err := New(cfg, []float32{0, 1, 2, 3})
-	require.NoError(t, err)
-	for step := range int64(5) { // a checkpoint at 3, then updates 4 and 5 journaled
-		push(t, s, 0, step, step, 1)
-	}
-	require.NoError(t, s.Close())
-	files, err := s.listJournals()
-	require.NoError(t, err)
-	last := files[len(files)-1].path
+	cfg, last := fivePushesJournaled(t)
 	b, err := os.ReadFile(last)
 	require.NoError(t, err)
 	b[4+8] ^= 1 // a bit of update 4's body, past its length and clock

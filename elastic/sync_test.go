@@ -16,39 +16,6 @@ import (
 	"github.com/shoalml/shoal/worker"
 )
 
-// TestReformKeepsOptimizerState: a re-form carries the optimizer state
-// (momentum, step count) over. Before, each generation built a fresh ring
-// just before the root broadcast its ring's state, so what travelled was
-// a zero state: after a join, every rank's optimizer had counted only the
-// last generation's steps, and its momentum was reset.
-func TestReformKeepsOptimizerState(t *testing.T) {
-	j := newJob(t, 2)
-	j.roster.set(0, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfgs := []Config{j.member(0, 2), j.member(1, 2), j.member(2, 2)}
-	joined := make(chan (<-chan outcome), 1)
-	var once sync.Once
-	cfgs[0].Worker.OnStep = func(step int64, _ worker.StepTimes) {
-		if step == 3 {
-			once.Do(func() {
-				j.roster.set(0, 1, 2)
-				joined <- run(ctx, cfgs[2])
-			})
-		}
-	}
-	a, b := run(ctx, cfgs[0]), run(ctx, cfgs[1])
-	c := <-joined
-	ra, rb, rc := <-a, <-b, <-c
-	require.NoError(t, ra.err)
-	require.NoError(t, rb.err)
-	require.NoError(t, rc.err)
-	require.Equal(t, 2, ra.out.Generations)
-	for i, r := range []outcome{ra, rb, rc} {
-		assert.Equal(t, r.out.Steps, r.out.Ring.State().Steps, "member %d: optimizer steps against steps trained", i)
-	}
-}
-
 // dyingTransport closes itself after `after` Sends: a root that dies
 // part-way through a generation's state broadcast.
 type dyingTransport struct {
