@@ -112,11 +112,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	tally := t.newTally(prec)
 	board := newBoard(stdout, t.workers, isTerminal(stdout))
-	ringTest, failures, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
+	ringTest, failures, killed, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {
 		return err
 	}
-	sum, err := t.summarise(ctx, stderr, tally, board, failures, trainStart)
+	sum, err := t.summarise(ctx, stderr, tally, board, failures, killed, trainStart)
 	if err != nil {
 		return err
 	}
@@ -292,7 +292,7 @@ func (t *trainRun) newTally(prec string) *launch.Tally {
 // epoch's metrics, the throughput) and prints the failures of workers the
 // others finished without. An interrupted run, a run whose every worker
 // failed and a ring missing a rank are errors.
-func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *board, failures []string, trainStart time.Time) (*launch.Result, error) {
+func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *board, failures, killed []string, trainStart time.Time) (*launch.Result, error) {
 	if t.sf.stats {
 		tally.SummariseSteps()
 	}
@@ -303,6 +303,9 @@ func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launc
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
 	if len(sum.FailedWorkers) == t.workers {
+		if len(killed) > 0 { // a worker killed before it joined leaves the others waiting for it
+			return nil, fmt.Errorf("every worker failed or was killed:\n%s", strings.Join(append(killed, failures...), "\n"))
+		}
 		return nil, fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
 	}
 	if t.ring && len(failures) > 0 {
@@ -615,11 +618,11 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 // dies does not end the run, the others go on without it. When rank 0
 // stops at its target accuracy, the other PS workers are told to stop
 // (ring ranks agree among themselves). It returns ring rank 0's done event
-// (its test metrics) and the workers' failures, with their last words. A
-// PS worker killed by a signal is not a failure but a membership change:
-// the run goes on without it and can still succeed.
+// (its test metrics), the workers' failures, with their last words, and
+// the workers killed. A PS worker killed by a signal is not a failure but
+// a membership change: the run goes on without it and can still succeed.
 func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board,
-	stdout io.Writer, start time.Time) (*launch.Event, []string, error) {
+	stdout io.Writer, start time.Time) (*launch.Event, []string, []string, error) {
 	w := &trainWatch{t: t, l: l, isWorker: isWorker, tally: tally, board: board, stdout: stdout, start: start,
 		cause: map[int]string{}, done: map[int]bool{}}
 	for _, sp := range t.shards {
@@ -628,7 +631,7 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 	for running := t.workers; running > 0; {
 		m, err := l.Next(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("interrupted: %w", err)
+			return nil, nil, nil, fmt.Errorf("interrupted: %w", err)
 		}
 		switch {
 		case m.Exit && isWorker[m.From]:
@@ -636,7 +639,7 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 			w.workerExited(m.From)
 		case m.Exit:
 			if err := w.serverExited(ctx, m.From); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
 			w.peers = append(w.peers, m.Event.Gossip)
@@ -651,7 +654,7 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 			w.tallied(m.Event)
 		}
 	}
-	return w.ringTest, w.failures, nil
+	return w.ringTest, w.failures, w.killed, nil
 }
 
 // trainWatch is what watch follows a run with, and what it has learnt.
@@ -666,6 +669,7 @@ type trainWatch struct {
 
 	ringTest *launch.Event  // ring: the first done event, with the test metrics
 	failures []string       // the workers' failures, with their last words
+	killed   []string       // the workers killed from outside (a membership change)
 	cause    map[int]string // rank → how its process ended
 	peers    []string       // gossip addresses, for a restarted shard to join
 	done     map[int]bool   // ranks that finished their run
@@ -685,6 +689,7 @@ func (w *trainWatch) workerExited(c *launch.Child) {
 		// others go on after, reported when shard 0 sees it.
 		w.board.clearBar()
 		fmt.Fprintf(w.stdout, "%s was killed (%v)\n", c.Name(), c.Err())
+		w.killed = append(w.killed, fmt.Sprintf("%s was killed (%v)", c.Name(), c.Err()))
 	} else {
 		w.failures = append(w.failures, c.Failure())
 	}
