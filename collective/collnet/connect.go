@@ -143,10 +143,10 @@ func listenData(addr string) (*net.TCPListener, error) {
 }
 
 // peerConn is a data-plane connection: the TCP connection, what the
-// handshake went over, and what Send and Recv use (see secureData).
+// handshake went over (secureData), and what Send and Recv use (dataConn).
 type peerConn struct {
 	tcp         *net.TCPConn
-	greet, data net.Conn // see secureData
+	greet, data net.Conn
 }
 
 // mesh connects this rank to every other: it dials the higher ranks and
@@ -183,34 +183,45 @@ func mesh(ctx context.Context, cfg Config, lis *net.TCPListener, resp *pb.JoinRe
 // the hello and everything after it are encrypted and come from a peer
 // with a certificate of the job's CA, so a stranger cannot take a rank's
 // place or name a shared-memory ring. It returns the connection to say
-// hello over and the one Send and Recv use (TLS over Config.WrapData's
-// wrapper; without TLS, c and the wrapper of c, which then sees no
-// hello). The caller bounds the handshake with c's deadline.
-func secureData(ctx context.Context, cfg Config, c *net.TCPConn, addr string) (greet, data net.Conn, err error) {
-	data = c
-	if cfg.WrapData != nil {
-		data = cfg.WrapData(c)
-	}
+// hello over: c, or TLS over Config.WrapData's wrapper of c (closed if the
+// handshake fails). The caller bounds the handshake with c's deadline.
+func secureData(ctx context.Context, cfg Config, c *net.TCPConn, addr string) (net.Conn, error) {
 	if !cfg.Security.TLS() {
-		return c, data, nil
+		return c, nil
+	}
+	var wrapped net.Conn = c
+	if cfg.WrapData != nil {
+		wrapped = cfg.WrapData(c)
 	}
 	var tc *tls.Conn
 	if addr != "" {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			return nil, nil, err
+			wrapped.Close()
+			return nil, err
 		}
-		tc = tls.Client(data, cfg.Security.ClientTLS(host))
+		tc = tls.Client(wrapped, cfg.Security.ClientTLS(host))
 	} else {
 		server := cfg.Security.ServerTLS()
 		// No session tickets: nothing is ever resumed, and none is sent.
 		server.SessionTicketsDisabled = true
-		tc = tls.Server(data, server)
+		tc = tls.Server(wrapped, server)
 	}
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+		tc.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
-	return tc, tc, nil
+	return tc, nil
+}
+
+// dataConn is what Send and Recv use on c once its hello (over greet)
+// went through: greet under TLS; without, Config.WrapData's wrapper of c,
+// made only now, so that the wrapper sees no hello and no stray gets one.
+func dataConn(cfg Config, c *net.TCPConn, greet net.Conn) net.Conn {
+	if cfg.Security.TLS() || cfg.WrapData == nil {
+		return greet
+	}
+	return cfg.WrapData(c)
 }
 
 // accept takes connections on lis until every lower rank (len(conns)) has
@@ -245,7 +256,7 @@ func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []peerC
 			deadline = d
 		}
 		c.SetDeadline(deadline)
-		hc, data, err := secureData(ctx, cfg, c, "")
+		hc, err := secureData(ctx, cfg, c, "")
 		var h hello
 		if err == nil {
 			h, err = readHello(hc)
@@ -259,7 +270,7 @@ func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []peerC
 			err = fmt.Errorf("%w: rank %d connected twice", errHandshake, h.From)
 		}
 		if err == nil {
-			conns[h.From] = peerConn{tcp: c, greet: hc, data: data}
+			conns[h.From] = peerConn{tcp: c, greet: hc, data: dataConn(cfg, c, hc)}
 			if have++; have == len(conns) {
 				close(allIn)
 			}
@@ -269,6 +280,7 @@ func accept(ctx context.Context, cfg Config, lis *net.TCPListener, conns []peerC
 			log.Warn("refused a data-plane connection", "remote", c.RemoteAddr().String(), "err", err)
 			if hc != nil {
 				hc.Write(appendVerdict(nil, err.Error()))
+				hc.Close() // under TLS, the wrapper too
 			}
 			c.Close()
 			return
@@ -327,7 +339,7 @@ func dial(ctx context.Context, cfg Config, peer int, addr string) (peerConn, err
 	}
 	tc := c.(*net.TCPConn)
 	release := bindDeadline(ctx, tc.SetDeadline)
-	hc, data, err := secureData(ctx, cfg, tc, addr)
+	hc, err := secureData(ctx, cfg, tc, addr)
 	if err == nil {
 		_, err = hc.Write(appendHello(nil, hello{From: cfg.Rank, To: peer, Size: cfg.Size, JobID: cfg.JobID}))
 	}
@@ -336,6 +348,9 @@ func dial(ctx context.Context, cfg Config, peer int, addr string) (peerConn, err
 	}
 	release()
 	if err != nil {
+		if hc != nil {
+			hc.Close() // under TLS, the wrapper too
+		}
 		tc.Close()
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
@@ -343,7 +358,7 @@ func dial(ctx context.Context, cfg Config, peer int, addr string) (peerConn, err
 		return peerConn{}, &collective.PeerError{Rank: peer, Err: fmt.Errorf("handshake with %s: %w", addr, err)}
 	}
 	tc.SetDeadline(time.Time{})
-	return peerConn{tcp: tc, greet: hc, data: data}, nil
+	return peerConn{tcp: tc, greet: hc, data: dataConn(cfg, tc, hc)}, nil
 }
 
 // tune sets a data-plane connection's options: no Nagle delay (each Send

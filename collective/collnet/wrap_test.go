@@ -76,3 +76,66 @@ func TestWrapData(t *testing.T) {
 		assert.Equal(t, int64(n-1), closed[r].Load(), "rank %d: wrappers closed", r)
 	}
 }
+
+// TestAStraysWrapperIsClosed: a connection refused at its hello (or, under
+// TLS, at its handshake) leaves no Config.WrapData wrapper open (the NIC
+// model keeps a goroutine for each until it closes); every wrapper made is
+// closed once the links are. Before, every accepted or dialed connection
+// was wrapped at once and a refused one's wrapper was never closed.
+func TestAStraysWrapperIsClosed(t *testing.T) {
+	creds := testCreds(t, true)
+	for _, tc := range []struct {
+		name     string
+		tls      bool
+		insider  bool  // the stranger has the job's credentials and says hello as another job's rank
+		wrappers int64 // made in all
+	}{
+		{"plaintext", false, false, 2},             // each end of the real link only
+		{"TLS, a stranger", true, false, 3},        // and the stranger's, which its failed handshake ran over
+		{"TLS, another job's rank", true, true, 4}, // and both ends of its link, refused at the hello
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var made, written, closed atomic.Int64
+			cfgs := groupConfigs(t, 2, false)
+			cfgs[0].MasterListener.Close()
+			for i := range cfgs {
+				cfgs[i].WrapData = func(c net.Conn) net.Conn { made.Add(1); return countingConn{c, &written, &closed} }
+				if tc.tls {
+					cfgs[i].Security = creds
+				}
+				var err error
+				cfgs[i], err = cfgs[i].withDefaults()
+				require.NoError(t, err)
+			}
+			lis, err := listenData("127.0.0.1:0")
+			require.NoError(t, err)
+			defer lis.Close()
+			addr := lis.Addr().String()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			conns := make([]peerConn, 1)
+			accepted := make(chan error, 1)
+			if tc.insider {
+				go func() { accepted <- accept(ctx, cfgs[1], lis, conns) }()
+				other := cfgs[0]
+				other.JobID = "another job"
+				_, err := dial(ctx, other, 1, addr)
+				require.ErrorContains(t, err, "another job")
+			} else {
+				stranger, err := net.Dial("tcp", addr) // queued before rank 0's
+				require.NoError(t, err)
+				defer stranger.Close()
+				_, err = stranger.Write(appendHello(nil, hello{From: 0, To: 1, Size: 2, JobID: "another job"}))
+				require.NoError(t, err)
+				go func() { accepted <- accept(ctx, cfgs[1], lis, conns) }()
+			}
+			rank0, err := dial(ctx, cfgs[0], 1, addr)
+			require.NoError(t, err)
+			require.NoError(t, <-accepted) // the stranger was refused by then
+			require.NoError(t, rank0.data.Close())
+			require.NoError(t, conns[0].data.Close())
+			assert.Equal(t, tc.wrappers, made.Load())
+			assert.Equal(t, made.Load(), closed.Load(), "every wrapper made is closed")
+		})
+	}
+}
