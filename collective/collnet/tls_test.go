@@ -119,19 +119,11 @@ func TestAStrangerCannotTakeARanksPlace(t *testing.T) {
 		{"plaintext, silent", false, []byte{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfgs := groupConfigs(t, 2, true)
-			cfgs[0].MasterListener.Close()
-			for i := range cfgs {
+			cfgs, lis := acceptPair(t, true, func(cfg *Config) {
 				if tc.tls {
-					cfgs[i].Security = creds
+					cfg.Security = creds
 				}
-				var err error
-				cfgs[i], err = cfgs[i].withDefaults()
-				require.NoError(t, err)
-			}
-			lis, err := listenData("127.0.0.1:0")
-			require.NoError(t, err)
-			defer lis.Close()
+			})
 			addr := lis.Addr().String()
 			// Shorter than helloTimeout: a stranger read first would outlast it.
 			ctx, cancel := context.WithTimeout(context.Background(), helloTimeout/2)
@@ -161,4 +153,25 @@ func TestAStrangerCannotTakeARanksPlace(t *testing.T) {
 			assert.Equal(t, tc.tls, isTLS, "the hello went over TLS")
 		})
 	}
+}
+
+// acceptPair returns the configs of ranks 0 and 1 (edit, when not nil,
+// changes each first) and a data listener for rank 1, for tests that run
+// accept and dial themselves, without a rendezvous.
+func acceptPair(t *testing.T, shm bool, edit func(cfg *Config)) ([]Config, *net.TCPListener) {
+	t.Helper()
+	cfgs := groupConfigs(t, 2, shm)
+	cfgs[0].MasterListener.Close()
+	for i := range cfgs {
+		if edit != nil {
+			edit(&cfgs[i])
+		}
+		var err error
+		cfgs[i], err = cfgs[i].withDefaults()
+		require.NoError(t, err)
+	}
+	lis, err := listenData("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { lis.Close() })
+	return cfgs, lis
 }

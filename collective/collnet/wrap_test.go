@@ -96,20 +96,12 @@ func TestAStraysWrapperIsClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var made, written, closed atomic.Int64
-			cfgs := groupConfigs(t, 2, false)
-			cfgs[0].MasterListener.Close()
-			for i := range cfgs {
-				cfgs[i].WrapData = func(c net.Conn) net.Conn { made.Add(1); return countingConn{c, &written, &closed} }
+			cfgs, lis := acceptPair(t, false, func(cfg *Config) {
+				cfg.WrapData = func(c net.Conn) net.Conn { made.Add(1); return countingConn{c, &written, &closed} }
 				if tc.tls {
-					cfgs[i].Security = creds
+					cfg.Security = creds
 				}
-				var err error
-				cfgs[i], err = cfgs[i].withDefaults()
-				require.NoError(t, err)
-			}
-			lis, err := listenData("127.0.0.1:0")
-			require.NoError(t, err)
-			defer lis.Close()
+			})
 			addr := lis.Addr().String()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
