@@ -646,7 +646,9 @@ func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Rang
 		}
 		return false
 	}
-	var pieces []shard.Range // where the values went
+	// Where the values went: a piece per MaxPieceBytes of each owned chunk,
+	// room for them all made once.
+	pieces := make([]shard.Range, 0, plan.NumChunks()/plan.Servers+want/(wire.MaxPieceBytes/4)+1)
 	var clock int64
 	var res *pb.PushResponse
 	for i := 0; ; i++ {
