@@ -23,6 +23,9 @@
 # runs), BENCH_PS_WORKERS (2), BENCH_PS_BATCH (64), BENCH_PS_TCP_ITERS (50),
 # BENCH_PS_THREADS (unset: each side's default, the cores divided by the
 # workers; N: --threads N to Shoal's workers and the peer's alike),
+# BENCH_PS_PEER_THREADS (unset: as BENCH_PS_THREADS; N: --threads N to the
+# peer's workers alone, so that each side runs at its own best thread
+# count in one run: on 16 cores the peer was best at 4, Shoal at 8),
 # BENCH_PS_BIND (auto: --bind, Shoal's workers bound to cores of their
 # own where they fit; none: unbound), BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
 # push-pull to the server over; the peer has one RPC channel),
@@ -49,6 +52,7 @@ WORKERS=${BENCH_PS_WORKERS:-2}
 BATCH=${BENCH_PS_BATCH:-64}
 TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
 THREADS=${BENCH_PS_THREADS:-}
+PEER_THREADS=${BENCH_PS_PEER_THREADS:-$THREADS}
 LANES=${BENCH_PS_LANES:-1}
 BIND=${BENCH_PS_BIND:-auto}
 PARSTEP=${BENCH_PS_PARALLEL_STEP:-0}
@@ -79,10 +83,15 @@ threads=() threads_knob=
 if [ -n "$THREADS" ]; then
 	threads=(--threads "$THREADS") threads_knob=" BENCH_PS_THREADS=$THREADS"
 fi
+peer_threads=()
+if [ -n "$PEER_THREADS" ]; then
+	peer_threads=(--threads "$PEER_THREADS")
+	[ "$PEER_THREADS" = "$THREADS" ] || threads_knob+=" BENCH_PS_PEER_THREADS=$PEER_THREADS"
+fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
 	--lr-decay none "${length[@]}" "${threads[@]}" --bind "$BIND" --lanes "$LANES" --parallel-step=$parstep "${chunk[@]}" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	"${length[@]}" "${threads[@]}" --data "$DATA_DIR" --json)
+	"${length[@]}" "${peer_threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
 
 if [ -n "${BENCH_PS_OUT:-}" ]; then
@@ -99,7 +108,7 @@ record() { grep '^{' | tail -n 1; }
 # rule, peerlib.binds_workers): its workers' threads take the CPUs.
 peer_binds=$("$PY" -c 'import os, sys; sys.path.insert(0, "bench/peers"); from peerlib import binds_workers
 w, t = int(sys.argv[1]), int(sys.argv[2] or 0) or max(1, len(os.sched_getaffinity(0)) // int(sys.argv[1]))
-print(int(binds_workers(len(os.sched_getaffinity(0)), w, t)))' "$WORKERS" "$THREADS")
+print(int(binds_workers(len(os.sched_getaffinity(0)), w, t)))' "$WORKERS" "$PEER_THREADS")
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in async sync; do

@@ -25,9 +25,10 @@
 #      the Go loops instead of the AVX2 update and scan (ps-purego.test,
 #      GOMAXPROCS 1), MICRO_ROUNDS rounds (default 2) -> micro.txt
 #   2. make bench-ps for each of VARIANTS,
-#      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES]]" (THREADS, a worker's,
-#      default 4, the peer's best; CHUNK_BYTES default 1 MiB, 3 chunks of
-#      the 670k MLP; default "1:0 3:1 4:1:4:262144")
+#      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES[:PEER_THREADS]]]"
+#      (THREADS, a Shoal worker's, default 4, the peer's best; CHUNK_BYTES
+#      default 1 MiB, 3 chunks of the 670k MLP; PEER_THREADS, a peer
+#      worker's, default THREADS; default "1:0 1:1 4:1:4:262144 4:1:8:262144:4")
 #      -> bench-ps-<variant>.txt, with the runs' JSON records in
 #      ps-<variant>/ (the variant's colons as dashes)
 #
@@ -42,7 +43,7 @@ OUT=${OUT:-ps-check-out}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PYTHON=${PYTHON:-python3}
 THREADS=${THREADS:-4}
-VARIANTS=${VARIANTS:-1:0 3:1 4:1:4:262144}
+VARIANTS=${VARIANTS:-1:0 1:1 4:1:4:262144 4:1:8:262144:4}
 EPOCHS=${EPOCHS:-1}
 STEPS=${STEPS:-} # steps per worker instead of epochs (a short trial run)
 ROUNDS=${ROUNDS:-3}
@@ -74,10 +75,11 @@ status=0
 echo "ps-check: lanes, parallel step and raw TCP alone -> $OUT/micro.txt" >&2
 
 for v in $VARIANTS; do
-	IFS=: read -r lanes par threads chunk <<<"$v"
+	IFS=: read -r lanes par threads chunk peer <<<"$v"
 	name=${v//:/-}
 	knob=(BENCH_PS_THREADS="${threads:-$THREADS}" BENCH_PS_LANES="$lanes" BENCH_PS_PARALLEL_STEP="$par")
 	[ -z "$chunk" ] || knob+=(BENCH_PS_CHUNK_BYTES="$chunk")
+	[ -z "$peer" ] || knob+=(BENCH_PS_PEER_THREADS="$peer")
 	[ -z "$STEPS" ] || knob+=(BENCH_PS_STEPS="$STEPS")
 	cp docs/BENCHMARKS.md "$OUT/BENCHMARKS-$name.md"
 	echo "ps-check: make bench-ps, ${knob[*]}" >&2
