@@ -52,6 +52,9 @@ type Event struct {
 	// done: the CPUs a worker bound to with --cpus may run on, as the
 	// kernel lists them (its affinity read back after binding)
 	CPUs string `json:"cpus,omitempty"`
+	// done, PS modes: the most connections a push-pull to one server
+	// went over (--lanes, as the worker resolved it)
+	Lanes int `json:"lanes,omitempty"`
 }
 
 // The kinds of Event.

@@ -28,9 +28,14 @@ type Result struct {
 	// format; nil where the workers were not bound, "" for a worker that
 	// did not report.
 	CPUs []string `json:"cpus,omitempty"`
-	// Lanes is shoal train --lanes: the connections each worker splits a
-	// push-pull to a server over (PS modes).
+	// Lanes is the most connections a worker split a push-pull to one
+	// server over, as the workers reported them (PS modes; shoal train
+	// --lanes, or its choice for this machine, at most one per chunk of a
+	// server's share).
 	Lanes int `json:"lanes,omitempty"`
+	// ParallelStep is shoal train --parallel-step: the servers updated
+	// their chunks on several goroutines (PS modes).
+	ParallelStep bool `json:"parallel_step,omitempty"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
 	Device string `json:"device,omitempty"`
 	// Precision is what the GPU workers' GEMMs multiplied, bf16 or fp16;

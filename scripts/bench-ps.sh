@@ -27,10 +27,13 @@
 # peer's workers alone, so that each side runs at its own best thread
 # count in one run: on 16 cores the peer was best at 4, Shoal at 8),
 # BENCH_PS_BIND (auto: --bind, Shoal's workers bound to cores of their
-# own where they fit; none: unbound), BENCH_PS_LANES (1: --lanes, the connections Shoal's workers split each
-# push-pull to the server over; the peer has one RPC channel),
-# BENCH_PS_PARALLEL_STEP (0; 1: --parallel-step, Shoal's server updates
-# its chunks on several goroutines, each chunk's reply going out once it is updated),
+# own where they fit; none: unbound), BENCH_PS_LANES (unset: shoal
+# train's choice for this machine, 4 on 8 CPUs or more, else 1; N: --lanes
+# N, the connections Shoal's workers split each push-pull to the server
+# over; the peer has one RPC channel), BENCH_PS_PARALLEL_STEP (unset:
+# shoal train's choice, on with 8 CPUs or more; 1: --parallel-step,
+# Shoal's server updates its chunks on several goroutines, each chunk's
+# reply going out once it is updated; 0: off),
 # BENCH_PS_CHUNK_BYTES (unset: Shoal's default --chunk-bytes, 1 MiB, 3
 # chunks of this model; N: --chunk-bytes N, so that more lanes have
 # chunks to carry),
@@ -53,11 +56,20 @@ BATCH=${BENCH_PS_BATCH:-64}
 TCP_ITERS=${BENCH_PS_TCP_ITERS:-50}
 THREADS=${BENCH_PS_THREADS:-}
 PEER_THREADS=${BENCH_PS_PEER_THREADS:-$THREADS}
-LANES=${BENCH_PS_LANES:-1}
+LANES=${BENCH_PS_LANES:-}
 BIND=${BENCH_PS_BIND:-auto}
-PARSTEP=${BENCH_PS_PARALLEL_STEP:-0}
+PARSTEP=${BENCH_PS_PARALLEL_STEP:-}
 CHUNK=${BENCH_PS_CHUNK_BYTES:-}
-case $PARSTEP in 0) parstep=false ;; 1) parstep=true ;; *) echo "bench-ps: BENCH_PS_PARALLEL_STEP=$PARSTEP: want 0 or 1" >&2; exit 1 ;; esac
+parallel=() parallel_knob=
+case $PARSTEP in
+'') ;;
+0 | 1) parallel=(--parallel-step=$([ "$PARSTEP" = 1 ] && echo true || echo false)) parallel_knob=" BENCH_PS_PARALLEL_STEP=$PARSTEP" ;;
+*) echo "bench-ps: BENCH_PS_PARALLEL_STEP=$PARSTEP: want 0 or 1 (or unset, shoal train's choice)" >&2; exit 1 ;;
+esac
+lanes=() lanes_knob=
+if [ -n "$LANES" ]; then
+	lanes=(--lanes "$LANES") lanes_knob=" BENCH_PS_LANES=$LANES"
+fi
 DOC=${DOC:-docs/BENCHMARKS.md}
 HIDDEN=512,512
 "$PY" -c 'import torch.distributed.rpc' 2>/dev/null || {
@@ -89,7 +101,7 @@ if [ -n "$PEER_THREADS" ]; then
 	[ "$PEER_THREADS" = "$THREADS" ] || threads_knob+=" BENCH_PS_PEER_THREADS=$PEER_THREADS"
 fi
 train=(--workers "$WORKERS" --servers 1 --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
-	--lr-decay none "${length[@]}" "${threads[@]}" --bind "$BIND" --lanes "$LANES" --parallel-step=$parstep "${chunk[@]}" --data "$DATA_DIR" --stats --json)
+	--lr-decay none "${length[@]}" "${threads[@]}" --bind "$BIND" "${lanes[@]}" "${parallel[@]}" "${chunk[@]}" --data "$DATA_DIR" --stats --json)
 peer=(bench/peers/torch_rpc_ps.py --workers "$WORKERS" --hidden "$HIDDEN" --batch "$BATCH" --lr 0.01 --momentum 0.9
 	"${length[@]}" "${peer_threads[@]}" --data "$DATA_DIR" --json)
 tcp=(bench tcp --bytes "$tcp_bytes" --iters "$TCP_ITERS" --json)
@@ -129,7 +141,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" - "$out" "$DOC" "$load_before" "$load_after" "$ROUNDS" \
-	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_BIND=$BIND BENCH_PS_LANES=$LANES BENCH_PS_PARALLEL_STEP=$PARSTEP$chunk_knob)" \
+	"make bench-ps (BENCH_PS_ROUNDS=$ROUNDS $length_knob BENCH_PS_WORKERS=$WORKERS BENCH_PS_BATCH=$BATCH BENCH_PS_TCP_ITERS=$TCP_ITERS$threads_knob BENCH_PS_BIND=$BIND$lanes_knob$parallel_knob$chunk_knob)" \
 	"$SHOAL train --mode async|sync ${train[*]}" "$PY ${peer[*]}" "$SHOAL ${tcp[*]}" <<'EOF'
 import datetime, json, os, statistics, sys
 
@@ -225,7 +237,8 @@ table = "\n".join([
        " (not run bound: shoal train --bind auto binds no workers here)") + "; Shoal: "
     f"{shoal['async'][0].get('threads', '?')} GEMM thread(s) per worker, "
     f"workers bound to CPUs {' | '.join(shoal['async'][0].get('cpus') or ['none (unbound)'])}, "
-    f"{shoal['async'][0].get('lanes', 1)} lane(s) (connections) per push-pull.",
+    f"{shoal['async'][0].get('lanes', 1)} lane(s) (connections) per push-pull, "
+    f"the server's optimizer step {'parallel' if shoal['async'][0].get('parallel_step') else 'serial'}.",
     "",
     "| run | samples/s | test accuracy | comm/step p50 (ms) | comm/step mean (ms) | comm p50 / raw TCP | comm parts (ms, p50) | step p50 (ms) | compute p50 (ms) | steps/worker | rounds (samples/s) |",
     "|---|---|---|---|---|---|---|---|---|---|---|",

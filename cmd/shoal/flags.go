@@ -281,3 +281,25 @@ func writeProbe(dir string) error {
 	name := f.Name()
 	return errors.Join(f.Close(), os.Remove(name))
 }
+
+// manyCores is where the parameter-server path's parallel defaults turn
+// on (--lanes 0, --parallel-step): on 16 cores (the device machine,
+// 2026-11-27, docs/BENCHMARKS.md) four lanes and the parallel step took
+// the 2-worker async run of make bench-ps from 29,441 to 40,703 samples/s
+// and a lone push-pull of the 670k vector from 2.0× to 1.0× a raw TCP
+// round trip; on 2 cores neither gained beyond the noise. Between 2 and
+// 16 nothing was measured: 8 is the middle.
+const manyCores = 8
+
+// autoLanes is --lanes 0's choice on a machine of cpus CPUs: 4 lanes
+// where it has manyCores or more, else 1 (a worker never opens more
+// lanes to a server than the server's share has chunks).
+func autoLanes(cpus int) int {
+	if cpus >= manyCores {
+		return 4
+	}
+	return 1
+}
+
+// autoParallelStep is --parallel-step's default on a machine of cpus CPUs.
+func autoParallelStep(cpus int) bool { return cpus >= manyCores }

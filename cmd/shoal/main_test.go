@@ -81,7 +81,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"no connect time", []string{"worker", "--dataset", "synthetic", "--connect-timeout", "-1s"}, "--connect-timeout -1s: want > 0"},
 		{"no call time", []string{"worker", "--dataset", "synthetic", "--call-timeout", "0s"}, "--call-timeout 0s: want > 0 (every call has a deadline)"},
 		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
-		{"no lanes", []string{"train", "--dataset", "synthetic", "--lanes", "0"}, "--lanes 0: want 1..16 connections per server"},
+		{"negative lanes", []string{"train", "--dataset", "synthetic", "--lanes", "-1"}, "--lanes -1: want 1..16 connections per server, or 0 for 4 where this machine has 8 or more CPUs, else 1"},
+		{"a worker's lanes", []string{"worker", "--dataset", "synthetic", "--lanes", "17"}, "--lanes 17: want 1..16 connections per server, or 0"},
 		{"unknown binding", []string{"train", "--dataset", "synthetic", "--bind", "numa"}, `--bind "numa": want auto, cores or none`},
 		{"bound workers beyond the cores", []string{"train", "--dataset", "synthetic", "--bind", "cores", "--workers", "3", "--threads", strconv.Itoa(runtime.NumCPU())},
 			fmt.Sprintf("--bind cores: 3 worker(s) × %d thread(s) need %d CPUs, and this process may run on %d", runtime.NumCPU(), 3*runtime.NumCPU(), runtime.NumCPU())},
@@ -635,4 +636,37 @@ func TestBindPlan(t *testing.T) {
 	got, err := bindPlan("auto", nil, cpubind.ErrUnsupported, 2, 1)
 	assert.NoError(t, err, "auto where CPUs cannot be read binds nothing")
 	assert.Nil(t, got)
+}
+
+// TestTheJSONSaysTheLanesTheWorkersUsed: shoal train --json reports the
+// lanes as the workers resolved --lanes (what it asked where the server's
+// share has the chunks, one per chunk where it has fewer, and --lanes 0's
+// choice for this machine), and whether the server's step ran in parallel.
+func TestTheJSONSaysTheLanesTheWorkersUsed(t *testing.T) {
+	common := []string{"--mode", "async", "--dataset", "synthetic", "--hidden", "32", "--steps", "5", "--workers", "2", "--servers", "1"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		lanes int
+		par   bool
+	}{
+		// The 25,450-float model is 13 chunks of 8 KiB, and less than
+		// one of the default 1 MiB.
+		{"3 of 13 chunks", []string{"--chunk-bytes", "8192", "--lanes", "3", "--parallel-step"}, 3, true},
+		{"4 of 1 chunk", []string{"--lanes", "4", "--parallel-step=false"}, 1, false},
+		{"the machine's choice", []string{"--chunk-bytes", "8192", "--lanes", "0"}, autoLanes(runtime.NumCPU()), autoParallelStep(runtime.NumCPU())},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, _ := trainJSON(t, nil, append(common, c.args...)...)
+			assert.Equal(t, c.lanes, res.Lanes, "lanes")
+			assert.Equal(t, c.par, res.ParallelStep, "parallel step")
+		})
+	}
+}
+
+func TestTheParallelDefaultsTurnOnWithTheCores(t *testing.T) {
+	for _, c := range []struct{ cpus, lanes int }{{1, 1}, {2, 1}, {7, 1}, {8, 4}, {16, 4}, {128, 4}} {
+		assert.Equal(t, c.lanes, autoLanes(c.cpus), "lanes on %d CPUs", c.cpus)
+		assert.Equal(t, c.cpus >= 8, autoParallelStep(c.cpus), "parallel step on %d CPUs", c.cpus)
+	}
 }

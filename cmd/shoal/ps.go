@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -370,7 +371,7 @@ func (f *psFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.shardIdx, "shard", 0, "this server's shard index")
 	fs.IntVar(&f.servers, "servers", 1, "number of server shards")
 	fs.IntVar(&f.chunkBytes, "chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
-	fs.BoolVar(&f.parStep, "parallel-step", false, "update the shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (off: measured within the noise on 2 cores; see docs/BENCHMARKS.md)")
+	fs.BoolVar(&f.parStep, "parallel-step", autoParallelStep(runtime.NumCPU()), "update the shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
 	fs.UintVar(&f.maxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	f.mf.register(fs)
 	f.of.register(fs, "none")

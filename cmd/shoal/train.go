@@ -284,7 +284,7 @@ func workerEnv(threads int, share bool) []string {
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
 	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Lanes: t.psLanes(), Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 }
 
 // summarise ends the training part of the run once every worker has
@@ -356,8 +356,8 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
 	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
 	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
-	fs.BoolVar(&t.parStep, "parallel-step", false, "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step)")
-	fs.IntVar(&t.lanes, "lanes", 1, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
+	fs.BoolVar(&t.parStep, "parallel-step", autoParallelStep(runtime.NumCPU()), "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step; on by default where this machine has 8 or more CPUs)")
+	fs.IntVar(&t.lanes, "lanes", 0, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16); 0: 4 where this machine has 8 or more CPUs, else 1")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
 	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
@@ -412,8 +412,9 @@ func (t *trainRun) check() error {
 	if err := t.planBinding(); err != nil {
 		return err
 	}
-	if t.lanes < 1 || t.lanes > client.MaxLanes {
-		return fmt.Errorf("--lanes %d: want 1..%d connections per server", t.lanes, client.MaxLanes)
+	if t.lanes < 0 || t.lanes > client.MaxLanes {
+		return fmt.Errorf("--lanes %d: want 1..%d connections per server, or 0 for %d where this machine has %d or more CPUs, else 1",
+			t.lanes, client.MaxLanes, autoLanes(manyCores), manyCores)
 	}
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
@@ -542,14 +543,6 @@ func (t *trainRun) restartShard(ctx context.Context, l *launch.Launcher, sp *sha
 		return fmt.Errorf("ps %d was killed (%v) and could not be restarted: %w", sp.idx, cause, err)
 	}
 	return nil
-}
-
-// psLanes is --lanes where there are servers to split push-pulls to.
-func (t *trainRun) psLanes() int {
-	if t.ring {
-		return 0
-	}
-	return t.lanes
 }
 
 func isListening(e launch.Event) bool { return e.Event == launch.Listening }
@@ -748,6 +741,9 @@ func (w *trainWatch) tallied(e launch.Event) {
 		}
 		(*cpus)[e.Rank] = e.CPUs
 	}
+	// The lanes as the workers resolved --lanes (0 asks each for its
+	// machine's choice, and none opens more than a server has chunks).
+	w.tally.Result.Lanes = max(w.tally.Result.Lanes, e.Lanes)
 	if w.t.ring && w.ringTest == nil {
 		// Every rank evaluates the whole test set together and
 		// reports the same metrics; the first will do (rank 0

@@ -129,7 +129,8 @@ type workerRun struct {
 	connect      time.Duration
 	callTime     time.Duration
 	retryFor     time.Duration
-	lanes        int // --lanes: connections per server for a push-pull
+	lanes        int // --lanes: connections per server for a push-pull; 0 auto
+	usedLanes    int // the most lanes a push-pull to one server goes over
 
 	id          cluster.Identity
 	log         *slog.Logger
@@ -217,6 +218,10 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.connect <= 0 {
 		return nil, fmt.Errorf("--connect-timeout %v: want > 0", w.connect)
 	}
+	if w.lanes < 0 || w.lanes > client.MaxLanes {
+		return nil, fmt.Errorf("--lanes %d: want 1..%d connections per server, or 0 for %d where this machine has %d or more CPUs, else 1",
+			w.lanes, client.MaxLanes, autoLanes(manyCores), manyCores)
+	}
 	if w.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", w.callTime)
 	}
@@ -283,7 +288,7 @@ func (w *workerRun) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
 	fs.DurationVar(&w.connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
 	fs.DurationVar(&w.callTime, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
-	fs.IntVar(&w.lanes, "lanes", 1, "PS modes: split each push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16)")
+	fs.IntVar(&w.lanes, "lanes", 0, "PS modes: split each push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16); 0: 4 where this machine has 8 or more CPUs, else 1")
 	fs.DurationVar(&w.retryFor, "retry-for", 60*time.Second, "how long a pull or push that finds a server unavailable (restarting, or cut off) is tried again before the worker gives up")
 	w.nf.register(fs)
 	w.sf.register(fs)
@@ -470,7 +475,7 @@ func (w *workerRun) runSteps(ctx, runCtx context.Context, ps *client.Client, cfg
 func (w *workerRun) report(stdout io.Writer, res worker.Result, st psStrategy, steps *launch.StepLog, stoppedBy string) {
 	if w.events {
 		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped, CPUs: w.boundTo}
+			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped, CPUs: w.boundTo, Lanes: w.usedLanes}
 		if w.sf.stats {
 			ev.Times = steps
 		}
@@ -571,8 +576,12 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	}
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
+	lanes := w.lanes
+	if lanes == 0 {
+		lanes = autoLanes(runtime.NumCPU())
+	}
 	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
-		client.WithLanes(w.lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
+		client.WithLanes(lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
 	}
@@ -589,7 +598,10 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 		ps.Close()
 		return nil, err
 	}
-	if lanes := slices.Max(ps.Lanes()); lanes < w.lanes && w.id.Rank == 0 {
+	w.usedLanes = slices.Max(ps.Lanes())
+	// Only lanes asked for by name are worth a warning; --lanes 0 asks
+	// for up to autoLanes.
+	if lanes := w.usedLanes; lanes < w.lanes && w.id.Rank == 0 {
 		w.log.Warn(fmt.Sprintf("--lanes %d: the servers' shares hold at most %d chunk(s) each, so a push-pull goes over %d lane(s) (a lane carries whole chunks; a smaller --chunk-bytes gives more)",
 			w.lanes, lanes, lanes))
 	}
