@@ -6,14 +6,11 @@
 # The 2026-11-26 runs there (docs/BENCHMARKS.md, "On 16 cores") found the
 # PyTorch peer at its best with 4 threads a worker, a lone push-pull 2.4x a
 # raw TCP round trip, and 4 shards in one process training 1.7x faster
-# than one. Lanes (several connections to one shard) took a lone
-# push-pull from 3.7 to 2.7 ms but 4 shards to 1.7: after the last lane
-# arrived, one shard scanned the gradient, updated its chunks and copied
-# them for the replies, one after another, and the last lane's values
-# waited for all of that. Since 2026-11-27 the scan runs as the pieces
-# arrive, replies go out without a copy (copy-on-write), and the parallel
-# step updates the chunks on several goroutines, and the update and the
-# scan run in AVX2 (4-6x the Go loops on 2 cores). What is left to measure:
+# than one. After the scan on arrival, the copy-free replies, the parallel
+# step and the AVX2 update, the 2026-11-27 run (b0dfd43, "On 16 cores, a
+# third time") found 4 lanes with the parallel step at 2.3x the peer with
+# communication at 1.4x raw TCP, and since eed8ed3 they are the defaults
+# on 8 or more CPUs. What it runs:
 #
 #   1. The lanes and the parallel step alone: BenchmarkPushPullLanes (the
 #      670k push-pull over 1-4 connections, serial and parallel step)
@@ -23,7 +20,7 @@
 #      copied, held, held across the next push) with GOMAXPROCS 1, 4 and
 #      8, the parallel step on and off, alternating, and once more with
 #      the Go loops instead of the AVX2 update and scan (ps-purego.test,
-#      GOMAXPROCS 1), MICRO_ROUNDS rounds (default 2) -> micro.txt
+#      GOMAXPROCS 1), MICRO_ROUNDS rounds (default 1) -> micro.txt
 #   2. make bench-ps for each of VARIANTS,
 #      "LANES:PARALLEL_STEP[:THREADS[:CHUNK_BYTES[:PEER_THREADS]]]"
 #      (THREADS, a Shoal worker's, default 4, the peer's best; CHUNK_BYTES
@@ -34,9 +31,9 @@
 #
 # STEPS (steps per worker) replaces EPOCHS for a short trial. Everything
 # goes into OUT (default ps-check-out/). With the defaults (EPOCHS=1,
-# ROUNDS=3) it should take about 8 minutes on the device machine (the
-# 2026-11-26 version, 3 micro rounds, took 514 s); pack OUT into
-# one file there (the device tool brings back at most 8 files).
+# ROUNDS=3, MICRO_ROUNDS=1, four variants) it took 537 s on the device
+# machine on 2026-11-27. Pack OUT into one file there (the device tool brings back at
+# most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-ps-check-out}
@@ -47,7 +44,7 @@ VARIANTS=${VARIANTS:-1:0 1:1 4:1:4:262144 4:1:8:262144:4}
 EPOCHS=${EPOCHS:-1}
 STEPS=${STEPS:-} # steps per worker instead of epochs (a short trial run)
 ROUNDS=${ROUNDS:-3}
-MICRO_ROUNDS=${MICRO_ROUNDS:-2}
+MICRO_ROUNDS=${MICRO_ROUNDS:-1}
 mkdir -p "$OUT" bin
 for b in shoal rpc.test ps.test ps-purego.test; do
 	if [ -f ".gpubin/$b.gz" ] && [ ! -x ".gpubin/$b" ]; then

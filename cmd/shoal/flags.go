@@ -284,11 +284,12 @@ func writeProbe(dir string) error {
 
 // manyCores is where the parameter-server path's parallel defaults turn
 // on (--lanes 0, --parallel-step): on 16 cores (the device machine,
-// 2026-11-27, docs/BENCHMARKS.md) four lanes and the parallel step took
-// the 2-worker async run of make bench-ps from 29,441 to 40,703 samples/s
-// and a lone push-pull of the 670k vector from 2.0× to 1.0× a raw TCP
-// round trip; on 2 cores neither gained beyond the noise. Between 2 and
-// 16 nothing was measured: 8 is the middle.
+// 2026-11-27, docs/BENCHMARKS.md) four lanes over 256 KiB chunks and the
+// parallel step took the 2-worker async run of make bench-ps from 29,441
+// to 40,703 samples/s and a lone push-pull of the 670k vector from 2.0× to
+// 1.0× a raw TCP round trip, and these defaults (3 lanes, one per 1 MiB
+// chunk) ran it at 2.27× the PyTorch peer; on 2 cores neither gained
+// beyond the noise. Between 2 and 16 nothing was measured: 8 is the middle.
 const manyCores = 8
 
 // autoLanes is --lanes 0's choice on a machine of cpus CPUs: 4 lanes
