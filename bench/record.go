@@ -88,6 +88,12 @@ type Record struct {
 	// not modelled, loopback as it is); RTTMillis its round-trip time.
 	NICGbps   float64 `json:"nic_gbps"`
 	RTTMillis float64 `json:"rtt_ms"`
+	// Lanes and ParallelStep are how the PS modes' push-pulls ran: the
+	// most connections a worker split one to a server over, and whether
+	// the servers updated their chunks in parallel (shoal train's --lanes
+	// and --parallel-step, whose defaults follow the machine's CPUs).
+	Lanes        int  `json:"lanes,omitempty"`
+	ParallelStep bool `json:"parallel_step,omitempty"`
 
 	// Steps is the number of steps each worker ran (the largest over the
 	// workers); Samples the samples all workers processed together.

@@ -33,8 +33,10 @@ type Result struct {
 	// --lanes, or its choice for this machine, at most one per chunk of a
 	// server's share).
 	Lanes int `json:"lanes,omitempty"`
-	// ParallelStep is shoal train --parallel-step: the servers updated
-	// their chunks on several goroutines (PS modes).
+	// ParallelStep is shoal train --parallel-step (PS modes): the servers
+	// update their chunks on several goroutines, those whose share has
+	// several chunks and 65,536 floats or more (smaller ones step serially
+	// all the same).
 	ParallelStep bool `json:"parallel_step,omitempty"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
 	Device string `json:"device,omitempty"`
@@ -185,12 +187,13 @@ func (t *Tally) SummariseSteps() {
 }
 
 // Fill sets what rec measures from r: the run's model size, optimizer,
-// steps, samples, throughput over the workers' own time, step times,
+// lanes and step, steps, samples, throughput over the workers' own time, step times,
 // traffic, staleness, curve and final accuracy. What names the run (ID,
 // command, mode, workers, network) is the harness's to set.
 func (r *Result) Fill(rec *bench.Record) {
 	rec.Parameters, rec.VectorBytes = r.Parameters, 4*int64(r.Parameters)
 	rec.Batch, rec.Optimizer, rec.LR = r.Batch, r.Optimizer, r.LR
+	rec.Lanes, rec.ParallelStep = r.Lanes, r.ParallelStep
 	rec.Steps, rec.Samples = r.Steps, r.Samples
 	rec.TrainSeconds = r.WorkerSeconds
 	if rec.TrainSeconds > 0 {

@@ -50,7 +50,10 @@ func TestTally(t *testing.T) {
 	assert.Equal(t, []float64{0, 0.25}, r.StartOffsets, "rank 0 began first, rank 1 a quarter second after, in rank order")
 
 	var rec bench.Record
+	r.Lanes, r.ParallelStep = 3, true
 	r.Fill(&rec)
+	assert.Equal(t, 3, rec.Lanes, "the lanes the push-pulls went over")
+	assert.True(t, rec.ParallelStep)
 	assert.Equal(t, int64(40), rec.VectorBytes)
 	assert.Equal(t, 12.0, rec.SamplesPerSec, "samples over the workers' own time")
 	assert.Equal(t, consistency.Staleness{0: 7, 1: 2}, rec.Staleness)

@@ -28,7 +28,10 @@ type Limits struct {
 }
 
 // DefaultLimits are shoal ps's: a worker holds a few streams on each of
-// its two connections to a shard.
+// its two connections to a shard, and one more connection for each lane
+// of a push-pull past the first (up to 4 lanes by default on a machine of
+// 8 or more CPUs, one per chunk of the shard's share at most), so 1024
+// connections take 204 such workers and 512 of one lane.
 var DefaultLimits = Limits{StreamsPerConn: 64, Conns: 1024, ConnIdle: 5 * time.Minute}
 
 // ServerOptions are l's gRPC server options, with keepalive enforced: a

@@ -655,6 +655,8 @@ func TestTheJSONSaysTheLanesTheWorkersUsed(t *testing.T) {
 		{"3 of 13 chunks", []string{"--chunk-bytes", "8192", "--lanes", "3", "--parallel-step"}, 3, true},
 		{"4 of 1 chunk", []string{"--lanes", "4", "--parallel-step=false"}, 1, false},
 		{"the machine's choice", []string{"--chunk-bytes", "8192", "--lanes", "0"}, autoLanes(runtime.NumCPU()), autoParallelStep(runtime.NumCPU())},
+		// Pushes and pulls overlapped go alone, one stream each.
+		{"pushes overlapped", []string{"--chunk-bytes", "8192", "--lanes", "3", "--overlap-push-pull", "--parallel-step"}, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, _ := trainJSON(t, nil, append(common, c.args...)...)

@@ -577,8 +577,10 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
 	lanes := w.lanes
-	if lanes == 0 {
+	if lanes == 0 && !w.tf.overlap {
 		lanes = autoLanes(runtime.NumCPU())
+	} else if lanes == 0 {
+		lanes = 1 // with --overlap-push-pull pushes and pulls go alone, one stream each
 	}
 	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
 		client.WithLanes(lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
@@ -599,6 +601,9 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 		return nil, err
 	}
 	w.usedLanes = slices.Max(ps.Lanes())
+	if w.tf.overlap {
+		w.usedLanes = 1 // no push-pull goes over the lanes
+	}
 	// Only lanes asked for by name are worth a warning; --lanes 0 asks
 	// for up to autoLanes.
 	if lanes := w.usedLanes; lanes < w.lanes && w.id.Rank == 0 {
