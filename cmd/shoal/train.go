@@ -342,6 +342,9 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
+	if err := serverFlagsInRing(fs, t.ring); err != nil {
+		return nil, err
+	}
 	if err := t.build(); err != nil {
 		return nil, err
 	}
@@ -436,6 +439,31 @@ func (t *trainRun) check() error {
 	}
 	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline),
 		writableDir("--record-pushes", t.record))
+}
+
+// serverFlags are shoal train's flags that only the parameter-server
+// modes read: their servers, and the workers' calls to them.
+var serverFlags = []string{"servers", "staleness", "backup-workers", "chunk-bytes", "lanes", "parallel-step",
+	"checkpoint-dir", "checkpoint-every", "checkpoint-errors", "journal", "push-every", "fetch-every"}
+
+// serverFlagsInRing refuses serverFlags given in ring mode, which would
+// ignore them (a --staleness -5 or --servers 3 there says the command is
+// not what its author thinks).
+func serverFlagsInRing(fs *flag.FlagSet, ring bool) error {
+	if !ring {
+		return nil
+	}
+	var given []string
+	fs.Visit(func(f *flag.Flag) {
+		if slices.Contains(serverFlags, f.Name) {
+			given = append(given, "--"+f.Name)
+		}
+	})
+	if len(given) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: for the parameter-server modes (async, sync, ssp); --mode ring has no servers and would ignore it: leave it out",
+		strings.Join(given, ", "))
 }
 
 // build builds the model, places the workers, loads the data and makes
