@@ -674,3 +674,14 @@ func TestTheParallelDefaultsTurnOnWithTheCores(t *testing.T) {
 		assert.Equal(t, c.cpus >= 8, autoParallelStep(c.cpus), "parallel step on %d CPUs", c.cpus)
 	}
 }
+
+// TestABatchLargerThanAShareIsReportedAsRun: each worker's loader takes
+// no more than its share of an epoch (3,000 of the 6,000 synthetic
+// samples for two workers), and the header and --json say the batch that
+// ran, not the one asked for.
+func TestABatchLargerThanAShareIsReportedAsRun(t *testing.T) {
+	res, out := trainJSON(t, nil, "--dataset", "synthetic", "--hidden", "32", "--batch", "100000", "--steps", "2", "--workers", "2")
+	assert.Equal(t, 3000, res.Batch)
+	assert.Contains(t, out, "batch 3000 per worker (--batch 100000 is more than a worker's share of an epoch: each step takes all of it)")
+	assert.Equal(t, int64(2*2*3000), res.Samples, "two steps of 3,000 samples a worker")
+}

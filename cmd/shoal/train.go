@@ -161,8 +161,12 @@ func (t *trainRun) printHeader(stdout io.Writer) string {
 		prec = t.dev.precision.String()
 		where += " in " + prec
 	}
-	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), batch %d per worker, %s %s, %s (%d samples; tested on %s)\n",
-		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, t.tf.batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
+	batch := fmt.Sprintf("batch %d per worker", t.batchPerWorker())
+	if t.batchPerWorker() < t.tf.batch {
+		batch += fmt.Sprintf(" (--batch %d is more than a worker's share of an epoch: each step takes all of it)", t.tf.batch)
+	}
+	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), %s, %s %s, %s (%d samples; tested on %s)\n",
+		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
 	return prec
 }
 
@@ -284,7 +288,7 @@ func workerEnv(threads int, share bool) []string {
 // (prec: the workers' half precision, "" in fp32).
 func (t *trainRun) newTally(prec string) *launch.Tally {
 	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: prec, Batch: t.tf.batch, Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: prec, Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
 }
 
 // summarise ends the training part of the run once every worker has
@@ -439,6 +443,13 @@ func (t *trainRun) check() error {
 	}
 	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline),
 		writableDir("--record-pushes", t.record))
+}
+
+// batchPerWorker is the batch each worker's steps take: --batch, or a
+// worker's whole share of an epoch where --batch is larger (a worker's
+// loader takes no more than its share, as PyTorch's does).
+func (t *trainRun) batchPerWorker() int {
+	return min(t.tf.batch, max((t.train.Len()+t.workers-1)/t.workers, 1))
 }
 
 // serverFlags are shoal train's flags that only the parameter-server
