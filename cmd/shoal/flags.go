@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -304,3 +305,12 @@ func autoLanes(cpus int) int {
 
 // autoParallelStep is --parallel-step's default on a machine of cpus CPUs.
 func autoParallelStep(cpus int) bool { return cpus >= manyCores }
+
+// checkLanes checks --lanes: 1..client.MaxLanes, or 0 for autoLanes.
+func checkLanes(n int) error {
+	if n < 0 || n > client.MaxLanes {
+		return fmt.Errorf("--lanes %d: want 1..%d connections per server, or 0 for %d where this machine has %d or more CPUs, else 1",
+			n, client.MaxLanes, autoLanes(manyCores), manyCores)
+	}
+	return nil
+}

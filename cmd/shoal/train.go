@@ -419,9 +419,8 @@ func (t *trainRun) check() error {
 	if err := t.planBinding(); err != nil {
 		return err
 	}
-	if t.lanes < 0 || t.lanes > client.MaxLanes {
-		return fmt.Errorf("--lanes %d: want 1..%d connections per server, or 0 for %d where this machine has %d or more CPUs, else 1",
-			t.lanes, client.MaxLanes, autoLanes(manyCores), manyCores)
+	if err := checkLanes(t.lanes); err != nil {
+		return err
 	}
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")

@@ -218,9 +218,8 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.connect <= 0 {
 		return nil, fmt.Errorf("--connect-timeout %v: want > 0", w.connect)
 	}
-	if w.lanes < 0 || w.lanes > client.MaxLanes {
-		return nil, fmt.Errorf("--lanes %d: want 1..%d connections per server, or 0 for %d where this machine has %d or more CPUs, else 1",
-			w.lanes, client.MaxLanes, autoLanes(manyCores), manyCores)
+	if err := checkLanes(w.lanes); err != nil {
+		return nil, err
 	}
 	if w.callTime <= 0 {
 		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", w.callTime)
@@ -577,10 +576,11 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 	dctx, cancel := context.WithTimeout(ctx, w.connect)
 	defer cancel()
 	lanes := w.lanes
-	if lanes == 0 && !w.tf.overlap {
+	switch {
+	case w.tf.overlap:
+		lanes = 1 // pushes and pulls go alone, one stream each: no push-pull to split
+	case lanes == 0:
 		lanes = autoLanes(runtime.NumCPU())
-	} else if lanes == 0 {
-		lanes = 1 // with --overlap-push-pull pushes and pulls go alone, one stream each
 	}
 	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
 		client.WithLanes(lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
@@ -601,12 +601,13 @@ func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client
 		return nil, err
 	}
 	w.usedLanes = slices.Max(ps.Lanes())
-	if w.tf.overlap {
-		w.usedLanes = 1 // no push-pull goes over the lanes
-	}
 	// Only lanes asked for by name are worth a warning; --lanes 0 asks
 	// for up to autoLanes.
-	if lanes := w.usedLanes; lanes < w.lanes && w.id.Rank == 0 {
+	switch lanes := w.usedLanes; {
+	case w.id.Rank != 0:
+	case w.tf.overlap && w.lanes > 1:
+		w.log.Warn(fmt.Sprintf("--lanes %d: with --overlap-push-pull there is no push-pull to split; pushes and pulls go over one stream each", w.lanes))
+	case lanes < w.lanes:
 		w.log.Warn(fmt.Sprintf("--lanes %d: the servers' shares hold at most %d chunk(s) each, so a push-pull goes over %d lane(s) (a lane carries whole chunks; a smaller --chunk-bytes gives more)",
 			w.lanes, lanes, lanes))
 	}
