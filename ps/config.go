@@ -1,0 +1,128 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/timeline"
+)
+
+// Config configures one shard.
+type Config struct {
+	// Mode is one that goes through parameter servers: consistency.Async,
+	// Sync or SSP.
+	Mode consistency.Mode
+	// Shard is this server's index in Plan.
+	Shard int
+	// Plan partitions the vector over the shards.
+	Plan shard.Plan
+	// Layout names the tensors of the vector (served to workers by Info).
+	Layout nn.Layout
+	// Optimizer is applied to each owned chunk with its own state.
+	Optimizer optim.Config
+	// Workers is the number of workers, ids 0..Workers-1: sync and ssp
+	// wait for them (until membership arrives it comes from the
+	// launcher), and every mode refuses pushes from other ids. Zero is 1
+	// in sync and ssp and MaxWorkers in async, whose workers may come and
+	// go unannounced; at most MaxWorkers.
+	Workers int
+	// BackupWorkers: sync applies a step once Workers−BackupWorkers pushed
+	// it; later pushes for it are dropped and counted.
+	BackupWorkers int
+	// Staleness is SSP's bound s.
+	Staleness int64
+	// MaxWait bounds every wait for other workers, also for callers that
+	// set no deadline (default 10 minutes).
+	MaxWait time.Duration
+	// ParallelStep updates the shard's chunks in parallel, up to
+	// GOMAXPROCS at once, while the pull of a push-pull reads the ones
+	// done (stepLocked). Off by default: on 2 cores it measured within the
+	// noise of the serial update; it is there to be measured where the
+	// cores are (docs/BENCHMARKS.md).
+	ParallelStep bool
+	// CheckpointDir, when set, is where the shard checkpoints every
+	// CheckpointEvery updates and resumes from at start.
+	CheckpointDir   string
+	CheckpointEvery int64
+	// CheckpointErrorsWarn: a checkpoint that cannot be written during
+	// the run is logged and the shard serves on. Otherwise (the default)
+	// it is also sent on Failed, and the shard's owner stops it: a run
+	// that believes it is checkpointed must not go on without checkpoints.
+	CheckpointErrorsWarn bool
+	// Journal, with a CheckpointDir, appends every update to a journal
+	// there before applying it, and a starting shard replays what the
+	// journal holds past its newest checkpoint: a shard killed and
+	// restarted loses no acknowledged update (journal.go).
+	Journal bool
+	// Logger receives events; nil discards them.
+	Logger *slog.Logger
+	// StallWarning, when > 0, is how long pulls may wait for other
+	// workers before the shard logs, once per StallWarning while they
+	// wait, which workers it waits for, for which step, and since when
+	// (Stall reports the same).
+	StallWarning time.Duration
+	// Timeline, when set, records the shard's spans: each pull, push and
+	// push-pull (row worker+1), the waits for other workers, and the
+	// optimizer steps (row 0).
+	Timeline *timeline.Writer
+	// OnWait, when set, is called with the length of every wait a pull
+	// made for other workers (a sync barrier, the SSP bound), under the
+	// shard's lock: it must be quick and must not call the shard.
+	OnWait func(time.Duration)
+}
+
+// DefaultConfig is an async single shard with the default optimizer; Plan
+// and Layout must still be set.
+func DefaultConfig() Config {
+	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
+}
+
+func (c Config) validate() error {
+	if c.MaxWait < 0 {
+		return fmt.Errorf("max wait %v: want > 0 (0: the default, 10 minutes)", c.MaxWait)
+	}
+	if !c.Mode.UsesServers() {
+		return fmt.Errorf("mode %s: not a parameter-server mode (want %s, %s or %s)", c.Mode, consistency.Async, consistency.Sync, consistency.SSP)
+	}
+	if err := c.Plan.Validate(); err != nil {
+		return err
+	}
+	if c.Shard < 0 || c.Shard >= c.Plan.Servers {
+		return fmt.Errorf("shard %d: want 0..%d for a plan of %d servers", c.Shard, c.Plan.Servers-1, c.Plan.Servers)
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return err
+	}
+	if c.Layout.Size() != c.Plan.VectorLen {
+		return fmt.Errorf("layout holds %d floats, plan %d", c.Layout.Size(), c.Plan.VectorLen)
+	}
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		return fmt.Errorf("workers %d: want 1..%d", c.Workers, MaxWorkers)
+	}
+	if c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers {
+		return fmt.Errorf("backup workers %d: want 0..%d for %d workers", c.BackupWorkers, c.Workers-1, c.Workers)
+	}
+	if c.Journal && c.CheckpointDir == "" {
+		return errors.New("journal: needs a checkpoint directory to write it in")
+	}
+	if c.BackupWorkers > 0 && c.Mode != consistency.Sync {
+		return fmt.Errorf("backup workers %d: only sync mode has backup workers, this is %s", c.BackupWorkers, c.Mode)
+	}
+	if c.Staleness < 0 {
+		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
+	}
+	if c.CheckpointEvery < 0 {
+		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)
+	}
+	return c.Optimizer.Validate()
+}
+
+// synchronous reports whether pushes go through the barrier: sync, and
+// ssp with staleness 0.
+func (c Config) synchronous() bool { return c.Mode.Synchronous(c.Staleness) }
