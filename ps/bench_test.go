@@ -45,19 +45,20 @@ func benchShard(b *testing.B, n int) (*Server, []float32) {
 // MLP's 669,706 floats with the default optimizer (momentum): the checks
 // of the gradient (finite, its largest magnitude), of what the update can
 // do to the weights, and the update; scan=caller is the same push scanned
-// beforehand (Push.Scanned, as rpc scans a push piece by piece while it
+// beforehand (Push.Scan, as rpc scans a push piece by piece while it
 // arrives), so the difference is what the scan costs after the last byte.
 func BenchmarkPush(b *testing.B) {
 	const n = 669_706
 	srv, grads := benchShard(b, n)
-	_, bound := ScanGradient(grads)
+	var sc Scan
+	sc.Add(grads)
 	step := int64(0)
-	for _, scanned := range []float64{0, bound} {
-		b.Run(map[bool]string{false: "scan=shard", true: "scan=caller"}[scanned > 0], func(b *testing.B) {
+	for _, scanned := range []*Scan{nil, &sc} {
+		b.Run(map[bool]string{false: "scan=shard", true: "scan=caller"}[scanned != nil], func(b *testing.B) {
 			b.SetBytes(4 * n)
 			ctx := context.Background()
 			for b.Loop() {
-				if _, err := srv.Push(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads, Scanned: scanned}); err != nil {
+				if _, err := srv.Push(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads, Scan: scanned}); err != nil {
 					b.Fatal(err)
 				}
 				step++

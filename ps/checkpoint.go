@@ -109,13 +109,7 @@ func (s *Server) captureLocked() {
 	for k, v := range s.lastStep {
 		st.lastStep[k] = v
 	}
-	for w, prev := range s.barPrev {
-		if prev == nil {
-			delete(st.lastStep, w)
-		} else {
-			st.lastStep[w] = *prev
-		}
-	}
+	s.mode.rewindLocked(st.lastStep)
 	for k, v := range s.progress {
 		st.progress[k] = v
 	}

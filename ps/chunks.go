@@ -63,8 +63,10 @@ type ChunkRead struct {
 	// Values are the chunk's values, to be read before the reader
 	// returns (under the shard's lock), or after it returns while held.
 	Values []float32
-	s      *Server
-	buf    *valueBuf
+	// Clock is the shard clock the values belong to.
+	Clock int64
+	s     *Server
+	buf   *valueBuf
 }
 
 // Hold, called while the reader runs, keeps Values as they are after it
@@ -77,8 +79,8 @@ func (c ChunkRead) Hold() (release func()) {
 }
 
 // chunkRead is ch as a ChunkReader gets it (under the shard's lock).
-func (s *Server) chunkRead(ch *chunk) ChunkRead {
-	return ChunkRead{Range: ch.r, Values: ch.buf.data, s: s, buf: ch.buf}
+func (s *Server) chunkRead(ch *chunk, clock int64) ChunkRead {
+	return ChunkRead{Range: ch.r, Values: ch.buf.data, Clock: clock, s: s, buf: ch.buf}
 }
 
 // ownLocked makes ch's buffer one no reader holds, for a write in place

@@ -83,6 +83,21 @@ func DefaultConfig() Config {
 	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
 }
 
+// withDefaults is c with its zero MaxWait and Workers set to their
+// defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxWait == 0 {
+		c.MaxWait = 10 * time.Minute
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+		if c.Mode == consistency.Async {
+			c.Workers = MaxWorkers
+		}
+	}
+	return c
+}
+
 func (c Config) validate() error {
 	if c.MaxWait < 0 {
 		return fmt.Errorf("max wait %v: want > 0 (0: the default, 10 minutes)", c.MaxWait)

@@ -13,6 +13,16 @@
 // first. The sync barrier (barrier.go) is a plain state machine that the
 // Server drives under its mutex.
 //
+// Modes (applier.go): New picks one applier for Config.Mode, and it
+// alone says what a push, a pull and a change of membership mean there:
+// async.go (Downpour: apply at once; a push-pull reads each chunk right
+// after its update), sync.go (the barrier: one mean step per round),
+// ssp.go (apply at once, scaled by 1/N; pulls wait within the bound).
+// PushPull is the one entry point of a push-pull in every mode; the
+// gradient's finiteness and magnitude scan is Scan, which a decoder runs
+// piece by piece as the pieces arrive (Push.Scan) and the shard otherwise
+// runs itself, never both.
+//
 // Membership (members.go): sync and SSP wait only for the live workers.
 // WorkerGone takes out a worker that died or left (cluster.FollowWorkers
 // calls it from gossip views): a sync step held up only by it completes

@@ -3,10 +3,7 @@ package ps
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-
-	"github.com/shoalml/shoal/consistency"
 )
 
 // ErrNotMember: a sync or SSP push or pull from a worker that membership
@@ -47,18 +44,38 @@ func (s *Server) StepsPushed(w int64) int64 {
 func (s *Server) WorkerGone(w int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.mode.goneLocked(w)
+}
+
+// startLive makes every worker of the job live (sync and SSP, at New).
+func (s *Server) startLive() {
+	s.live = make([]int64, s.cfg.Workers)
+	for i := range s.live {
+		s.live[i] = int64(i)
+	}
+}
+
+// leaveLiveLocked takes w out of the live set, reporting whether it was
+// in it.
+func (s *Server) leaveLiveLocked(w int64) bool {
 	i, ok := slices.BinarySearch(s.live, w)
-	if s.cfg.Mode == consistency.Async || !ok {
+	if !ok {
 		return false
 	}
 	s.live = slices.Delete(s.live, i, i+1)
 	s.stats.Left++
 	s.log.Info("worker left the live set", "worker", w, "clock", s.clock, "live", s.live)
-	if s.bar != nil && s.bar.remove(w, s.clock) {
-		s.applyStepLocked()
-	}
-	s.notifyLocked()
 	return true
+}
+
+// enterLiveLocked puts w into the live set unless it is there.
+func (s *Server) enterLiveLocked(w int64) {
+	if _, live := slices.BinarySearch(s.live, w); !live {
+		s.live = append(s.live, w)
+		slices.Sort(s.live)
+		s.stats.Joined++
+		s.log.Info("worker joined the live set", "worker", w, "clock", s.clock, "live", s.live)
+	}
 }
 
 // Join admits worker w, starting or starting again, at the first step it
@@ -90,54 +107,16 @@ func (s *Server) Join(w, notBefore int64) (int64, error) {
 	if last, ok := s.lastStep[w]; ok {
 		next = max(next, last+1)
 	}
-	if s.cfg.Mode == consistency.Async {
-		return next, nil
-	}
-	_, live := slices.BinarySearch(s.live, w)
-	if !live {
-		s.live = append(s.live, w)
-		slices.Sort(s.live)
-		s.stats.Joined++
-		s.log.Info("worker joined the live set", "worker", w, "clock", s.clock, "live", s.live)
-	}
-	if s.bar != nil {
-		entry := s.clock
-		if s.bar.has(w) || (len(s.bar.arrived) > 0 && !s.bar.member(w, s.clock)) {
-			entry++ // the step in progress goes on without it
-		}
-		entry = max(entry, next)
-		if s.bar.admit(w, entry, s.clock) {
-			s.applyStepLocked()
-		}
-		s.notifyLocked()
-		return entry, nil
-	}
-	if !live { // a live worker keeps its place; a returning one skips ahead
-		slowest := int64(math.MaxInt64)
-		for _, o := range s.live {
-			if o != w {
-				slowest = min(slowest, s.progress[o])
-			}
-		}
-		if slowest != math.MaxInt64 {
-			next = max(next, slowest)
-		}
-	}
-	next = max(next, s.progress[w])
-	s.progress[w] = next
-	s.notifyLocked()
-	return next, nil
+	return s.mode.joinLocked(w, next), nil
 }
 
 // maxStep bounds the steps a join names, far beyond any run, so that step
 // arithmetic (the SSP bound adds to it) cannot overflow.
 const maxStep = 1 << 62
 
-// checkLiveLocked refuses, in sync and SSP, a worker membership took out.
+// checkLiveLocked refuses a worker membership took out (sync and SSP
+// appliers).
 func (s *Server) checkLiveLocked(w int64) error {
-	if s.cfg.Mode == consistency.Async {
-		return nil
-	}
 	if _, ok := slices.BinarySearch(s.live, w); !ok {
 		return fmt.Errorf("%w: worker %d died or left at or before step %d and has not joined again (live: %v); a restarted worker joins through Info with its worker id",
 			ErrNotMember, w, s.clock, s.live)

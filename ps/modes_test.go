@@ -320,3 +320,73 @@ func TestForgedStepsCannotStallAnyMode(t *testing.T) {
 		}
 	}
 }
+
+// TestPushPullPerMode: a push-pull's read goes where its mode says: in
+// async with the push, the view right after it and no wait; in sync and
+// SSP after the pull's wait (waiting called once the push is in, before
+// it), from one view at the step it waited for.
+func TestPushPullPerMode(t *testing.T) {
+	tests := []struct {
+		name      string
+		mode      consistency.Mode
+		staleness int64
+		waits     bool // the first worker's push-pull waits for the second
+		clock     int64
+	}{
+		{name: "async", mode: consistency.Async, clock: 1},
+		{name: "sync", mode: consistency.Sync, waits: true, clock: 1},
+		{name: "ssp 0 is sync", mode: consistency.SSP, waits: true, clock: 1},
+		{name: "ssp 1", mode: consistency.SSP, staleness: 1, waits: true, clock: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newModeServer(t, tc.mode, 2, 0, tc.staleness)
+			pullStep := int64(1) + tc.staleness
+			if tc.staleness > 0 {
+				push(t, s, 0, 0, 0, 1) // within the bound
+			}
+			waiting := make(chan struct{})
+			type result struct {
+				res   PushResult
+				clock int64
+				vals  []float32
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				step := pullStep - 1
+				r.res, r.err = s.PushPull(context.Background(), Push{WorkerID: 0, Step: step, Clock: min(step, 0), Ranges: whole, Grads: fill(1)}, pullStep,
+					func(_ PushResult, c ChunkRead) { r.clock, r.vals = c.Clock, append(r.vals, c.Values...) },
+					func() error { close(waiting); return nil })
+				done <- r
+			}()
+			if !tc.waits {
+				r := <-done
+				require.NoError(t, r.err)
+				assert.Equal(t, tc.clock, r.clock)
+				assert.Equal(t, []float32{-1, 0, 1, 2}, r.vals, "the values right after the push")
+				assert.Zero(t, r.res.Waited)
+				select {
+				case <-waiting:
+					t.Fatal("async called waiting")
+				default:
+				}
+				return
+			}
+			<-waiting
+			push(t, s, 1, 0, 0, 1)
+			r := <-done
+			require.NoError(t, r.err)
+			assert.Equal(t, tc.clock+btoi(tc.staleness > 0), r.clock, "the view after the second worker's push")
+			assert.Positive(t, r.res.Waited)
+		})
+	}
+}
+
+func btoi(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,9 +1,66 @@
 package ps
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 )
+
+// Scan is the finiteness and magnitude scan of one gradient, run piece by
+// piece in order by whoever decodes the gradient, each piece while it is
+// in the cache and the next is arriving, instead of over the whole push
+// after its last byte, when the step waits for it. A push that carries a
+// Scan of every float (Push.Scan) is not passed over again: the shard
+// takes the bound for its growth check, and the first NaN or ±Inf for its
+// refusal, from it. The zero Scan has scanned nothing.
+type Scan struct {
+	n         int     // floats scanned
+	bound     float64 // the largest ScanGradient bound of the pieces
+	nonFinite bool    // a piece held a NaN or ±Inf: the first is bad, badValue
+	bad       int
+	badValue  float32
+}
+
+// Add scans piece, the gradient's next len(piece) floats.
+func (sc *Scan) Add(piece []float32) {
+	if !sc.nonFinite {
+		if i, b := ScanGradient(piece); i >= 0 {
+			sc.nonFinite, sc.bad, sc.badValue = true, sc.n+i, piece[i]
+		} else {
+			sc.bound = max(sc.bound, b)
+		}
+	}
+	sc.n += len(piece)
+}
+
+// Merge adds o, the scan of the gradient's floats at..at+o's length made
+// apart (one lane of a push-pull), to sc: the lanes' scans merged, one
+// after the other in any order, are the scan of their floats together.
+func (sc *Scan) Merge(at int, o Scan) {
+	sc.n += o.n
+	sc.bound = max(sc.bound, o.bound)
+	if o.nonFinite && (!sc.nonFinite || at+o.bad < sc.bad) {
+		sc.nonFinite, sc.bad, sc.badValue = true, at+o.bad, o.badValue
+	}
+}
+
+// Floats is how many floats sc has scanned.
+func (sc *Scan) Floats() int { return sc.n }
+
+// scanned returns the largest magnitude of in's gradient (at least
+// scanFloor), from its Scan where that covers every float, else from a
+// scan here, or an error naming its first NaN or ±Inf.
+func (in *Push) scanned() (float64, error) {
+	sc := in.Scan
+	if sc == nil || sc.n != len(in.Grads) {
+		sc = &Scan{}
+		sc.Add(in.Grads)
+	}
+	if sc.nonFinite {
+		return 0, fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, vectorIndex(sc.bad, in.Ranges), sc.badValue)
+	}
+	return sc.bound, nil
+}
 
 // ScanGradient returns the index of the first NaN or ±Inf in g, or -1
 // and a bound on the magnitudes in g: the largest magnitude where that is
@@ -11,15 +68,13 @@ import (
 // magnitude scanFloor or more have an exponent of at least
 // scanFloorExp: adding (256 − scanFloorExp) to the exponent carries into
 // the cleared sign bit exactly then. It tests sixteen floats at a time in
-// AVX2 registers where there are (scan_amd64.s; 5-6x the words over the
-// default model's wider sibling), else two at a time in a 64-bit word,
+// AVX2 registers where there are (scan_amd64.s), else two at a time in a 64-bit word,
 // branch-free over blocks, and looks at a block float by
 // float (for the first NaN or ±Inf, and the largest magnitude) only when
 // the test hits: every push is checked whole before anything is applied,
 // so this runs over every gradient, and ordinary gradients, all below
-// scanFloor, cost no more than the finite check alone. rpc runs it over
-// each piece of a push as it arrives (the push's bound is the largest of
-// the pieces') and passes the bound as Push.Scanned.
+// scanFloor, cost no more than the finite check alone. A Scan runs it
+// over each piece of a push as it arrives.
 func ScanGradient(g []float32) (int, float64) {
 	const (
 		exp   = 0x7f8000007f800000

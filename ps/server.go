@@ -53,13 +53,10 @@ type Server struct {
 	progress map[int64]int64
 	// live are the workers sync and ssp wait for, in order (members.go).
 	live []int64
-	bar  *barrier // sync
-	// barPrev holds, for each worker in the barrier's step, its lastStep
-	// before that push (absent: none), so a checkpoint taken mid-step can
-	// record the state of the last whole step.
-	barPrev map[int64]*int64
-	scratch []float32 // ssp: the scaled gradient
-	stats   Stats
+	// mode is what a push and a pull mean in the configured mode
+	// (applier.go), chosen by New.
+	mode  applier
+	stats Stats
 
 	// waiters counts the pulls waiting for other workers, waitSince is
 	// when the current spell of waiting began (some pull has waited ever
@@ -117,15 +114,7 @@ const StalenessBuckets = 64
 // cfg.Plan.VectorLen floats and is copied. With a CheckpointDir, it
 // resumes from the newest checkpoint there instead, if there is one.
 func New(cfg Config, initial []float32) (*Server, error) {
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = 10 * time.Minute
-	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-		if cfg.Mode == consistency.Async {
-			cfg.Workers = MaxWorkers
-		}
-	}
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parameter server: %w", err)
 	}
@@ -158,18 +147,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		s.chunkAt = append(s.chunkAt, s.floats)
 		s.floats += r.Len
 	}
-	if cfg.Mode != consistency.Async {
-		s.live = make([]int64, cfg.Workers)
-		for i := range s.live {
-			s.live[i] = int64(i)
-		}
-	}
-	if cfg.synchronous() {
-		s.bar = newBarrier(s.live, cfg.BackupWorkers, s.floats)
-		s.barPrev = map[int64]*int64{}
-	} else if cfg.Mode == consistency.SSP {
-		s.scratch = make([]float32, s.floats)
-	}
+	s.mode = newApplier(s)
 	if cfg.CheckpointDir != "" {
 		s.ckpt = checkpointer{dir: cfg.CheckpointDir, every: cfg.CheckpointEvery}
 		if err := s.resume(); err != nil {
@@ -246,7 +224,7 @@ func (s *Server) View(read func(ChunkRead)) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.chunks {
-		read(s.chunkRead(&s.chunks[i]))
+		read(s.chunkRead(&s.chunks[i], s.clock))
 	}
 	s.stats.Pulls++
 	return s.clock
@@ -280,13 +258,12 @@ type Push struct {
 	Ranges []shard.Range
 	// Grads holds the gradient of each range, concatenated.
 	Grads []float32
-	// Scanned, when not 0, says that the caller ran ScanGradient over
-	// every float of Grads (piece by piece, as they arrived, while they
-	// were in the cache) and found them all finite, and is the largest
-	// bound it returned: the shard does not scan Grads again. 0 (or any
-	// value no scan returns): the shard scans Grads and names the first
-	// NaN or ±Inf.
-	Scanned float64
+	// Scan, when it covers every float of Grads, is their scan by the
+	// caller (piece by piece, as they arrived, while they were in the
+	// cache): the shard takes its bound and its first NaN or ±Inf from it
+	// and does not pass over Grads again. Otherwise (nil, or a scan of
+	// fewer floats) the shard scans Grads itself.
+	Scan *Scan
 }
 
 // PushResult says what a push did.
@@ -295,6 +272,9 @@ type PushResult struct {
 	Duplicate bool
 	Dropped   bool
 	Staleness int64
+	// Waited is how long a push-pull's pull waited for other workers
+	// before its read (PushPull); zero for a push alone.
+	Waited time.Duration
 }
 
 // Push checks a gradient and applies it as the mode says. A bad range, a
@@ -306,8 +286,8 @@ func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
 	return s.PushRead(ctx, in, nil)
 }
 
-// ChunkReader receives the values of one owned chunk, right after a push,
-// with the push's result. It runs under the shard's lock: it must copy
+// ChunkReader receives the values of one owned chunk, right after a push
+// or a push-pull's wait, with the push's result. It runs under the shard's lock: it must copy
 // what it needs or hold it (ChunkRead.Hold), and return without waiting
 // for anything. With
 // Config.ParallelStep it may be called from several goroutines at once,
@@ -324,7 +304,7 @@ type ChunkReader func(res PushResult, c ChunkRead)
 // is not called (a pull there waits for other workers; see WaitToRead).
 // read nil is Push.
 func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
-	if s.cfg.Mode != consistency.Async {
+	if !s.mode.readsWithPush() {
 		read = nil
 	}
 	res, err := s.push(ctx, in, read)
@@ -353,6 +333,38 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 	return res, err
 }
 
+// PushPull is one worker's push-pull: in, applied as Push applies it, and
+// then, when read is not nil, the worker's pull of the values for step
+// pullStep, every owned chunk handed to read with the push's result, as
+// one consistent view (counted as a pull). When the read goes is the
+// mode's: in async each chunk right after its update, in the push's
+// critical section (PushRead); in sync and SSP once the pull may read
+// (WaitToRead), from one View, res.Waited saying how long it waited.
+// Before such a wait, once the push is applied, waiting (when not nil) is
+// called outside the shard's lock; an error from it ends the push-pull
+// with that error, unread. read nil is Push.
+func (s *Server) PushPull(ctx context.Context, in Push, pullStep int64, read ChunkReader, waiting func() error) (PushResult, error) {
+	if read == nil || s.mode.readsWithPush() {
+		return s.PushRead(ctx, in, read)
+	}
+	res, err := s.Push(ctx, in)
+	if err != nil {
+		return res, err
+	}
+	if waiting != nil {
+		if err := waiting(); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	if err := s.WaitToRead(ctx, in.WorkerID, pullStep); err != nil {
+		return res, err
+	}
+	res.Waited = time.Since(start)
+	s.View(func(c ChunkRead) { read(res, c) })
+	return res, nil
+}
+
 func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResult, error) {
 	total, err := s.ValidateRanges(in.Ranges)
 	if err != nil {
@@ -364,11 +376,9 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if total != s.floats {
 		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats))
 	}
-	gmax := in.Scanned
-	if gmax < scanFloor {
-		if gmax, err = checkFinite(in.Grads, in.Ranges); err != nil {
-			return PushResult{}, refuse(RejectedNonFinite, err)
-		}
+	gmax, err := in.scanned()
+	if err != nil {
+		return PushResult{}, refuse(RejectedNonFinite, err)
 	}
 	if err := s.checkWorker(in.WorkerID); err != nil {
 		return PushResult{}, refuse(RejectedWorker, err)
@@ -376,73 +386,32 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkLiveLocked(in.WorkerID); err != nil {
+	if err := s.mode.checkLiveLocked(in.WorkerID); err != nil {
 		return PushResult{}, err
 	}
 	last, ok := s.lastStep[in.WorkerID]
 	if !ok {
 		last = -1
 	}
-	switch {
-	case in.Step < 0:
+	if in.Step < 0 {
 		// The worker's record would sit below every real step: in async
 		// mode each of them would then be too far past it.
 		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: steps count from 0", ErrInvalidArgument, in.Step, in.WorkerID))
-	case s.cfg.Mode == consistency.Async && in.Step > last+MaxStepGap:
-		// A step far past the worker's own would make every real push up
-		// to it a "duplicate": one forged push could stop a run learning.
-		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
-			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap))
-	case s.bar != nil && in.Step > max(last, s.clock)+MaxStepGap:
-		// The same in sync mode, where the run would stall: the worker's
-		// pushes would never reach the barrier again. A worker that joins
-		// a run under way starts at the shard's step, so that is the base
-		// until it has pushed. (SSP's bound holds steps to the slowest
-		// worker's.)
-		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past the shard's step %d and the worker's last push (step %d)",
-			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, s.clock, last))
+	}
+	if err := s.mode.checkStepLocked(in, last); err != nil {
+		return PushResult{}, err
 	}
 	if ok && in.Step <= last {
 		s.stats.Duplicates++
 		res := PushResult{Clock: s.clock, Duplicate: true}
 		if read != nil {
 			for i := range s.chunks {
-				read(res, s.chunkRead(&s.chunks[i]))
+				read(res, s.chunkRead(&s.chunks[i], s.clock))
 			}
 		}
 		return res, nil
 	}
-	switch {
-	case s.bar != nil:
-		res, err := s.pushSyncLocked(ctx, in, gmax)
-		return res, refuse(RejectedStep, err)
-	case s.cfg.Mode == consistency.SSP:
-		_, min := s.slowestLocked()
-		if in.Step > min+s.cfg.Staleness {
-			return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
-				ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min))
-		}
-		// Each push moves the weights by 1/N of its gradient, N the live
-		// workers, so that a round of pushes makes one mean step.
-		inv := 1 / float32(max(len(s.live), 1))
-		gmax *= float64(inv)
-		if err := s.checkGrowthLocked(in, gmax); err != nil {
-			return PushResult{}, err
-		}
-		for i, g := range in.Grads {
-			s.scratch[i] = g * inv
-		}
-		p := max(s.progress[in.WorkerID], in.Step+1)
-		res := s.applyLocked(in, s.scratch, gmax, nil, [][2]int64{{in.WorkerID, p}})
-		s.progress[in.WorkerID] = p
-		s.notifyLocked()
-		return res, nil
-	default:
-		if err := s.checkGrowthLocked(in, gmax); err != nil {
-			return PushResult{}, err
-		}
-		return s.applyLocked(in, in.Grads, gmax, read, nil), nil
-	}
+	return s.mode.pushLocked(ctx, in, gmax, read)
 }
 
 // MaxStepGap bounds how far past a worker's last push (or past step 0,
@@ -463,7 +432,7 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
 	var after func(ch *chunk)
 	if read != nil {
-		after = func(ch *chunk) { read(res, s.chunkRead(ch)) }
+		after = func(ch *chunk) { read(res, s.chunkRead(ch, res.Clock)) }
 	}
 	s.stepLocked(grads, gmax, after)
 	s.lastStep[in.WorkerID] = in.Step

@@ -555,35 +555,47 @@ func TestParallelStepIsTheSerialStep(t *testing.T) {
 }
 
 // TestPushScannedByTheCaller: a push that the caller scanned piece by
-// piece (Push.Scanned, what ScanGradient gave) is applied as one the
-// shard scans; its bound still gates the growth check; and a Scanned
-// that no scan returns (below the scan's floor) is not trusted: the shard
-// scans, and finds the NaN.
+// piece (Push.Scan) is applied as one the shard scans; its bound still
+// gates the growth check; a NaN it found is refused with its index; and a
+// Scan that does not cover the push is not trusted: the shard scans, and
+// finds the NaN.
 func TestPushScannedByTheCaller(t *testing.T) {
 	scanned, plain := newTestServer(t, 8, 1, 0, 4), newTestServer(t, 8, 1, 0, 4)
 	g := []float32{1, 2, 3, 4, 5, 6, 7, 8}
-	i, bound := ScanGradient(g[:4])
-	require.Equal(t, -1, i)
-	_, b2 := ScanGradient(g[4:])
-	_, err := scanned.Push(context.Background(), Push{WorkerID: 1, Ranges: scanned.Ranges(), Grads: g, Scanned: max(bound, b2)})
+	var sc Scan
+	sc.Add(g[:4])
+	sc.Add(g[4:])
+	require.Equal(t, 8, sc.Floats())
+	_, err := scanned.Push(context.Background(), Push{WorkerID: 1, Ranges: scanned.Ranges(), Grads: g, Scan: &sc})
 	require.NoError(t, err)
 	_, err = plain.Push(context.Background(), Push{WorkerID: 1, Ranges: plain.Ranges(), Grads: g})
 	require.NoError(t, err)
 	assert.Equal(t, readAll(t, plain), readAll(t, scanned))
 
 	huge := []float32{1, 1, 1, 1, 1, 3e38, 1, 1}
-	_, hb := ScanGradient(huge)
-	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 1, Ranges: scanned.Ranges(), Grads: huge, Scanned: hb})
+	var hs Scan
+	hs.Add(huge)
+	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 1, Ranges: scanned.Ranges(), Grads: huge, Scan: &hs})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, "reaches 3e+38 (at index 5)")
 
 	nan := []float32{1, 1, float32(math.NaN()), 1, 1, 1, 1, 1}
 	before := readAll(t, scanned)
-	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scanned: 1})
+	var partial Scan
+	partial.Add(nan[3:])
+	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &partial})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, "index 2 is NaN")
+	var lanes, lane0, lane1 Scan
+	lane0.Add(nan[:4])
+	lane1.Add(nan[4:])
+	lanes.Merge(4, lane1)
+	lanes.Merge(0, lane0)
+	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &lanes})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "index 2 is NaN", "from the merged scan")
 	assert.Equal(t, before, readAll(t, scanned))
-	assert.Equal(t, map[string]int64{RejectedMagnitude: 1, RejectedNonFinite: 1}, scanned.Stats().RejectedBy)
+	assert.Equal(t, map[string]int64{RejectedMagnitude: 1, RejectedNonFinite: 2}, scanned.Stats().RejectedBy)
 }
 
 // TestHeldValuesDoNotChange: values a reader holds after a push stay as

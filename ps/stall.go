@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/timeline"
 )
 
@@ -78,11 +77,7 @@ func (s *Server) stallLocked() (Stall, bool) {
 		return Stall{}, false
 	}
 	st := Stall{Since: s.waitSince, Pulls: s.waiters}
-	if s.bar != nil {
-		st.Step, st.Workers = s.clock, s.bar.waitingFor(s.clock)
-	} else {
-		st.Workers, st.Step = s.slowestLocked()
-	}
+	st.Step, st.Workers = s.mode.stallLocked()
 	return st, true
 }
 
@@ -99,10 +94,10 @@ func (s *Server) logStallLocked(what string) {
 }
 
 // waitingForLocked describes who the shard waits for.
-func (s *Server) waitingForLocked() string {
-	if s.bar != nil {
-		return fmt.Sprintf("step %d has %s", s.clock, s.bar.missing(s.clock))
-	}
+func (s *Server) waitingForLocked() string { return s.mode.waitingForLocked() }
+
+// slowestString describes the slowest workers (async, ssp).
+func (s *Server) slowestString() string {
 	slow, min := s.slowestLocked()
 	return fmt.Sprintf("the slowest worker(s) %v pushed %d steps", slow, min)
 }
@@ -131,21 +126,16 @@ func (s *Server) notifyLocked() {
 // until every earlier step is applied, in ssp while step is more than
 // Staleness ahead of the slowest worker; async never waits.
 func (s *Server) WaitToRead(ctx context.Context, worker, step int64) error {
-	if s.cfg.Mode == consistency.Async || step <= 0 {
-		return nil // nothing to wait for (step 0, or the launcher's final read)
+	ready, what := s.mode.readWait(step)
+	if ready == nil || step <= 0 {
+		return nil // nothing to wait for (async, step 0, or the launcher's final read)
 	}
 	if err := s.checkWorker(worker); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bar != nil {
-		return s.waitLocked(ctx, worker, step, fmt.Sprintf("pull for step %d", step), func() bool { return s.clock >= step })
-	}
-	return s.waitLocked(ctx, worker, step, fmt.Sprintf("pull for step %d with staleness bound %d", step, s.cfg.Staleness), func() bool {
-		_, min := s.slowestLocked()
-		return step-min <= s.cfg.Staleness
-	})
+	return s.waitLocked(ctx, worker, step, what, ready)
 }
 
 // countWaitLocked counts a wait of worker's call for step that began at

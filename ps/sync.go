@@ -5,7 +5,46 @@ import (
 	"fmt"
 )
 
-func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (PushResult, error) {
+// syncApplier is the barrier (sync, and SSP with staleness 0): each
+// shard step collects one push from every live worker (or all but
+// BackupWorkers), applies their mean once, and only then lets the pulls
+// of the next step read.
+type syncApplier struct {
+	s   *Server
+	bar *barrier
+	// barPrev holds, for each worker in the barrier's step, its lastStep
+	// before that push (absent: none), so a checkpoint taken mid-step can
+	// record the state of the last whole step.
+	barPrev map[int64]*int64
+}
+
+var _ applier = (*syncApplier)(nil)
+
+func newSyncApplier(s *Server) *syncApplier {
+	s.startLive()
+	return &syncApplier{s: s, bar: newBarrier(s.live, s.cfg.BackupWorkers, s.floats), barPrev: map[int64]*int64{}}
+}
+
+func (a *syncApplier) checkStepLocked(in Push, last int64) error {
+	s := a.s
+	if in.Step > max(last, s.clock)+MaxStepGap {
+		// As in async mode, where the run would stall here: the worker's
+		// pushes would never reach the barrier again. A worker that joins
+		// a run under way starts at the shard's step, so that is the base
+		// until it has pushed.
+		return refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past the shard's step %d and the worker's last push (step %d)",
+			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, s.clock, last))
+	}
+	return nil
+}
+
+func (a *syncApplier) pushLocked(ctx context.Context, in Push, gmax float64, _ ChunkReader) (PushResult, error) {
+	res, err := a.pushStepLocked(ctx, in, gmax)
+	return res, refuse(RejectedStep, err)
+}
+
+func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64) (PushResult, error) {
+	s := a.s
 	switch {
 	case in.Clock > s.clock+1:
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard is at step %d; a push may be at most one step ahead",
@@ -31,11 +70,11 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (Pus
 		}
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard already applied it and is at step %d", ErrStale, in.Clock, in.WorkerID, s.clock)
 	}
-	if !s.bar.member(in.WorkerID, s.clock) {
+	if !a.bar.member(in.WorkerID, s.clock) {
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: it joined for step %d on",
-			ErrInvalidArgument, in.Clock, in.WorkerID, s.bar.entry[in.WorkerID])
+			ErrInvalidArgument, in.Clock, in.WorkerID, a.bar.entry[in.WorkerID])
 	}
-	if s.bar.has(in.WorkerID) {
+	if a.bar.has(in.WorkerID) {
 		return PushResult{}, fmt.Errorf("%w: worker %d already pushed step %d (as its step %d)", ErrInvalidArgument, in.WorkerID, in.Clock, s.lastStep[in.WorkerID])
 	}
 	// The step's mean is no larger than its largest push, so a push the
@@ -44,38 +83,96 @@ func (s *Server) pushSyncLocked(ctx context.Context, in Push, gmax float64) (Pus
 		return PushResult{}, err
 	}
 	if prev, ok := s.lastStep[in.WorkerID]; ok {
-		s.barPrev[in.WorkerID] = &prev
+		a.barPrev[in.WorkerID] = &prev
 	} else {
-		s.barPrev[in.WorkerID] = nil
+		a.barPrev[in.WorkerID] = nil
 	}
 	s.lastStep[in.WorkerID] = in.Step
 	s.stats.Pushes++
 	s.stats.Staleness.Add(0)
-	if s.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
-		s.applyStepLocked()
+	if a.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
+		a.applyStepLocked()
 	}
 	return PushResult{Clock: s.clock}, nil
 }
 
 // applyStepLocked applies the mean of the barrier's step.
-func (s *Server) applyStepLocked() {
-	if s.bar.short {
+func (a *syncApplier) applyStepLocked() {
+	s := a.s
+	if a.bar.short {
 		// Workers that left held it up: it goes on with those that pushed.
 		s.stats.ShortSteps++
-		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", len(s.bar.arrived))
+		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", len(a.bar.arrived))
 	}
-	mean := s.bar.mean()
+	mean := a.bar.mean()
 	if s.jour != nil {
 		rec := journalRecord{clock: s.clock + 1, grads: mean}
-		for _, w := range s.bar.arrived {
+		for _, w := range a.bar.arrived {
 			rec.steps = append(rec.steps, [2]int64{w, s.lastStep[w]})
 		}
 		s.journalLocked(rec)
 	}
-	s.stepLocked(mean, s.bar.gmax, nil)
-	s.bar.reset()
-	clear(s.barPrev)
+	s.stepLocked(mean, a.bar.gmax, nil)
+	a.bar.reset()
+	clear(a.barPrev)
 	s.clock++
 	s.captureLocked()
 	s.notifyLocked()
+}
+
+func (*syncApplier) readsWithPush() bool { return false }
+
+func (a *syncApplier) readWait(step int64) (func() bool, string) {
+	s := a.s
+	return func() bool { return s.clock >= step }, fmt.Sprintf("pull for step %d", step)
+}
+
+func (a *syncApplier) stallLocked() (int64, []int64) {
+	return a.s.clock, a.bar.waitingFor(a.s.clock)
+}
+
+func (a *syncApplier) waitingForLocked() string {
+	return fmt.Sprintf("step %d has %s", a.s.clock, a.bar.missing(a.s.clock))
+}
+
+func (a *syncApplier) checkLiveLocked(w int64) error { return a.s.checkLiveLocked(w) }
+
+func (a *syncApplier) goneLocked(w int64) bool {
+	s := a.s
+	if !s.leaveLiveLocked(w) {
+		return false
+	}
+	if a.bar.remove(w, s.clock) {
+		a.applyStepLocked()
+	}
+	s.notifyLocked()
+	return true
+}
+
+func (a *syncApplier) joinLocked(w, next int64) int64 {
+	s := a.s
+	s.enterLiveLocked(w)
+	entry := s.clock
+	if a.bar.has(w) || (len(a.bar.arrived) > 0 && !a.bar.member(w, s.clock)) {
+		entry++ // the step in progress goes on without it
+	}
+	entry = max(entry, next)
+	if a.bar.admit(w, entry, s.clock) {
+		a.applyStepLocked()
+	}
+	s.notifyLocked()
+	return entry
+}
+
+// rewindLocked gives the workers in the barrier's step their dedup record
+// from before their push, so that they push again after a restart and the
+// step is collected anew.
+func (a *syncApplier) rewindLocked(lastStep map[int64]int64) {
+	for w, prev := range a.barPrev {
+		if prev == nil {
+			delete(lastStep, w)
+		} else {
+			lastStep[w] = *prev
+		}
+	}
 }

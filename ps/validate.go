@@ -105,16 +105,6 @@ func refuse(reason string, err error) error {
 	return &rejection{reason, err}
 }
 
-// checkFinite returns the largest magnitude in g, the floats of ranges
-// rs, or an error naming the first NaN or ±Inf.
-func checkFinite(g []float32, rs []shard.Range) (float64, error) {
-	i, gmax := ScanGradient(g)
-	if i < 0 {
-		return gmax, nil
-	}
-	return 0, fmt.Errorf("%w: gradient at index %d is %v, want a finite value", ErrInvalidArgument, vectorIndex(i, rs), g[i])
-}
-
 // vectorIndex turns index i into the floats of ranges rs into the
 // vector's index, for messages.
 func vectorIndex(i int, rs []shard.Range) int {

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/deadline"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
@@ -53,8 +52,7 @@ type gather struct {
 	joined       []bool
 	outs         []chan *pb.TensorOut // per lane: the pieces of its reply
 	arrived      int                  // lanes received whole
-	bound        float64              // the largest ps.ScanGradient bound of the lanes' pieces
-	unscanned    bool                 // a lane's pieces were not all scanned finite: the shard scans
+	scan         ps.Scan              // the lanes' scans, merged
 	refs         int                  // lanes that joined and have not left
 	state        int
 	err          error
@@ -242,11 +240,7 @@ func (s *psService) arrive(g *gather, pr *pushReader) (commit bool, err error) {
 	if g.state != gathering {
 		return false, g.err
 	}
-	if b, ok := pr.scanned(); ok {
-		g.bound = max(g.bound, b)
-	} else {
-		g.unscanned = true
-	}
+	g.scan.Merge(g.start[pr.h.Lane], pr.scan)
 	g.arrived++
 	if g.arrived < g.lanes {
 		return false, nil
@@ -293,52 +287,27 @@ func (g *gather) laneOf(p int) int {
 }
 
 // commit applies the gathered push (every lane has arrived) and queues
-// each lane its part of the reply: async, each chunk's values right after
-// its update, as PushRead gives them; otherwise, after the pull's wait,
-// one snapshot of the shard, so that the lanes together are one
+// each lane its part of the reply, the chunks as ps.Server.PushPull hands
+// them over (when is the mode's), so that the lanes together are one
 // consistent view in every mode.
 func (s *psService) commit(ctx context.Context, g *gather) {
 	h := g.h
-	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats]}
-	if !g.unscanned {
-		in.Scanned = g.bound
-	}
+	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats], Scan: &g.scan}
 	queues := make([]*replyQueue, g.lanes)
 	for l := range queues {
 		queues[l] = &replyQueue{out: g.outs[l]}
 	}
-	var held int64
-	wctx, cancel := deadline.Early(ctx)
-	defer cancel()
-	var res ps.PushResult
-	var err error
-	// lane is the queue of the lane that carries chunk r; head fills in
-	// the first piece of each lane's reply.
-	lane := func(r shard.Range) *replyQueue { return queues[g.laneOf(s.pos[r.Off])] }
-	head := func(p *pb.PullPiece) { p.Push, p.HeldMicros = toPushResponse(res), held }
-	switch {
-	case h.Pull && s.core.Config().Mode == consistency.Async:
-		res, err = s.core.PushRead(wctx, in, func(pres ps.PushResult, c ps.ChunkRead) {
-			queueRead(lane(c.Range), pres.Clock, c, func(p *pb.PullPiece) { p.Push = toPushResponse(pres) })
-		})
-	default:
-		res, err = s.core.Push(wctx, in)
-		if err != nil || !h.Pull {
-			break
-		}
-		start := time.Now()
-		if err = s.core.WaitToRead(wctx, g.worker, h.PullStep); err != nil {
-			break
-		}
-		held = time.Since(start).Microseconds()
-		// One view of the shard, each chunk held (not copied) until the
-		// lane that carries it has sent it.
-		clock, chunks := s.view()
-		for i, r := range s.core.Ranges() {
-			queueChunk(lane(r), r, clock, chunks[i], head)
-			chunks[i].Free()
+	var read ps.ChunkReader
+	if h.Pull {
+		// Each chunk to the queue of the lane that carries it; the first
+		// piece of each lane's reply carries the head.
+		read = func(res ps.PushResult, c ps.ChunkRead) {
+			queueRead(queues[g.laneOf(s.pos[c.Range.Off])], c, replyHead(res))
 		}
 	}
+	wctx, cancel := deadline.Early(ctx)
+	defer cancel()
+	res, err := s.core.PushPull(wctx, in, h.PullStep, read, nil)
 	s.gmu.Lock()
 	defer s.gmu.Unlock()
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/deadline"
 	"github.com/shoalml/shoal/internal/freelist"
 	"github.com/shoalml/shoal/optim"
@@ -241,14 +240,13 @@ func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[
 		return err
 	}
 	defer s.core.Config().Timeline.Since(int(req.WorkerId)+1, "pull", time.Now(), timeline.Arg{Key: "step", Val: req.Step})
-	return s.pull(stream, req.WorkerId, req.Step, req.Ranges, nil)
+	return s.pull(stream, req.WorkerId, req.Step, req.Ranges)
 }
 
 // pull waits until worker may read the values for step, then streams the
 // ranges (every owned range when none are named) in pieces of at most
-// wire.MaxPieceBytes. The first piece carries how long the wait took and,
-// for a PushPull, pushed.
-func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range, pushed *pb.PushResponse) error {
+// wire.MaxPieceBytes. The first piece carries how long the wait took.
+func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []*pb.Range) error {
 	rs, err := s.pullRanges(ranges)
 	if err != nil {
 		return toStatus(err)
@@ -260,11 +258,11 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 	if err != nil {
 		return toStatus(err)
 	}
-	first := &pb.PullPiece{HeldMicros: time.Since(start).Microseconds(), Push: pushed}
+	first := &pb.PullPiece{HeldMicros: time.Since(start).Microseconds()}
 	send := func(off int, clock int64, payload mem.Buffer) error {
 		p := &pb.PullPiece{Offset: int64(off), Clock: clock}
 		if first != nil {
-			p.HeldMicros, p.Push, first = first.HeldMicros, first.Push, nil
+			p.HeldMicros, first = first.HeldMicros, nil
 		}
 		return stream.SendMsg(&pb.TensorOut{Msg: p, Field: pullValuesField, Payload: payload})
 	}
@@ -341,29 +339,22 @@ func (s *psService) PushPull(stream grpc.BidiStreamingServer[pb.PushPiece, pb.Pu
 	}
 	h := pr.h
 	defer s.core.Config().Timeline.Since(int(h.WorkerId)+1, "push-pull", start, timeline.Arg{Key: "step", Val: h.Step})
-	if h.Pull && s.core.Config().Mode == consistency.Async {
-		return s.pushRead(stream, pr)
+	if h.Pull {
+		return s.pushPull(stream, pr)
 	}
 	res, err := s.apply(stream, pr)
 	if err != nil {
 		return err
 	}
-	if !h.Pull {
-		return stream.SendMsg(&pb.TensorOut{Msg: &pb.PullPiece{Push: res}, Field: pullValuesField})
-	}
-	// As for a Pull: headers go out before the wait, so the caller knows
-	// the push is applied and the shard has the pull.
-	if err := stream.SendHeader(nil); err != nil {
-		return err
-	}
-	return s.pull(stream, h.WorkerId, h.PullStep, nil, res)
+	return stream.SendMsg(&pb.TensorOut{Msg: &pb.PullPiece{Push: res}, Field: pullValuesField})
 }
 
-// pushRead applies an async push and sends the values right after it,
-// each piece as soon as its chunk is updated: a goroutine sends while the
-// shard updates the next chunk (the shard's lock is never held across a
-// send, so a client that reads slowly cannot stall the shard).
-func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
+// pushPull applies a push and streams the values of the pull that goes
+// with it (ps.Server.PushPull: when they are read is the mode's), each
+// piece as soon as the shard hands its chunk over: a goroutine sends
+// while the shard updates the next chunk (the shard's lock is never held
+// across a send, so a client that reads slowly cannot stall the shard).
+func (s *psService) pushPull(stream grpc.ServerStream, pr *pushReader) error {
 	pieces := make(chan *pb.TensorOut, s.pieces)
 	sent := make(chan error, 1)
 	go func() {
@@ -378,16 +369,32 @@ func (s *psService) pushRead(stream grpc.ServerStream, pr *pushReader) error {
 		sent <- err
 	}()
 	q := &replyQueue{out: pieces}
+	// As for a Pull: headers go out before a wait, so the caller knows
+	// the push is applied and the shard has the pull.
+	var headerErr error
+	waiting := func() error {
+		headerErr = stream.SendHeader(nil)
+		return headerErr
+	}
 	wctx, cancel := deadline.Early(stream.Context())
-	_, err := s.core.PushRead(wctx, pr.pushed(), func(res ps.PushResult, c ps.ChunkRead) {
-		queueRead(q, res.Clock, c, func(p *pb.PullPiece) { p.Push = toPushResponse(res) })
-	})
+	_, err := s.core.PushPull(wctx, pr.pushed(), pr.h.PullStep, func(res ps.PushResult, c ps.ChunkRead) {
+		queueRead(q, c, replyHead(res))
+	}, waiting)
 	cancel()
 	close(pieces)
 	if serr := <-sent; err == nil {
 		err = serr
 	}
+	if headerErr != nil {
+		return headerErr
+	}
 	return toStatus(err)
+}
+
+// replyHead fills in what the first piece of a push-pull's reply
+// carries: the push's result and how long the pull waited.
+func replyHead(res ps.PushResult) func(*pb.PullPiece) {
+	return func(p *pb.PullPiece) { p.Push, p.HeldMicros = toPushResponse(res), res.Waited.Microseconds() }
 }
 
 // replyQueue holds the pieces of one reply stream until its sender takes
@@ -433,10 +440,10 @@ func (s *psService) view() (int64, []mem.Buffer) {
 	return clock, chunks
 }
 
-// queueRead queues chunk c, read under the shard's lock, at clock, on q.
-func queueRead(q *replyQueue, clock int64, c ps.ChunkRead, head func(*pb.PullPiece)) {
+// queueRead queues chunk c, read under the shard's lock, on q.
+func queueRead(q *replyQueue, c ps.ChunkRead, head func(*pb.PullPiece)) {
 	buf := chunkBuffer(c)
-	queueChunk(q, c.Range, clock, buf, head)
+	queueChunk(q, c.Range, c.Clock, buf, head)
 	buf.Free()
 }
 
@@ -478,21 +485,11 @@ func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushRes
 	return toPushResponse(res), nil
 }
 
-// pushed is the push that was read.
+// pushed is the push that was read, with the scan of its pieces.
 func (pr *pushReader) pushed() ps.Push {
 	pr.in.Grads = pr.dst
-	pr.in.Scanned, _ = pr.scanned()
+	pr.in.Scan = &pr.scan
 	return pr.in
-}
-
-// scanned returns the bound ps.ScanGradient gave the pieces' floats, and
-// whether it covered every float of the push (or lane) and found them
-// all finite; else the shard scans them itself, and names the first NaN.
-func (pr *pushReader) scanned() (float64, bool) {
-	if pr.nonFinite || pr.n != pr.total {
-		return 0, false
-	}
-	return pr.bound, true
 }
 
 // recv reads a push stream to its end, checking and decoding every piece.
@@ -552,10 +549,9 @@ type pushReader struct {
 	dst   []float32  // where the floats go
 	half  []byte     // a piece in float16 or bfloat16
 	err   error      // the first problem, a gRPC status
-	// bound is the largest ps.ScanGradient bound of the pieces so far;
-	// nonFinite says one held a NaN or ±Inf.
-	bound     float64
-	nonFinite bool
+	// scan is the shard's scan of the pieces so far (ps.Scan), done here
+	// as each arrives.
+	scan ps.Scan
 	// lanesOK: the stream may be one lane of a push-pull (PushHeader.lanes),
 	// whose floats go into g's share.
 	lanesOK bool
@@ -654,14 +650,9 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 			return invalid("push: %v", err)
 		}
 	}
-	// The shard's finiteness check, here while the piece is in the cache
-	// and the next one is arriving, instead of over the whole push after
-	// its last byte, when the step waits for it.
-	if i, b := ps.ScanGradient(piece); i >= 0 {
-		pr.nonFinite = true
-	} else {
-		pr.bound = max(pr.bound, b)
-	}
+	// The shard's finiteness and magnitude scan, here while the piece is
+	// in the cache (ps.Scan).
+	pr.scan.Add(piece)
 	pr.n += k
 	return nil
 }

@@ -1,0 +1,39 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+)
+
+// asyncApplier is Downpour: every push is applied at once, at full rate,
+// and a push-pull reads each chunk right after its update. Workers may
+// come and go unannounced: there is no live set and nothing waits.
+type asyncApplier struct{ s *Server }
+
+var _ applier = asyncApplier{}
+
+func (a asyncApplier) checkStepLocked(in Push, last int64) error {
+	if in.Step > last+MaxStepGap {
+		// A step far past the worker's own would make every real push up
+		// to it a "duplicate": one forged push could stop a run learning.
+		return refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
+			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap))
+	}
+	return nil
+}
+
+func (a asyncApplier) pushLocked(_ context.Context, in Push, gmax float64, read ChunkReader) (PushResult, error) {
+	if err := a.s.checkGrowthLocked(in, gmax); err != nil {
+		return PushResult{}, err
+	}
+	return a.s.applyLocked(in, in.Grads, gmax, read, nil), nil
+}
+
+func (asyncApplier) readsWithPush() bool                  { return true }
+func (asyncApplier) readWait(int64) (func() bool, string) { return nil, "" }
+func (a asyncApplier) stallLocked() (int64, []int64)      { w, step := a.s.slowestLocked(); return step, w }
+func (a asyncApplier) waitingForLocked() string           { return a.s.slowestString() }
+func (asyncApplier) checkLiveLocked(int64) error          { return nil }
+func (asyncApplier) goneLocked(int64) bool                { return false }
+func (asyncApplier) joinLocked(_, next int64) int64       { return next }
+func (asyncApplier) rewindLocked(map[int64]int64)         {}
