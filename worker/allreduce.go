@@ -103,8 +103,8 @@ type Ring struct {
 
 var (
 	_ Strategy   = (*Ring)(nil)
-	_ overlapper = (*Ring)(nil)
-	_ reducer    = (*Ring)(nil)
+	_ Overlapper = (*Ring)(nil)
+	_ Reducer    = (*Ring)(nil)
 )
 
 // NewRing returns the ring strategy for a vector of n floats.
@@ -169,7 +169,7 @@ func (r *Ring) Params(ctx context.Context, _ int64, params []float32) error {
 // Apply combines the gradients across ranks and steps the local optimizer.
 func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) error {
 	var err error
-	if r.overlaps() {
+	if r.Overlaps() {
 		err = r.finishBuckets(ctx, grads)
 	} else {
 		err = r.reduce(ctx, 0, grads)
@@ -201,12 +201,14 @@ func (r *Ring) reduce(ctx context.Context, tid int, buf []float32) error {
 	return r.comm.Allreduce(ctx, buf, collective.Average)
 }
 
-func (r *Ring) overlaps() bool { return r.cfg.FusionBytes > 0 && r.cfg.ReduceOp != ReduceAdasum }
+// Overlaps: with FusionBytes (and not Adasum) the ring reduces buckets
+// while backward runs.
+func (r *Ring) Overlaps() bool { return r.cfg.FusionBytes > 0 && r.cfg.ReduceOp != ReduceAdasum }
 
-// gradReady hands grads[off:r.sent] to the reducer once it has reached
+// GradReady hands grads[off:r.sent] to the reducer once it has reached
 // FusionBytes. Every rank runs the same model, so every rank cuts the
 // same buckets and issues the same collectives in the same order.
-func (r *Ring) gradReady(ctx context.Context, grads []float32, off int) {
+func (r *Ring) GradReady(ctx context.Context, grads []float32, off int) {
 	if 4*(r.sent-off) < r.cfg.FusionBytes {
 		return
 	}
@@ -249,8 +251,8 @@ func (r *Ring) endStep() error {
 	return err
 }
 
-// abort stops the step's reducer when the step fails before Apply.
-func (r *Ring) abort() {
+// Abort stops the step's reducer when the step fails before Apply.
+func (r *Ring) Abort() {
 	if r.buckets == nil {
 		r.sent = r.n
 		return
@@ -269,8 +271,8 @@ func (r *Ring) Restore(s optim.State) error { return r.opt.Restore(s) }
 // Finish has nothing pending.
 func (r *Ring) Finish(context.Context) error { return nil }
 
-// allreduces: Apply is an allreduce and a local optimizer step.
-func (r *Ring) allreduces() bool { return true }
+// Allreduces: Apply is an allreduce and a local optimizer step.
+func (r *Ring) Allreduces() bool { return true }
 
 // CheckDesync compares a hash of every rank's parameters and returns
 // ErrDesync naming the ranks whose parameters differ from rank 0's.

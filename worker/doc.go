@@ -6,6 +6,11 @@
 // worker/psclient adapts Shoal's client to it), or by ring allreduce
 // (Ring). EarlyStop ends a run at a target test accuracy.
 //
+// Strategies (async.go, sync.go, allreduce.go) implement Strategy and, as
+// they need, the optional capabilities a Worker looks for: WaitReporter,
+// LastStepper, Starter, Reducer, Overlapper. They are exported, so a
+// strategy can be written outside this package.
+//
 // Concurrency: a Worker runs on the caller's goroutine, which also calls
 // Progress, OnStep and Eval. Its goroutines all have an owner that waits
 // for them: the data loader's prefetching goroutine (Close stops it), an

@@ -195,8 +195,8 @@ type Worker struct {
 	// What the strategy and model can do, found once in New: waits splits
 	// a pull's time; overlap and notifier, when both are set, send
 	// gradients during backward; reduces says Apply is an allreduce.
-	waits    waitReporter
-	overlap  overlapper
+	waits    WaitReporter
+	overlap  Overlapper
 	notifier nn.GradNotifier
 	reduces  bool
 	phased   nn.Phased // for the timeline's forward and backward
@@ -255,14 +255,14 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 	if cfg.BackwardPasses > 1 {
 		wk.pass = make([]float32, n)
 	}
-	wk.waits, _ = s.(waitReporter)
+	wk.waits, _ = s.(WaitReporter)
 	wk.phased, _ = model.(nn.Phased)
-	if r, ok := s.(reducer); ok {
-		wk.reduces = r.allreduces()
+	if r, ok := s.(Reducer); ok {
+		wk.reduces = r.Allreduces()
 	}
 	// With one backward pass per step, a strategy that can send the later
 	// layers' gradients while backward goes on gets them as they are final.
-	if ov, ok := s.(overlapper); ok && ov.overlaps() && cfg.BackwardPasses == 1 {
+	if ov, ok := s.(Overlapper); ok && ov.Overlaps() && cfg.BackwardPasses == 1 {
 		if gn, ok := model.(nn.GradNotifier); ok {
 			wk.overlap, wk.notifier = ov, gn
 		}
@@ -318,15 +318,15 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 func (w *Worker) train(ctx context.Context) (Result, error) {
 	res := Result{Steps: w.cfg.StartStep}
 	epochs := w.Epochs()
-	if ls, ok := w.strategy.(lastStepper); ok {
+	if ls, ok := w.strategy.(LastStepper); ok {
 		total := int64(epochs) * int64(w.StepsPerEpoch())
 		if w.cfg.Steps > 0 {
 			total = min(total, w.cfg.Steps)
 		}
 		ls.SetLastStep(total - 1)
 	}
-	if st, ok := w.strategy.(starter); ok {
-		st.startAt(w.cfg.StartStep)
+	if st, ok := w.strategy.(Starter); ok {
+		st.StartAt(w.cfg.StartStep)
 	}
 	per := int64(w.StepsPerEpoch())
 	for epoch := int(w.cfg.StartStep / per); epoch < epochs && !res.Stopped && !res.Complete; epoch++ {
@@ -396,7 +396,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 	}
 	t.Pull = time.Since(t0)
 	if w.waits != nil {
-		t.Wait = min(w.waits.lastWait(), t.Pull)
+		t.Wait = min(w.waits.LastWait(), t.Pull)
 		t.Pull -= t.Wait
 	}
 	tl, stepArg := w.cfg.Timeline, timeline.Arg{Key: "step", Val: step}
@@ -428,7 +428,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		var c int
 		var ready func(int)
 		if w.overlap != nil {
-			ready = func(off int) { w.overlap.gradReady(ctx, dst, off) }
+			ready = func(off int) { w.overlap.GradReady(ctx, dst, off) }
 		}
 		switch {
 		case tl != nil && w.phased != nil:
@@ -447,7 +447,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		w.loader.Release(b)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			if w.overlap != nil {
-				w.overlap.abort()
+				w.overlap.Abort()
 			}
 			if err := modelErr(w.model); err != nil {
 				return 0, 0, 0, fmt.Errorf("step %d: %w", step, err)
@@ -483,7 +483,7 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 		t.Push = time.Since(ta)
 		tl.Span(0, "push", ta, t.Push, stepArg)
 		if w.waits != nil { // a push-pull held at the barrier or bound
-			held := min(w.waits.lastWait(), t.Push)
+			held := min(w.waits.LastWait(), t.Push)
 			if held > 0 {
 				// Where in the push-pull the servers held it is not known;
 				// the timeline shows the wait at its end.
@@ -500,45 +500,62 @@ func (w *Worker) step(ctx context.Context, step int64) (samples int, lossSum flo
 	return samples, lossSum, correct, nil
 }
 
-// waitReporter is a strategy that knows how long its last Params or
-// Apply call was held before any weight arrived.
-type waitReporter interface {
-	lastWait() time.Duration
+// The optional capabilities of a Strategy. A Worker finds them by type
+// assertion on the Strategy given to New (so a wrapper that embeds a
+// strategy hides them unless it has the methods too); each is called from
+// the worker's goroutine, like the Strategy's own methods, unless its
+// comment says otherwise. A Strategy written outside this package may
+// implement any of them.
+
+// WaitReporter is a strategy that knows how long its last Params or
+// Apply call was held before any weight arrived (waiting for other
+// workers, not for the network): StepTimes.Wait.
+type WaitReporter interface {
+	// LastWait is that wait; it does not block.
+	LastWait() time.Duration
 }
 
-// lastStepper is a strategy that fetches the next step's weights with the
+// LastStepper is a strategy that fetches the next step's weights with the
 // last step's push, and so wants to know which step is the last: nothing
 // is fetched after it (a sync or SSP pull for a step no one computes would
 // wait for nothing).
-type lastStepper interface {
+type LastStepper interface {
+	// SetLastStep is called once, before the first step, with the last
+	// step the run computes.
 	SetLastStep(step int64)
 }
 
-// starter is a strategy that must know where a worker that joins late
+// Starter is a strategy that must know where a worker that joins late
 // begins (Config.StartStep): a sync worker's first pull waits for it.
-type starter interface {
-	startAt(step int64)
+type Starter interface {
+	// StartAt is called once, before the first Params, with
+	// Config.StartStep.
+	StartAt(step int64)
 }
 
-// reducer is a strategy whose Apply may combine the gradients across the
+// Reducer is a strategy whose Apply may combine the gradients across the
 // ranks and update params itself (an allreduce) instead of pushing them:
 // its time then counts as StepTimes.Reduce, not Push.
-type reducer interface {
-	// allreduces reports whether Apply is an allreduce.
-	allreduces() bool
+type Reducer interface {
+	// Allreduces reports whether Apply is an allreduce; New asks once.
+	Allreduces() bool
 }
 
-// overlapper is a strategy that can start sending a step's gradients
+// Overlapper is a strategy that can start sending a step's gradients
 // while backward is still computing the earlier layers'.
-type overlapper interface {
-	// overlaps reports whether it wants gradReady calls.
-	overlaps() bool
-	// gradReady says grads[off:] are final for the current step; Apply
-	// then gets the whole vector.
-	gradReady(ctx context.Context, grads []float32, off int)
-	// abort cancels what gradReady started, when the step fails before
-	// Apply.
-	abort()
+type Overlapper interface {
+	// Overlaps reports whether it wants GradReady calls; New asks once
+	// (and makes none with Config.BackwardPasses above 1).
+	Overlaps() bool
+	// GradReady says grads[off:] are final for the current step, called
+	// from backward as each layer's gradient is done, off decreasing;
+	// Apply then gets the whole vector. Backward waits while it runs, so
+	// it should hand the work on rather than do it; the strategy may read
+	// grads[off:] until Apply or Abort returns, and must not write them.
+	GradReady(ctx context.Context, grads []float32, off int)
+	// Abort cancels what GradReady started, when the step fails before
+	// Apply; it waits for it to stop.
+	Abort()
 }
 
 // Evaluation is a model's loss and accuracy on a dataset.
