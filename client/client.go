@@ -26,6 +26,7 @@ import (
 
 	"github.com/shoalml/shoal/consistency"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/pscall"
 	"github.com/shoalml/shoal/shard"
 	"github.com/shoalml/shoal/wire"
 )
@@ -50,9 +51,24 @@ type Info struct {
 	Clocks Clocks
 }
 
-// Clocks holds one clock per shard: the version of the values a pull
-// returned, passed back with the push computed from them.
-type Clocks []int64
+// The arguments and results of the calls, defined once in package pscall
+// for this client and for the training loop (worker.ParameterServers).
+type (
+	// Clocks holds one clock per shard: the version of the values a pull
+	// returned, passed back with the push computed from them.
+	Clocks = pscall.Clocks
+	// PullArgs say whose pull it is and what it waits for.
+	PullArgs = pscall.PullArgs
+	// PushArgs is one gradient push.
+	PushArgs = pscall.PushArgs
+	// PushResult says what the shards did with a push.
+	PushResult = pscall.PushResult
+	// PushPullArgs is a push and, when Pull is set, the weights after it.
+	PushPullArgs = pscall.PushPullArgs
+	// PushPullResult says what the shards did with the push, and the
+	// clocks of the values pulled.
+	PushPullResult = pscall.PushPullResult
+)
 
 type options struct {
 	transport   pb.Transport
@@ -543,19 +559,6 @@ func (c *Client) Pull(ctx context.Context, dst []float32) (Clocks, error) {
 	return c.PullFor(ctx, PullArgs{WorkerID: -1}, dst)
 }
 
-// PullArgs say whose pull it is and what it waits for.
-type PullArgs struct {
-	WorkerID int64
-	// Steps holds, per shard, the step the worker is about to compute:
-	// sync shards answer once they applied every step before it, ssp
-	// shards once it is within the staleness bound. nil waits for nothing.
-	Steps Clocks
-	// Waited, when not nil, is set to how long the pull was held before
-	// any value was read: the longest any shard says it held it (a sync
-	// barrier, the SSP bound).
-	Waited *time.Duration
-}
-
 // PullFor reads the weights args.WorkerID needs into dst (len
 // Plan.VectorLen), waiting as args.Steps say, and returns each shard's
 // clock.
@@ -709,40 +712,6 @@ func (c *Client) recvRanges(stream grpc.ClientStream, s int, ranges []shard.Rang
 	return clock, res, nil
 }
 
-// PushArgs is one gradient push.
-type PushArgs struct {
-	WorkerID int64
-	// Step is the worker's step counter, increasing; servers apply each
-	// (WorkerID, Step) at most once, which makes retries safe.
-	Step int64
-	// Clocks are those returned by the pull the gradient was computed from.
-	Clocks Clocks
-	// Grads is the whole gradient vector (len Plan.VectorLen).
-	Grads []float32
-	// Skip, when not nil (one per shard), names the shards the call
-	// leaves out: none of Grads goes to them, a PushPull reads nothing
-	// from them (Dst keeps its values in their shares), and their entries
-	// in the result are zero. A sync worker skips the shards that already
-	// applied every step of its run.
-	Skip []bool
-}
-
-// skips says whether args leave shard s out.
-func (args PushArgs) skips(s int) bool { return args.Skip != nil && args.Skip[s] }
-
-// PushResult says what the shards did with a push.
-type PushResult struct {
-	// Clocks after the push, per shard.
-	Clocks Clocks
-	// Duplicates counts shards that had already applied this step.
-	Duplicates int
-	// Dropped counts sync shards that had applied the step without this
-	// push (a backup worker's late gradient).
-	Dropped int
-	// Staleness per shard: its clock at arrival minus the pushed clock.
-	Staleness []int64
-}
-
 // Push sends each shard its part of args.Grads.
 func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 	if err := c.checkPush(args); err != nil {
@@ -750,7 +719,7 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 	}
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		if args.skips(s) {
+		if args.Skips(s) {
 			return nil
 		}
 		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
@@ -850,28 +819,6 @@ func (c *Client) sendGrads(stream grpc.ClientStream, ranges []shard.Range, h *pb
 	return nil
 }
 
-// PushPullArgs is one step of a worker in one round trip per shard: a push
-// and, when Pull is set, the weights after it.
-type PushPullArgs struct {
-	PushArgs
-	// Pull reads the whole vector into Dst (len Plan.VectorLen) after the
-	// push, waiting on each shard as Steps say (see PullArgs).
-	Pull  bool
-	Steps Clocks
-	Dst   []float32
-	// Waited, when not nil, is set to the longest any shard held the pull.
-	Waited *time.Duration
-}
-
-// PushPullResult says what the shards did with the push, and the clocks
-// of the values pulled.
-type PushPullResult struct {
-	PushResult
-	// PullClocks holds, per shard, the clock of the values written into
-	// Dst (when Pull).
-	PullClocks Clocks
-}
-
 // PushPull sends each shard its part of args.Grads and, with args.Pull,
 // reads the shard's values after the push into args.Dst, one round trip
 // per shard. A call that fails with Unavailable is tried again; servers
@@ -895,7 +842,7 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	held := make([]time.Duration, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		if args.skips(s) {
+		if args.Skips(s) {
 			return nil
 		}
 		h := c.header(s, args.PushArgs)

@@ -40,7 +40,7 @@ func TestServers(t *testing.T) {
 	ones := []float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 	res, err := s.Push(ctx, worker.PushArgs{WorkerID: 1, Step: 0, Clocks: clocks, Grads: ones})
 	require.NoError(t, err)
-	assert.Equal(t, worker.PushResult{Dropped: 0, Staleness: []int64{0, 0}}, res)
+	assert.Equal(t, worker.PushResult{Clocks: client.Clocks{1, 1}, Dropped: 0, Staleness: []int64{0, 0}}, res, "the client's result, passed through")
 
 	waited = time.Hour
 	pp, err := s.PushPull(ctx, worker.PushPullArgs{
@@ -49,7 +49,7 @@ func TestServers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []int64{1, 1}, pp.Staleness, "pushed on clocks one update old")
-	assert.Equal(t, []int64{2, 2}, pp.PullClocks)
+	assert.Equal(t, client.Clocks{2, 2}, pp.PullClocks)
 	assert.Equal(t, []float32{-1, 0, 1, 2, 3, 4, 5, 6, 7, 8}, params, "the pull after both pushes")
 	assert.Less(t, waited, time.Hour, "Waited is set")
 }
