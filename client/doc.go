@@ -10,6 +10,11 @@
 // retried with exponential backoff for WithRetryFor's time (60 s); pushes
 // are safe to retry because a server applies (worker, step) at most once.
 //
+// Files: client.go (Dial, the handshake, shard addresses), options.go,
+// pull.go, push.go, pushpull.go (with the lanes of WithLanes), retry.go,
+// members.go (JoinWorker), stall.go. The arguments and results of the
+// calls are package pscall's, shared with package worker.
+//
 // A Client is safe for concurrent use by several goroutines. It does not
 // retain the caller's buffers after a call returns.
 //

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/shard"
+)
+
+// JoinWorker tells every shard that worker starts (or starts again after
+// it died) and returns the step it begins at, the same on every shard
+// (ps.Server.Join says how each mode chooses it). Shards may first name
+// different steps (a push that reached one and not yet another): it asks
+// again, not before the latest named, until they agree. In sync mode the
+// worker's first pull then waits for that step.
+func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
+	steps := make([]int64, len(c.stubs))
+	var at int64
+	for round := 1; ; round++ {
+		err := c.fanOut(func(s int) error {
+			return c.retry(ctx, fmt.Sprintf("client: join worker %d at server %s", worker, c.addrs[s]), func(ctx context.Context) error {
+				resp, err := c.stubs[s].JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: worker, PlanVersion: shard.Version, NotBefore: at})
+				if err == nil {
+					steps[s] = resp.Step
+				}
+				return err
+			})
+		})
+		if err != nil {
+			return 0, err
+		}
+		if slices.Min(steps) == slices.Max(steps) {
+			return steps[0], nil
+		}
+		if round == maxJoinRounds {
+			return 0, fmt.Errorf("client: join worker %d: after %d rounds the shards still name different steps %v", worker, round, steps)
+		}
+		at = slices.Max(steps)
+	}
+}
+
+// NotMember reports whether err says that a shard took this worker out
+// of its live set (sync and SSP): membership declared it dead, for example
+// while it was cut off from the network, and the steps went on without
+// it. Such a worker is alive, and joins again: JoinWorker, then on from
+// the step it names. It looks through wrapped and joined errors, since
+// any one shard's answer is enough.
+func NotMember(err error) bool {
+	if err == nil {
+		return false
+	}
+	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		for _, d := range s.GRPCStatus().Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == pb.ErrorDomain && info.Reason == pb.ReasonNotMember {
+				return true
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return NotMember(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		return slices.ContainsFunc(u.Unwrap(), NotMember)
+	}
+	return false
+}
+
+// maxJoinRounds bounds JoinWorker's rounds: each moves the step forward,
+// and shards move on only as steps complete, so two or three suffice.
+const maxJoinRounds = 16

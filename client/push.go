@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/shard"
+	"github.com/shoalml/shoal/wire"
+)
+
+// Push sends each shard its part of args.Grads.
+func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
+	if err := c.checkPush(args); err != nil {
+		return PushResult{}, err
+	}
+	replies := make([]*pb.PushResponse, len(c.stubs))
+	err := c.fanOut(func(s int) error {
+		if args.Skips(s) {
+			return nil
+		}
+		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
+			var err error
+			replies[s], err = c.pushShard(ctx, s, args)
+			return err
+		})
+	})
+	return pushResult(replies), err
+}
+
+// checkPush checks a push's lengths against the plan.
+func (c *Client) checkPush(args PushArgs) error {
+	if len(args.Grads) != c.info.Plan.VectorLen {
+		return fmt.Errorf("client: push of %d floats, the vector has %d", len(args.Grads), c.info.Plan.VectorLen)
+	}
+	if args.Clocks != nil && len(args.Clocks) != len(c.stubs) {
+		return fmt.Errorf("client: push with %d clocks, want one per shard (%d)", len(args.Clocks), len(c.stubs))
+	}
+	if args.Skip != nil && len(args.Skip) != len(c.stubs) {
+		return fmt.Errorf("client: push skipping %d shards' worth, want one flag per shard (%d)", len(args.Skip), len(c.stubs))
+	}
+	return nil
+}
+
+// pushResult sums up the shards' replies to a push (nil: no reply).
+func pushResult(replies []*pb.PushResponse) PushResult {
+	res := PushResult{Clocks: make(Clocks, len(replies)), Staleness: make([]int64, len(replies))}
+	for s, r := range replies {
+		if r == nil {
+			continue
+		}
+		res.Clocks[s], res.Staleness[s] = r.Clock, r.Staleness
+		if r.Duplicate {
+			res.Duplicates++
+		}
+		if r.Dropped {
+			res.Dropped++
+		}
+	}
+	return res
+}
+
+func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushResponse, error) {
+	stream, err := c.pushStubs[s].Push(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.sendGrads(stream, c.push[s], c.header(s, args), args.Grads); err != nil {
+		return nil, err
+	}
+	return stream.CloseAndRecv()
+}
+
+// header opens shard s's part of a push.
+func (c *Client) header(s int, args PushArgs) *pb.PushHeader {
+	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding}
+	if args.Clocks != nil {
+		h.Clock = args.Clocks[s]
+	}
+	for _, r := range c.push[s] {
+		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
+	}
+	return h
+}
+
+// sendGrads sends the ranges of the gradient grads in pieces, the first
+// with h. Each piece is encoded once, into a pooled buffer that the
+// transport frees once it has written it, so the caller may change grads
+// as soon as this returns.
+func (c *Client) sendGrads(stream grpc.ClientStream, ranges []shard.Range, h *pb.PushHeader, grads []float32) error {
+	// An encoding this build does not know goes as float32 under its own
+	// name, and the server refuses it (the server says which it knows).
+	enc, _ := c.opts.encoding.Wire()
+	size := enc.Size()
+	pieceFloats := wire.MaxPieceBytes / size
+	pool := pb.Pool
+	msg := &pb.PushPiece{Header: h}
+	for _, r := range ranges {
+		for off := r.Off; off < r.End(); off += pieceFloats {
+			end := min(off+pieceFloats, r.End())
+			buf := pool.Get(size * (end - off))
+			enc.Put(*buf, grads[off:end])
+			if err := stream.SendMsg(&pb.TensorOut{Msg: msg, Field: pushGradsField, Payload: mem.NewBuffer(buf, pool)}); err != nil {
+				// The real error comes with the reply.
+				if errors.Is(err, io.EOF) {
+					if rerr := stream.RecvMsg(new(pb.PullPiece)); rerr != nil && !errors.Is(rerr, io.EOF) {
+						return rerr
+					}
+					return status.Error(codes.Internal, "the server ended the push before it was sent, without an error")
+				}
+				return err
+			}
+			msg = &pb.PushPiece{}
+		}
+	}
+	return nil
+}
