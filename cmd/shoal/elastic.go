@@ -150,9 +150,9 @@ type elasticService struct {
 // startElastic serves the Elastic service and joins the job's gossip.
 func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 	log := r.log
-	host := hostOf(r.gf.bindAddr())
+	host := cluster.HostOf(r.gf.bindAddr())
 	if r.rf.listen != "" {
-		host = hostOf(r.rf.listen)
+		host = cluster.HostOf(r.rf.listen)
 	}
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -173,7 +173,7 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 			if err != nil {
 				return nil, err
 			}
-			return addrListener{Listener: l, addr: reachable(l.Addr().String(), advertised)}, nil
+			return addrListener{Listener: l, addr: cluster.Reachable(l.Addr().String(), advertised)}, nil
 		},
 	})
 	if err != nil {
@@ -188,7 +188,7 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 		return nil, err
 	}
 	// Set before the service answers anyone: Listen reads it.
-	advertised = hostOf(m.Addr())
+	advertised = cluster.HostOf(m.Addr())
 	srv := grpc.NewServer(r.sec.ServerOptions(log, nil)...)
 	pb.RegisterElasticServer(srv, coord)
 	go srv.Serve(lis)
@@ -196,14 +196,14 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 	// are leaving too and may not be there to hear it, and nobody needs
 	// to (a leave mid-run is a failure, seen as a death). So the news
 	// gets a short wait.
-	leave := follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
+	leave := cluster.Follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
 		for v := range views {
-			logChanges(v, log)
+			cluster.LogChanges(v, log)
 			roster.see(v)
 		}
 	})
 	if r.events {
-		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
+		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: cluster.Reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
 	}
 	return &elasticService{coord: coord, roster: roster, stop: func() { leave(); srv.Stop() }}, nil
 }

@@ -243,7 +243,7 @@ func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, st
 		stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
 		w.emit = func(e launch.Event) { launch.Emit(stdout, e) }
 	}
-	leave := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, w.report) })
+	leave := cluster.Follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, w.report) })
 	stop := func() {
 		leave()
 		w.stop()

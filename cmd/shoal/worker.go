@@ -558,10 +558,10 @@ func (w *workerRun) joinGossip(ctx context.Context, ps *client.Client, stdout io
 		launch.Emit(stdout, launch.Event{Event: launch.Listening, Rank: w.id.Rank, Gossip: m.Addr()})
 	}
 	seen := make([]string, ps.Info().Plan.Servers)
-	return follow(m, w.log, 2*time.Second, func(views <-chan cluster.View) {
+	return cluster.Follow(m, w.log, 2*time.Second, func(views <-chan cluster.View) {
 		for v := range views {
-			logChanges(v, w.log)
-			followShards(v, fp, seen, ps, w.sec.creds.CheckDial, w.log)
+			cluster.LogChanges(v, w.log)
+			cluster.FollowShards(v, fp, seen, ps, w.sec.creds.CheckDial, w.log)
 		}
 	}), nil
 }
