@@ -333,16 +333,7 @@ func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	if w.rf.scaleLR {
-		// Goyal et al.: lr × N, warmed up over the first epoch.
-		ocfg.LR *= float64(w.id.WorldSize)
-		if ocfg.Schedule.WarmupSteps == 0 {
-			perRank := (w.train.Len() + w.id.WorldSize - 1) / w.id.WorldSize
-			perStep := w.tf.batch * w.tf.backwardPasses
-			ocfg.Schedule.WarmupSteps = int64((perRank + perStep - 1) / perStep)
-		}
-		if ocfg.Schedule.MinLR > ocfg.LR {
-			ocfg.Schedule.MinLR = ocfg.LR
-		}
+		ocfg = worker.ScaleLR(ocfg, w.id.WorldSize, w.train.Len(), w.tf.batch*w.tf.backwardPasses)
 	}
 	return runRing(ctx, ringRun{sec: w.sec.creds, id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
 		events: w.events, cpus: w.boundTo, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval, mtf: w.mtf, stall: w.lf.stall, timeline: w.timeline})
