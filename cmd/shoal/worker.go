@@ -375,7 +375,7 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 	defer leaveGossip()
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
-	startStep, err := w.joinServers(ctx, ps)
+	startStep, err := psclient.Join(ctx, ps, w.id.Rank, w.connect)
 	if err != nil {
 		return fmt.Errorf("worker %d: joining the servers: %w", w.id.Rank, err)
 	}
@@ -415,14 +415,6 @@ func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer
 		return nil
 	}
 	return w.evaluate(ctx, ps, stdout)
-}
-
-// joinServers joins the worker to the servers' run, and returns the step
-// they say it begins at.
-func (w *workerRun) joinServers(ctx context.Context, ps *client.Client) (int64, error) {
-	jctx, cancel := context.WithTimeout(ctx, w.connect)
-	defer cancel()
-	return ps.JoinWorker(jctx, int64(w.id.Rank))
 }
 
 // workerConfig is the worker's config from startStep, with its progress
@@ -495,43 +487,23 @@ func (w *workerRun) evaluate(ctx context.Context, ps *client.Client, stdout io.W
 	return nil
 }
 
-// trainPS runs the worker's steps against the servers from cfg.StartStep
-// to the end. A worker the shards dropped from their live set (sync and
-// SSP: membership declared it dead while it was alive, say cut off from
-// the network for longer than failure detection allows) joins again at
-// the step the shards name and trains on from there; the steps it missed
-// were taken without it. The result counts every sample it trained on.
+// trainPS runs the worker's steps against the servers, joining them
+// again when they drop it (psclient.Rejoining), and returns the last
+// strategy's counts.
 func (w *workerRun) trainPS(ctx context.Context, ps *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
-	start := time.Now()
-	var samples int64
-	for joins := 0; ; joins++ {
-		st, err := w.strategy(ps)
-		if err != nil {
-			return worker.Result{}, st, err
+	var st psStrategy
+	r := psclient.Rejoining{Client: ps, JoinTimeout: w.connect, Logger: w.log, Strategy: func() (worker.Strategy, error) {
+		var err error
+		if st, err = w.strategy(ps); err != nil {
+			return nil, err
 		}
 		if w.metrics != nil {
 			w.metrics.SetSources(metrics.WorkerSources{Staleness: st.staleness, Dropped: st.dropped})
 		}
-		wk, err := worker.New(cfg, w.model, w.train, st.strategy)
-		if err != nil {
-			return worker.Result{}, st, err
-		}
-		res, err := wk.Run(ctx)
-		wk.Close()
-		samples += res.Samples
-		if res.Samples = samples; joins > 0 {
-			res.Elapsed = time.Since(start)
-		}
-		if err == nil || !client.NotMember(err) || ctx.Err() != nil {
-			return res, st, err
-		}
-		w.log.Warn("the servers dropped this worker from their live set (membership declared it dead); joining again",
-			"component", "worker", "rank", w.id.Rank, "step", res.Steps, "err", err)
-		if cfg.StartStep, err = w.joinServers(ctx, ps); err != nil {
-			return res, st, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
-		}
-		w.log.Warn("joined again", "component", "worker", "rank", w.id.Rank, "step", cfg.StartStep, "missed", cfg.StartStep-res.Steps)
-	}
+		return st.strategy, nil
+	}}
+	res, err := r.TrainRejoining(ctx, cfg, w.model, w.train)
+	return res, st, err
 }
 
 // joinGossip puts the worker into the job's gossip cluster, when gossip
