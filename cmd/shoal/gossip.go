@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/cluster"
-	"github.com/shoalml/shoal/nn"
 )
 
 // gossipFlags put a ps or worker into the job's gossip cluster
@@ -130,6 +129,3 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 	log.Info("gossiping", "component", "membership", "name", name, "addr", m.Addr(), "detection", g.detection)
 	return m, nil
 }
-
-// fingerprint identifies a model's parameter vector in gossip metadata.
-func fingerprint(l nn.Layout) uint64 { return cluster.Fingerprint(fmt.Sprint(l)) }
