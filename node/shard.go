@@ -28,7 +28,8 @@ type Gossip func(ctx context.Context, name string, meta cluster.Meta, log *slog.
 
 // ShardConfig is one parameter-server shard process (shoal ps).
 type ShardConfig struct {
-	// PS is the shard's core; PS.Logger is the process's logger.
+	// PS is the shard's core; PS.Logger is the process's logger (nil
+	// discards).
 	PS ps.Config
 	// Initial are the model's initial values, the whole vector.
 	Initial []float32
@@ -68,6 +69,9 @@ type ShardConfig struct {
 // the final checkpoint and logs the shard's counts. It owns every
 // goroutine it starts and waits for them before it returns.
 func RunShard(ctx context.Context, cfg ShardConfig, out io.Writer) error {
+	if cfg.PS.Logger == nil {
+		cfg.PS.Logger = slog.New(slog.DiscardHandler)
+	}
 	log, idx := cfg.PS.Logger, cfg.PS.Shard
 	var psm *metrics.PS
 	var grpcm *metrics.GRPC
@@ -195,7 +199,7 @@ func (cfg *ShardConfig) joinGossip(ctx context.Context, core *ps.Server, addr st
 	if err != nil || m == nil {
 		return "", out, func() {}, err
 	}
-	w := &workerWatch{cfg: cfg, core: core, log: log, endRun: endRun, emit: func(launch.Event) {}, seen: map[int]bool{}}
+	w := &workerWatch{cfg: cfg, core: core, log: log, endRun: endRun, emit: func(launch.Event) {}, done: cluster.Done{Workers: cfg.PS.Workers}}
 	if cfg.Events && idx == 0 { // one shard speaks for the job
 		out = &lockedio.Writer{W: out} // written from two goroutines now
 		w.emit = func(e launch.Event) { launch.Emit(out, e) }

@@ -21,9 +21,8 @@ type workerWatch struct {
 	emit   func(launch.Event)
 	endRun func()
 
-	mu       sync.Mutex
-	finished bool         // some worker left gracefully: it ended its run
-	seen     map[int]bool // the job's workers seen: one that finished before the others joined (async lets it) must not end the run for them
+	mu   sync.Mutex
+	done cluster.Done // when the workers are done
 	// Set while every worker that came has left but some never came: it
 	// ends the run after ExitWait unless one joins first.
 	wait *time.Timer
@@ -33,26 +32,17 @@ func (w *workerWatch) report(r cluster.Report) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rank := r.Change.Member.Meta.Rank
-	w.seen[rank] = true
 	w.log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", w.core.Clock(), "live", r.Live, "view", r.View)
 	w.emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-	// The run is over when every worker of the job (ShardConfig.PS.Workers) has come,
-	// none is left, and at least one ended its run (left gracefully); a
-	// straggler's death may come last. A worker that never comes (it
-	// failed before it joined) is waited for ExitWait, not for ever.
-	w.finished = w.finished || r.Change.Kind == cluster.EventLeave
+	// A worker that never comes (it failed before it joined) is waited
+	// for ExitWait, not for ever.
+	over, missing := w.done.Step(r)
 	if !w.cfg.ExitWhenDone {
 		return
 	}
 	w.stopWaiting()
-	if r.Live > 0 || !w.finished {
+	if !over {
 		return
-	}
-	var missing []int
-	for rank := range w.cfg.PS.Workers {
-		if !w.seen[rank] {
-			missing = append(missing, rank)
-		}
 	}
 	if len(missing) == 0 {
 		w.log.Info("every worker has left: the run is over", "component", "ps", "clock", w.core.Clock())
