@@ -43,16 +43,6 @@ func (n *nicFlags) validate() error {
 	return nil
 }
 
-// nic returns this process's NIC: shaped as the flags say, or unlimited
-// (it then only counts bytes).
-func (n *nicFlags) nic() (*netshape.NIC, error) {
-	nic, err := netshape.New(n.config())
-	if err != nil {
-		return nil, fmt.Errorf("--nic-gbps %g --rtt %v: %w", n.gbps, n.rtt, err)
-	}
-	return nic, nil
-}
-
 // statFlags are a worker's statistics for the benchmark harness.
 type statFlags struct {
 	stats     bool
