@@ -33,7 +33,12 @@
 //   - Changes lists a view's joins, rejoins, leaves and deaths for one role
 //     of one job (by model Fingerprint), and FollowWorkers applies the
 //     workers' deaths and leaves to a WorkerSet (a ps.Server) as views
-//     arrive: pure code, tested with views from a channel.
+//     arrive: pure code, tested with views from a channel. Done tells
+//     from those reports when every worker is done; FollowShards moves
+//     a client to a shard's newly gossiped address.
+//   - Follow runs a consumer of a Membership's views on a goroutine it
+//     owns and returns what leaves and waits for it; JoinRetrying joins
+//     peers that may still be starting.
 //
 // Concurrency and ownership: a Membership's methods may be called from any
 // goroutine. It owns memberlist's goroutines, the reconnect loop, and one

@@ -2,7 +2,8 @@
 // die and takes in members that join, in the manner of Horovod elastic
 // and torchrun's rendezvous, with membership from gossip.
 //
-// Every member serves the Elastic service (Coordinator); the live member
+// Every member serves the Elastic service (Coordinator; Serve serves it
+// and reports what ended serving); the live member
 // with the lowest id coordinates. When the ring breaks (a peer died: a
 // collective fails) or a member asks to join (rank 0 sees it waiting and
 // every rank stops at the same step boundary), every member asks the

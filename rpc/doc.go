@@ -3,6 +3,9 @@
 // a server constructor that registers the standard health service and
 // server reflection (NewGRPCServer; so grpcurl and grpc_health_probe work),
 // and Serve, which serves until its context ends and then drains.
+// ShardServer assembles all of it for one shard process: the stream
+// budget, the limits, the health service, serving until its context ends
+// or a checkpoint fails, the drain and the final checkpoint.
 //
 // Tensors never take a protobuf copy: a pull's pieces are sent from the
 // shard's snapshot, and an async push-pull's from the shard's own values,

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/cluster"
-	"github.com/shoalml/shoal/nn"
 )
 
 // gossipFlags put a ps or worker into the job's gossip cluster
@@ -111,7 +110,7 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	if addr := reachable(meta.GRPCAddr, hostOf(m.Addr())); addr != meta.GRPCAddr {
+	if addr := cluster.Reachable(meta.GRPCAddr, cluster.HostOf(m.Addr())); addr != meta.GRPCAddr {
 		// Serving on every interface: peers reach it at the host the
 		// gossip advertises. Set before joining, so that the first
 		// address anyone sees is the one that stays.
@@ -122,126 +121,11 @@ func (g *gossipFlags) start(ctx context.Context, name string, meta cluster.Meta,
 		}
 	}
 	if peers := g.peers(); len(peers) > 0 {
-		if err := joinRetrying(ctx, m, peers, g.timeout); err != nil {
+		if err := cluster.JoinRetrying(ctx, m, peers, g.timeout); err != nil {
 			m.Close()
 			return nil, fmt.Errorf("membership: --join %s: %w", g.join, err)
 		}
 	}
 	log.Info("gossiping", "component", "membership", "name", name, "addr", m.Addr(), "detection", g.detection)
 	return m, nil
-}
-
-// follow runs consume over m's views on a goroutine of its own and
-// returns the function that ends it: it leaves the gossip cluster
-// gracefully (the others see "left", not "died"), waiting up to
-// leaveTimeout for the news to go out, stops gossip, which closes the
-// views, and waits for consume to return.
-func follow(m *cluster.Membership, log *slog.Logger, leaveTimeout time.Duration, consume func(<-chan cluster.View)) (leave func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		consume(m.Views())
-	}()
-	return func() {
-		if err := m.Leave(leaveTimeout); err != nil {
-			level := slog.LevelWarn
-			if strings.Contains(err.Error(), "timeout waiting for") {
-				// Nobody acknowledged: at the end of a run the others
-				// may well have gone first.
-				level = slog.LevelDebug
-			}
-			log.Log(context.Background(), level, "leaving the gossip cluster", "component", "membership", "err", err)
-		}
-		m.Close()
-		<-done
-	}
-}
-
-// fingerprint identifies a model's parameter vector in gossip metadata.
-func fingerprint(l nn.Layout) uint64 { return cluster.Fingerprint(fmt.Sprint(l)) }
-
-// joinRetrying joins peers, trying again with backoff while none answers
-// (they may still be starting), for up to timeout. A peer that answers
-// with gossip this node cannot decrypt (another --gossip-key-file) is
-// final: waiting will not change the key.
-func joinRetrying(ctx context.Context, m *cluster.Membership, peers []string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	backoff := 100 * time.Millisecond
-	for {
-		err := m.Join(ctx, peers)
-		if err == nil || strings.Contains(err.Error(), "decrypt") {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("no peer answered within --join-timeout %v: %w", timeout, err)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// logChanges logs a view's joins, rejoins, leaves and deaths.
-func logChanges(v cluster.View, log *slog.Logger) {
-	for _, role := range []cluster.Role{cluster.RolePS, cluster.RoleWorker} {
-		for _, c := range cluster.Changes(v, role, 0) {
-			log.Info(role.String()+" "+c.What(), "component", "membership", "rank", c.Member.Meta.Rank, "view", v.Version)
-		}
-	}
-}
-
-// shardMover moves a client's connection to a shard (client.Client).
-type shardMover interface {
-	SetShardAddr(shard int, addr string) error
-}
-
-// followShards moves the client's connection to a shard whose gossiped
-// gRPC address changed (a shard restarted elsewhere). seen holds the
-// address each shard gossiped last; the first one a shard gossips is only
-// recorded: it may name the same server as --servers in other words (an
-// IP for a host name, one interface for another). An address check
-// refuses (secure.Credentials.CheckDial: a token in the clear beyond
-// loopback) is not followed, as --servers naming it would not be.
-func followShards(v cluster.View, fp uint64, seen []string, c shardMover, check func(addr string) error, log *slog.Logger) {
-	for _, m := range v.Members {
-		meta := m.Meta
-		if meta.Role != cluster.RolePS || meta.ModelFingerprint != fp || meta.Rank >= len(seen) || meta.GRPCAddr == "" || meta.GRPCAddr == seen[meta.Rank] {
-			continue
-		}
-		old := seen[meta.Rank]
-		seen[meta.Rank] = meta.GRPCAddr
-		if old == "" {
-			continue
-		}
-		if err := check(meta.GRPCAddr); err != nil {
-			log.Warn("shard moved to an address this worker does not dial; staying", "component", "membership", "shard", meta.Rank, "addr", meta.GRPCAddr, "err", err)
-			continue
-		}
-		if err := c.SetShardAddr(meta.Rank, meta.GRPCAddr); err != nil {
-			log.Warn("shard moved to an address that does not parse", "component", "membership", "shard", meta.Rank, "addr", meta.GRPCAddr, "err", err)
-			continue
-		}
-		log.Warn("shard moved", "component", "membership", "shard", meta.Rank, "from", old, "to", meta.GRPCAddr)
-	}
-}
-
-// hostOf is addr's host, or addr when it has no port.
-func hostOf(addr string) string {
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		return h
-	}
-	return addr
-}
-
-// reachable replaces an unspecified host in addr ("0.0.0.0:7000") with
-// host, the one peers reach this process at.
-func reachable(addr, host string) string {
-	h, port, err := net.SplitHostPort(addr)
-	if err != nil || (h != "" && !net.ParseIP(h).IsUnspecified()) {
-		return addr
-	}
-	return net.JoinHostPort(host, port)
 }

@@ -1,23 +1,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/shoalml/shoal/collective"
-	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/netshape"
-	"github.com/shoalml/shoal/launch"
-	"github.com/shoalml/shoal/nn"
-	"github.com/shoalml/shoal/worker"
 )
 
 // nicFlags model a network card for benchmarks on one machine.
@@ -54,55 +43,6 @@ func (n *nicFlags) validate() error {
 	return nil
 }
 
-// nic returns this process's NIC: shaped as the flags say, or unlimited
-// (it then only counts bytes).
-func (n *nicFlags) nic() (*netshape.NIC, error) {
-	nic, err := netshape.New(n.config())
-	if err != nil {
-		return nil, fmt.Errorf("--nic-gbps %g --rtt %v: %w", n.gbps, n.rtt, err)
-	}
-	return nic, nil
-}
-
-// grpcDialer routes a client's connections through nic.
-func grpcDialer(nic *netshape.NIC) grpc.DialOption {
-	return grpc.WithContextDialer(nic.ContextDialer(&net.Dialer{}))
-}
-
-// countingTransport counts the payload bytes a collective transport moves
-// (shared-memory links included, which no NIC sees).
-type countingTransport struct {
-	collective.Transport
-	sent, received atomic.Int64
-	// The transfers under way, for the stall inspector.
-	send, recv pending
-}
-
-// newCountingTransport counts what t carries.
-func newCountingTransport(t collective.Transport) *countingTransport {
-	return &countingTransport{Transport: t, send: pending{what: "sending to it"}, recv: pending{what: "receiving from it"}}
-}
-
-func (c *countingTransport) Send(ctx context.Context, peer int, buf []byte) error {
-	c.send.begin(peer)
-	defer c.send.end()
-	err := c.Transport.Send(ctx, peer, buf)
-	if err == nil {
-		c.sent.Add(int64(len(buf)))
-	}
-	return err
-}
-
-func (c *countingTransport) Recv(ctx context.Context, peer int, buf []byte) error {
-	c.recv.begin(peer)
-	defer c.recv.end()
-	err := c.Transport.Recv(ctx, peer, buf)
-	if err == nil {
-		c.received.Add(int64(len(buf)))
-	}
-	return err
-}
-
 // statFlags are a worker's statistics for the benchmark harness.
 type statFlags struct {
 	stats     bool
@@ -131,29 +71,4 @@ func (s *statFlags) validate() error {
 		return fmt.Errorf("--stop-at-accuracy %g needs --eval-every (how often to measure it)", s.stopAt)
 	}
 	return nil
-}
-
-// hooks sets cfg's OnStep and Eval as the flags say; log collects the
-// step times, and rank 0's evaluations go to out as eval events. With
-// --stop-at-accuracy the run ends once rank 0 measures the target; comm,
-// when set (ring), is what the ranks agree through (worker.EarlyStop).
-func (s *statFlags) hooks(cfg *worker.Config, log *launch.StepLog, rank int, model nn.Model, test data.Dataset, out io.Writer, comm worker.Allreducer) {
-	if s.stats {
-		cfg.OnStep = func(_ int64, t worker.StepTimes) { log.Add(t) }
-	}
-	// The curve's clock leaves out the evaluations themselves.
-	start := time.Now()
-	var spent time.Duration
-	measure := func(ctx context.Context, steps int64, params []float32) (float64, error) {
-		t0 := time.Now()
-		at := t0.Sub(start) - spent
-		ev, err := worker.Evaluate(ctx, model, params, test, 1000)
-		spent += time.Since(t0)
-		if err != nil {
-			return 0, err
-		}
-		launch.Emit(out, launch.Event{Event: launch.Eval, Rank: rank, Steps: steps, Seconds: at.Seconds(), TestAccuracy: ev.Accuracy, TestLoss: ev.Loss, TestSamples: ev.Samples})
-		return ev.Accuracy, nil
-	}
-	worker.EarlyStop{Target: s.stopAt, Every: s.evalEvery, Measure: measure, Comm: comm}.Apply(cfg, rank)
 }

@@ -6,24 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"runtime"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-
-	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
-	"github.com/shoalml/shoal/internal/lockedio"
-	"github.com/shoalml/shoal/launch"
-	"github.com/shoalml/shoal/metrics"
+	"github.com/shoalml/shoal/node"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
-	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/shard"
 )
 
@@ -67,273 +56,20 @@ func runPS(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 		return err
 	}
 	defer closeTimeline(p.cfg.Timeline, &err)
-	log, idx := p.cfg.Logger, p.cfg.Shard
-	var psm *metrics.PS
-	var grpcm *metrics.GRPC
-	ep, err := p.mtf.serve("ps", idx, func(reg prometheus.Registerer) { psm, grpcm = metrics.NewPS(reg, idx), metrics.NewGRPC(reg) }, log, stdout, p.events)
-	if err != nil {
-		return err
-	}
-	defer ep.close()
-	if psm != nil {
-		p.cfg.OnWait = psm.ObserveWait
-	}
-	core, err := ps.New(p.cfg, p.initial)
-	if err != nil {
-		return err
-	}
-	lis, closeNIC, err := p.openListener()
-	if err != nil {
-		return err
-	}
-	defer closeNIC()
-	srv := p.newServer(core, lis, psm, grpcm)
-	ctx, endRun := context.WithCancel(ctx)
-	defer endRun()
-	gossip, stdout, leaveGossip, err := p.joinGossip(ctx, core, srv.addr, stdout, endRun)
-	if err != nil {
-		srv.lis.Close()
-		return err
-	}
-	defer leaveGossip()
-	p.announce(core, srv, gossip, stdout)
-	return p.serve(ctx, endRun, core, srv)
+	return node.RunShard(ctx, p.config(), stdout)
 }
 
-// openListener listens on --listen, through the modelled NIC when there
-// is one, where the security flags allow serving. The func it returns
-// closes the NIC.
-func (p *psRun) openListener() (net.Listener, func(), error) {
-	lis, err := net.Listen("tcp", p.listen)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--listen %s: %w", p.listen, err)
-	}
-	closeNIC := func() {}
+// config is the shard process's config from the flags.
+func (p *psRun) config() node.ShardConfig {
+	cfg := node.ShardConfig{PS: p.cfg, Initial: p.initial, Model: p.model, Listen: p.listen, Events: p.events, Drain: p.drain, StreamIdle: p.idle,
+		Insecure: p.insecure, Limits: p.limits, Creds: p.sec.creds, ExitWhenDone: p.exitWhenDone, ExitWait: p.exitWait, MetricsAddr: p.mtf.addr}
 	if p.nf.shaped() {
-		nic, err := p.nf.nic()
-		if err != nil {
-			lis.Close()
-			return nil, nil, err
-		}
-		closeNIC = func() { nic.Close() }
-		lis = nic.Listener(lis)
+		cfg.NIC = p.nf.config()
 	}
-	if err := p.sec.creds.CheckListen(lis.Addr()); err != nil {
-		lis.Close()
-		closeNIC()
-		return nil, nil, err
+	if p.gf.on() {
+		cfg.Gossip = p.gf.start
 	}
-	return lis, closeNIC, nil
-}
-
-// psServer is the shard's gRPC server and the listener it serves on.
-type psServer struct {
-	g       *grpc.Server
-	health  *health.Server
-	lis     net.Listener // with the connection limits
-	addr    string
-	total   time.Duration    // the longest a stream may last
-	refused *secure.Refusals // calls refused without the token
-}
-
-// newServer builds the gRPC server of core on lis, with the security
-// flags, the connection and stream limits and the metrics (psm and grpcm,
-// nil without --metrics-addr). It warns when the shard serves beyond
-// loopback with no TLS and no authentication.
-func (p *psRun) newServer(core *ps.Server, lis net.Listener, psm *metrics.PS, grpcm *metrics.GRPC) *psServer {
-	log := p.cfg.Logger
-	s := &psServer{refused: &secure.Refusals{}}
-	// Authentication first: a call without the token reaches nothing else.
-	s.lis = p.limits.Listener(lis, log)
-	// A stream may wait for other workers up to --max-wait, and move the
-	// shard's floats both ways at no less than 1 MiB/s.
-	s.total = p.cfg.MaxWait + time.Duration(float64(8*core.Floats())/(1<<20)*float64(time.Second)) + p.idle
-	opts := append(p.sec.creds.ServerOptions(log, s.refused), grpc.ChainStreamInterceptor(rpc.StreamTimeouts(p.idle, s.total)))
-	opts = append(opts, p.limits.ServerOptions()...)
-	if grpcm != nil {
-		opts = append(opts, grpcm.ServerOptions()...)
-	}
-	s.g, s.health = rpc.NewGRPCServer(opts...)
-	// The lanes of a push-pull that arrived wait for the others as long
-	// as a stream may leave the shard waiting.
-	rpc.RegisterPS(s.g, s.health, core, log, rpc.WithLaneWait(p.idle))
-	if psm != nil {
-		grpcm.Initialize(s.g)
-		psm.Attach(core)
-	}
-	s.addr = s.lis.Addr().String()
-	if !p.insecure && !secure.Loopback(s.addr) && !p.sec.creds.TLS() {
-		log.Warn("serving beyond loopback with no TLS and no authentication: anyone who can reach this address can read and change the model; "+
-			"give --tls-cert, --tls-key, --tls-ca and --auth-token-file (shoal certs writes a set), serve on 127.0.0.1, "+
-			"or say with --insecure that this is a private network you trust", "component", "ps", "addr", s.addr)
-	}
-	return s
-}
-
-// announce logs that the shard is serving, and says so on stdout: a line,
-// or with --events the launcher's event.
-func (p *psRun) announce(core *ps.Server, srv *psServer, gossip string, stdout io.Writer) {
-	log, plan, idx := p.cfg.Logger, p.cfg.Plan, p.cfg.Shard
-	p.sec.warnExposed(log)
-	log.Info("serving", "component", "ps", "addr", srv.addr, "security", p.sec.creds.Describe(), "stream_limit", srv.total.Round(time.Second), "gossip", gossip, "clock", core.Clock(), "shard", idx, "servers", plan.Servers, "mode", p.cfg.Mode,
-		"model", p.model, "floats", plan.Floats(idx))
-	if p.events {
-		launch.Emit(stdout, launch.Event{Event: launch.Listening, Addr: srv.addr, Shard: idx, Gossip: gossip})
-	} else {
-		fmt.Fprintf(stdout, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
-			idx, plan.Servers, p.model, srv.addr, core.Floats(), plan.VectorLen, len(core.Ranges()))
-	}
-}
-
-// serve serves core until ctx ends or a checkpoint fails (endRun ends
-// the run); then it drains, writes the final checkpoint, closes the
-// journal and logs the shard's counts.
-func (p *psRun) serve(ctx context.Context, endRun func(), core *ps.Server, srv *psServer) error {
-	// A checkpoint that cannot be written ends the run (unless
-	// --checkpoint-errors warn): it must not go on believing it is
-	// checkpointed.
-	var failure error
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case failure = <-core.Failed():
-			endRun()
-		case <-ctx.Done():
-		}
-	}()
-	// Until ctx ends; then drain: report NOT_SERVING, let calls in flight
-	// finish, then stop.
-	err := rpc.Serve(ctx, srv.g, srv.health, srv.lis, p.drain)
-	endRun()
-	<-watched
-	if err != nil {
-		return err
-	}
-	if failure != nil {
-		return fmt.Errorf("%w: the shard stopped (--checkpoint-errors warn logs such failures and serves on)", failure)
-	}
-	if err := core.Checkpoint(); err != nil {
-		return fmt.Errorf("final checkpoint: %w", err)
-	}
-	if err := core.Close(); err != nil {
-		return fmt.Errorf("closing the journal: %w", err)
-	}
-	st := core.Stats()
-	p.cfg.Logger.Info("stopped", "component", "ps", "clock", core.Clock(), "pushes", st.Pushes, "duplicates", st.Duplicates, "dropped", st.Dropped, "rejected", st.Rejected, "rejected_by", st.RejectedBy, "unauthenticated", srv.refused.Load(), "pulls", st.Pulls,
-		"short_steps", st.ShortSteps)
-	return nil
-}
-
-// joinGossip puts the shard into the job's gossip cluster, when gossip is
-// on, and follows the workers' membership: deaths and leaves go to the
-// shard, and with --events shard 0 reports every change. It returns the
-// gossip address ("" when off), the stdout to write events to from now on
-// (locked when a second goroutine writes it too), and what ends gossip.
-func (p *psRun) joinGossip(ctx context.Context, core *ps.Server, addr string, stdout io.Writer, endRun func()) (string, io.Writer, func(), error) {
-	log, idx := p.cfg.Logger, p.cfg.Shard
-	fp := fingerprint(p.cfg.Layout)
-	meta := cluster.Meta{Role: cluster.RolePS, Rank: idx, GRPCAddr: addr, ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}
-	m, err := p.gf.start(ctx, fmt.Sprintf("ps-%d", idx), meta, log)
-	if err != nil || m == nil {
-		return "", stdout, func() {}, err
-	}
-	w := &workerWatch{p: p, core: core, log: log, endRun: endRun, emit: func(launch.Event) {}, seen: map[int]bool{}}
-	if p.events && idx == 0 { // one shard speaks for the job
-		stdout = &lockedio.Writer{W: stdout} // written from two goroutines now
-		w.emit = func(e launch.Event) { launch.Emit(stdout, e) }
-	}
-	leave := follow(m, log, 2*time.Second, func(views <-chan cluster.View) { cluster.FollowWorkers(views, fp, core, w.report) })
-	stop := func() {
-		leave()
-		w.stop()
-	}
-	return m.Addr(), stdout, stop, nil
-}
-
-// workerWatch follows the job's workers in a shard's gossip: it logs and
-// reports each change, and with --exit-when-done ends the run once they
-// are done. report runs on the membership goroutine, the --exit-wait
-// timer's function on its own.
-type workerWatch struct {
-	p      *psRun
-	core   *ps.Server
-	log    *slog.Logger
-	emit   func(launch.Event)
-	endRun func()
-
-	mu       sync.Mutex
-	finished bool         // some worker left gracefully: it ended its run
-	seen     map[int]bool // the job's workers seen: one that finished before the others joined (async lets it) must not end the run for them
-	// Set while every worker that came has left but some never came: it
-	// ends the run after --exit-wait unless one joins first.
-	wait *time.Timer
-}
-
-func (w *workerWatch) report(r cluster.Report) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rank := r.Change.Member.Meta.Rank
-	w.seen[rank] = true
-	w.log.Info("worker "+r.Change.What(), "component", "membership", "rank", rank, "steps", r.Steps, "clock", w.core.Clock(), "live", r.Live, "view", r.View)
-	w.emit(launch.Event{Event: launch.Member, Role: cluster.RoleWorker.String(), Rank: rank, Change: r.Change.What(), Steps: r.Steps, Live: r.Live})
-	// The run is over when every worker of the job (--workers) has come,
-	// none is left, and at least one ended its run (left gracefully); a
-	// straggler's death may come last. A worker that never comes (it
-	// failed before it joined) is waited for --exit-wait, not for ever.
-	w.finished = w.finished || r.Change.Kind == cluster.EventLeave
-	if !w.p.exitWhenDone {
-		return
-	}
-	w.stopWaiting()
-	if r.Live > 0 || !w.finished {
-		return
-	}
-	var missing []int
-	for rank := range w.p.cfg.Workers {
-		if !w.seen[rank] {
-			missing = append(missing, rank)
-		}
-	}
-	if len(missing) == 0 {
-		w.log.Info("every worker has left: the run is over", "component", "ps", "clock", w.core.Clock())
-		w.endRun()
-		return
-	}
-	w.waitFor(missing)
-}
-
-// waitFor ends the run after --exit-wait unless a worker joins first.
-// Called with mu held.
-func (w *workerWatch) waitFor(missing []int) {
-	exitWait := w.p.exitWait
-	w.log.Warn("every worker that joined has left; waiting for the ranks that never joined", "component", "ps", "missing", missing, "wait", exitWait)
-	var t *time.Timer
-	t = time.AfterFunc(exitWait, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.wait != t {
-			return // a worker joined meanwhile
-		}
-		w.log.Warn("every worker has left, and these ranks never joined: the run is over without them", "component", "ps", "missing", missing, "waited", exitWait, "clock", w.core.Clock())
-		w.endRun()
-	})
-	w.wait = t
-}
-
-// stopWaiting stops the --exit-wait timer, if set. Called with mu held.
-func (w *workerWatch) stopWaiting() {
-	if w.wait != nil {
-		w.wait.Stop()
-		w.wait = nil
-	}
-}
-
-// stop stops the --exit-wait timer once the gossip is left.
-func (w *workerWatch) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopWaiting()
+	return cfg
 }
 
 // psFlags are the flags of shoal ps that parsePS checks and builds the

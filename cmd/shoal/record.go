@@ -7,32 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/emulate"
-	"github.com/shoalml/shoal/worker"
 )
-
-// writePushes writes the worker's recorded pushes to --record-pushes,
-// with the job they belong to (package emulate replays them).
-func (w *workerRun) writePushes(info client.Info, cfg worker.Config, st psStrategy) error {
-	if w.recordPushes == "" {
-		return nil
-	}
-	rec := emulate.Recording{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Mode: info.Mode, Staleness: info.Staleness, Servers: info.Plan.Servers,
-		Floats: w.model.Layout().Size(), Batch: w.tf.batch, Seed: w.mf.seed, StartStep: cfg.StartStep, Pushes: st.pushes()}
-	if rec.Pushes == nil {
-		rec.Pushes = []worker.PushRecord{}
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(w.recordPushes, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--record-pushes: %w", err)
-	}
-	return nil
-}
 
 // recordable refuses --record-pushes (when set) for a mode whose pushes
 // no replay follows.

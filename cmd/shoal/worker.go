@@ -8,24 +8,17 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/cpubind"
-	"github.com/shoalml/shoal/internal/netshape"
-	"github.com/shoalml/shoal/launch"
-	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/node"
 	"github.com/shoalml/shoal/ps"
-	"github.com/shoalml/shoal/shard"
-	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/worker"
-	"github.com/shoalml/shoal/worker/psclient"
 )
 
 // trainFlags are the training-loop flags shared by worker and train.
@@ -100,24 +93,21 @@ func (t *trainFlags) args() []string {
 // workerRun is one `shoal worker`: its flags, its place in the job, its
 // model and data.
 type workerRun struct {
-	mf       modelFlags
-	df       dataFlags
-	tf       trainFlags
-	lf       logFlags
-	of       optFlags
-	rf       ringFlags
-	nf       nicFlags
-	sf       statFlags
-	gf       gossipFlags
-	sec      secFlags
-	mtf      metricsFlags
-	tlf      timelineFlags
-	dev      deviceFlags
-	ranks    rankFlags        // --rank, --world-size, --local-rank, which parseWorker reads into id
-	timeline *timeline.Writer // --timeline
-	// metrics, with --metrics-addr, takes the strategy's counters.
-	metrics *metrics.Worker
-	save    string
+	mf    modelFlags
+	df    dataFlags
+	tf    trainFlags
+	lf    logFlags
+	of    optFlags
+	rf    ringFlags
+	nf    nicFlags
+	sf    statFlags
+	gf    gossipFlags
+	sec   secFlags
+	mtf   metricsFlags
+	tlf   timelineFlags
+	dev   deviceFlags
+	ranks rankFlags // --rank, --world-size, --local-rank, which parseWorker reads into id
+	save  string
 	// recordPushes is --record-pushes: the file the worker's pushes go to.
 	recordPushes string
 	threads      int
@@ -130,7 +120,6 @@ type workerRun struct {
 	callTime     time.Duration
 	retryFor     time.Duration
 	lanes        int // --lanes: connections per server for a push-pull; 0 auto
-	usedLanes    int // the most lanes a push-pull to one server goes over
 
 	id          cluster.Identity
 	log         *slog.Logger
@@ -145,17 +134,20 @@ func runWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	defer w.closeModel()
-	if w.timeline, err = w.tlf.open(fmt.Sprintf("worker %d", w.id.Rank), "steps", "allreduce (overlapping backward)"); err != nil {
+	cfg, err := w.config(stdout)
+	if err != nil {
 		return err
 	}
-	defer closeTimeline(w.timeline, &err)
-	if w.tf.mode == consistency.Ring {
-		return w.runRing(ctx, stdout)
-	}
-	if err := w.sec.checkDial(strings.Split(w.servers, ",")); err != nil {
+	if cfg.Timeline, err = w.tlf.open(fmt.Sprintf("worker %d", w.id.Rank), "steps", "allreduce (overlapping backward)"); err != nil {
 		return err
 	}
-	return w.runPS(ctx, stdin, stdout)
+	defer closeTimeline(cfg.Timeline, &err)
+	if w.tf.mode != consistency.Ring {
+		if err := w.sec.checkDial(cfg.PS.Servers); err != nil {
+			return err
+		}
+	}
+	return node.RunWorker(ctx, cfg, stdin, stdout)
 }
 
 // rankFlags are --rank, --world-size and --local-rank: a worker's place
@@ -212,22 +204,8 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	if w.retryFor < 0 {
-		return nil, fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
-	}
-	if w.connect <= 0 {
-		return nil, fmt.Errorf("--connect-timeout %v: want > 0", w.connect)
-	}
-	if err := checkLanes(w.lanes); err != nil {
+	if err := w.check(); err != nil {
 		return nil, err
-	}
-	if w.callTime <= 0 {
-		return nil, fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", w.callTime)
-	}
-	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
-		if err := v(); err != nil {
-			return nil, err
-		}
 	}
 	var err error
 	if w.log, err = w.lf.logger(stderr); err != nil {
@@ -237,41 +215,82 @@ func parseWorker(args []string, stderr io.Writer) (*workerRun, error) {
 	if w.id, err = w.ranks.identity(); err != nil {
 		return nil, err
 	}
-	if w.threads < 1 {
-		return nil, fmt.Errorf("--threads %d: want >= 1", w.threads)
+	if err := w.bind(); err != nil {
+		return nil, err
 	}
-	if w.cpus != "" {
-		// Before the data and the model: the threads started from
-		// here on (OpenBLAS's among them) inherit the binding.
-		// What it reports is its affinity read back, not the flag.
-		cpus, err := cpubind.Parse(w.cpus)
-		if err == nil {
-			err = cpubind.Bind(cpus)
+	for _, v := range []func() error{w.checkFiles, w.loadData} {
+		if err := v(); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			cpus, err = cpubind.Allowed()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("--cpus %s: %w", w.cpus, err)
-		}
-		w.boundTo = cpubind.Format(cpus)
-	}
-	if err := writableFile("--save", w.save); err != nil {
-		return nil, err
-	}
-	if err := recordable(w.recordPushes, w.tf.mode); err != nil {
-		return nil, err
-	}
-	if err := writableFile("--record-pushes", w.recordPushes); err != nil {
-		return nil, err
-	}
-	if w.train, w.test, err = w.df.load(w.mf.seed); err != nil {
-		return nil, err
 	}
 	if err := w.buildModel(stderr); err != nil {
 		return nil, err
 	}
 	return w, nil
+}
+
+// check checks the flags that need nothing loaded.
+func (w *workerRun) check() error {
+	if w.retryFor < 0 {
+		return fmt.Errorf("--retry-for %v: want >= 0 (0: never try a call again)", w.retryFor)
+	}
+	if w.connect <= 0 {
+		return fmt.Errorf("--connect-timeout %v: want > 0", w.connect)
+	}
+	if err := checkLanes(w.lanes); err != nil {
+		return err
+	}
+	if w.callTime <= 0 {
+		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", w.callTime)
+	}
+	for _, v := range []func() error{w.tf.validate, w.nf.validate, w.sf.validate, w.gf.validate, w.rf.validate, w.sec.load} {
+		if err := v(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bind checks --threads and binds the worker to --cpus, if set, before
+// the data and the model: the threads started from here on (OpenBLAS's
+// among them) inherit the binding. What it reports is its affinity read
+// back, not the flag.
+func (w *workerRun) bind() error {
+	if w.threads < 1 {
+		return fmt.Errorf("--threads %d: want >= 1", w.threads)
+	}
+	if w.cpus == "" {
+		return nil
+	}
+	cpus, err := cpubind.Parse(w.cpus)
+	if err == nil {
+		err = cpubind.Bind(cpus)
+	}
+	if err == nil {
+		cpus, err = cpubind.Allowed()
+	}
+	if err != nil {
+		return fmt.Errorf("--cpus %s: %w", w.cpus, err)
+	}
+	w.boundTo = cpubind.Format(cpus)
+	return nil
+}
+
+// checkFiles checks --save and --record-pushes.
+func (w *workerRun) checkFiles() error {
+	if err := writableFile("--save", w.save); err != nil {
+		return err
+	}
+	if err := recordable(w.recordPushes, w.tf.mode); err != nil {
+		return err
+	}
+	return writableFile("--record-pushes", w.recordPushes)
+}
+
+// loadData loads the training and test sets.
+func (w *workerRun) loadData() (err error) {
+	w.train, w.test, err = w.df.load(w.mf.seed)
+	return err
 }
 
 // register registers shoal worker's flags: its own, then those it shares
@@ -325,320 +344,46 @@ func (w *workerRun) buildModel(stderr io.Writer) error {
 	return nil
 }
 
-// runRing trains as one rank of a ring (runRing in ringworker.go), with
-// the optimizer every rank runs itself.
-func (w *workerRun) runRing(ctx context.Context, stdout io.Writer) error {
+// config is the worker process's config from the flags.
+func (w *workerRun) config(stdout io.Writer) (node.WorkerConfig, error) {
+	t := w.tf
+	cfg := node.WorkerConfig{ID: w.id, Logger: w.log, Model: w.model, ModelName: describeModel(w.model), Train: w.train, Test: w.test, Seed: w.mf.seed,
+		Loop: node.Loop{Mode: t.mode, Batch: t.batch, Epochs: t.epochs, Steps: t.steps, BackwardPasses: t.backwardPasses, PushEvery: t.pushEvery, FetchEvery: t.fetchEvery,
+			Overlap: t.overlap, ProgressEvery: t.progressEvery},
+		Progress: progressTo(stdout, w.events), Stats: node.Stats{Times: w.sf.stats, EvalEvery: w.sf.evalEvery, StopAt: w.sf.stopAt}, Stall: w.lf.stall,
+		Events: w.events, Eval: w.eval, CPUs: w.boundTo, CallTimeout: w.callTime, Creds: w.sec.creds, NIC: w.nf.config(), GossipBind: w.gf.bindAddr(), MetricsAddr: w.mtf.addr,
+		PS: node.PSConfig{Servers: strings.Split(w.servers, ","), Connect: w.connect, RetryFor: w.retryFor, Lanes: w.lanes, AutoLanes: autoLanes(runtime.NumCPU()), RecordPushes: w.recordPushes}}
+	if w.gf.on() {
+		cfg.Gossip = w.gf.start
+	}
+	var err error
+	if t.mode != consistency.Ring {
+		cfg.PS.Encoding, err = w.rf.pushEncoding()
+		return cfg, err
+	}
+	cfg.Ring, err = w.ringConfig()
+	return cfg, err
+}
+
+// ringConfig is the ring's config from the flags, with the optimizer
+// every rank runs itself.
+func (w *workerRun) ringConfig() (node.RingConfig, error) {
+	r := w.rf
 	ocfg, err := w.of.config()
 	if err != nil {
-		return err
+		return node.RingConfig{}, err
 	}
-	if w.rf.scaleLR {
-		// Goyal et al.: lr × N, warmed up over the first epoch.
-		ocfg.LR *= float64(w.id.WorldSize)
-		if ocfg.Schedule.WarmupSteps == 0 {
-			perRank := (w.train.Len() + w.id.WorldSize - 1) / w.id.WorldSize
-			perStep := w.tf.batch * w.tf.backwardPasses
-			ocfg.Schedule.WarmupSteps = int64((perRank + perStep - 1) / perStep)
-		}
-		if ocfg.Schedule.MinLR > ocfg.LR {
-			ocfg.Schedule.MinLR = ocfg.LR
-		}
+	if r.scaleLR {
+		ocfg = worker.ScaleLR(ocfg, w.id.WorldSize, w.train.Len(), w.tf.batch*w.tf.backwardPasses)
 	}
-	return runRing(ctx, ringRun{sec: w.sec.creds, id: w.id, model: w.model, seed: w.mf.seed, ocfg: ocfg, train: w.train, test: w.test, tf: w.tf, rf: w.rf,
-		events: w.events, cpus: w.boundTo, save: w.save, timeout: w.callTime, stdout: stdout, nf: w.nf, sf: w.sf, gf: w.gf, log: w.log, eval: w.eval, mtf: w.mtf, stall: w.lf.stall, timeline: w.timeline})
-}
-
-// psStrategy is a parameter-server strategy and what it counts. The
-// strategy goes to worker.New as it is, not inside psStrategy: the Worker
-// finds what else a strategy can do (SetLastStep, its waits) by type
-// assertion, which an embedding would hide.
-type psStrategy struct {
-	strategy  worker.Strategy
-	staleness func() consistency.Staleness
-	dropped   func() int64
-	// pushes has the pushes recorded (--record-pushes; async and SSP).
-	pushes func() []worker.PushRecord
-}
-
-// runPS trains against the parameter servers: it dials them, checks they
-// serve this worker's model, mode and world, runs the steps, and reports.
-// Under a launcher (--events), a "stop" line on stdin ends the run
-// cleanly: the launcher sends it when rank 0 stopped at
-// --stop-at-accuracy. SIGINT or SIGTERM ends it cleanly too: the worker
-// leaves the run, rank 0 evaluates the weights so far, and it exits 0.
-func (w *workerRun) runPS(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
-	nic, err := w.nf.nic()
+	comp, err := r.compressionMode()
 	if err != nil {
-		return err
+		return node.RingConfig{}, err
 	}
-	defer nic.Close()
-	ps, err := w.dial(ctx, nic)
-	if err != nil {
-		return err
+	cfg := node.RingConfig{Listen: r.listen, JobID: r.jobID, ReduceOp: r.reduceOp, Compression: comp, DesyncEvery: r.desyncEvery, SharedMemory: r.sharedMemory,
+		FusionBytes: r.fusionBytes, Optimizer: ocfg, Elastic: r.elastic, MinWorkers: r.minWorkers, RejoinTimeout: r.rejoinTimeout, Save: w.save}
+	if !r.elastic || !w.gf.on() {
+		cfg.Master, err = r.masterAddr()
 	}
-	defer ps.Close()
-	leaveGossip, err := w.joinGossip(ctx, ps, stdout)
-	if err != nil {
-		return err
-	}
-	defer leaveGossip()
-	// Where this worker begins: 0 in a new run; for a worker restarted
-	// into a run under way, where the servers say.
-	startStep, err := w.joinServers(ctx, ps)
-	if err != nil {
-		return fmt.Errorf("worker %d: joining the servers: %w", w.id.Rank, err)
-	}
-	if startStep > 0 {
-		w.log.Warn("joining a run under way", "component", "worker", "rank", w.id.Rank, "step", startStep)
-	}
-	wcfg, steps := w.workerConfig(startStep, nic, stdout)
-	var stopMetrics func()
-	w.metrics, stopMetrics, err = w.mtf.workerMetrics(&wcfg, w.id.Rank, metrics.WorkerSources{Bytes: steps.Counters}, w.log, stdout, w.events)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	if w.events {
-		ctl, err := launch.WatchControl(stdin, stopRun)
-		if err != nil {
-			return err
-		}
-		defer ctl.Close()
-	}
-	res, st, stoppedBy, err := w.runSteps(ctx, runCtx, ps, wcfg)
-	if err != nil {
-		return fmt.Errorf("worker %d of %d: %w", w.id.Rank, w.id.WorldSize, err)
-	}
-	// After a signal ctx is done: what is left (the final pull and the
-	// evaluation) has a deadline of its own. A second signal ends the
-	// process at once (main).
-	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.callTime)
-	defer cancelEnd()
-	w.report(stdout, res, st, steps, stoppedBy)
-	if err := w.writePushes(ps.Info(), wcfg, st); err != nil {
-		return err
-	}
-	if w.events || !w.eval || w.id.Rank != 0 {
-		return nil
-	}
-	return w.evaluate(ctx, ps, stdout)
-}
-
-// joinServers joins the worker to the servers' run, and returns the step
-// they say it begins at.
-func (w *workerRun) joinServers(ctx context.Context, ps *client.Client) (int64, error) {
-	jctx, cancel := context.WithTimeout(ctx, w.connect)
-	defer cancel()
-	return ps.JoinWorker(jctx, int64(w.id.Rank))
-}
-
-// workerConfig is the worker's config from startStep, with its progress
-// reports (a board, or with --events the launcher's events) and its step
-// log, which counts the bytes through nic.
-func (w *workerRun) workerConfig(startStep int64, nic *netshape.NIC, stdout io.Writer) (worker.Config, *launch.StepLog) {
-	wcfg := worker.Config{Rank: w.id.Rank, WorldSize: w.id.WorldSize, Batch: w.tf.batch, Epochs: w.tf.epochs, Steps: w.tf.steps,
-		StartStep: startStep, Seed: w.mf.seed, BackwardPasses: w.tf.backwardPasses, Progress: progressTo(stdout, w.events), ProgressEvery: max(w.tf.progressEvery, time.Nanosecond),
-		Logger: w.log, Timeline: w.timeline}
-	steps := &launch.StepLog{Counters: func() (int64, int64) { return nic.Sent(), nic.Received() }}
-	w.sf.hooks(&wcfg, steps, w.id.Rank, w.model, w.test, stdout, nil)
-	return wcfg, steps
-}
-
-// runSteps runs the steps under runCtx, watching for stalls. When runCtx
-// ends first (the launcher's "stop" line, or a signal, which ends ctx
-// too), the run so far is the result, and stoppedBy names what stopped it.
-func (w *workerRun) runSteps(ctx, runCtx context.Context, ps *client.Client, cfg worker.Config) (res worker.Result, st psStrategy, stoppedBy string, err error) {
-	stopStalls := watchStalls(&cfg, w.lf.stall, w.log, psStalls(ps))
-	defer stopStalls()
-	start := time.Now()
-	res, st, err = w.trainPS(runCtx, ps, cfg)
-	stopStalls()
-	if err != nil && runCtx.Err() != nil {
-		// Stopped by the launcher's "stop" line, or by SIGINT/SIGTERM
-		// (docker stop, Kubernetes, Slurm at the time limit): the run so
-		// far is the result. The step in flight is abandoned, as when a
-		// worker dies; the servers see this worker leave.
-		stoppedBy = "the launcher"
-		if ctx.Err() != nil {
-			stoppedBy = "a signal"
-		}
-		err, res.Stopped, res.Elapsed = nil, true, time.Since(start)
-	}
-	return res, st, stoppedBy, err
-}
-
-// report says how the run went: the launcher's "done" event (with the
-// step log under --stats), or a line.
-func (w *workerRun) report(stdout io.Writer, res worker.Result, st psStrategy, steps *launch.StepLog, stoppedBy string) {
-	if w.events {
-		ev := launch.Event{Event: launch.Done, Rank: w.id.Rank, Steps: res.Steps, Samples: int(res.Samples), Seconds: res.Elapsed.Seconds(),
-			Staleness: st.staleness(), Dropped: st.dropped(), Stopped: res.Stopped, CPUs: w.boundTo, Lanes: w.usedLanes}
-		if w.sf.stats {
-			ev.Times = steps
-		}
-		launch.Emit(stdout, ev)
-		return
-	}
-	stopped := ""
-	if stoppedBy != "" {
-		stopped = ", stopped early by " + stoppedBy
-	}
-	fmt.Fprintf(stdout, "worker %d of %d: %d steps, %d samples in %.1fs (%.0f samples/s)%s\n", w.id.Rank, w.id.WorldSize, res.Steps, res.Samples,
-		res.Elapsed.Seconds(), float64(res.Samples)/res.Elapsed.Seconds(), stopped)
-}
-
-// evaluate pulls the final weights and prints their loss and accuracy on
-// the test set.
-func (w *workerRun) evaluate(ctx context.Context, ps *client.Client, stdout io.Writer) error {
-	params := make([]float32, w.model.Layout().Size())
-	if _, err := ps.Pull(ctx, params); err != nil {
-		return fmt.Errorf("pulling the final weights: %w", err)
-	}
-	ev, err := worker.Evaluate(ctx, w.model, params, w.test, 1000)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.test.Name())
-	return nil
-}
-
-// trainPS runs the worker's steps against the servers from cfg.StartStep
-// to the end. A worker the shards dropped from their live set (sync and
-// SSP: membership declared it dead while it was alive, say cut off from
-// the network for longer than failure detection allows) joins again at
-// the step the shards name and trains on from there; the steps it missed
-// were taken without it. The result counts every sample it trained on.
-func (w *workerRun) trainPS(ctx context.Context, ps *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
-	start := time.Now()
-	var samples int64
-	for joins := 0; ; joins++ {
-		st, err := w.strategy(ps)
-		if err != nil {
-			return worker.Result{}, st, err
-		}
-		if w.metrics != nil {
-			w.metrics.SetSources(metrics.WorkerSources{Staleness: st.staleness, Dropped: st.dropped})
-		}
-		wk, err := worker.New(cfg, w.model, w.train, st.strategy)
-		if err != nil {
-			return worker.Result{}, st, err
-		}
-		res, err := wk.Run(ctx)
-		wk.Close()
-		samples += res.Samples
-		if res.Samples = samples; joins > 0 {
-			res.Elapsed = time.Since(start)
-		}
-		if err == nil || !client.NotMember(err) || ctx.Err() != nil {
-			return res, st, err
-		}
-		w.log.Warn("the servers dropped this worker from their live set (membership declared it dead); joining again",
-			"component", "worker", "rank", w.id.Rank, "step", res.Steps, "err", err)
-		if cfg.StartStep, err = w.joinServers(ctx, ps); err != nil {
-			return res, st, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
-		}
-		w.log.Warn("joined again", "component", "worker", "rank", w.id.Rank, "step", cfg.StartStep, "missed", cfg.StartStep-res.Steps)
-	}
-}
-
-// joinGossip puts the worker into the job's gossip cluster, when gossip
-// is on: the servers follow the workers' membership, so a worker only has
-// to be seen, and seen leaving when it is done; it follows the shards' gRPC
-// addresses (a shard restarted elsewhere). It returns what ends gossip.
-func (w *workerRun) joinGossip(ctx context.Context, ps *client.Client, stdout io.Writer) (func(), error) {
-	fp := fingerprint(w.model.Layout())
-	m, err := w.gf.start(ctx, fmt.Sprintf("worker-%d", w.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: w.id.Rank,
-		ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}, w.log)
-	if err != nil || m == nil {
-		return func() {}, err
-	}
-	if w.events { // a shard the launcher restarts joins the gossip here too
-		launch.Emit(stdout, launch.Event{Event: launch.Listening, Rank: w.id.Rank, Gossip: m.Addr()})
-	}
-	seen := make([]string, ps.Info().Plan.Servers)
-	return follow(m, w.log, 2*time.Second, func(views <-chan cluster.View) {
-		for v := range views {
-			logChanges(v, w.log)
-			followShards(v, fp, seen, ps, w.sec.creds.CheckDial, w.log)
-		}
-	}), nil
-}
-
-// dial connects to the servers through nic and checks that they hold this
-// worker's model, in its mode, for its world size.
-func (w *workerRun) dial(ctx context.Context, nic *netshape.NIC) (*client.Client, error) {
-	enc, err := w.rf.pushEncoding()
-	if err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, w.connect)
-	defer cancel()
-	lanes := w.lanes
-	switch {
-	case w.tf.overlap:
-		lanes = 1 // pushes and pulls go alone, one stream each: no push-pull to split
-	case lanes == 0:
-		lanes = autoLanes(runtime.NumCPU())
-	}
-	ps, err := client.Dial(dctx, strings.Split(w.servers, ","), client.WithCallTimeout(w.callTime), client.WithRetryFor(w.retryFor), client.WithPushEncoding(enc),
-		client.WithLanes(lanes), client.WithDialOptions(append(w.sec.creds.DialOptions(), grpcDialer(nic))...))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", w.servers, err)
-	}
-	info := ps.Info()
-	err = checkLayout(w.model, info)
-	switch {
-	case err != nil:
-	case info.Mode != w.tf.mode:
-		err = fmt.Errorf("--mode %s: the servers run mode %s", w.tf.mode, info.Mode)
-	case info.Mode != consistency.Async && info.Workers != w.id.WorldSize:
-		err = fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.id.WorldSize, info.Workers, w.id.WorldSize)
-	}
-	if err != nil {
-		ps.Close()
-		return nil, err
-	}
-	w.usedLanes = slices.Max(ps.Lanes())
-	// Only lanes asked for by name are worth a warning; --lanes 0 asks
-	// for up to autoLanes.
-	switch lanes := w.usedLanes; {
-	case w.id.Rank != 0:
-	case w.tf.overlap && w.lanes > 1:
-		w.log.Warn(fmt.Sprintf("--lanes %d: with --overlap-push-pull there is no push-pull to split; pushes and pulls go over one stream each", w.lanes))
-	case lanes < w.lanes:
-		w.log.Warn(fmt.Sprintf("--lanes %d: the servers' shares hold at most %d chunk(s) each, so a push-pull goes over %d lane(s) (a lane carries whole chunks; a smaller --chunk-bytes gives more)",
-			w.lanes, lanes, lanes))
-	}
-	return ps, nil
-}
-
-// strategy is the worker's parameter-server strategy for its mode.
-func (w *workerRun) strategy(ps *client.Client) (psStrategy, error) {
-	shards := ps.Info().Plan.Servers
-	if w.tf.mode == consistency.Sync {
-		s := worker.NewSync(psclient.New(ps), int64(w.id.Rank), shards)
-		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped },
-			pushes: func() []worker.PushRecord { return nil }}, nil
-	}
-	a, err := worker.NewAsync(psclient.New(ps), w.model.Layout().Size(), shards,
-		worker.AsyncConfig{WorkerID: int64(w.id.Rank), PushEvery: w.tf.pushEvery, FetchEvery: w.tf.fetchEvery, Overlap: w.tf.overlap, Record: w.recordPushes != ""})
-	if err != nil {
-		return psStrategy{}, err
-	}
-	return psStrategy{strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 },
-		pushes: func() []worker.PushRecord { return a.Pushes }}, nil
-}
-
-// checkLayout refuses servers that hold another model's parameters.
-func checkLayout(model nn.Model, info client.Info) error {
-	var l nn.Layout
-	for _, t := range info.Tensors {
-		l.Tensors = append(l.Tensors, nn.Tensor{Name: t.Name, Shape: t.Shape, Offset: t.Offset})
-	}
-	if !l.Equal(model.Layout()) {
-		return fmt.Errorf("the servers hold a model with layout %v, this worker's %s has %v: start both with the same --model and --hidden", l, describeModel(model), model.Layout())
-	}
-	return nil
+	return cfg, err
 }

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -10,15 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/collective/collnet"
 	"github.com/shoalml/shoal/elastic"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/metrics"
-	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/worker"
 )
 
@@ -54,53 +51,54 @@ func (g *gossipRoster) see(v cluster.View) {
 
 // runElastic trains as one member of an elastic ring (gossip on): the
 // ring re-forms when a member dies or joins, instead of ending.
-func runElastic(ctx context.Context, r ringRun) error {
-	if r.sf.stopAt > 0 || r.sf.evalEvery > 0 {
+func runElastic(ctx context.Context, r ringRun) (err error) {
+	if r.Stats.StopAt > 0 || r.Stats.EvalEvery > 0 {
 		return errors.New("--stop-at-accuracy and --eval-every are not supported by the elastic ring yet; run with --elastic=false")
 	}
-	comp, err := r.rf.compressionMode()
-	if err != nil {
-		return err
-	}
+	comp := r.Ring.Compression
 	svc, err := startElastic(ctx, r)
 	if err != nil {
 		return err
 	}
-	defer svc.stop()
+	defer func() {
+		if serr := svc.stop(); err == nil {
+			err = serr
+		}
+	}()
 	wrap, closeNIC, err := r.nicWrap()
 	if err != nil {
 		return err
 	}
 	defer closeNIC()
 
-	n := r.model.Layout().Size()
+	n := r.Model.Layout().Size()
 	initial := make([]float32, n)
-	r.model.Init(initial, r.seed)
+	r.Model.Init(initial, r.Seed)
 	steps := launch.StepLog{}
-	wcfg := worker.Config{Batch: r.tf.batch, Epochs: r.tf.epochs, Steps: r.tf.steps, Seed: r.seed, BackwardPasses: r.tf.backwardPasses,
-		Progress: progressTo(r.stdout, r.events), ProgressEvery: max(r.tf.progressEvery, 1), Logger: r.log, Timeline: r.timeline}
-	if r.sf.stats {
+	wcfg := worker.Config{Batch: r.Loop.Batch, Epochs: r.Loop.Epochs, Steps: r.Loop.Steps, Seed: r.Seed, BackwardPasses: r.Loop.BackwardPasses,
+		Progress: r.Progress, ProgressEvery: max(r.Loop.ProgressEvery, 1), Logger: r.Logger, Timeline: r.Timeline}
+	if r.Stats.Times {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}
-	_, stopMetrics, err := r.mtf.workerMetrics(&wcfg, r.id.Rank, metrics.WorkerSources{Members: func() int { return len(svc.roster.Live()) }}, r.log, r.stdout, r.events)
+	_, stopMetrics, err := workerMetrics(r.MetricsAddr, &wcfg, r.ID.Rank, metrics.WorkerSources{Members: func() int { return len(svc.roster.Live()) }}, r.Logger, r.out, r.Events)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
 	var current atomic.Pointer[countingTransport] // the generation's transport, for the stall inspector
-	stopStalls := watchStalls(&wcfg, r.stall, r.log, ringStalls(current.Load))
+	stopStalls := watchStalls(&wcfg, r.Stall, r.Logger, ringStalls(current.Load))
 	defer stopStalls()
 	out, err := elastic.Run(ctx, elastic.Config{
-		Member: r.id.Rank, JobID: r.rf.jobID, Coordinator: svc.coord, Roster: svc.roster,
+		Member: r.ID.Rank, JobID: r.Ring.JobID, Coordinator: svc.coord, Roster: svc.roster,
 		Connect: r.connector(wrap, &current),
-		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.timeout},
-		Model:   r.model, Train: r.train, Initial: initial,
-		Ring:   worker.RingConfig{Optimizer: r.ocfg, ReduceOp: r.rf.reduceOp, DesyncEvery: r.rf.desyncEvery, FusionBytes: r.rf.fusionBytes, Timeline: r.timeline},
-		Worker: wcfg, ReformTimeout: r.rf.rejoinTimeout, Logger: r.log, DialOptions: r.sec.DialOptions(), CheckDial: r.sec.CheckDial,
+		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout},
+		Model:   r.Model, Train: r.Train, Initial: initial,
+		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline},
+		Worker: wcfg, ReformTimeout: r.Ring.RejoinTimeout, Logger: r.Logger, DialOptions: r.Creds.DialOptions(), CheckDial: r.Creds.CheckDial,
 		OnGeneration: r.generationEvents(),
 	})
 	if err != nil {
-		return fmt.Errorf("member %d of the elastic ring: %w", r.id.Rank, err)
+		return fmt.Errorf("member %d of the elastic ring: %w", r.ID.Rank, err)
 	}
 	defer out.Close()
 	return r.finishElastic(ctx, out, &steps)
@@ -109,10 +107,10 @@ func runElastic(ctx context.Context, r ringRun) error {
 // nicWrap is the NIC model every generation's links go through, if one
 // is asked for, and how to close it.
 func (r ringRun) nicWrap() (func(net.Conn) net.Conn, func(), error) {
-	if !r.nf.shaped() {
+	if !shaped(r.NIC) {
 		return nil, func() {}, nil
 	}
-	nic, err := r.nf.nic()
+	nic, err := newNIC(r.NIC)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,10 +122,10 @@ func (r ringRun) nicWrap() (func(net.Conn) net.Conn, func(), error) {
 // current for the stall inspector.
 func (r ringRun) connector(wrap func(net.Conn) net.Conn, current *atomic.Pointer[countingTransport]) func(context.Context, int, int, string, net.Listener, string) (collective.Transport, error) {
 	return func(ctx context.Context, rank, size int, master string, lis net.Listener, job string) (collective.Transport, error) {
-		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 		defer cancel()
-		cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.rf.listen, JobID: job,
-			SharedMemory: r.rf.sharedMemory && wrap == nil, WrapData: wrap, Security: r.sec}
+		cfg := collnet.Config{Rank: rank, Size: size, Master: master, MasterListener: lis, Listen: r.Ring.Listen, JobID: job,
+			SharedMemory: r.Ring.SharedMemory && wrap == nil, WrapData: wrap, Security: r.Creds}
 		tr, err := collnet.Connect(cctx, cfg)
 		if err != nil {
 			return nil, err
@@ -144,36 +142,38 @@ func (r ringRun) connector(wrap func(net.Conn) net.Conn, current *atomic.Pointer
 type elasticService struct {
 	coord  *elastic.Coordinator
 	roster *gossipRoster
-	stop   func()
+	// stop leaves the gossip and stops the service; its error is the
+	// one that ended serving early.
+	stop func() error
 }
 
 // startElastic serves the Elastic service and joins the job's gossip.
 func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
-	log := r.log
-	host := hostOf(r.gf.bindAddr())
-	if r.rf.listen != "" {
-		host = hostOf(r.rf.listen)
+	log := r.Logger
+	host := cluster.HostOf(r.GossipBind)
+	if r.Ring.Listen != "" {
+		host = cluster.HostOf(r.Ring.Listen)
 	}
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("elastic: listening for the Elastic service on %s: %w", host, err)
 	}
 	// Its callers send the token: in the clear, only on loopback.
-	if err := r.sec.CheckListen(lis.Addr()); err != nil {
+	if err := r.Creds.CheckListen(lis.Addr()); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("elastic: the Elastic service: %w", err)
 	}
-	roster := &gossipRoster{fp: fingerprint(r.model.Layout())}
+	roster := &gossipRoster{fp: fingerprint(r.Model.Layout())}
 	var advertised string // the host the gossip advertises, once joined
 	coord, err := elastic.NewCoordinator(elastic.CoordinatorConfig{
-		JobID: r.rf.jobID, Self: r.id.Rank, Initial: r.id.WorldSize, MinWorkers: r.rf.minWorkers, RejoinTimeout: r.rf.rejoinTimeout,
+		JobID: r.Ring.JobID, Self: r.ID.Rank, Initial: r.ID.WorldSize, MinWorkers: r.Ring.MinWorkers, RejoinTimeout: r.Ring.RejoinTimeout,
 		Roster: roster, Logger: log,
 		Listen: func() (net.Listener, error) {
 			l, err := collnet.ListenMaster(net.JoinHostPort(host, "0"))
 			if err != nil {
 				return nil, err
 			}
-			return addrListener{Listener: l, addr: reachable(l.Addr().String(), advertised)}, nil
+			return addrListener{Listener: l, addr: cluster.Reachable(l.Addr().String(), advertised)}, nil
 		},
 	})
 	if err != nil {
@@ -181,31 +181,29 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 		return nil, err
 	}
 	roster.coord = coord
-	m, err := r.gf.start(ctx, fmt.Sprintf("worker-%d", r.id.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.id.Rank,
+	m, err := r.Gossip(ctx, fmt.Sprintf("worker-%d", r.ID.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: r.ID.Rank,
 		GRPCAddr: lis.Addr().String(), ModelFingerprint: roster.fp}, log)
 	if err != nil {
 		lis.Close()
 		return nil, err
 	}
 	// Set before the service answers anyone: Listen reads it.
-	advertised = hostOf(m.Addr())
-	srv := grpc.NewServer(r.sec.ServerOptions(log, nil)...)
-	pb.RegisterElasticServer(srv, coord)
-	go srv.Serve(lis)
+	advertised = cluster.HostOf(m.Addr())
+	stopServing := elastic.Serve(lis, coord, log, r.Creds.ServerOptions(log, nil)...)
 	// The ranks of a ring finish together: when one leaves, the others
 	// are leaving too and may not be there to hear it, and nobody needs
 	// to (a leave mid-run is a failure, seen as a death). So the news
 	// gets a short wait.
-	leave := follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
+	leave := cluster.Follow(m, log, 200*time.Millisecond, func(views <-chan cluster.View) {
 		for v := range views {
-			logChanges(v, log)
+			cluster.LogChanges(v, log)
 			roster.see(v)
 		}
 	})
-	if r.events {
-		launch.Emit(r.stdout, launch.Event{Event: launch.Listening, Rank: r.id.Rank, Addr: reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
+	if r.Events {
+		launch.Emit(r.out, launch.Event{Event: launch.Listening, Rank: r.ID.Rank, Addr: cluster.Reachable(lis.Addr().String(), advertised), Gossip: m.Addr()})
 	}
-	return &elasticService{coord: coord, roster: roster, stop: func() { leave(); srv.Stop() }}, nil
+	return &elasticService{coord: coord, roster: roster, stop: func() error { leave(); return stopServing() }}, nil
 }
 
 // generationEvents tells the launcher, from the new rank 0 of each
@@ -215,18 +213,18 @@ func (r ringRun) generationEvents() func(elastic.Generation) {
 	var seen []int // every member any generation held, to tell a rejoin
 	return func(g elastic.Generation) {
 		defer func() { seen = append(seen, g.Members...) }()
-		if g.Number == 1 || !r.events || g.Rank != 0 {
+		if g.Number == 1 || !r.Events || g.Rank != 0 {
 			return
 		}
 		for _, id := range g.Left {
-			launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: "died", Steps: g.Step, Live: len(g.Members)})
+			launch.Emit(r.out, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: "died", Steps: g.Step, Live: len(g.Members)})
 		}
 		for _, id := range g.Joined {
 			change := "joined"
 			if slices.Contains(seen, id) {
 				change = "rejoined"
 			}
-			launch.Emit(r.stdout, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: change, Steps: g.Step, Live: len(g.Members)})
+			launch.Emit(r.out, launch.Event{Event: launch.Member, Role: "worker", Rank: id, Change: change, Steps: g.Step, Live: len(g.Members)})
 		}
 	}
 }
@@ -239,18 +237,18 @@ func (r ringRun) finishElastic(ctx context.Context, out *elastic.Outcome, steps 
 		return err
 	}
 	ev := worker.Evaluation{Accuracy: -1}
-	if r.eval {
+	if r.Eval {
 		var err error
-		if ev, err = worker.EvaluateShard(ctx, out.Comm, r.model, out.Params, r.test, 1000); err != nil {
+		if ev, err = worker.EvaluateShard(ctx, out.Comm, r.Model, out.Params, r.Test, 1000); err != nil {
 			return err
 		}
 	}
-	if out.Rank == 0 && r.save != "" {
+	if out.Rank == 0 && r.Ring.Save != "" {
 		if err := r.saveParams(out.Params, ev); err != nil {
 			return err
 		}
 	}
-	r.log.Info("elastic ring done", "component", "elastic", "generations", out.Generations, "rank", out.Rank, "size", out.Size)
+	r.Logger.Info("elastic ring done", "component", "elastic", "generations", out.Generations, "rank", out.Rank, "size", out.Size)
 	r.report(res, ev, steps)
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cluster_test
 
 import (
 	"log/slog"
@@ -51,8 +51,8 @@ func TestFollowShardsKeepsTheTokenOffTheNetwork(t *testing.T) {
 			moves := movesRecorder{}
 			seen := make([]string, 1)
 			log := slog.New(slog.DiscardHandler)
-			followShards(view("127.0.0.1:7000"), fp, seen, moves, tc.creds.CheckDial, log) // its first address: recorded
-			followShards(view(tc.to), fp, seen, moves, tc.creds.CheckDial, log)
+			cluster.FollowShards(view("127.0.0.1:7000"), fp, seen, moves, tc.creds.CheckDial, log) // its first address: recorded
+			cluster.FollowShards(view(tc.to), fp, seen, moves, tc.creds.CheckDial, log)
 			if tc.moved {
 				assert.Equal(t, movesRecorder{0: tc.to}, moves)
 			} else {
