@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/bench/harness"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/nn"
@@ -48,12 +49,8 @@ func (m *simModel) measure(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rec, err := benchCompute(ctx, fast, m.batch, 3, 10, m.flags.seed, observer{})
-	if err != nil {
-		return 0, err
-	}
-	m.compute = rec.Seconds / float64(rec.Steps)
-	return m.compute, nil
+	m.compute, err = harness.StepSeconds(ctx, fast, m.batch, 3, 10, m.flags.seed)
+	return m.compute, err
 }
 
 // benchSimulateFlags are shoal bench simulate's flags.
