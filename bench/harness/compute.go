@@ -244,3 +244,47 @@ func (s *computeStep) observedStep() error {
 	}
 	return err
 }
+
+// CPUModel builds spec's model on the CPU GEMM path that backend names
+// (see CPUBackend) with threads GEMM threads, and says where it computes,
+// why there, and with how many threads (the gonum path is serial: 1).
+func CPUModel(spec nn.Spec, backend string, threads int) (model nn.Model, where, why string, usedThreads int, err error) {
+	be, why, err := CPUBackend(backend, threads)
+	if err != nil {
+		return nil, "", "", 0, err
+	}
+	if model, err = nn.New(spec, be); err != nil {
+		return nil, "", "", 0, err
+	}
+	if _, ok := be.(*nn.CPU); ok {
+		threads = 1 // serial
+	}
+	return model, be.Name(), why, threads, nil
+}
+
+// Complete fills in what Compute leaves to its caller: the model's hidden
+// widths (never null), the GEMM threads, where the model computed and
+// why, and in what precision; on a device in fp16, the loss scale it
+// ended at and its overflows.
+func (rec *ComputeRecord) Complete(spec nn.Spec, threads int, where, why string, model nn.Model, precision nn.Precision) {
+	rec.Hidden = spec.Hidden
+	if rec.Hidden == nil {
+		rec.Hidden = []int{}
+	}
+	rec.Threads = threads
+	rec.Backend, rec.Why, rec.Precision = where, why, precision.String()
+	if dm, ok := model.(*nn.DeviceModel); ok && precision == nn.FP16 {
+		rec.LossScale, rec.Overflows = dm.LossScale()
+	}
+}
+
+// Text is rec as shoal bench compute prints it without --json, for the
+// model described as name: a line, and why this backend.
+func (rec ComputeRecord) Text(name string) string {
+	prec := ""
+	if p, err := nn.ParsePrecision(rec.Precision); err == nil && p.Half() {
+		prec = ", " + rec.Precision
+	}
+	return fmt.Sprintf("%s, batch %d, %d thread(s), %s%s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
+		name, rec.Batch, rec.Threads, rec.Backend, prec, rec.SamplesPerSec, rec.Steps, rec.Seconds, rec.Why)
+}

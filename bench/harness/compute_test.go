@@ -34,3 +34,23 @@ func TestComputeResident(t *testing.T) {
 		Observer: Observer{Metrics: metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})}})
 	assert.ErrorContains(t, err, "--metrics and --timeline: not with a model on host/")
 }
+
+func TestComputeRecordOnTheCPU(t *testing.T) {
+	spec := nn.Spec{Arch: "mlp", Hidden: []int{8}}
+	model, where, why, threads, err := CPUModel(spec, "gonum", 4)
+	require.NoError(t, err)
+	assert.Equal(t, "cpu/gonum", where)
+	assert.Equal(t, "gonum: asked for with --backend gonum", why)
+	assert.Equal(t, 1, threads, "the gonum path is serial")
+	_, _, _, _, err = CPUModel(spec, "mkl", 1)
+	assert.EqualError(t, err, `--backend "mkl": want auto, openblas or gonum`)
+
+	rec, err := Compute(context.Background(), model, ComputeConfig{Batch: 2, Steps: 1, Seed: 1})
+	require.NoError(t, err)
+	rec.Complete(nn.Spec{Arch: "cnn"}, threads, where, why, model, nn.FP32)
+	assert.Equal(t, []int{}, rec.Hidden, "never null in --json")
+	assert.Equal(t, "fp32", rec.Precision)
+	assert.Regexp(t, `^mlp 784-8-10, batch 2, 1 thread\(s\), cpu/gonum: \d+ samples/s \(1 steps in \d+\.\d{3} s\)\ngonum: asked for with --backend gonum\n$`, rec.Text("mlp 784-8-10"))
+	rec.Precision = "bf16"
+	assert.Contains(t, rec.Text("m"), "cpu/gonum, bf16: ")
+}

@@ -59,20 +59,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return errUsage
 }
 
-// tcpRecord is the line of `shoal bench tcp --json`; times in seconds.
-type tcpRecord struct {
-	Bytes    int     `json:"bytes"`
-	Iters    int     `json:"iters"`
-	Warmup   int     `json:"warmup"`
-	Median   float64 `json:"median_seconds"`
-	P10      float64 `json:"p10_seconds"`
-	P90      float64 `json:"p90_seconds"`
-	Mean     float64 `json:"mean_seconds"`
-	GBps     float64 `json:"gbps"`
-	Sent     int64   `json:"sent"`
-	Received int64   `json:"received"`
-}
-
 func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench tcp", "Times round trips over one TCP connection on loopback, in this process: the client\nwrites --bytes, the server reads them all and writes them back, the client reads them\nall. Prints the median, p10 and p90 round trip after --warmup untimed ones, and\nGB/s = 2 x bytes / median (both directions). With --bytes 2678824 (669,706 float32)\nit is the floor under a parameter server's pull+push of a 512,512 MLP.", stderr)
 	def := rawtcp.DefaultConfig()
@@ -92,11 +78,9 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if *jsonOut {
-		return printJSONLine(stdout, tcpRecord{Bytes: r.Bytes, Iters: r.Iters, Warmup: r.Warmup, Median: r.Median.Seconds(), P10: r.P10.Seconds(),
-			P90: r.P90.Seconds(), Mean: r.Mean.Seconds(), GBps: r.GBps, Sent: r.Sent, Received: r.Received})
+		return printJSONLine(stdout, r.Record())
 	}
-	_, err = fmt.Fprintf(stdout, "tcp round trip, %d bytes each way, one loopback connection: median %v (p10 %v, p90 %v), %.2f GB/s; %d round trips after %d warm-up\n",
-		r.Bytes, r.Median.Round(time.Microsecond), r.P10.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.GBps, r.Iters, r.Warmup)
+	_, err = fmt.Fprintln(stdout, r)
 	return err
 }
 

@@ -107,18 +107,9 @@ func (b *benchComputeRun) buildModel() (placedModel, error) {
 		}
 		return b.dev.onGPU(b.spec, b.place)
 	}
-	be, why, err := harness.CPUBackend(b.backend, b.threads)
-	if err != nil {
-		return placedModel{}, err
-	}
-	model, err := nn.New(b.spec, be)
-	if err != nil {
-		return placedModel{}, err
-	}
-	if _, ok := be.(*nn.CPU); ok {
-		b.threads = 1 // serial
-	}
-	return placedModel{model: model, where: be.Name(), why: why, close: func() {}}, nil
+	model, where, why, threads, err := harness.CPUModel(b.spec, b.backend, b.threads)
+	b.threads = threads
+	return placedModel{model: model, where: where, why: why, close: func() {}}, err
 }
 
 // measure times the steps of model, observed into metrics with
@@ -147,23 +138,10 @@ func (b *benchComputeRun) measure(ctx context.Context, model nn.Model) (harness.
 // precision, and prints it: a line and why this backend, or with --json
 // the object.
 func (b *benchComputeRun) report(stdout io.Writer, rec harness.ComputeRecord, pm placedModel) error {
-	rec.Hidden = b.spec.Hidden
-	if rec.Hidden == nil {
-		rec.Hidden = []int{}
-	}
-	rec.Threads = b.threads
-	rec.Backend, rec.Why, rec.Precision = pm.where, pm.why, b.dev.precision.String()
-	if dm, ok := pm.model.(*nn.DeviceModel); ok && b.dev.precision == nn.FP16 {
-		rec.LossScale, rec.Overflows = dm.LossScale()
-	}
+	rec.Complete(b.spec, b.threads, pm.where, pm.why, pm.model, b.dev.precision)
 	if b.jsonOut {
 		return printJSONLine(stdout, rec)
 	}
-	prec := ""
-	if b.dev.precision.Half() {
-		prec = ", " + rec.Precision
-	}
-	_, err := fmt.Fprintf(stdout, "%s, batch %d, %d thread(s), %s%s: %.0f samples/s (%d steps in %.3f s)\n%s\n",
-		describeModel(pm.model), rec.Batch, rec.Threads, rec.Backend, prec, rec.SamplesPerSec, rec.Steps, rec.Seconds, pm.why)
+	_, err := fmt.Fprint(stdout, rec.Text(describeModel(pm.model)))
 	return err
 }

@@ -24,9 +24,6 @@ shoal bench plan predicts it.
 the run's model, data, --batch, --epochs, optimizer and --seed. With one shard
 the replay is the recorded run, gradient for gradient.`
 
-// emulateRun is one emulated job as --json prints it.
-type emulateRun = harness.EmulateRun
-
 // benchEmulateFlags are shoal bench emulate's flags.
 type benchEmulateFlags struct {
 	job        simJobFlags
