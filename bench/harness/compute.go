@@ -206,8 +206,8 @@ func (s *computeStep) step(ctx context.Context) error {
 	// this loop, which does not, yields instead. A goroutine that has
 	// not been scheduled for 10ms loses its P when it is next in a cgo
 	// call (an OpenBLAS GEMM), after which sysmon polls every 20µs for
-	// a while: about ten context switches per MLP step, and more CPU
-	// per step on a busy machine.
+	// a while: context switches every MLP step, and more CPU per step
+	// on a busy machine (docs/BENCHMARKS.md).
 	runtime.Gosched()
 	if s.resident != nil {
 		loss, _ := s.resident.TrainStep(s.x, s.labels, float32(s.ocfg.LR), float32(s.ocfg.Momentum))
