@@ -31,9 +31,6 @@ type benchEmulateFlags struct {
 	workerList string // --workers, read into cfg.Workers
 	modeList   string // --modes, read into cfg.Modes
 	boundList  string // --staleness, read into cfg.Bounds
-	batch      int
-	epochs     int
-	evalEvery  int64
 	replay     string // --replay DIR
 }
 
@@ -42,10 +39,10 @@ func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.workerList, "workers", "8,16,32,64", "worker counts, comma-separated")
 	fs.StringVar(&f.modeList, "modes", "async,ssp,sync", "modes: async, ssp, sync")
 	fs.StringVar(&f.boundList, "staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
-	fs.IntVar(&f.batch, "batch", 64, "batch per worker")
-	fs.IntVar(&f.epochs, "epochs", 3, "epochs of the job")
+	fs.IntVar(&f.cfg.Job.Batch, "batch", 64, "batch per worker")
+	fs.IntVar(&f.cfg.Job.Epochs, "epochs", 3, "epochs of the job")
 	fs.IntVar(&f.cfg.Servers, "servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
-	fs.Int64Var(&f.evalEvery, "eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
+	fs.Int64Var(&f.cfg.Job.EvalEvery, "eval-every", 0, "updates between evaluations on the test set (0: about 20 over the job)")
 	fs.StringVar(&f.cfg.Out, "out", "", "folder for results.json and the plots (accuracy-n<N>.png)")
 	fs.BoolVar(&f.cfg.JSON, "json", false, "print one JSON object per job")
 	fs.StringVar(&f.replay, "replay", "", "follow the order of the real run recorded in DIR by shoal train --record-pushes (its mode, workers and bound), not a simulated one")
@@ -71,7 +68,7 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, err
 	if c.Modes, err = harness.ParseModes(p.modeList); err != nil {
 		return nil, err
 	}
-	c.Net, c.Job.Batch, c.Job.Epochs, c.Job.EvalEvery = p.job.net(), p.batch, p.epochs, p.evalEvery
+	c.Net = p.job.net()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,7 +91,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	cfg := p.cfg
-	if cfg.Job, err = p.job.emulation(p.batch, p.epochs, p.evalEvery); err != nil {
+	if cfg.Job, err = p.job.emulation(cfg.Job.Batch, cfg.Job.Epochs, cfg.Job.EvalEvery); err != nil {
 		return err
 	}
 	model, err := cfg.Job.Model()
@@ -123,6 +120,6 @@ func (p *benchEmulateFlags) readReplay(fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	p.cfg.Replay, err = harness.NewReplay(p.replay, recs, p.batch, p.job.model.seed)
+	p.cfg.Replay, err = harness.NewReplay(p.replay, recs, p.cfg.Job.Batch, p.job.model.seed)
 	return err
 }
