@@ -8,7 +8,8 @@
 //
 // The harness's logic lives here, the binary only runs it: the run matrix
 // (Plan: DefaultPlan, ParseGrid, Models), the analytic communication model
-// (CommModel), scaling efficiency and time to target.
+// (CommModel), scaling efficiency and time to target. Running the matrix,
+// and the other `shoal bench` subcommands, is bench/harness's.
 //
 // results.json follows the JSON Schema in results.schema.json (embedded as
 // Schema, documented field by field in docs/bench-schema.md). Validate

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shoalml/shoal/collective"
@@ -176,4 +178,30 @@ func Case(c *collective.Communicator, op string, n int) (fill func(), run func(c
 				return true
 			}
 	}
+}
+
+// ParseSizes reads message sizes per rank, e.g. "1MiB,4MiB,512KiB,100"
+// (bytes, in whole float32s), as shoal bench allreduce's --sizes gives
+// them.
+func ParseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := int64(1)
+		for _, u := range []struct {
+			suffix string
+			m      int64
+		}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+			if strings.HasSuffix(f, u.suffix) {
+				f, mult = strings.TrimSuffix(f, u.suffix), u.m
+				break
+			}
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 || n*mult%4 != 0 {
+			return nil, fmt.Errorf("--sizes %q: want sizes like 1MiB,4MiB,16MiB (whole float32s)", s)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
 }

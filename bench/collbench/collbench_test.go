@@ -106,3 +106,27 @@ func TestMeasureRefusesAnUnknownOp(t *testing.T) {
 	_, _, err = Measure(context.Background(), c, "gossip", 16, 1, 0)
 	assert.ErrorContains(t, err, `collective "gossip": want one of`)
 }
+
+func TestParseSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []int64
+		err      bool
+	}{
+		{"units", "1MiB,4MiB,512KiB,100", []int64{1 << 20, 4 << 20, 512 << 10, 100}, false},
+		{"spaces and bytes", " 8B , 1GiB", []int64{8, 1 << 30}, false},
+		{"not whole float32s", "6", nil, true},
+		{"negative", "-4", nil, true},
+		{"not a number", "1MB", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseSizes(tc.in)
+			if tc.err {
+				assert.ErrorContains(t, err, "want sizes like 1MiB,4MiB,16MiB (whole float32s)")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalml/shoal/bench/harness"
 	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/internal/cudaemu"
-	"github.com/shoalml/shoal/metrics"
-	"github.com/shoalml/shoal/nn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,7 +41,7 @@ func TestBenchCompute(t *testing.T) {
 			for _, k := range []string{"model", "hidden", "batch", "threads", "backend", "steps", "seconds", "samples_per_sec"} {
 				assert.Contains(t, raw, k)
 			}
-			var rec computeRecord
+			var rec harness.ComputeRecord
 			require.NoError(t, json.Unmarshal(out.Bytes(), &rec))
 			assert.Equal(t, tc.model, rec.Model)
 			assert.Equal(t, tc.hidden, rec.Hidden)
@@ -124,31 +123,10 @@ func TestDeviceCUDAWithoutAGPU(t *testing.T) {
 	for _, d := range []string{"auto", "cpu"} {
 		var out bytes.Buffer
 		require.NoError(t, runBenchCompute(context.Background(), []string{"--device", d, "--hidden", "8", "--steps", "1", "--json"}, &out, &bytes.Buffer{}))
-		var rec computeRecord
+		var rec harness.ComputeRecord
 		require.NoError(t, json.Unmarshal(out.Bytes(), &rec))
 		assert.Contains(t, rec.Backend, "cpu/", d)
 	}
-}
-
-// TestBenchComputeResident times a model on a device (the host's
-// reference device here, a GPU's Device in production) through the
-// resident step, and refuses to observe it.
-func TestBenchComputeResident(t *testing.T) {
-	dm, err := nn.NewOnDevice(nn.Spec{Arch: "mlp", Hidden: []int{16}}, nn.NewHostDevice(nn.NewCPU()))
-	require.NoError(t, err)
-	defer dm.Close()
-	rec, err := benchCompute(context.Background(), dm, 8, 1, 3, 1, observer{})
-	require.NoError(t, err)
-	assert.Equal(t, 3, rec.Steps)
-	assert.Positive(t, rec.SamplesPerSec)
-	// The device holds weights the steps moved from their initial values.
-	got, init := make([]float32, dm.Layout().Size()), make([]float32, dm.Layout().Size())
-	require.NoError(t, dm.Store(got))
-	dm.Init(init, 1)
-	assert.NotEqual(t, init, got)
-
-	_, err = benchCompute(context.Background(), dm, 8, 1, 3, 1, observer{metrics: metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})})
-	assert.ErrorContains(t, err, "--metrics and --timeline: not with a model on host/")
 }
 
 // TestDeviceCUDAOnTheEmulator runs the real binary with --device cuda
@@ -182,7 +160,7 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 	assert.Equal(t, "cuda:0", r.GPU.Ranks[0].Device)
 
 	for _, prec := range []string{"fp32", "bf16", "fp16"} {
-		var rec computeRecord
+		var rec harness.ComputeRecord
 		out := shoal("bench", "compute", "--device", "cuda", "--precision", prec, "--hidden", "32", "--batch", "16", "--steps", "3", "--warmup", "1", "--json")
 		require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
 		assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalml/shoal/bench/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // emulateJSON runs shoal bench emulate with args and --json and returns
 // its jobs.
-func emulateJSON(t *testing.T, args ...string) []emulateRun {
+func emulateJSON(t *testing.T, args ...string) []harness.EmulateRun {
 	t.Helper()
 	ctx := ctxT(t, 4*time.Minute)
 	cmd := exec.CommandContext(ctx, shoalBin, append([]string{"bench", "emulate", "--json"}, args...)...)
@@ -24,9 +25,9 @@ func emulateJSON(t *testing.T, args ...string) []emulateRun {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
-	var runs []emulateRun
+	var runs []harness.EmulateRun
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var r emulateRun
+		var r harness.EmulateRun
 		require.NoError(t, json.Unmarshal([]byte(l), &r), l)
 		runs = append(runs, r)
 	}
@@ -58,7 +59,7 @@ func TestTheEmulatorMatchesRealRuns(t *testing.T) {
 			// One GEMM thread, as the emulator's workers compute.
 			args := append([]string{"--mode", mode, "--workers", fmt.Sprint(n), "--staleness", "1", "--threads", "1"}, job...)
 			dir := t.TempDir()
-			var e []emulateRun
+			var e []harness.EmulateRun
 			if mode == "sync" {
 				r, _ := trainJSON(t, nil, args...)
 				e = emulateJSON(t, append([]string{"--modes", mode, "--workers", fmt.Sprint(n)}, job...)...)
@@ -99,7 +100,7 @@ func TestBenchEmulateWritesPlots(t *testing.T) {
 	}
 	var res struct {
 		Simulated bool
-		Emulated  []emulateRun
+		Emulated  []harness.EmulateRun
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	require.NoError(t, err)
@@ -136,7 +137,7 @@ func TestARecordingReplacesTheLastOne(t *testing.T) {
 	assert.NoFileExists(t, stale)
 	e := emulateJSON(t, append([]string{"--replay", dir}, job...)...)
 	require.Len(t, e, 1)
-	assert.Equal(t, emulateRun{Mode: "ssp", Workers: 2, Staleness: 2}, emulateRun{Mode: e[0].Mode, Workers: e[0].Workers, Staleness: e[0].Staleness})
+	assert.Equal(t, harness.EmulateRun{Mode: "ssp", Workers: 2, Staleness: 2}, harness.EmulateRun{Mode: e[0].Mode, Workers: e[0].Workers, Staleness: e[0].Staleness})
 	assert.Equal(t, r.Staleness, e[0].Pushes)
 	assert.InDelta(t, r.TestAccuracy, e[0].Accuracy, 0.002)
 }

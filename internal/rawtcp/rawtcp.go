@@ -259,3 +259,30 @@ func summarise(res *Result, times []time.Duration) {
 		res.GBps = 2 * float64(res.Bytes) / res.Median.Seconds() / 1e9
 	}
 }
+
+// Record is a Result as `shoal bench tcp --json` prints it: times in
+// seconds.
+type Record struct {
+	Bytes    int     `json:"bytes"`
+	Iters    int     `json:"iters"`
+	Warmup   int     `json:"warmup"`
+	Median   float64 `json:"median_seconds"`
+	P10      float64 `json:"p10_seconds"`
+	P90      float64 `json:"p90_seconds"`
+	Mean     float64 `json:"mean_seconds"`
+	GBps     float64 `json:"gbps"`
+	Sent     int64   `json:"sent"`
+	Received int64   `json:"received"`
+}
+
+// Record is r as `shoal bench tcp --json` prints it.
+func (r Result) Record() Record {
+	return Record{Bytes: r.Bytes, Iters: r.Iters, Warmup: r.Warmup, Median: r.Median.Seconds(), P10: r.P10.Seconds(),
+		P90: r.P90.Seconds(), Mean: r.Mean.Seconds(), GBps: r.GBps, Sent: r.Sent, Received: r.Received}
+}
+
+// String is r in one line, as `shoal bench tcp` prints it.
+func (r Result) String() string {
+	return fmt.Sprintf("tcp round trip, %d bytes each way, one loopback connection: median %v (p10 %v, p90 %v), %.2f GB/s; %d round trips after %d warm-up",
+		r.Bytes, r.Median.Round(time.Microsecond), r.P10.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.GBps, r.Iters, r.Warmup)
+}

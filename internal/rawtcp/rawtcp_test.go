@@ -3,6 +3,7 @@ package rawtcp_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,11 @@ func TestMeasureEndsWithContext(t *testing.T) {
 	cancel()
 	_, err := rawtcp.Measure(ctx, rawtcp.DefaultConfig())
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestResultRecordAndString(t *testing.T) {
+	r := rawtcp.Result{Bytes: 8, Iters: 3, Warmup: 1, Sent: 32, Received: 32, Median: 2 * time.Millisecond, P10: time.Millisecond, P90: 3 * time.Millisecond,
+		Mean: 2 * time.Millisecond, GBps: 8e-6}
+	assert.Equal(t, rawtcp.Record{Bytes: 8, Iters: 3, Warmup: 1, Median: 0.002, P10: 0.001, P90: 0.003, Mean: 0.002, GBps: 8e-6, Sent: 32, Received: 32}, r.Record())
+	assert.Equal(t, "tcp round trip, 8 bytes each way, one loopback connection: median 2ms (p10 1ms, p90 3ms), 0.00 GB/s; 3 round trips after 1 warm-up", r.String())
 }

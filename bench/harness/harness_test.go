@@ -1,0 +1,140 @@
+package harness
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/internal/netshape"
+	"github.com/shoalml/shoal/sim"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestServerCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		list    string
+		workers int
+		want    []int
+		err     string
+	}{
+		{"default, few workers", "", 2, []int{1}, ""},
+		{"default, ×4 up to the workers", "", 20, []int{1, 4, 16}, ""},
+		{"default, at most 64", "", 1000, []int{1, 4, 16, 64}, ""},
+		{"given", "2, 3", 8, []int{2, 3}, ""},
+		{"not a count", "1,x", 8, nil, `--servers "1,x": want positive integers separated by commas, e.g. 1,4,16`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ServerCounts(tc.list, tc.workers)
+			if tc.err != "" {
+				assert.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseModes(t *testing.T) {
+	ms, err := ParseModes("async, ring")
+	require.NoError(t, err)
+	assert.Equal(t, []consistency.Mode{consistency.Async, consistency.Ring}, ms)
+	_, err = ParseModes("async,fast")
+	assert.ErrorContains(t, err, "--modes: ")
+}
+
+func TestValidate(t *testing.T) {
+	emu := EmulateConfig{Net: DefaultSimJob(), Modes: []consistency.Mode{consistency.Async}, Servers: 1, Job: Job{Batch: 1, Epochs: 1}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"compute", ComputeConfig{Batch: 1, Steps: 0}.Validate(1), "--batch 1, --steps 0, --warmup 0, --threads 1: want batch, steps, threads >= 1 and warmup >= 0"},
+		{"sim job", SimJob{NICGbps: 0}.Validate(), "--nic-gbps 0, --latency 0s, --compute 0s, --jitter 0: want a positive NIC rate, the rest >= 0"},
+		{"emulate ring", func() error { e := emu; e.Modes = []consistency.Mode{consistency.Ring}; return e.Validate() }(), "--modes ring: only the parameter-server modes"},
+		{"emulate epochs", func() error { e := emu; e.Job.Epochs = 0; return e.Validate() }(), "--batch 1, --epochs 0, --servers 1, --eval-every 0: want"},
+		{"simulate", SimulateConfig{Jitter: -1}.Validate(), "--apply-gbps 0, --jitter -1: want >= 0"},
+		{"train target", TrainConfig{Target: 2, EvalEvery: 1}.Validate(), "--target-accuracy 2: want 0 to 1"},
+		{"train eval", TrainConfig{EvalEvery: 0}.Validate(), "--eval-every 0: want >= 1"},
+		{"collective op", CollectiveConfig{Op: "gather"}.Validate(), `--op "gather": want allreduce`},
+		{"collective np", CollectiveConfig{Op: "allreduce", Iters: 1, MaxProcsPerCore: 1}.Validate(), "--np 0, --iters 1, --warmup 0: want np >= 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorContains(t, tc.err, tc.want)
+		})
+	}
+	assert.NoError(t, emu.Validate())
+	assert.NoError(t, DefaultComputeConfig().Validate(1))
+}
+
+func TestFastest(t *testing.T) {
+	row := func(mode string, servers int, sps float64) PlanRow {
+		return PlanRow{Mode: mode, Servers: servers, Result: sim.Result{SamplesPerSec: sps}}
+	}
+	rows := []PlanRow{row("async", 1, 100), row("async", 4, 300), row("sync", 1, 200), row("ring", 0, 150)}
+	var out bytes.Buffer
+	printFastest(&out, rows)
+	assert.Equal(t, "fastest: async with 4 servers, 300 samples/s, 1.50× the best other mode (sync with 1 servers)", out.String())
+	fastest, order := fastestPerMode(rows)
+	assert.Equal(t, []string{"async", "sync", "ring"}, order)
+	assert.Equal(t, 4, fastest["async"].Servers)
+
+	results := []TargetRow{{Mode: "async", Epochs: 1, Seconds: 3}, {Mode: "sync", Epochs: 1, Seconds: 2}, {Mode: "ring"}}
+	out.Reset()
+	targetJob{cfg: PlanConfig{Target: 0.8, Epochs: 3}}.printFirst(&out, results)
+	assert.Equal(t, "first to 80.0%: sync, 1.50× sooner than async\n", out.String())
+	out.Reset()
+	targetJob{cfg: PlanConfig{Target: 0.8, Epochs: 3}}.printFirst(&out, results[2:])
+	assert.Equal(t, "first to 80.0%: none within 3 epochs\n", out.String())
+}
+
+func TestAccuracyCurves(t *testing.T) {
+	runs := []EmulateRun{{Mode: "async", Workers: 2}, {Mode: "ssp", Workers: 2, Staleness: 4, Diverged: "NaN", Updates: 7}, {Mode: "sync", Workers: 8}}
+	byN, order := accuracyCurves(runs)
+	assert.Equal(t, []int{2, 8}, order)
+	require.Len(t, byN[2], 2)
+	assert.Equal(t, "ssp (s = 4), diverged after 7 updates", byN[2][1].Label)
+	assert.Equal(t, 1, byN[2][1].Dash)
+}
+
+func TestTrainArgs(t *testing.T) {
+	cfg := TrainConfig{EvalEvery: 50, Data: "/d", Dataset: "synthetic", NIC: netshape.Config{Gbps: 2, RTT: time.Millisecond}, NICArgs: []string{"--nic-gbps", "2", "--rtt", "1ms"}}
+	args := cfg.trainArgs(bench.Run{Mode: "async-overlap", Workers: 2, Servers: 1, Model: "mlp", Steps: 10}, cfg.NICArgs)
+	assert.Equal(t, []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", "2", "--servers", "1"}, args[:8])
+	assert.Subset(t, args, []string{"--steps", "10", "--eval-every", "50", "--dataset", "synthetic", "--nic-gbps", "--rtt", "1ms"})
+	ring := cfg.trainArgs(bench.Run{Mode: "ring", Workers: 2, Model: "mlp", Epochs: 1}, nil)
+	assert.NotContains(t, ring, "--servers")
+	assert.NotContains(t, ring, "--nic-gbps")
+	assert.Contains(t, ring, "--epochs")
+}
+
+func TestDescribeRecord(t *testing.T) {
+	assert.Equal(t, "a/b: FAILED: first", describeRecord(&bench.Record{ID: "a/b", Error: "first\nsecond"}))
+	rec := &bench.Record{ID: "a/b", SamplesPerSec: 1000, TestAccuracy: 0.5}
+	rec.StepTime.Step.P50 = 0.002
+	assert.Equal(t, "a/b: 1000 samples/s, step p50 2.0 ms, test 50.00%", describeRecord(rec))
+}
+
+func TestCalibration(t *testing.T) {
+	rec := func(id, model string, compute float64) bench.Record {
+		r := bench.Record{ID: id, Model: model}
+		r.StepTime.Compute.Mean = compute
+		return r
+	}
+	measured := &bench.Results{Runs: []bench.Record{rec("m/a", "mlp", 0), rec("m/b", "mlp", 1), rec("m/c", "mlp", 2)}}
+	c, ok := Calibration(measured, "m/c", "mlp")
+	require.True(t, ok)
+	assert.Equal(t, "m/c", c.ID, "the run itself")
+	c, ok = Calibration(measured, "m/z", "mlp")
+	require.True(t, ok)
+	assert.Equal(t, "m/b", c.ID, "the model's first run with a compute")
+	_, ok = Calibration(measured, "c/z", "cnn")
+	assert.False(t, ok)
+	_, ok = Calibration(nil, "m/c", "mlp")
+	assert.False(t, ok)
+}

@@ -1,0 +1,255 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/sim"
+)
+
+// PlanRow is one simulated setup, as shoal bench plan --json prints it.
+type PlanRow struct {
+	Mode    string     `json:"mode"`
+	Servers int        `json:"servers"`
+	Result  sim.Result `json:"result"`
+}
+
+// PlanConfig is one shoal bench plan: the job to simulate in each mode
+// and at each server count, and the time to a test accuracy to predict.
+type PlanConfig struct {
+	// Sim is the job, less its mode, servers and compute: Plan sets
+	// Forward and Backward from Net.Compute (or the compute measured on
+	// Model), and ApplyBytesPerSec, when 0, measured here.
+	Sim sim.Config
+	Net SimJob
+	// Model builds the model to measure the compute on, when
+	// Net.Compute is 0; ModelName describes it.
+	Model     func() (nn.Model, error)
+	ModelName string
+	Modes     []consistency.Mode
+	// ServerList is --servers ("": the default counts); Counts its
+	// counts at Sim.Workers.
+	ServerList string
+	Counts     []int
+	JSON       bool
+	// Plot, when not "", is the PNG of each mode's efficiency against
+	// the worker count.
+	Plot string
+	// Target, when > 0, is the test accuracy whose time to reach is
+	// predicted by emulating each mode's fastest setup (at most Epochs)
+	// on the job that NewJob returns.
+	Target float64
+	Epochs int
+	NewJob func() (Job, error)
+}
+
+// floats is the model's size in float32s.
+func (cfg PlanConfig) floats() int64 {
+	var n int64
+	for _, l := range cfg.Sim.Layers {
+		n += l / 4
+	}
+	return n
+}
+
+// Plan simulates cfg's job in every mode at each server count and prints
+// a table (or with JSON an object per setup), the fastest setup, the
+// plot, and with a Target the predicted time to it.
+func Plan(ctx context.Context, cfg PlanConfig, stdout io.Writer) error {
+	base, c, err := cfg.simConfig(ctx)
+	if err != nil {
+		return err
+	}
+	floats := cfg.floats()
+	if !cfg.JSON {
+		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
+			cfg.ModelName, float64(floats)*4/1e6, base.Workers, base.Batch, cfg.Net.NICGbps, cfg.Net.Latency, c*1e3, base.ApplyBytesPerSec/1e9, base.Steps)
+		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
+	}
+	rows, err := cfg.simulate(base, stdout)
+	if err != nil {
+		return err
+	}
+	if err := cfg.plot(base, stdout); err != nil {
+		return err
+	}
+	tj := targetJob{cfg: cfg}
+	if cfg.JSON || len(rows) == 0 {
+		if cfg.Target > 0 && len(rows) > 0 {
+			return tj.run(ctx, base, rows, stdout)
+		}
+		return nil
+	}
+	printFastest(stdout, rows)
+	if cfg.Target == 0 {
+		fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	return tj.run(ctx, base, rows, stdout)
+}
+
+// simConfig is the job to simulate, less its mode and servers, and its
+// compute per step in seconds: Net.Compute and Sim.ApplyBytesPerSec, or
+// else measured here.
+func (cfg PlanConfig) simConfig(ctx context.Context) (sim.Config, float64, error) {
+	c, err := cfg.Net.stepSeconds(ctx, cfg.Model, cfg.Sim.Batch)
+	if err != nil {
+		return sim.Config{}, 0, err
+	}
+	sc := cfg.Sim
+	if sc.ApplyBytesPerSec == 0 {
+		sc.ApplyBytesPerSec = sim.MeasureOptimizer(int(min(cfg.floats(), 1<<24)))
+	}
+	sc.Forward, sc.Backward = c/3, 2*c/3
+	sc.Jitter, sc.Seed, sc.NICGbps, sc.Latency = cfg.Net.Jitter, cfg.Net.Seed, cfg.Net.NICGbps, cfg.Net.Latency.Seconds()
+	return sc, c, nil
+}
+
+// simulate runs base in every mode at each of its server counts and
+// prints each setup as it comes: a table row, or with JSON an object.
+func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, error) {
+	var rows []PlanRow
+	for _, m := range cfg.Modes {
+		ss := cfg.Counts
+		if !m.UsesServers() {
+			ss = []int{0}
+		}
+		for _, s := range ss {
+			if int64(s) > cfg.floats() {
+				continue
+			}
+			row, err := cfg.simulateOne(base, m, s, stdout)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+// simulateOne runs base in mode m with s servers and prints the setup.
+func (cfg PlanConfig) simulateOne(base sim.Config, m consistency.Mode, s int, stdout io.Writer) (PlanRow, error) {
+	sc := base
+	sc.Mode, sc.Servers = m, s
+	r, err := sim.Run(sc)
+	if err != nil {
+		return PlanRow{}, fmt.Errorf("%s with %d servers: %w", m, s, err)
+	}
+	row := PlanRow{Mode: m.String(), Servers: s, Result: r}
+	if cfg.JSON {
+		return row, json.NewEncoder(stdout).Encode(row)
+	}
+	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", m, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+		(r.BytesSent+r.BytesReceived)/1e6)
+	return row, nil
+}
+
+// printFastest names the fastest of rows and how much faster it is than
+// the fastest setup of another mode, leaving the line open.
+func printFastest(stdout io.Writer, rows []PlanRow) {
+	best, second := rows[0], PlanRow{}
+	for _, r := range rows[1:] {
+		switch {
+		case r.Result.SamplesPerSec > best.Result.SamplesPerSec:
+			if r.Mode != best.Mode {
+				second = best
+			}
+			best = r
+		case r.Mode != best.Mode && r.Result.SamplesPerSec > second.Result.SamplesPerSec:
+			second = r
+		}
+	}
+	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.Mode, withServers(best.Servers), best.Result.SamplesPerSec)
+	if second.Mode != "" {
+		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
+	}
+}
+
+// plot writes cfg.Plot, when asked for: base simulated at 2, 4, 8, ...
+// workers up to its own count, each mode at its best server count, its
+// efficiency against workers.
+func (cfg PlanConfig) plot(base sim.Config, stdout io.Writer) error {
+	if cfg.Plot == "" {
+		return nil
+	}
+	var ns []int
+	for n := 2; n < base.Workers; n *= 2 {
+		ns = append(ns, n)
+	}
+	ns = append(ns, base.Workers)
+	var curves []bench.Curve
+	for _, m := range cfg.Modes {
+		c, err := cfg.efficiencyCurve(base, m, ns)
+		if err != nil {
+			return err
+		}
+		curves = append(curves, c)
+	}
+	lp := bench.LinePlot{Title: fmt.Sprintf("Simulated: scaling efficiency, %s at %g Gbit/s", cfg.ModelName, base.NICGbps),
+		XLabel: "workers", YLabel: "scaling efficiency (%)", LogX: true, Curves: curves}
+	if err := lp.Write(cfg.Plot); err != nil {
+		return err
+	}
+	if !cfg.JSON {
+		fmt.Fprintf(stdout, "wrote %s\n", cfg.Plot)
+	}
+	return nil
+}
+
+// efficiencyCurve is mode m's efficiency at each worker count of ns, at
+// its best server count.
+func (cfg PlanConfig) efficiencyCurve(base sim.Config, m consistency.Mode, ns []int) (bench.Curve, error) {
+	c := bench.Curve{Label: m.String(), Mode: m.String()}
+	if m == consistency.SSP {
+		c.Label = fmt.Sprintf("ssp (s = %d)", base.Staleness)
+	}
+	if m.UsesServers() {
+		c.Label += ", best server count"
+	}
+	for _, n := range ns {
+		ss := []int{0}
+		if m.UsesServers() {
+			var err error
+			if ss, err = ServerCounts(cfg.ServerList, n); err != nil {
+				return c, err
+			}
+		}
+		best := 0.0
+		for _, s := range ss {
+			if int64(s) > cfg.floats() {
+				continue
+			}
+			sc := base
+			sc.Mode, sc.Workers, sc.Servers, sc.BackupWorkers = m, n, s, min(base.BackupWorkers, n-1)
+			r, err := sim.Run(sc)
+			if err != nil {
+				return c, fmt.Errorf("%s, %d workers, %d servers: %w", m, n, s, err)
+			}
+			best = max(best, r.Efficiency)
+		}
+		c.X, c.Y = append(c.X, float64(n)), append(c.Y, 100*best)
+	}
+	return c, nil
+}
+
+func serversLabel(s int) string {
+	if s == 0 {
+		return "-"
+	}
+	return strconv.Itoa(s)
+}
+
+func withServers(s int) string {
+	if s == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with %d servers", s)
+}
