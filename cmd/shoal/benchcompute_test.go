@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/shoalml/shoal/bench/harness"
 	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/internal/cudaemu"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/shoalml/shoal/machine"
 )
 
 func TestBenchCompute(t *testing.T) {
@@ -153,7 +155,7 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 	}
 
 	info := shoal("info", "--json")
-	var r infoReport
+	var r machine.Report
 	require.NoError(t, json.Unmarshal([]byte(info), &r), info)
 	assert.Empty(t, r.GPU.CUDAError)
 	require.Len(t, r.GPU.Ranks, 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/machine"
 )
 
 const benchSimulateSynopsis = `Predicts shoal bench train's runs with the simulator instead of running them:
@@ -94,7 +95,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		cfg.TrainLen = train.Len()
 	}
-	cfg.Command, cfg.Revision = append([]string{"shoal", "bench", "simulate"}, args...), revision()
+	cfg.Command, cfg.Revision = append([]string{"shoal", "bench", "simulate"}, args...), machine.Revision()
 	return harness.Simulate(ctx, cfg, stdout)
 }
 

@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/machine"
 )
 
 const benchTrainSynopsis = `Runs shoal train over a matrix of modes × workers × servers × models with the same
@@ -30,7 +28,7 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if cfg.Exe, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding this binary to run shoal train: %w", err)
 	}
-	cfg.Command, cfg.Revision = append([]string{"shoal", "bench", "train"}, args...), revision()
+	cfg.Command, cfg.Revision = append([]string{"shoal", "bench", "train"}, args...), machine.Revision()
 	return harness.Train(ctx, cfg, stdout, stderr)
 }
 
@@ -123,26 +121,6 @@ func (p planFlags) plan(nf nicFlags) (bench.Plan, error) {
 		plan.Runs = bench.DropLoopbackTwins(plan.Runs)
 	}
 	return plan, nil
-}
-
-// revision is the git revision of this binary: from its build info, else
-// from git in the current folder, else "unknown".
-func revision() string {
-	if b := readBuild(); b.revision != "unknown" {
-		if b.modified {
-			return b.revision + "+dirty"
-		}
-		return b.revision
-	}
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		rev += "+dirty"
-	}
-	return rev + " (from git in the current folder)"
 }
 
 func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) error {

@@ -11,9 +11,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"syscall"
+
+	"github.com/shoalml/shoal/machine"
 )
 
 func main() {
@@ -99,42 +99,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func runVersion(stdout io.Writer) error {
-	b := readBuild()
-	modified := ""
-	if b.modified {
-		modified = " (modified)"
-	}
-	fmt.Fprintf(stdout, "shoal %s revision %s%s %s %s/%s\n", b.version, b.revision, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
-}
-
-// build is what the binary knows of how it was built.
-type build struct {
-	version, revision string // "(devel)", "unknown" when not stamped
-	modified          bool   // built from a tree with uncommitted changes
-	cgo               bool   // built with CGO_ENABLED=1
-}
-
-func readBuild() build {
-	b := build{version: "(devel)", revision: "unknown"}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return b
-	}
-	if bi.Main.Version != "" {
-		b.version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			b.revision = s.Value
-		case "vcs.modified":
-			b.modified = s.Value == "true"
-		case "CGO_ENABLED":
-			b.cgo = s.Value == "1"
-		}
-	}
-	return b
+	_, err := fmt.Fprintln(stdout, machine.ReadBuild())
+	return err
 }
 
 // printJSONLine writes v to w as one line of JSON.
