@@ -182,17 +182,14 @@ func (t *trainRun) workerThreads() int {
 // maxLoopbackProcsPerCore is how many of shoal train's processes a core
 // may carry before their gossip gets the LAN timings instead of the
 // loopback ones. Loopback timings (a probe every 200 ms, answered within
-// 100 ms) suppose each process gets the CPU when it needs it: 32 servers
-// and 2 workers on 2 cores trained in 8 s, but with 64 servers the
-// members, starved, missed their acks, suspected one another and refuted,
-// and that traffic starved them further (1,484 suspicions, a server that
-// did not answer a worker's first call in a minute); with the LAN timings
-// the same run trained in 16 s without one suspicion.
+// 100 ms) suppose each process gets the CPU when it needs it; beyond this
+// many processes a core, starved members miss their acks, suspect one
+// another and refute, and that traffic starves them further, where the
+// LAN timings ride it out (the runs are in docs/BENCHMARKS.md).
 const maxLoopbackProcsPerCore = 8
 
-// maxProcsPerCore bounds shoal train's processes: 66 on 2 cores trained
-// with the LAN's timings, 128 did not start in 5 minutes (the members
-// starved even on those timings).
+// maxProcsPerCore bounds shoal train's processes: beyond it the members
+// starve even on the LAN's timings (docs/BENCHMARKS.md).
 const maxProcsPerCore = 32
 
 // procs is how many processes the run starts: workers and servers (none
@@ -224,9 +221,8 @@ func (t *trainRun) detection() string {
 // where they do not fit), auto where the workers take those CPUs, with
 // fewer than --threads left over (as the default --threads does). Bound,
 // a worker keeps its caches and the scheduler does not move it onto the
-// core where another worker computes (async 2×1 on 2 cores: 8–13% more
-// samples/s on a slow spell, 3% on a fast one; docs/BENCHMARKS.md). The
-// servers are not bound: they go where the cores are free.
+// core where another worker computes (docs/BENCHMARKS.md). The servers
+// are not bound: they go where the cores are free.
 func (t *trainRun) planBinding() error {
 	if t.bind == "none" {
 		return nil
@@ -274,11 +270,10 @@ func workerEnv(threads int, share bool) []string {
 		// A PS worker's Go runtime gets the same share: with one P per
 		// core of the machine in every process, the transport's
 		// goroutines hand each 16 KiB frame to another thread and the
-		// context switches cost more than the parallelism gains (async
-		// 2×1 on 2 cores: 11,169 against 10,238 samples/s, medians of 3
-		// alternating runs). Never more than the cores, though: a Go
-		// runtime with a P for each of --threads 100000 spent minutes in
-		// its own bookkeeping before the first step.
+		// context switches cost more than the parallelism gains
+		// (docs/BENCHMARKS.md). Never more than the cores, though: a Go
+		// runtime with a P for each of a huge --threads spends its time
+		// in its own bookkeeping before the first step.
 		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(threads, runtime.NumCPU())))
 	}
 	return env
