@@ -233,7 +233,7 @@ func (b *benchTrain) runShoal(ctx context.Context, exe string, r bench.Run, stde
 	if !b.runInto(ctx, &rec, "shoal train's summary", exe, args, &sum, stderr) {
 		return rec
 	}
-	sum.Fill(&rec)
+	rec.Fill(&sum)
 	if bench.Models[r.Model].Big {
 		rec.TargetAccuracy = 0
 	}
