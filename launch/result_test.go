@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/worker"
 )
 

@@ -111,7 +111,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tally := t.newTally(prec)
-	board := newBoard(stdout, t.workers, isTerminal(stdout))
+	board := launch.NewBoard(stdout, t.workers, isTerminal(stdout))
 	ringTest, failures, killed, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
 	if err != nil {
 		return err
@@ -291,11 +291,11 @@ func (t *trainRun) newTally(prec string) *launch.Tally {
 // epoch's metrics, the throughput) and prints the failures of workers the
 // others finished without. An interrupted run, a run whose every worker
 // failed and a ring missing a rank are errors.
-func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *board, failures, killed []string, trainStart time.Time) (*launch.Result, error) {
+func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *launch.Board, failures, killed []string, trainStart time.Time) (*launch.Result, error) {
 	if t.sf.stats {
 		tally.SummariseSteps()
 	}
-	board.clearBar()
+	board.ClearBar()
 	sum := &tally.Result
 	sum.TrainSeconds = time.Since(trainStart).Seconds()
 	if err := ctx.Err(); err != nil {
@@ -647,7 +647,7 @@ func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, 
 // (its test metrics), the workers' failures, with their last words, and
 // the workers killed. A PS worker killed by a signal is not a failure but
 // a membership change: the run goes on without it and can still succeed.
-func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board,
+func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *launch.Board,
 	stdout io.Writer, start time.Time) (*launch.Event, []string, []string, error) {
 	w := &trainWatch{t: t, l: l, isWorker: isWorker, tally: tally, board: board, stdout: stdout, start: start,
 		cause: map[int]string{}, done: map[int]bool{}}
@@ -670,10 +670,10 @@ func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*
 		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
 			w.peers = append(w.peers, m.Event.Gossip)
 		case m.Event.Event == launch.Metrics:
-			board.clearBar()
+			board.ClearBar()
 			fmt.Fprintf(stdout, "metrics: %s at http://%s/metrics\n", m.From.Name(), m.Event.Addr)
 		case m.Event.Event == launch.Progress:
-			board.update(launch.ProgressOf(m.Event))
+			board.Update(launch.ProgressOf(m.Event))
 		case m.Event.Event == launch.Member:
 			w.memberChanged(m.Event)
 		default:
@@ -689,7 +689,7 @@ type trainWatch struct {
 	l        *launch.Launcher
 	isWorker map[*launch.Child]bool
 	tally    *launch.Tally
-	board    *board
+	board    *launch.Board
 	stdout   io.Writer
 	start    time.Time
 
@@ -708,12 +708,12 @@ func (w *trainWatch) workerExited(c *launch.Child) {
 		return
 	}
 	w.tally.Result.FailedWorkers = append(w.tally.Result.FailedWorkers, c.Rank())
-	w.board.markDead(c.Rank())
+	w.board.MarkDead(c.Rank())
 	w.cause[c.Rank()] = c.Err().Error()
 	if c.Signal() != "" && (!w.t.ring || w.t.rf.elastic) {
 		// Killed from outside: a membership change the
 		// others go on after, reported when shard 0 sees it.
-		w.board.clearBar()
+		w.board.ClearBar()
 		fmt.Fprintf(w.stdout, "%s was killed (%v)\n", c.Name(), c.Err())
 		w.killed = append(w.killed, fmt.Sprintf("%s was killed (%v)", c.Name(), c.Err()))
 	} else {
@@ -733,7 +733,7 @@ func (w *trainWatch) serverExited(ctx context.Context, c *launch.Child) error {
 		w.peers = append(w.peers, sp.gossip)
 		me := launch.MembershipEvent{Role: "ps", Rank: sp.idx, Change: "restarted", Seconds: time.Since(w.start).Seconds(), Cause: c.Err().Error()}
 		w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
-		w.board.clearBar()
+		w.board.ClearBar()
 		fmt.Fprintf(w.stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", sp.idx, c.Err(), sp.addr)
 		return nil
 	}
@@ -754,7 +754,7 @@ func (w *trainWatch) memberChanged(e launch.Event) {
 	me := launch.MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
 		Seconds: time.Since(w.start).Seconds(), Cause: w.cause[e.Rank]}
 	w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
-	w.board.clearBar()
+	w.board.ClearBar()
 	fmt.Fprintln(w.stdout, describeChange(me))
 }
 
