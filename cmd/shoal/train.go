@@ -30,6 +30,7 @@ import (
 // trainRun is one `shoal train`: its flags, what they build, and the
 // children it starts.
 type trainRun struct {
+	shardFlags // given to every shard alike
 	mf         modelFlags
 	of         optFlags
 	df         dataFlags
@@ -45,19 +46,10 @@ type trainRun struct {
 	threads    int     // GEMM threads per worker; 0: the cores' share
 	bind       string  // --bind: auto, cores or none
 	cpuSets    [][]int // per worker, the CPUs it is bound to; nil: not bound
-	servers    int
-	chunkBytes int
 	lanes      int
-	parStep    bool
 	save       string
 	jsonOut    bool
 	startup    time.Duration
-	backup     int
-	staleness  int64
-	ckptDir    string
-	ckptEvery  int64
-	ckptErrors string
-	journal    bool
 	testEval   bool
 	callTime   time.Duration
 	tls        bool
@@ -319,7 +311,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	if err := serverFlagsInRing(fs, t.ring); err != nil {
+	if err := t.serverFlagsInRing(fs); err != nil {
 		return nil, err
 	}
 	if err := t.build(); err != nil {
@@ -334,9 +326,6 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
-	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
-	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
-	fs.BoolVar(&t.parStep, "parallel-step", autoParallelStep(runtime.NumCPU()), "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step; on by default where this machine has 8 or more CPUs)")
 	fs.IntVar(&t.lanes, "lanes", 0, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16); 0: 4 where this machine has 8 or more CPUs, else 1")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
@@ -344,15 +333,10 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json (an earlier run's there are removed first); shoal bench emulate --replay DIR replays the run in one process")
 	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
-	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
-	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
-	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (0: only at the end)")
-	fs.StringVar(&t.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, and the run with it) or warn (log it and go on)")
-	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
 	fs.BoolVar(&t.tls, "tls", false, "servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it")
+	t.shardFlags.register(fs)
 	t.nf.register(fs)
 	t.sf.register(fs)
 	t.mf.register(fs)
@@ -424,21 +408,22 @@ func (t *trainRun) batchPerWorker() int {
 	return min(t.tf.batch, max((t.train.Len()+t.workers-1)/t.workers, 1))
 }
 
-// serverFlags are shoal train's flags that only the parameter-server
-// modes read: their servers, and the workers' calls to them.
-var serverFlags = []string{"servers", "staleness", "backup-workers", "chunk-bytes", "lanes", "parallel-step",
-	"checkpoint-dir", "checkpoint-every", "checkpoint-errors", "journal", "push-every", "fetch-every"}
+// psWorkerFlags are the flags of shoal train's PS workers that only the
+// parameter-server modes read: their calls to the servers.
+var psWorkerFlags = []string{"lanes", "push-every", "fetch-every"}
 
-// serverFlagsInRing refuses serverFlags given in ring mode, which would
-// ignore them (a --staleness -5 or --servers 3 there says the command is
-// not what its author thinks).
-func serverFlagsInRing(fs *flag.FlagSet, ring bool) error {
-	if !ring {
+// serverFlagsInRing refuses the flags only the parameter-server modes
+// read (the shards' group, and psWorkerFlags) given in ring mode, which
+// would ignore them (a --staleness -5 or --servers 3 there says the
+// command is not what its author thinks).
+func (t *trainRun) serverFlagsInRing(fs *flag.FlagSet) error {
+	if !t.ring {
 		return nil
 	}
+	psOnly := append(t.shardFlags.names(), psWorkerFlags...)
 	var given []string
 	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains(serverFlags, f.Name) {
+		if slices.Contains(psOnly, f.Name) {
 			given = append(given, "--"+f.Name)
 		}
 	})
@@ -499,12 +484,8 @@ func (t *trainRun) restartable() bool {
 // shardArgs is shard's argv: listening on listen, joining the gossip
 // cluster through join, its timeline named for its restart.
 func (t *trainRun) shardArgs(shard int, listen string, join []string, restart int) []string {
-	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(shard), "--servers", strconv.Itoa(t.servers),
-		"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
-		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal),
-		"--parallel-step=" + strconv.FormatBool(t.parStep)},
-		append(t.common(), t.of.args()...)...)
+	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(shard), "--mode", t.tf.mode.String(), "--workers", strconv.Itoa(t.workers)},
+		append(append(t.shardFlags.args(), t.common()...), t.of.args()...)...)
 	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", shard), restart)...)
 	return append(args, t.gossipArgs(join)...)
 }
