@@ -379,6 +379,12 @@ func (t *trainRun) check() error {
 	if err := checkLanes(t.lanes); err != nil {
 		return err
 	}
+	return t.checkRun()
+}
+
+// checkRun checks the flags of the run's servers, its timeouts and what
+// it writes.
+func (t *trainRun) checkRun() error {
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
