@@ -88,6 +88,14 @@ type JobConfig struct {
 	Observe func(Message)
 }
 
+// DefaultJobConfig is a job of exe with one worker and no server, its
+// running lines on stdout and its children's stderr on stderr; the caller
+// sets the children's argv (WorkerArgs, and ServerArgs with Servers).
+func DefaultJobConfig(exe string, stdout, stderr io.Writer) JobConfig {
+	return JobConfig{Exe: exe, Name: "shoal", Stdout: stdout, Stderr: stderr, StartupTimeout: time.Minute, Workers: 1,
+		Result: Result{FailedWorkers: []int{}, MembershipEvents: []MembershipEvent{}}}
+}
+
 // JobResult is what a job's run learnt.
 type JobResult struct {
 	// Result is the job's summary.

@@ -25,33 +25,32 @@ func fakeJob(t *testing.T, stdout *bytes.Buffer) (JobConfig, *[][]string) {
 	var serverArgs [][]string
 	children := map[string]*Child{}
 	killed := false
-	cfg := JobConfig{Exe: exe, Name: "test", Stdout: stdout, Stderr: lockedio.NewBuffer(), StartupTimeout: ctxTimeout,
-		Servers: 1, Workers: 2,
-		ServerArgs: func(shard int, listen string, join []string, restart int) []string {
-			serverArgs = append(serverArgs, []string{listen, string(rune('0' + restart))})
-			return nil
-		},
-		WorkerArgs: func(int, []string, []string, string) []string { return nil },
-		WorkerEnv: func(rank int) []string {
-			return []string{fakeEnv + "=" + map[int]string{0: "worker", 1: "silent"}[rank]}
-		},
-		Result:  Result{FailedWorkers: []int{}, MembershipEvents: []MembershipEvent{}},
-		Started: func(c *Child) { children[c.Name()] = c },
-		Observe: func(m Message) {
-			switch {
-			case !killed && m.Event.Event == Progress:
-				require.NoError(t, children["worker 1"].Kill())
-				killed = true
-			case m.Exit && m.From == children["worker 1"]:
-				// One death at a time: a death while a server
-				// restarts ends the job.
-				require.NoError(t, children["ps 0"].Kill())
-			}
-		},
+	cfg := DefaultJobConfig(exe, stdout, lockedio.NewBuffer())
+	cfg.Servers, cfg.Workers = 1, 2
+	cfg.ServerArgs = func(shard int, listen string, join []string, restart int) []string {
+		serverArgs = append(serverArgs, []string{listen, string(rune('0' + restart))})
+		return nil
+	}
+	cfg.WorkerArgs = func(int, []string, []string, string) []string { return nil }
+	cfg.WorkerEnv = func(rank int) []string {
+		return []string{fakeEnv + "=" + map[int]string{0: "worker", 1: "silent"}[rank]}
+	}
+	cfg.Started = func(c *Child) { children[c.Name()] = c }
+	cfg.Observe = func(m Message) {
+		switch {
+		case !killed && m.Event.Event == Progress:
+			require.NoError(t, children["worker 1"].Kill())
+			killed = true
+		case m.Exit && m.From == children["worker 1"]:
+			// One death at a time: a death while a server
+			// restarts ends the job.
+			require.NoError(t, children["ps 0"].Kill())
+		}
 	}
 	return cfg, &serverArgs
 }
 
+// ctxTimeout bounds a fake job.
 const ctxTimeout = 30 * time.Second
 
 // TestJob runs a job of fake children in which a worker and a server are
