@@ -38,8 +38,11 @@ type JobConfig struct {
 	// to listen.
 	StartupTimeout time.Duration
 
-	// Servers is how many servers ("ps 0", "ps 1", ...) run, 0 for none.
-	Servers int
+	// Servers is how many servers run, 0 for none; ServerRole names
+	// them ("ps": "ps 0", "ps 1", ...) in what the job prints and in
+	// the membership events of their restarts.
+	Servers    int
+	ServerRole string
 	// ServerArgs is server shard's argv: listening on listen, joining the
 	// gossip cluster through join (none for the first), restart the times
 	// it was restarted before.
@@ -92,7 +95,7 @@ type JobConfig struct {
 // running lines on stdout and its children's stderr on stderr; the caller
 // sets the children's argv (WorkerArgs, and ServerArgs with Servers).
 func DefaultJobConfig(exe string, stdout, stderr io.Writer) JobConfig {
-	return JobConfig{Exe: exe, Name: "shoal", Stdout: stdout, Stderr: stderr, StartupTimeout: time.Minute, Workers: 1,
+	return JobConfig{Exe: exe, Name: "shoal", Stdout: stdout, Stderr: stderr, StartupTimeout: time.Minute, ServerRole: "ps", Workers: 1,
 		Result: Result{FailedWorkers: []int{}, MembershipEvents: []MembershipEvent{}}}
 }
 
@@ -117,6 +120,8 @@ func (cfg *JobConfig) validate() error {
 		return errors.New("launch: a job needs the binary its children run")
 	case cfg.Workers < 1:
 		return fmt.Errorf("launch: %d workers, want >= 1", cfg.Workers)
+	case cfg.Servers > 0 && cfg.ServerRole == "":
+		return errors.New("launch: a job's servers need a role to be named by")
 	case cfg.WorkerArgs == nil || (cfg.Servers > 0 && cfg.ServerArgs == nil):
 		return errors.New("launch: a job needs its children's argv")
 	case cfg.StartupTimeout <= 0:
@@ -216,7 +221,7 @@ func (j *job) startServers(ctx context.Context) error {
 // startServer starts server s listening on listen, joining the gossip
 // cluster through join, and waits until it serves.
 func (j *job) startServer(ctx context.Context, s *server, listen string, join []string) error {
-	c, err := j.l.Start(ctx, fmt.Sprintf("ps %d", s.idx), s.idx, nil, j.cfg.ServerArgs(s.idx, listen, join, s.restarts)...)
+	c, err := j.l.Start(ctx, fmt.Sprintf("%s %d", j.cfg.ServerRole, s.idx), s.idx, nil, j.cfg.ServerArgs(s.idx, listen, join, s.restarts)...)
 	if err != nil {
 		return err
 	}
@@ -345,10 +350,10 @@ func (j *job) serverExited(ctx context.Context, c *Child) error {
 			return err
 		}
 		j.peers = append(j.peers, s.gossip)
-		me := MembershipEvent{Role: "ps", Rank: s.idx, Change: "restarted", Seconds: time.Since(j.start).Seconds(), Cause: c.Err().Error()}
+		me := MembershipEvent{Role: j.cfg.ServerRole, Rank: s.idx, Change: "restarted", Seconds: time.Since(j.start).Seconds(), Cause: c.Err().Error()}
 		j.tally.Result.MembershipEvents = append(j.tally.Result.MembershipEvents, me)
 		j.board.ClearBar()
-		fmt.Fprintf(j.cfg.Stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", s.idx, c.Err(), s.addr)
+		fmt.Fprintf(j.cfg.Stdout, "%s was killed (%v); restarted from its checkpoint on %s\n", c.Name(), c.Err(), s.addr)
 		return nil
 	}
 	// A server died: nothing can finish without it.
@@ -371,7 +376,7 @@ func (j *job) restartServer(ctx context.Context, s *server) error {
 	join := slices.DeleteFunc(slices.Clone(j.peers), func(p string) bool { return p == s.gossip })
 	s.restarts++
 	if err := j.startServer(ctx, s, s.addr, join); err != nil {
-		return fmt.Errorf("ps %d was killed (%v) and could not be restarted: %w", s.idx, cause, err)
+		return fmt.Errorf("%s %d was killed (%v) and could not be restarted: %w", j.cfg.ServerRole, s.idx, cause, err)
 	}
 	return nil
 }

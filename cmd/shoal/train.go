@@ -120,7 +120,7 @@ func (t *trainRun) jobConfig(stdout, stderr io.Writer) (launch.JobConfig, error)
 		return launch.JobConfig{}, fmt.Errorf("finding this binary to start children: %w", err)
 	}
 	cfg := launch.JobConfig{Exe: exe, Name: "shoal train", Stdout: stdout, Stderr: stderr, TTY: isTerminal(stdout), StartupTimeout: t.startup,
-		Servers: t.servers, ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
+		Servers: t.servers, ServerRole: "ps", ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
 		Rendezvous: t.ring, Elastic: t.rf.elastic, Stats: t.sf.stats, Result: t.newResult(),
 		ServersUp: func() { t.printHeader(stdout) }, Finish: t.finish}
 	if t.restartable() {
