@@ -135,9 +135,11 @@ func (cfg *JobConfig) validate() error {
 // RunJob runs the job cfg to its end: every worker exited (and Finish
 // done). It returns an error where the job could not finish: a server or
 // the rendezvous that did not start, a server's death, a ring rank's
-// failure, every worker failed, or ctx ended ("interrupted"). A worker's
-// failure the others finished without is not an error: it is in
-// JobResult.Failures.
+// failure, every worker failed, or ctx ended ("interrupted"). A child's
+// death while the job waits for a server (or the rendezvous) to listen,
+// a restarted server's included, ends the job too: Launcher.WaitFor
+// reports it. A worker's failure the others finished without is not an
+// error: it is in JobResult.Failures.
 func RunJob(ctx context.Context, cfg JobConfig) (*JobResult, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
