@@ -28,10 +28,11 @@
 // the same job runs any program that speaks the events protocol.
 //
 // Concurrency: a Launcher's methods are called by one goroutine, its
-// owner (RunJob's goroutine for a job, which calls JobConfig's hooks); the goroutines that read the children only post to the mailbox,
-// and Shutdown waits for them. A Control's goroutine reads until Close,
-// which interrupts it and waits for it. Tally is a plain value with no
-// goroutines.
+// owner (for a job, RunJob's goroutine, which also calls JobConfig's
+// hooks); the goroutines that read the children only post to the
+// mailbox, and Shutdown waits for them. A Control's goroutine reads until
+// Close, which interrupts it and waits for it. Tally and Board are plain
+// values with no goroutines.
 //
 // Example_child (example_test.go) speaks a child's side of the protocol.
 package launch
