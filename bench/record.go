@@ -1,11 +1,10 @@
 package bench
 
 import (
-	"math"
-	"slices"
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 )
 
 // SchemaVersion names the layout of results.json; bump it when a field
@@ -152,27 +151,14 @@ type Record struct {
 	Simulated bool `json:"simulated,omitempty"`
 }
 
-// StepTime is the per-step time of each phase, in seconds. Compute is
-// forward and backward; Data is waiting for the input pipeline; Wait is
-// blocking before any byte moves (a sync barrier, the SSP bound); Pull and
-// Push are the PS transfers (Push includes the next step's weights when a
-// push-pull brings them); Reduce the ring allreduce.
-type StepTime struct {
-	Step    Quantiles `json:"step"`
-	Compute Quantiles `json:"compute"`
-	Data    Quantiles `json:"data"`
-	Wait    Quantiles `json:"wait"`
-	Pull    Quantiles `json:"pull"`
-	Push    Quantiles `json:"push"`
-	Reduce  Quantiles `json:"reduce"`
-}
-
-// Quantiles summarise a phase's durations over steps, in seconds.
-type Quantiles struct {
-	Mean float64 `json:"mean"`
-	P50  float64 `json:"p50"`
-	P95  float64 `json:"p95"`
-}
+// StepTime, Quantiles and CurvePoint are the measurements a Record
+// shares with launch.Result (shoal train --json): one type each, in the
+// leaf package record, so that the launcher needs nothing of the harness.
+type (
+	StepTime   = record.StepTime
+	Quantiles  = record.Quantiles
+	CurvePoint = record.CurvePoint
+)
 
 // Comm is the communication time per step, measured and analytic.
 type Comm struct {
@@ -186,25 +172,5 @@ type Comm struct {
 	Ratio float64 `json:"ratio"`
 }
 
-// CurvePoint is one test evaluation during a run.
-type CurvePoint struct {
-	Seconds  float64 `json:"seconds"` // since the workers started
-	Step     int64   `json:"step"`
-	Accuracy float64 `json:"accuracy"`
-	Loss     float64 `json:"loss"`
-}
-
 // QuantilesOf summarises durations in seconds (nearest-rank percentiles).
-func QuantilesOf(v []float64) Quantiles {
-	if len(v) == 0 {
-		return Quantiles{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	var total float64
-	for _, x := range s {
-		total += x
-	}
-	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
-	return Quantiles{Mean: total / float64(len(s)), P50: rank(0.50), P95: rank(0.95)}
-}
+func QuantilesOf(v []float64) Quantiles { return record.QuantilesOf(v) }

@@ -13,14 +13,26 @@
 //
 // A Tally folds a run's worker events into its Result, the one type that
 // `shoal train --json` prints and the benchmark harness turns into a
-// bench.Record (Result.Fill). RunJSON runs one command to its end and
-// returns its last JSON line (the harness's runs and peers).
+// bench.Record (bench.Record.Fill; the measurements both carry are package
+// record's types, so launch needs nothing of the harness). RunJSON runs
+// one command to its end and returns its last JSON line (the harness's
+// runs and peers).
+//
+// RunJob runs a whole local job from a JobConfig, as `shoal train` does:
+// servers started one after the other, then workers (a ring's rank 0
+// first, at its rendezvous), their progress on a Board, their events in a
+// Tally, a server killed from outside restarted on its address within
+// JobConfig.MaxRestarts, a worker killed from outside a membership change
+// the others finish after, every child stopped before it returns. What
+// each child runs is the caller's (JobConfig.ServerArgs, WorkerArgs), so
+// the same job runs any program that speaks the events protocol.
 //
 // Concurrency: a Launcher's methods are called by one goroutine, its
-// owner; the goroutines that read the children only post to the mailbox,
-// and Shutdown waits for them. A Control's goroutine reads until Close,
-// which interrupts it and waits for it. Tally is a plain value with no
-// goroutines.
+// owner (for a job, RunJob's goroutine, which also calls JobConfig's
+// hooks); the goroutines that read the children only post to the
+// mailbox, and Shutdown waits for them. A Control's goroutine reads until
+// Close, which interrupts it and waits for it. Tally and Board are plain
+// values with no goroutines.
 //
 // Example_child (example_test.go) speaks a child's side of the protocol.
 package launch

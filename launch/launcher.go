@@ -170,6 +170,10 @@ func (c *Child) Tell(line string) {
 	}
 }
 
+// Kill ends the child at once with SIGKILL, as if from outside: its exit
+// is a death (Signal says "killed"), not one that was asked for.
+func (c *Child) Kill() error { return c.cmd.Process.Kill() }
+
 // Stop asks c to exit (SIGTERM, SIGKILL after 10s) without waiting.
 func (c *Child) Stop() { c.cancel() }
 

@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 //   - listen: logs to stderr, reports a listening event, then serves until
 //     told "stop" on stdin (exit 0) or stdin ends;
 //   - silent: serves without ever reporting an event;
+//   - worker: reports an epoch's progress and its done event as rank 0,
+//     and exits 0;
 //   - die: says its last words on stderr and exits with status 3;
 //   - chatty: prints a line that is not an event, an event, and exits 0;
 //   - hang: neither reads nor writes until a signal ends it;
@@ -55,6 +57,11 @@ func fakeChild(what string) int {
 		return serve()
 	case "silent":
 		return serve()
+	case "worker":
+		// Rank 0 of a job: an epoch, then its done event.
+		Emit(os.Stdout, Event{Event: Progress, Rank: 0, Epoch: 0, Epochs: 1, Step: 10, EpochSteps: 10, Samples: 40, Correct: 20, LossSum: 40, Seconds: 1, EpochDone: true})
+		Emit(os.Stdout, Event{Event: Done, Rank: 0, Steps: 10, Samples: 40, Seconds: 1})
+		return 0
 	case "die":
 		fmt.Fprintln(os.Stderr, "panic: out of luck")
 		return 3

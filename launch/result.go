@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 )
 
 // Result is one training run as `shoal train --json` prints it and the
-// benchmark harness reads it.
+// benchmark harness reads it (bench.Record.Fill takes a Record's
+// measurements from it; package record says why the two stay two types).
 type Result struct {
 	Mode       consistency.Mode `json:"mode"`
 	Model      string           `json:"model"`
@@ -65,16 +66,16 @@ type Result struct {
 	Saved            string            `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
-	WorkerSeconds float64         `json:"worker_seconds,omitempty"`
-	StepTime      *bench.StepTime `json:"step_time,omitempty"`
-	IdleFraction  float64         `json:"idle_fraction,omitempty"`
+	WorkerSeconds float64          `json:"worker_seconds,omitempty"`
+	StepTime      *record.StepTime `json:"step_time,omitempty"`
+	IdleFraction  float64          `json:"idle_fraction,omitempty"`
 	// StartOffsets are when each worker that reported its steps began its
 	// first, in seconds after the first to begin, in rank order.
 	StartOffsets         []float64 `json:"start_offsets,omitempty"`
 	BytesSentPerStep     float64   `json:"bytes_sent_per_step,omitempty"`
 	BytesReceivedPerStep float64   `json:"bytes_received_per_step,omitempty"`
 	// With --eval-every: rank 0's test accuracy during the run.
-	Curve []bench.CurvePoint `json:"curve,omitempty"`
+	Curve []record.CurvePoint `json:"curve,omitempty"`
 	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
 	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
 }
@@ -115,7 +116,7 @@ func (t *Tally) Add(e Event) {
 	r := &t.Result
 	switch e.Event {
 	case Eval:
-		r.Curve = append(r.Curve, bench.CurvePoint{Seconds: e.Seconds, Step: e.Steps, Accuracy: e.TestAccuracy, Loss: e.TestLoss})
+		r.Curve = append(r.Curve, record.CurvePoint{Seconds: e.Seconds, Step: e.Steps, Accuracy: e.TestAccuracy, Loss: e.TestLoss})
 	case Done:
 		r.Steps = max(r.Steps, e.Steps)
 		r.Samples += int64(e.Samples)
@@ -171,8 +172,8 @@ func (t *Tally) SummariseSteps() {
 		return
 	}
 	r := &t.Result
-	st := bench.StepTime{Step: bench.QuantilesOf(all.Step), Data: bench.QuantilesOf(all.Data), Compute: bench.QuantilesOf(all.Compute), Wait: bench.QuantilesOf(all.Wait),
-		Pull: bench.QuantilesOf(all.Pull), Push: bench.QuantilesOf(all.Push), Reduce: bench.QuantilesOf(all.Reduce)}
+	st := record.StepTime{Step: record.QuantilesOf(all.Step), Data: record.QuantilesOf(all.Data), Compute: record.QuantilesOf(all.Compute), Wait: record.QuantilesOf(all.Wait),
+		Pull: record.QuantilesOf(all.Pull), Push: record.QuantilesOf(all.Push), Reduce: record.QuantilesOf(all.Reduce)}
 	r.StepTime = &st
 	if st.Step.Mean > 0 {
 		r.IdleFraction = max(0, 1-st.Compute.Mean/st.Step.Mean)
@@ -184,31 +185,4 @@ func (t *Tally) SummariseSteps() {
 			r.StartOffsets[i] = s - first
 		}
 	}
-}
-
-// Fill sets what rec measures from r: the run's model size, optimizer,
-// lanes and step, steps, samples, throughput over the workers' own time, step times,
-// traffic, staleness, curve and final accuracy. What names the run (ID,
-// command, mode, workers, network) is the harness's to set.
-func (r *Result) Fill(rec *bench.Record) {
-	rec.Parameters, rec.VectorBytes = r.Parameters, 4*int64(r.Parameters)
-	rec.Batch, rec.Optimizer, rec.LR = r.Batch, r.Optimizer, r.LR
-	rec.Lanes, rec.ParallelStep = r.Lanes, r.ParallelStep
-	rec.Steps, rec.Samples = r.Steps, r.Samples
-	rec.TrainSeconds = r.WorkerSeconds
-	if rec.TrainSeconds > 0 {
-		rec.SamplesPerSec = float64(r.Samples) / rec.TrainSeconds
-	}
-	if r.StepTime != nil {
-		rec.StepTime = *r.StepTime
-	}
-	rec.IdleFraction = r.IdleFraction
-	rec.StartOffsets = r.StartOffsets
-	rec.BytesSentPerStep, rec.BytesReceivedPerStep = r.BytesSentPerStep, r.BytesReceivedPerStep
-	rec.Staleness = nil
-	if len(r.Staleness) > 0 {
-		rec.Staleness = r.Staleness
-	}
-	rec.Curve = r.Curve
-	rec.TestAccuracy = r.TestAccuracy
 }

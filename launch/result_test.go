@@ -7,13 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/worker"
 )
 
 // TestTally feeds a run's events to a tally, as shoal train does, and
-// checks the result, then what a bench record takes from it.
+// checks the result.
 func TestTally(t *testing.T) {
 	tl := &Tally{Result: Result{Parameters: 10, Batch: 4, Optimizer: "momentum", LR: 0.1, Staleness: map[int64]int64{}}}
 	for _, e := range []Event{
@@ -33,7 +33,7 @@ func TestTally(t *testing.T) {
 	assert.Equal(t, int64(1), r.Dropped)
 	assert.Equal(t, 3.0, r.WorkerSeconds, "the longest")
 	assert.True(t, r.StoppedAtTarget, "rank 0 stopped at its target")
-	assert.Equal(t, []bench.CurvePoint{{Seconds: 0.5, Step: 2, Accuracy: 0.4, Loss: 1.5}}, r.Curve)
+	assert.Equal(t, []record.CurvePoint{{Seconds: 0.5, Step: 2, Accuracy: 0.4, Loss: 1.5}}, r.Curve)
 	assert.Nil(t, r.StepTime, "no summary before SummariseSteps")
 
 	tl.SummariseSteps()
@@ -48,18 +48,6 @@ func TestTally(t *testing.T) {
 	assert.InDelta(t, (30+8)/2.0, r.BytesSentPerStep, 1e-12)
 	assert.InDelta(t, (20+8)/2.0, r.BytesReceivedPerStep, 1e-12)
 	assert.Equal(t, []float64{0, 0.25}, r.StartOffsets, "rank 0 began first, rank 1 a quarter second after, in rank order")
-
-	var rec bench.Record
-	r.Lanes, r.ParallelStep = 3, true
-	r.Fill(&rec)
-	assert.Equal(t, 3, rec.Lanes, "the lanes the push-pulls went over")
-	assert.True(t, rec.ParallelStep)
-	assert.Equal(t, int64(40), rec.VectorBytes)
-	assert.Equal(t, 12.0, rec.SamplesPerSec, "samples over the workers' own time")
-	assert.Equal(t, consistency.Staleness{0: 7, 1: 2}, rec.Staleness)
-	assert.Equal(t, *r.StepTime, rec.StepTime)
-	assert.Equal(t, r.Curve, rec.Curve)
-	assert.Equal(t, r.StartOffsets, rec.StartOffsets)
 }
 
 // stepLog is a worker's log of len(step) steps from start (Unix seconds)

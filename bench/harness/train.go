@@ -182,7 +182,7 @@ func (cfg TrainConfig) runShoal(ctx context.Context, r bench.Run, stderr io.Writ
 	if !cfg.runInto(ctx, &rec, "shoal train's summary", cfg.Exe, args, &sum, stderr) {
 		return rec
 	}
-	sum.Fill(&rec)
+	rec.Fill(&sum)
 	if bench.Models[r.Model].Big {
 		rec.TargetAccuracy = 0
 	}

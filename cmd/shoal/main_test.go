@@ -33,6 +33,11 @@ import (
 var shoalBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// A child of an in-process job (trainjob_test.go): this binary
+		// plays shoal.
+		os.Exit(childMain(os.Args[1:]))
+	}
 	dir, err := os.MkdirTemp("", "shoal-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
@@ -75,40 +74,24 @@ func (p *psRun) config() node.ShardConfig {
 // psFlags are the flags of shoal ps that parsePS checks and builds the
 // shard's config from; the rest go straight into the psRun.
 type psFlags struct {
+	shardFlags // those shoal train gives its shards too
 	mf         modelFlags
 	of         optFlags
 	lf         logFlags
 	mode       string
 	workers    int
-	backup     int
-	staleness  int64
-	ckptDir    string
-	ckptEvery  int64
-	ckptErrors string
-	journal    bool
 	maxWait    time.Duration
-	parStep    bool
 	shardIdx   int
-	servers    int
-	chunkBytes int
 	maxStreams uint // --max-streams-per-conn, which parsePS checks into the psRun's limits
 }
 
 func (f *psFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
 	fs.IntVar(&f.workers, "workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
-	fs.IntVar(&f.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
-	fs.Int64Var(&f.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "checkpoint here and resume from the newest checkpoint at start")
-	fs.Int64Var(&f.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)")
-	fs.StringVar(&f.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (stop the shard, exit 1) or warn (log it and serve on)")
-	fs.BoolVar(&f.journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
 	fs.DurationVar(&f.maxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 	fs.IntVar(&f.shardIdx, "shard", 0, "this server's shard index")
-	fs.IntVar(&f.servers, "servers", 1, "number of server shards")
-	fs.IntVar(&f.chunkBytes, "chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
-	fs.BoolVar(&f.parStep, "parallel-step", autoParallelStep(runtime.NumCPU()), "update the shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
 	fs.UintVar(&f.maxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
+	f.shardFlags.register(fs)
 	f.mf.register(fs)
 	f.of.register(fs, "none")
 	f.lf.register(fs, "info")

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +30,7 @@ import (
 // trainRun is one `shoal train`: its flags, what they build, and the
 // children it starts.
 type trainRun struct {
+	shardFlags // given to every shard alike
 	mf         modelFlags
 	of         optFlags
 	df         dataFlags
@@ -46,19 +46,10 @@ type trainRun struct {
 	threads    int     // GEMM threads per worker; 0: the cores' share
 	bind       string  // --bind: auto, cores or none
 	cpuSets    [][]int // per worker, the CPUs it is bound to; nil: not bound
-	servers    int
-	chunkBytes int
 	lanes      int
-	parStep    bool
 	save       string
 	jsonOut    bool
 	startup    time.Duration
-	backup     int
-	staleness  int64
-	ckptDir    string
-	ckptEvery  int64
-	ckptErrors string
-	journal    bool
 	testEval   bool
 	callTime   time.Duration
 	tls        bool
@@ -66,12 +57,12 @@ type trainRun struct {
 	dev        deviceFlags
 	where      string // where the workers compute, for the header
 
-	ring   bool
-	shards []*shardProc
-	model  nn.Model
-	train  data.Dataset // what the workers train on (the header and --json name it)
-	test   data.Dataset
-	ocfg   optim.Config
+	ring  bool
+	eval  worker.Evaluation // the final weights' test metrics (finish)
+	model nn.Model
+	train data.Dataset // what the workers train on (the header and --json name it)
+	test  data.Dataset
+	ocfg  optim.Config
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -80,56 +71,68 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	wall := time.Now()
-	l, err := newLauncher(stderr)
+	cleanup, err := t.prepare()
 	if err != nil {
 		return err
 	}
-	defer l.Shutdown()
+	defer cleanup()
+	cfg, err := t.jobConfig(stdout, stderr)
+	if err != nil {
+		return err
+	}
+	res, err := launch.RunJob(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	res.Result.WallSeconds = time.Since(wall).Seconds()
+	return t.end(stdout, res)
+}
+
+// prepare makes what the run needs before any child starts: with --tls
+// the run's throwaway credentials (cleanup removes them), and empty
+// --record-pushes and --timeline folders.
+func (t *trainRun) prepare() (cleanup func(), err error) {
+	cleanup = func() {}
 	if t.tls {
-		remove, err := t.sec.throwaway()
-		if err != nil {
-			return err
+		if cleanup, err = t.sec.throwaway(); err != nil {
+			return nil, err
 		}
-		defer remove()
 	}
 	if err := clearRecordings(t.record); err != nil {
-		return err
+		cleanup()
+		return nil, err
 	}
 	// The merge takes every process's file in the folder: an earlier
 	// run's would join this one's.
 	if err := clearEarlier(t.timeline, "--timeline", timelineGlobs...); err != nil {
-		return err
+		cleanup()
+		return nil, err
 	}
-	addrs, gossip, err := t.startServers(ctx, l)
+	return cleanup, nil
+}
+
+// jobConfig is the run as a job of this binary's processes: the shards
+// and workers with their argv and environment, the restart policy, and
+// the summary begun with what the flags say.
+func (t *trainRun) jobConfig(stdout, stderr io.Writer) (launch.JobConfig, error) {
+	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return launch.JobConfig{}, fmt.Errorf("finding this binary to start children: %w", err)
 	}
-	prec := t.printHeader(stdout)
-	trainStart := time.Now()
-	isWorker, err := t.startWorkers(ctx, l, addrs, gossip)
-	if err != nil {
-		return err
+	cfg := launch.JobConfig{Exe: exe, Name: "shoal train", Stdout: stdout, Stderr: stderr, TTY: isTerminal(stdout), StartupTimeout: t.startup,
+		Servers: t.servers, ServerRole: "ps", ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
+		Rendezvous: t.ring, Elastic: t.rf.elastic, Stats: t.sf.stats, Result: t.newResult(),
+		ServersUp: func() { t.printHeader(stdout) }, Finish: t.finish}
+	if t.restartable() {
+		cfg.MaxRestarts = maxRestarts
 	}
-	tally := t.newTally(prec)
-	board := newBoard(stdout, t.workers, isTerminal(stdout))
-	ringTest, failures, killed, err := t.watch(ctx, l, isWorker, tally, board, stdout, trainStart)
-	if err != nil {
-		return err
-	}
-	sum, err := t.summarise(ctx, stderr, tally, board, failures, killed, trainStart)
-	if err != nil {
-		return err
-	}
-	ev, err := t.finish(ctx, addrs, ringTest, sum)
-	if err != nil {
-		return err
-	}
-	sum.TestLoss, sum.TestAccuracy = ev.Loss, ev.Accuracy
-	for _, sp := range t.shards {
-		sp.child.Stop()
-	}
-	l.Shutdown()
-	sum.WallSeconds = time.Since(wall).Seconds()
+	return cfg, nil
+}
+
+// end ends the run once the job is over: the timelines merged, the
+// recordings named, the report (with --json its JSON line), and an error
+// where some workers failed.
+func (t *trainRun) end(stdout io.Writer, res *launch.JobResult) error {
 	// Before the report, which --json ends with its JSON line.
 	if err := t.mergeTimelines(stdout); err != nil {
 		return err
@@ -138,27 +141,25 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "pushes: %s (replay the run with shoal bench emulate --replay %s and the run's model, data, --batch, --epochs, optimizer and --seed)\n",
 			filepath.Join(t.record, recordGlob), t.record)
 	}
-	if err := t.report(stdout, sum, ev); err != nil {
+	if err := t.report(stdout, &res.Result, t.eval); err != nil {
 		return err
 	}
-	if len(failures) > 0 {
-		return fmt.Errorf("%d of %d workers failed (the others finished)", len(failures), t.workers)
+	if len(res.Failures) > 0 {
+		return fmt.Errorf("%d of %d workers failed (the others finished)", len(res.Failures), t.workers)
 	}
 	return nil
 }
 
 // printHeader prints the run's first line: the model, the mode, the
 // workers and where they compute, the servers, the batch, the optimizer
-// and the data. It returns the half precision the workers compute in
-// ("" in fp32).
-func (t *trainRun) printHeader(stdout io.Writer) string {
+// and the data.
+func (t *trainRun) printHeader(stdout io.Writer) {
 	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
 	if t.ring && t.rf.scaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
-	where, prec := t.where, ""
-	if t.dev.precision.Half() {
-		prec = t.dev.precision.String()
+	where := t.where
+	if prec := t.precision(); prec != "" {
 		where += " in " + prec
 	}
 	batch := fmt.Sprintf("batch %d per worker", t.batchPerWorker())
@@ -167,7 +168,14 @@ func (t *trainRun) printHeader(stdout io.Writer) string {
 	}
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), %s, %s %s, %s (%d samples; tested on %s)\n",
 		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
-	return prec
+}
+
+// precision is the half precision the workers compute in ("" in fp32).
+func (t *trainRun) precision() string {
+	if t.dev.precision.Half() {
+		return t.dev.precision.String()
+	}
+	return ""
 }
 
 // workerThreads is each worker's GEMM threads: --threads, else the
@@ -182,17 +190,14 @@ func (t *trainRun) workerThreads() int {
 // maxLoopbackProcsPerCore is how many of shoal train's processes a core
 // may carry before their gossip gets the LAN timings instead of the
 // loopback ones. Loopback timings (a probe every 200 ms, answered within
-// 100 ms) suppose each process gets the CPU when it needs it: 32 servers
-// and 2 workers on 2 cores trained in 8 s, but with 64 servers the
-// members, starved, missed their acks, suspected one another and refuted,
-// and that traffic starved them further (1,484 suspicions, a server that
-// did not answer a worker's first call in a minute); with the LAN timings
-// the same run trained in 16 s without one suspicion.
+// 100 ms) suppose each process gets the CPU when it needs it; beyond this
+// many processes a core, starved members miss their acks, suspect one
+// another and refute, and that traffic starves them further, where the
+// LAN timings ride it out (the runs are in docs/BENCHMARKS.md).
 const maxLoopbackProcsPerCore = 8
 
-// maxProcsPerCore bounds shoal train's processes: 66 on 2 cores trained
-// with the LAN's timings, 128 did not start in 5 minutes (the members
-// starved even on those timings).
+// maxProcsPerCore bounds shoal train's processes: beyond it the members
+// starve even on the LAN's timings (docs/BENCHMARKS.md).
 const maxProcsPerCore = 32
 
 // procs is how many processes the run starts: workers and servers (none
@@ -224,9 +229,8 @@ func (t *trainRun) detection() string {
 // where they do not fit), auto where the workers take those CPUs, with
 // fewer than --threads left over (as the default --threads does). Bound,
 // a worker keeps its caches and the scheduler does not move it onto the
-// core where another worker computes (async 2×1 on 2 cores: 8–13% more
-// samples/s on a slow spell, 3% on a fast one; docs/BENCHMARKS.md). The
-// servers are not bound: they go where the cores are free.
+// core where another worker computes (docs/BENCHMARKS.md). The servers
+// are not bound: they go where the cores are free.
 func (t *trainRun) planBinding() error {
 	if t.bind == "none" {
 		return nil
@@ -274,58 +278,19 @@ func workerEnv(threads int, share bool) []string {
 		// A PS worker's Go runtime gets the same share: with one P per
 		// core of the machine in every process, the transport's
 		// goroutines hand each 16 KiB frame to another thread and the
-		// context switches cost more than the parallelism gains (async
-		// 2×1 on 2 cores: 11,169 against 10,238 samples/s, medians of 3
-		// alternating runs). Never more than the cores, though: a Go
-		// runtime with a P for each of --threads 100000 spent minutes in
-		// its own bookkeeping before the first step.
+		// context switches cost more than the parallelism gains
+		// (docs/BENCHMARKS.md). Never more than the cores, though: a Go
+		// runtime with a P for each of a huge --threads spends its time
+		// in its own bookkeeping before the first step.
 		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(threads, runtime.NumCPU())))
 	}
 	return env
 }
 
-// newTally is the run's tally, its summary begun with what the flags say
-// (prec: the workers' half precision, "" in fp32).
-func (t *trainRun) newTally(prec string) *launch.Tally {
-	return &launch.Tally{Result: launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: prec, Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}}
-}
-
-// summarise ends the training part of the run once every worker has
-// exited: it completes the tally's summary (the training time, the last
-// epoch's metrics, the throughput) and prints the failures of workers the
-// others finished without. An interrupted run, a run whose every worker
-// failed and a ring missing a rank are errors.
-func (t *trainRun) summarise(ctx context.Context, stderr io.Writer, tally *launch.Tally, board *board, failures, killed []string, trainStart time.Time) (*launch.Result, error) {
-	if t.sf.stats {
-		tally.SummariseSteps()
-	}
-	board.clearBar()
-	sum := &tally.Result
-	sum.TrainSeconds = time.Since(trainStart).Seconds()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("interrupted: %w", err)
-	}
-	if len(sum.FailedWorkers) == t.workers {
-		if len(killed) > 0 { // a worker killed before it joined leaves the others waiting for it
-			return nil, fmt.Errorf("every worker failed or was killed:\n%s", strings.Join(append(killed, failures...), "\n"))
-		}
-		return nil, fmt.Errorf("every worker failed:\n%s", strings.Join(failures, "\n"))
-	}
-	if t.ring && len(failures) > 0 {
-		// A ring cannot finish without every rank.
-		return nil, fmt.Errorf("the ring failed:\n%s", strings.Join(failures, "\n"))
-	}
-	for _, f := range failures {
-		fmt.Fprintln(stderr, "shoal train:", f)
-	}
-	sort.Ints(sum.FailedWorkers)
-	if n := len(board.Epochs); n > 0 {
-		sum.Epochs = board.Epochs[n-1].Epoch
-		sum.TrainLoss, sum.TrainAccuracy = board.Epochs[n-1].Loss, board.Epochs[n-1].Accuracy
-	}
-	sum.SamplesPerSec = float64(sum.Samples) / sum.TrainSeconds
-	return sum, nil
+// newResult is the run's summary begun with what the flags say.
+func (t *trainRun) newResult() launch.Result {
+	return launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: t.precision(), Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}
 }
 
 // parseTrain reads and checks shoal train's flags, builds the model and
@@ -346,7 +311,7 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	if err := serverFlagsInRing(fs, t.ring); err != nil {
+	if err := t.serverFlagsInRing(fs); err != nil {
 		return nil, err
 	}
 	if err := t.build(); err != nil {
@@ -361,9 +326,6 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
-	fs.IntVar(&t.servers, "servers", 1, "number of parameter-server processes")
-	fs.IntVar(&t.chunkBytes, "chunk-bytes", 1<<20, "bytes per chunk of the partition plan")
-	fs.BoolVar(&t.parStep, "parallel-step", autoParallelStep(runtime.NumCPU()), "PS modes: each server updates its chunks in parallel, each going out in the replies once updated (shoal ps --parallel-step; on by default where this machine has 8 or more CPUs)")
 	fs.IntVar(&t.lanes, "lanes", 0, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16); 0: 4 where this machine has 8 or more CPUs, else 1")
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
@@ -371,15 +333,10 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json (an earlier run's there are removed first); shoal bench emulate --replay DIR replays the run in one process")
 	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
-	fs.IntVar(&t.backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it")
-	fs.Int64Var(&t.staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-	fs.StringVar(&t.ckptDir, "checkpoint-dir", "", "servers checkpoint here and resume from it")
-	fs.Int64Var(&t.ckptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (0: only at the end)")
-	fs.StringVar(&t.ckptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, and the run with it) or warn (log it and go on)")
-	fs.BoolVar(&t.journal, "journal", false, "with --checkpoint-dir: servers journal every update before applying it (a killed server loses none)")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
 	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
 	fs.BoolVar(&t.tls, "tls", false, "servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it")
+	t.shardFlags.register(fs)
 	t.nf.register(fs)
 	t.sf.register(fs)
 	t.mf.register(fs)
@@ -422,6 +379,12 @@ func (t *trainRun) check() error {
 	if err := checkLanes(t.lanes); err != nil {
 		return err
 	}
+	return t.checkRun()
+}
+
+// checkRun checks the flags of the run's servers, its timeouts and what
+// it writes.
+func (t *trainRun) checkRun() error {
 	if t.journal && t.ckptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
@@ -451,21 +414,22 @@ func (t *trainRun) batchPerWorker() int {
 	return min(t.tf.batch, max((t.train.Len()+t.workers-1)/t.workers, 1))
 }
 
-// serverFlags are shoal train's flags that only the parameter-server
-// modes read: their servers, and the workers' calls to them.
-var serverFlags = []string{"servers", "staleness", "backup-workers", "chunk-bytes", "lanes", "parallel-step",
-	"checkpoint-dir", "checkpoint-every", "checkpoint-errors", "journal", "push-every", "fetch-every"}
+// psWorkerFlags are the flags of shoal train's PS workers that only the
+// parameter-server modes read: their calls to the servers.
+var psWorkerFlags = []string{"lanes", "push-every", "fetch-every"}
 
-// serverFlagsInRing refuses serverFlags given in ring mode, which would
-// ignore them (a --staleness -5 or --servers 3 there says the command is
-// not what its author thinks).
-func serverFlagsInRing(fs *flag.FlagSet, ring bool) error {
-	if !ring {
+// serverFlagsInRing refuses the flags only the parameter-server modes
+// read (the shards' group, and psWorkerFlags) given in ring mode, which
+// would ignore them (a --staleness -5 or --servers 3 there says the
+// command is not what its author thinks).
+func (t *trainRun) serverFlagsInRing(fs *flag.FlagSet) error {
+	if !t.ring {
 		return nil
 	}
+	psOnly := append(t.shardFlags.names(), psWorkerFlags...)
 	var given []string
 	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains(serverFlags, f.Name) {
+		if slices.Contains(psOnly, f.Name) {
 			given = append(given, "--"+f.Name)
 		}
 	})
@@ -511,309 +475,91 @@ func (t *trainRun) common() []string {
 	return args
 }
 
-// shardProc is one server shard that shoal train runs.
-type shardProc struct {
-	idx      int
-	addr     string // gRPC
-	gossip   string
-	child    *launch.Child
-	restarts int
-}
-
 // maxRestarts bounds how often shoal train restarts one shard: a shard
 // that keeps dying has a cause that restarting will not cure.
 const maxRestarts = 3
 
-// startServers starts the parameter-server shards one after the other,
-// each on a free loopback port, and returns their addresses and gossip
-// addresses. The servers form the job's gossip cluster on loopback, each
-// joining the first; the workers join them.
-func (t *trainRun) startServers(ctx context.Context, l *launch.Launcher) (addrs, gossip []string, err error) {
-	for i := range t.servers {
-		sp := &shardProc{idx: i}
-		if err := t.startShard(ctx, l, sp, "127.0.0.1:0", gossip[:min(len(gossip), 1)]); err != nil {
-			return nil, nil, err
-		}
-		t.shards = append(t.shards, sp)
-		addrs, gossip = append(addrs, sp.addr), append(gossip, sp.gossip)
-	}
-	return addrs, gossip, nil
+// restartable says whether shoal train starts a shard killed from outside
+// again (at most maxRestarts times): with checkpoints to resume from, and
+// either a journal (no update lost, every mode) or async mode (where a
+// lost update is like a dropped push).
+func (t *trainRun) restartable() bool {
+	return t.ckptDir != "" && (t.journal || t.tf.mode == consistency.Async)
 }
 
-// startShard starts shard sp.idx listening on listen, joining the gossip
-// cluster through join, and waits until it serves.
-func (t *trainRun) startShard(ctx context.Context, l *launch.Launcher, sp *shardProc, listen string, join []string) error {
-	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(sp.idx), "--servers", strconv.Itoa(t.servers),
-		"--mode", t.tf.mode.String(), "--chunk-bytes", strconv.Itoa(t.chunkBytes), "--workers", strconv.Itoa(t.workers),
-		"--backup-workers", strconv.Itoa(t.backup), "--staleness", strconv.FormatInt(t.staleness, 10),
-		"--checkpoint-dir", t.ckptDir, "--checkpoint-every", strconv.FormatInt(t.ckptEvery, 10), "--checkpoint-errors", t.ckptErrors, "--journal=" + strconv.FormatBool(t.journal),
-		"--parallel-step=" + strconv.FormatBool(t.parStep)},
-		append(t.common(), t.of.args()...)...)
-	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", sp.idx), sp.restarts)...)
-	c, err := l.Start(ctx, fmt.Sprintf("ps %d", sp.idx), sp.idx, nil, append(args, t.gossipArgs(join)...)...)
-	if err != nil {
-		return err
-	}
-	ev, err := l.WaitFor(ctx, c, t.startup, isListening)
-	if err != nil {
-		return err
-	}
-	sp.addr, sp.gossip, sp.child = ev.Addr, ev.Gossip, c
-	return nil
+// shardArgs is shard's argv: listening on listen, joining the gossip
+// cluster through join, its timeline named for its restart.
+func (t *trainRun) shardArgs(shard int, listen string, join []string, restart int) []string {
+	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(shard), "--mode", t.tf.mode.String(), "--workers", strconv.Itoa(t.workers)},
+		append(append(t.shardFlags.args(), t.common()...), t.of.args()...)...)
+	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", shard), restart)...)
+	return append(args, t.gossipArgs(join)...)
 }
 
-// restartable says whether shoal train starts a dead shard again: killed
-// from outside (not a failure of its own), with checkpoints to resume
-// from, and either a journal (no update lost, every mode) or async mode
-// (where a lost update is like a dropped push), at most maxRestarts times.
-func (t *trainRun) restartable(ctx context.Context, sp *shardProc) bool {
-	return ctx.Err() == nil && sp.child.Signal() != "" && t.ckptDir != "" &&
-		(t.journal || t.tf.mode == consistency.Async) && sp.restarts < maxRestarts
-}
-
-// restartShard starts a killed shard again on its address, from its
-// checkpoint (and journal), joining the gossip of everyone else.
-func (t *trainRun) restartShard(ctx context.Context, l *launch.Launcher, sp *shardProc, peers []string) error {
-	cause := sp.child.Err()
-	join := slices.DeleteFunc(slices.Clone(peers), func(p string) bool { return p == sp.gossip })
-	sp.restarts++
-	if err := t.startShard(ctx, l, sp, sp.addr, join); err != nil {
-		return fmt.Errorf("ps %d was killed (%v) and could not be restarted: %w", sp.idx, cause, err)
+// workerArgs is rank r's argv, given the servers' addresses, the gossip
+// to join and the ring's rendezvous.
+func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []string {
+	args := append([]string{"worker", "--servers", strings.Join(servers, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
+		"--local-rank", strconv.Itoa(r),
+		"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
+		"--call-timeout", t.callTime.String()},
+		append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
+	args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
+	if t.record != "" {
+		args = append(args, "--record-pushes", recordFile(t.record, r))
 	}
-	return nil
-}
-
-func isListening(e launch.Event) bool { return e.Event == launch.Listening }
-
-// startWorkers starts the workers; in ring mode rank 0 first, whose
-// rendezvous address the others join.
-func (t *trainRun) startWorkers(ctx context.Context, l *launch.Launcher, addrs, gossip []string) (map[*launch.Child]bool, error) {
-	isWorker := map[*launch.Child]bool{}
-	master := "127.0.0.1:0"
-	var ringGossip []string
-	for r := range t.workers {
-		args := append([]string{"worker", "--servers", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
-			"--local-rank", strconv.Itoa(r),
-			"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
-			"--call-timeout", t.callTime.String()},
-			append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
-		args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
-		if t.record != "" {
-			args = append(args, "--record-pushes", recordFile(t.record, r))
-		}
-		if !t.ring {
-			args = append(append(args, "--compression", t.rf.compression, "--lanes", strconv.Itoa(t.lanes)), t.gossipArgs(gossip)...)
-		}
-		if t.ring {
-			args = append(append(append(args, t.of.args()...), t.rf.args()...), "--master", master)
-			if t.rf.elastic {
-				// Rank 0 starts the gossip; the others join it.
-				args = append(args, t.gossipArgs(ringGossip)...)
-			}
-			if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
-				args = append(args, "--save", t.save)
-			}
-		}
-		// Each worker gets its share of the cores, and OpenBLAS no more
-		// threads than that (it would start one per core in every process),
-		// unless --threads says how many.
-		threads := t.workerThreads()
-		args = append(args, "--threads", strconv.Itoa(threads))
-		if r < len(t.cpuSets) {
-			args = append(args, "--cpus", cpubind.Format(t.cpuSets[r]))
-		}
-		c, err := l.Start(ctx, fmt.Sprintf("worker %d", r), r, workerEnv(threads, !t.ring && os.Getenv("GOMAXPROCS") == ""), args...)
-		if err != nil {
-			return nil, err
-		}
-		isWorker[c] = true
-		if t.ring && r == 0 {
-			// Rank 0 serves the rendezvous; the others join it there.
-			ev, err := l.WaitFor(ctx, c, t.startup, isListening)
-			if err != nil {
-				return nil, err
-			}
-			master = ev.Addr
-			if ev.Gossip != "" {
-				ringGossip = []string{ev.Gossip}
-			}
-		}
-	}
-	return isWorker, nil
-}
-
-// watch follows the run until every worker has exited: progress to the
-// board, evaluations and done events to the tally, a worker's failure
-// noted, a server's death the end of the run. Shard 0 reports the
-// workers' membership changes; in the parameter-server modes a worker that
-// dies does not end the run, the others go on without it. When rank 0
-// stops at its target accuracy, the other PS workers are told to stop
-// (ring ranks agree among themselves). It returns ring rank 0's done event
-// (its test metrics), the workers' failures, with their last words, and
-// the workers killed. A PS worker killed by a signal is not a failure but
-// a membership change: the run goes on without it and can still succeed.
-func (t *trainRun) watch(ctx context.Context, l *launch.Launcher, isWorker map[*launch.Child]bool, tally *launch.Tally, board *board,
-	stdout io.Writer, start time.Time) (*launch.Event, []string, []string, error) {
-	w := &trainWatch{t: t, l: l, isWorker: isWorker, tally: tally, board: board, stdout: stdout, start: start,
-		cause: map[int]string{}, done: map[int]bool{}}
-	for _, sp := range t.shards {
-		w.peers = append(w.peers, sp.gossip)
-	}
-	for running := t.workers; running > 0; {
-		m, err := l.Next(ctx)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("interrupted: %w", err)
-		}
-		switch {
-		case m.Exit && isWorker[m.From]:
-			running--
-			w.workerExited(m.From)
-		case m.Exit:
-			if err := w.serverExited(ctx, m.From); err != nil {
-				return nil, nil, nil, err
-			}
-		case m.Event.Event == launch.Listening && m.Event.Gossip != "":
-			w.peers = append(w.peers, m.Event.Gossip)
-		case m.Event.Event == launch.Metrics:
-			board.clearBar()
-			fmt.Fprintf(stdout, "metrics: %s at http://%s/metrics\n", m.From.Name(), m.Event.Addr)
-		case m.Event.Event == launch.Progress:
-			board.update(launch.ProgressOf(m.Event))
-		case m.Event.Event == launch.Member:
-			w.memberChanged(m.Event)
-		default:
-			w.tallied(m.Event)
-		}
-	}
-	return w.ringTest, w.failures, w.killed, nil
-}
-
-// trainWatch is what watch follows a run with, and what it has learnt.
-type trainWatch struct {
-	t        *trainRun
-	l        *launch.Launcher
-	isWorker map[*launch.Child]bool
-	tally    *launch.Tally
-	board    *board
-	stdout   io.Writer
-	start    time.Time
-
-	ringTest *launch.Event  // ring: the first done event, with the test metrics
-	failures []string       // the workers' failures, with their last words
-	killed   []string       // the workers killed from outside (a membership change)
-	cause    map[int]string // rank → how its process ended
-	peers    []string       // gossip addresses, for a restarted shard to join
-	done     map[int]bool   // ranks that finished their run
-}
-
-// workerExited notes a worker's exit: a failure, or where it was killed
-// from outside and the run can go on without it, a membership change.
-func (w *trainWatch) workerExited(c *launch.Child) {
-	if c.Err() == nil {
-		return
-	}
-	w.tally.Result.FailedWorkers = append(w.tally.Result.FailedWorkers, c.Rank())
-	w.board.markDead(c.Rank())
-	w.cause[c.Rank()] = c.Err().Error()
-	if c.Signal() != "" && (!w.t.ring || w.t.rf.elastic) {
-		// Killed from outside: a membership change the
-		// others go on after, reported when shard 0 sees it.
-		w.board.clearBar()
-		fmt.Fprintf(w.stdout, "%s was killed (%v)\n", c.Name(), c.Err())
-		w.killed = append(w.killed, fmt.Sprintf("%s was killed (%v)", c.Name(), c.Err()))
+	if t.ring {
+		args = append(args, t.ringArgs(r, gossip, master)...)
 	} else {
-		w.failures = append(w.failures, c.Failure())
+		args = append(append(args, "--compression", t.rf.compression, "--lanes", strconv.Itoa(t.lanes)), t.gossipArgs(gossip)...)
 	}
+	// Each worker gets its share of the cores, and OpenBLAS no more
+	// threads than that (it would start one per core in every process),
+	// unless --threads says how many.
+	args = append(args, "--threads", strconv.Itoa(t.workerThreads()))
+	if r < len(t.cpuSets) {
+		args = append(args, "--cpus", cpubind.Format(t.cpuSets[r]))
+	}
+	return args
 }
 
-// serverExited restarts a shard that was killed, if it is restartable;
-// any other server's exit ends the run (the error).
-func (w *trainWatch) serverExited(ctx context.Context, c *launch.Child) error {
-	t := w.t
-	if r := c.Rank(); r < len(t.shards) && t.shards[r].child == c && t.restartable(ctx, t.shards[r]) {
-		sp := t.shards[r]
-		if err := t.restartShard(ctx, w.l, sp, w.peers); err != nil {
-			return err
-		}
-		w.peers = append(w.peers, sp.gossip)
-		me := launch.MembershipEvent{Role: "ps", Rank: sp.idx, Change: "restarted", Seconds: time.Since(w.start).Seconds(), Cause: c.Err().Error()}
-		w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
-		w.board.clearBar()
-		fmt.Fprintf(w.stdout, "ps %d was killed (%v); restarted from its checkpoint on %s\n", sp.idx, c.Err(), sp.addr)
-		return nil
+// ringArgs are ring rank r's own flags: the optimizer (each rank steps
+// itself), the ring's, the rendezvous, the gossip of an elastic ring, and
+// where the weights are saved.
+func (t *trainRun) ringArgs(r int, gossip []string, master string) []string {
+	args := append(append(t.of.args(), t.rf.args()...), "--master", master)
+	if t.rf.elastic {
+		// Rank 0 starts the gossip; the others join it.
+		args = append(args, t.gossipArgs(gossip)...)
 	}
-	// A server died: nothing can finish without it.
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
+		args = append(args, "--save", t.save)
 	}
-	return errors.New(c.Failure())
+	return args
 }
 
-// memberChanged notes and prints a change of the workers' membership
-// that shard 0 reports, but for a worker's joining and its leaving at
-// the end of its run.
-func (w *trainWatch) memberChanged(e launch.Event) {
-	if e.Change == "joined" || (e.Change == "left" && w.done[e.Rank]) {
-		return // the run's start and its end are not changes
-	}
-	me := launch.MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
-		Seconds: time.Since(w.start).Seconds(), Cause: w.cause[e.Rank]}
-	w.tally.Result.MembershipEvents = append(w.tally.Result.MembershipEvents, me)
-	w.board.clearBar()
-	fmt.Fprintln(w.stdout, describeChange(me))
+// workerEnv is rank r's environment: its GEMM threads, and in the PS
+// modes its Go runtime's share of the cores (unless GOMAXPROCS is set).
+func (t *trainRun) workerEnv(int) []string {
+	return workerEnv(t.workerThreads(), !t.ring && os.Getenv("GOMAXPROCS") == "")
 }
 
-// tallied adds an event to the tally; a done event also marks its rank
-// done, is the ring's test metrics if it is the first, and, from PS rank
-// 0 stopped at its target accuracy, tells the other workers to stop.
-func (w *trainWatch) tallied(e launch.Event) {
-	w.tally.Add(e)
-	if e.Event != launch.Done {
-		return
+// finish reads the final weights while the servers still serve (the
+// job's Finish): their test metrics into the summary.
+func (t *trainRun) finish(ctx context.Context, j *launch.JobResult) error {
+	ev, err := t.finalEval(ctx, j)
+	if err != nil {
+		return err
 	}
-	w.done[e.Rank] = true
-	if e.CPUs != "" && e.Rank < w.t.workers {
-		cpus := &w.tally.Result.CPUs
-		if *cpus == nil {
-			*cpus = make([]string, w.t.workers)
-		}
-		(*cpus)[e.Rank] = e.CPUs
-	}
-	// The lanes as the workers resolved --lanes (0 asks each for its
-	// machine's choice, and none opens more than a server has chunks).
-	w.tally.Result.Lanes = max(w.tally.Result.Lanes, e.Lanes)
-	if w.t.ring && w.ringTest == nil {
-		// Every rank evaluates the whole test set together and
-		// reports the same metrics; the first will do (rank 0
-		// may have died in an elastic ring).
-		w.ringTest = &e
-	}
-	if e.Stopped && e.Rank == 0 && !w.t.ring {
-		for c := range w.isWorker {
-			if c.Rank() != 0 {
-				c.Tell("stop")
-			}
-		}
-	}
+	t.eval = ev
+	j.Result.TestLoss, j.Result.TestAccuracy = ev.Loss, ev.Accuracy
+	return nil
 }
 
-// describeChange is a membership change as shoal train prints it, e.g.
-// "worker 2 died at step 413 (signal: killed); 3 workers go on".
-func describeChange(e launch.MembershipEvent) string {
-	s := fmt.Sprintf("%s %d %s at step %d", e.Role, e.Rank, e.Change, e.Step)
-	if e.Cause != "" {
-		s += " (" + e.Cause + ")"
-	}
-	if e.Live == 1 {
-		return s + "; 1 worker goes on"
-	}
-	return fmt.Sprintf("%s; %d workers go on", s, e.Live)
-}
-
-// finish evaluates the final weights on the test set (ring: rank 0 did)
-// and saves them with --save.
-func (t *trainRun) finish(ctx context.Context, addrs []string, ringTest *launch.Event, sum *launch.Result) (worker.Evaluation, error) {
-	ev := worker.Evaluation{Accuracy: -1}
+// finalEval evaluates the final weights on the test set (ring: the ranks
+// did) and saves them with --save.
+func (t *trainRun) finalEval(ctx context.Context, j *launch.JobResult) (worker.Evaluation, error) {
+	ev, sum, ringTest := worker.Evaluation{Accuracy: -1}, &j.Result, j.RingTest
 	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.tf.mode.String()}
 	switch {
 	case t.ring:
@@ -828,7 +574,7 @@ func (t *trainRun) finish(ctx context.Context, addrs []string, ringTest *launch.
 	case !t.testEval && t.save == "":
 		return ev, nil
 	}
-	params, err := pullFinal(ctx, addrs, t.model, t.sec.creds)
+	params, err := pullFinal(ctx, j.Servers, t.model, t.sec.creds)
 	if err != nil {
 		return ev, err
 	}
