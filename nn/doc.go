@@ -72,9 +72,9 @@
 // "cnn" is conv1 (16 channels, 3×3, pad 1) → ReLU → 2×2 max pool →
 // conv2 (32 channels, 3×3, pad 1) → ReLU → 2×2 max pool → flatten →
 // fc1 (32·7·7 → 128) → ReLU → fc2 (128 → classes). The classic 32/64
-// channel version costs about four times the arithmetic (about 170 ms per
-// forward+backward of 64 samples on one core with gonum, against about
-// 50 ms for 16/32), and 16/32 still reaches above 90% on Fashion-MNIST.
+// channel version costs about four times the arithmetic (the times are in
+// docs/BENCHMARKS.md, "Figures that lived in code comments"), and 16/32
+// still reaches above 90% on Fashion-MNIST.
 //
 // Layers followed by a ReLU run it fused into their bias pass and get He
 // (Kaiming) uniform weights, U(±sqrt(6/fan_in)); the output layer gets

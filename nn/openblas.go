@@ -197,8 +197,8 @@ func (o *OpenBLAS) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 	}
 	if beta == 0 {
 		// OpenBLAS's kernels accumulate into C, so for beta 0 it first
-		// zeroes C with its own loop; Go's clear is faster, which saved
-		// 12-15% on the weight gradients (C 512×784, k 64).
+		// zeroes C with its own loop; Go's clear is faster (measured on
+		// the weight gradients: docs/BENCHMARKS.md, "Figures that lived in code comments").
 		scale(0, c, m, n, ldc)
 		beta = 1
 	}

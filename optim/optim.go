@@ -114,8 +114,8 @@ func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 //
 // On amd64 with AVX2 the cases a parameter server runs on every push (momentum and SGD without
 // weight decay) go through assembly (kernels_amd64.s) eight floats a register: the same
-// operations in the same order, each rounded to float32, so the same bits (4–5× faster over the
-// 669,706 floats of the default model's wider sibling, BenchmarkPush in ps). The build tag
+// operations in the same order, each rounded to float32, so the same bits (faster by the
+// factor BenchmarkPush in ps measures: docs/BENCHMARKS.md, "Figures that lived in code comments"). The build tag
 // purego keeps the Go loops (make test-purego tests them).
 
 // stepSGD: g = grad + wd·p; p -= lr·g.

@@ -37,8 +37,8 @@
 // Send copies into the ring as room frees up, Recv copies out, in chunks
 // of 64 KiB so that the two copies overlap. A side that must wait spins,
 // then yields, then sleeps on a futex in the ring that the other side
-// wakes (a few tens of microseconds; Go's time.Sleep, at 0.4 to 1 ms for
-// sub-millisecond sleeps, would be far slower). Each rank maps two rings
+// wakes (a few tens of microseconds; Go's time.Sleep oversleeps
+// sub-millisecond sleeps many times over: docs/BENCHMARKS.md, "Figures that lived in code comments"). Each rank maps two rings
 // per peer on its host: with 8 ranks on a host and 4 MiB rings that is
 // 56 rings, 224 MiB of /dev/shm (docker's default /dev/shm is 64 MiB;
 // space is reserved at setup, and a pair that cannot have it, or whose

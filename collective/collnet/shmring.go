@@ -197,8 +197,8 @@ func ringChunk(size int) int { return min(size/4, 64<<10) }
 // yielding the processor; then it sleeps in the kernel until woken (see
 // ring), for at most maxSleep at a time, so that the caller rechecks its
 // context, Close and the peer's liveness. Go's time.Sleep is no substitute
-// for that last phase: sub-millisecond sleeps take 0.4 to 1 ms (measured),
-// far longer than a futex wake-up.
+// for that last phase: its sub-millisecond sleeps last far longer than a
+// futex wake-up (measured: docs/BENCHMARKS.md, "Figures that lived in code comments").
 type waiter struct{ n int }
 
 const (

@@ -81,8 +81,8 @@
 //   - Latencies are only as precise as Go's timers, which on Linux wake
 //     up to about 1 ms late when the process is otherwise idle. Each
 //     delayed hop can arrive that late, so a 1-byte ping-pong between two
-//     NICs takes about RTT + 1-2 ms (BenchmarkRTT: 2.2 ms for both 0.2 ms
-//     and 1 ms RTTs, 6.5 ms for 5 ms). RTTs below a few milliseconds are
+//     NICs takes about RTT plus a timer's lateness or two (BenchmarkRTT;
+//     its figures are in docs/BENCHMARKS.md). RTTs below a few milliseconds are
 //     therefore not modelled faithfully; bulk rates are (SelfCheck).
 //   - The machine must be able to move the bytes: SelfCheck measures what
 //     one stream achieves. On a 2-core machine loopback tops out around

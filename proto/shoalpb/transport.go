@@ -33,9 +33,7 @@ type Transport struct {
 // buffers (its latency is the pipeline of writer and reader, which large
 // buffers coarsen); in training, where the cores are busy with compute
 // and every system call counts, all three together gave the most samples/s
-// (async 2×1 on 2 cores, 4 alternating runs: 11,462 median against 9,800
-// with gRPC's windows and buffers; the buffers alone 11,018, the windows
-// alone 9,560).
+// (the runs are in docs/BENCHMARKS.md, "Figures that lived in code comments").
 var DefaultTransport = Transport{StreamWindow: 16 << 20, ConnWindow: 64 << 20, Buffer: 1 << 20, NoZero: true}
 
 // ServerOptions are t's settings for a gRPC server.
