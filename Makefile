@@ -36,14 +36,14 @@ test: lint verify-generate test-nocgo test-purego test-race fuzz-short test-clus
 # ones (the cluster tests 605 s against 309-362 s: the machine, not the
 # tests); 30 minutes a package leaves room for such a day.
 test-race:
-	$(GO) test -race -shuffle=on -count=1 -timeout 30m $$($(GO) list ./... | grep -v /internal/clustertest)
+	$(GO) test -race -shuffle=on -count=1 -timeout 30m $$($(GO) list ./... | grep -v /internal/composetest)
 
 # The fault-injection tests across containers: a worker killed, or cut off
 # the network for 20 s, in each mode; a server killed and restarted; a
 # paused straggler in sync. About 12 minutes here. They build the image
 # themselves and skip, saying why, where no Docker engine answers.
 test-cluster:
-	$(GO) test -count=1 -timeout 25m -v ./internal/clustertest
+	$(GO) test -count=1 -timeout 25m -v ./internal/composetest
 
 # Shoal's container image, FROM scratch: the binary (cgo, OpenBLAS), the
 # libraries it loads, the Fashion-MNIST files. docker-compose.yml runs it.

@@ -311,13 +311,13 @@ var readmeRuns = map[string]readmeRun{
 	"shoal worker --mode ring --rank 0 --world-size 2 --gossip-addr :7946 --gossip-key-file gossip.key": elasticRank(0),
 	"shoal worker --mode ring --rank 1 --world-size 2 --join node1:7946 --gossip-key-file gossip.key":   elasticRank(1),
 
-	// The cluster: internal/clustertest runs these files with
+	// The cluster: internal/composetest runs these files with
 	// docker-compose (a project of its own, fewer epochs, faults
 	// injected); make test runs it as make test-cluster.
-	"make images":            {dry: true, skip: "internal/clustertest builds the image with scripts/image.sh, as make test-cluster"},
-	"docker-compose up":      {skip: "internal/clustertest runs docker-compose.yml up, as make test-cluster"},
-	"docker-compose down -v": {skip: "internal/clustertest runs it after each of its clusters"},
-	"docker-compose -f docker-compose.ring.yml up": {skip: "internal/clustertest runs docker-compose.ring.yml up, as make test-cluster"},
+	"make images":            {dry: true, skip: "internal/composetest builds the image with scripts/image.sh, as make test-cluster"},
+	"docker-compose up":      {skip: "internal/composetest runs docker-compose.yml up, as make test-cluster"},
+	"docker-compose down -v": {skip: "internal/composetest runs it after each of its clusters"},
+	"docker-compose -f docker-compose.ring.yml up": {skip: "internal/composetest runs docker-compose.ring.yml up, as make test-cluster"},
 
 	// shoal bench allreduce: the optional [flags] are given; small sizes.
 	"shoal bench allreduce --np 4 --sizes 1MiB,4MiB,16MiB,64MiB --iters 20 [--json] [--op allgather]": {

@@ -1,4 +1,4 @@
-package clustertest
+package composetest
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
 
-const image = "shoal:clustertest"
+const image = "shoal:composetest"
 
 var (
 	buildOnce sync.Once
