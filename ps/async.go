@@ -26,7 +26,7 @@ func (a asyncApplier) pushLocked(_ context.Context, in Push, gmax float64, read 
 	if err := a.s.checkGrowthLocked(in, gmax); err != nil {
 		return PushResult{}, err
 	}
-	return a.s.applyLocked(in, in.Grads, gmax, read, nil), nil
+	return a.s.applyLocked(in, in.Grads, gmax, read, nil)
 }
 
 func (asyncApplier) readsWithPush() bool                  { return true }

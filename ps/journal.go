@@ -24,13 +24,23 @@ import (
 // oldest checkpoint kept are removed. Writes are not fsynced: they survive
 // the process, not the machine.
 //
-// A record is: uint32 length of the body, the body, uint32 CRC-32C of the
-// body, little-endian. The body: int64 clock after the update, uint32 n
-// and n pairs (worker, step) of deduplication records, uint32 m and m
-// pairs (worker, steps pushed) of SSP progress, uint32 floats and the
-// update's gradient (what the optimizer steps with). A torn or damaged
-// record ends the replay there: the process died while writing it, before
-// it was applied.
+// A journal file starts with the 8 bytes journalMagic. A record is:
+// uint32 length of the body, uint32 CRC-32C of those 4 length bytes, the
+// body, uint32 CRC-32C of the body, little-endian. The body: int64 clock
+// after the update, uint32 n and n pairs (worker, step) of deduplication
+// records, uint32 m and m pairs (worker, steps pushed) of SSP progress,
+// uint32 floats and the update's gradient (what the optimizer steps with).
+//
+// A process that dies while writing leaves a prefix of its last record
+// (the bytes of one Write reach the file in order), so a file that ends
+// inside a record is torn: the replay ends there, and that update was
+// never acknowledged. Anything else that does not check out — a length
+// whose own checksum fails, a length no record of this shard can have, a
+// body whose checksum fails, a body that does not parse — is damage done
+// since, wherever it is: the length has its own checksum so that a
+// damaged one is never taken for a tear, and a damaged record stops the
+// shard's start (ErrCheckpoint), since the updates it and any after it
+// hold were acknowledged.
 
 // journalRecord is one update as the journal holds it.
 type journalRecord struct {
@@ -39,6 +49,10 @@ type journalRecord struct {
 	progress [][2]int64 // (worker, steps pushed)
 	grads    []float32
 }
+
+// journalMagic starts every journal file; a file without it was written
+// by an earlier Shoal, whose framing could not tell damage from a tear.
+const journalMagic = "SHJRNL02"
 
 type journal struct {
 	f   *os.File
@@ -61,11 +75,19 @@ func (s *Server) startJournalLocked(after int64) error {
 	if err := os.MkdirAll(s.ckpt.dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(s.journalName(after), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	// 0600, as the checkpoints: the journal holds the same weights' updates.
+	f, err := os.OpenFile(s.journalName(after), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	s.jour = &journal{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+	j := &journal{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+	if _, err := j.w.WriteString(journalMagic); err == nil {
+		err = j.w.Flush()
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("starting the journal %s: %w", f.Name(), err), f.Close())
+	}
+	s.jour = j
 	return nil
 }
 
@@ -79,11 +101,16 @@ func (s *Server) closeJournalLocked() error {
 }
 
 // journalLocked appends rec before the update is applied. A journal that
-// cannot be written stops the shard from acknowledging updates it could
-// lose: it panics, and the restarted shard replays what was written.
-func (s *Server) journalLocked(rec journalRecord) {
+// cannot be written (a full disk, say) stops the shard from taking
+// updates it could lose: it returns ErrJournal, and so does every push
+// after it, nothing is applied, and Failed reports it so that the
+// shard's owner stops it; the restarted shard replays what was written.
+func (s *Server) journalLocked(rec journalRecord) error {
 	if s.jour == nil {
-		return
+		return nil
+	}
+	if s.jourErr != nil {
+		return s.jourErr
 	}
 	j := s.jour
 	b := j.buf[:0]
@@ -99,18 +126,31 @@ func (s *Server) journalLocked(rec journalRecord) {
 	for _, g := range rec.grads {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(g))
 	}
-	var frame [4]byte
-	binary.LittleEndian.PutUint32(frame[:], uint32(len(b)))
+	j.buf = b
+	var head [8]byte
+	binary.LittleEndian.PutUint32(head[:4], uint32(len(b)))
+	binary.LittleEndian.PutUint32(head[4:], crc32.Checksum(head[:4], castagnoli))
 	crc := binary.LittleEndian.AppendUint32(nil, crc32.Checksum(b, castagnoli))
-	for _, part := range [][]byte{frame[:], b, crc} {
-		if _, err := j.w.Write(part); err != nil {
-			panic(fmt.Sprintf("ps: shard %d: writing the journal: %v", s.cfg.Shard, err))
+	var err error
+	for _, part := range [][]byte{head[:], b, crc} {
+		if _, err = j.w.Write(part); err != nil {
+			break
 		}
 	}
-	if err := j.w.Flush(); err != nil {
-		panic(fmt.Sprintf("ps: shard %d: writing the journal: %v", s.cfg.Shard, err))
+	if err == nil {
+		err = j.w.Flush()
 	}
-	j.buf = b
+	if err != nil {
+		s.jourErr = fmt.Errorf("%w: shard %d: writing update %d to %s: %w; the shard takes no more updates (the journal would lose them)",
+			ErrJournal, s.cfg.Shard, rec.clock, j.f.Name(), err)
+		s.log.Error("journal failed", "clock", rec.clock, "err", err)
+		select {
+		case s.failed <- s.jourErr:
+		default: // the first failure is reported
+		}
+		return s.jourErr
+	}
+	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -124,8 +164,9 @@ func (s *Server) listJournals() ([]ckptFile, error) {
 }
 
 // replayJournal applies, in order, the journaled updates past the shard's
-// clock (the newest checkpoint's), stopping at the first torn or damaged
-// record or at a gap. It returns how many it applied.
+// clock (the newest checkpoint's), stopping at a torn record (the process
+// died writing it) or at a gap. A damaged record is an error
+// (ErrCheckpoint). It returns how many it applied.
 func (s *Server) replayJournal() (int, error) {
 	files, err := s.listJournals()
 	if err != nil {
@@ -136,54 +177,77 @@ func (s *Server) replayJournal() (int, error) {
 		if jf.clock > s.clock {
 			break // a gap: the updates between were never journaled here
 		}
-		f, err := os.Open(jf.path)
-		if err != nil {
-			return n, fmt.Errorf("journal: %w", err)
+		applied, gap, err := s.replayFile(jf.path)
+		n += applied
+		if err != nil || gap {
+			return n, err
 		}
-		r := bufio.NewReaderSize(f, 1<<20)
-		for {
-			rec, err := s.readRecord(r)
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				// A record the process died writing is the journal's
-				// last; one with intact records after it was damaged
-				// since, and the updates after it were acknowledged.
-				if errors.Is(err, errRecordDamaged) {
-					if after := s.countRecords(r); after > 0 {
-						f.Close()
-						return n, fmt.Errorf("%w: journal %s: the record after clock %d is damaged (%v) and %d intact record(s) follow it: replaying past it is impossible, and stopping there would lose updates that were acknowledged; move the journal away to start from clock %d",
-							ErrCheckpoint, jf.path, s.clock, err, after, s.clock)
-					}
-				}
-				s.log.Warn("journal ends in a torn or damaged record (the process died writing it)", "path", jf.path, "err", err)
-				break
-			}
-			if rec.clock <= s.clock {
-				continue // in the checkpoint already
-			}
-			if rec.clock != s.clock+1 {
-				f.Close()
-				return n, nil
-			}
-			s.stepLocked(rec.grads, optim.MaxAbs(rec.grads), nil)
-			for _, p := range rec.steps {
-				s.lastStep[p[0]] = p[1]
-			}
-			for _, p := range rec.progress {
-				s.progress[p[0]] = p[1]
-			}
-			s.clock = rec.clock
-			n++
-		}
-		f.Close()
 	}
 	return n, nil
 }
 
-// errRecordDamaged is a whole record whose checksum does not match.
-var errRecordDamaged = errors.New("a record's checksum does not match")
+// replayFile applies the updates of one journal file past the shard's
+// clock; gap says it found one it cannot apply next.
+func (s *Server) replayFile(path string) (n int, gap bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false, fmt.Errorf("journal: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	magic := make([]byte, len(journalMagic))
+	k, err := io.ReadFull(r, magic)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) && string(magic[:k]) == journalMagic[:k]:
+		return 0, false, nil // the process died starting it
+	case err != nil:
+		return 0, false, fmt.Errorf("journal %s: %w", path, err)
+	case string(magic) != journalMagic:
+		return 0, false, fmt.Errorf("%w: journal %s does not start with %q: an earlier Shoal wrote it, whose framing cannot tell damage from a tear; finish the run with that Shoal, or move the journal away to start from clock %d",
+			ErrCheckpoint, path, journalMagic, s.clock)
+	}
+	for {
+		rec, err := s.readRecord(r)
+		switch {
+		case errors.Is(err, io.EOF):
+			return n, false, nil
+		case errors.Is(err, errTorn):
+			s.log.Warn("journal ends in a torn record (the process died writing it)", "path", path, "err", err)
+			return n, false, nil
+		case err != nil:
+			follow := ""
+			if errors.Is(err, errRecordDamaged) { // its length held: the rest can be counted
+				follow = fmt.Sprintf(" and %d intact record(s) follow it", s.countRecords(r))
+			}
+			return n, false, fmt.Errorf("%w: journal %s: the record after clock %d is damaged (%v)%s: its update and those after it were acknowledged, so replaying past it is impossible and stopping there would lose them; move the journal away to start from clock %d",
+				ErrCheckpoint, path, s.clock, err, follow, s.clock)
+		}
+		if rec.clock <= s.clock {
+			continue // in the checkpoint already
+		}
+		if rec.clock != s.clock+1 {
+			return n, true, nil
+		}
+		s.stepLocked(rec.grads, optim.MaxAbs(rec.grads), nil)
+		for _, p := range rec.steps {
+			s.lastStep[p[0]] = p[1]
+		}
+		for _, p := range rec.progress {
+			s.progress[p[0]] = p[1]
+		}
+		s.clock = rec.clock
+		n++
+	}
+}
+
+var (
+	// errTorn is a record the file ends inside of: the process died
+	// writing it.
+	errTorn = errors.New("the journal ends inside a record")
+	// errRecordDamaged is a whole record whose body's checksum does not
+	// match.
+	errRecordDamaged = errors.New("a record's checksum does not match")
+)
 
 // countRecords counts the intact records left in r, up to the first that
 // is not.
@@ -197,22 +261,26 @@ func (s *Server) countRecords(r io.Reader) int {
 	}
 }
 
-// readRecord reads one record, checking its frame and checksum.
+// readRecord reads one record, checking its frame and checksums: io.EOF
+// at the end, errTorn for a record cut short, any other error for damage.
 func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
-	var frame [4]byte
-	if _, err := io.ReadFull(r, frame[:]); err != nil {
+	var head [8]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return journalRecord{}, fmt.Errorf("a record's length is cut short")
+			return journalRecord{}, fmt.Errorf("%w: its length is cut short", errTorn)
 		}
 		return journalRecord{}, err // io.EOF: the end
 	}
-	size := binary.LittleEndian.Uint32(frame[:])
+	size := binary.LittleEndian.Uint32(head[:4])
+	if crc32.Checksum(head[:4], castagnoli) != binary.LittleEndian.Uint32(head[4:]) {
+		return journalRecord{}, errors.New("a record's length does not match its checksum")
+	}
 	if limit := 64 + 32*uint32(s.cfg.Workers+1) + 4*uint32(s.floats); size > limit {
 		return journalRecord{}, fmt.Errorf("a record of %d bytes, more than the %d this shard can write", size, limit)
 	}
 	body := make([]byte, size+4)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return journalRecord{}, fmt.Errorf("a record cut short: %w", err)
+		return journalRecord{}, fmt.Errorf("%w: a record of %d bytes cut short", errTorn, size)
 	}
 	body, sum := body[:size], binary.LittleEndian.Uint32(body[size:])
 	if crc32.Checksum(body, castagnoli) != sum {

@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"os"
@@ -100,29 +101,117 @@ func TestJournalTornTailIsDropped(t *testing.T) {
 	assert.Equal(t, int64(5), r.Clock())
 }
 
-// TestJournalDamagedInTheMiddleStopsTheStart: a record whose checksum
-// fails with intact records after it was not torn by a dying process: the
-// updates after it were acknowledged. The shard does not start (before, it
-// warned and went on without them), and says how to start anyway.
-func TestJournalDamagedInTheMiddleStopsTheStart(t *testing.T) {
+// recordAt is where update k's record starts in the journal of
+// fivePushesJournaled (updates 4 and 5, one size each), past the file's
+// magic.
+func recordAt(b []byte, k int) int {
+	size := (len(b) - len(journalMagic)) / 2
+	return len(journalMagic) + (k-4)*size
+}
+
+// TestJournalDamageStopsTheStart: a record that does not check out was not
+// torn by a dying process (that leaves a prefix): the update in it, and any
+// after it, were acknowledged. Wherever the damage is (the body, the length
+// field, the last record) the shard does not start, and says how to start
+// anyway; it never reads damage as the journal's clean end.
+func TestJournalDamageStopsTheStart(t *testing.T) {
+	cfg, last := fivePushesJournaled(t)
+	good, err := os.ReadFile(last)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		at   func(b []byte) int
+		want []string
+	}{
+		{"a bit of update 4's body", func(b []byte) int { return recordAt(b, 4) + 8 + 2 },
+			[]string{"the record after clock 3 is damaged (a record's checksum does not match) and 1 intact record(s) follow it"}},
+		{"update 4's length", func(b []byte) int { return recordAt(b, 4) + 1 },
+			[]string{"the record after clock 3 is damaged (a record's length does not match its checksum)"}},
+		{"the length's checksum", func(b []byte) int { return recordAt(b, 4) + 5 },
+			[]string{"the record after clock 3 is damaged (a record's length does not match its checksum)"}},
+		{"the last record's body", func(b []byte) int { return recordAt(b, 5) + 8 + 2 },
+			[]string{"the record after clock 4 is damaged (a record's checksum does not match) and 0 intact record(s) follow it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := bytes.Clone(good)
+			b[tc.at(b)] ^= 1
+			require.NoError(t, os.WriteFile(last, b, 0o600))
+			_, err := New(cfg, []float32{0, 1, 2, 3})
+			require.ErrorIs(t, err, ErrCheckpoint)
+			for _, w := range tc.want {
+				assert.ErrorContains(t, err, w)
+			}
+			assert.ErrorContains(t, err, "move the journal away to start from clock")
+		})
+	}
+	require.NoError(t, os.WriteFile(last, good, 0o600))
+	r := crashAndRestart(t, cfg)
+	assert.Equal(t, int64(5), r.Clock(), "the undamaged journal replays whole")
+}
+
+// TestJournalTornInItsHeaderIsATear: the process died in the middle of the
+// last record's length field.
+func TestJournalTornInItsHeaderIsATear(t *testing.T) {
 	cfg, last := fivePushesJournaled(t)
 	b, err := os.ReadFile(last)
 	require.NoError(t, err)
-	b[4+8] ^= 1 // a bit of update 4's body, past its length and clock
-	require.NoError(t, os.WriteFile(last, b, 0o644))
-
-	_, err = New(cfg, []float32{0, 1, 2, 3})
-	require.ErrorIs(t, err, ErrCheckpoint)
-	assert.ErrorContains(t, err, "the record after clock 3 is damaged (a record's checksum does not match) and 1 intact record(s) follow it")
-	assert.ErrorContains(t, err, "move the journal away to start from clock 3")
-
-	// The same damage in the last record is a tear: update 4 is back.
-	b[4+8] ^= 1
-	size := len(b) / 2 // two records of one size
-	b[size+4+8] ^= 1
-	require.NoError(t, os.WriteFile(last, b, 0o644))
+	require.NoError(t, os.WriteFile(last, b[:recordAt(b, 5)+3], 0o600))
 	r := crashAndRestart(t, cfg)
 	assert.Equal(t, int64(4), r.Clock())
+}
+
+// TestJournalOfAnEarlierFraming: a journal without the magic (the framing
+// before it could not tell damage from a tear) is refused with what to do.
+func TestJournalOfAnEarlierFraming(t *testing.T) {
+	cfg, last := fivePushesJournaled(t)
+	b, err := os.ReadFile(last)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(last, b[len(journalMagic):], 0o600))
+	_, err = New(cfg, []float32{0, 1, 2, 3})
+	require.ErrorIs(t, err, ErrCheckpoint)
+	assert.ErrorContains(t, err, `does not start with "SHJRNL02": an earlier Shoal wrote it`)
+}
+
+func TestJournalIsReadableByItsOwnerOnly(t *testing.T) {
+	_, last := fivePushesJournaled(t)
+	st, err := os.Stat(last)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "as the checkpoints: the same weights' updates")
+}
+
+// TestAFullDiskStopsTheShardWithoutAPanic: a journal write that fails
+// (/dev/full answers every write with ENOSPC) refuses that push and every
+// one after it with ErrJournal, applies none of them, and reports the
+// failure on Failed for the shard's owner to stop it.
+func TestAFullDiskStopsTheShardWithoutAPanic(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full to stand for a full disk: %v", err)
+	}
+	cfg := journalConfig(consistency.Async, 1, t.TempDir())
+	s, err := New(cfg, []float32{0, 1, 2, 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	push(t, s, 0, 0, 0, 1)
+	before := values(t, s)
+
+	s.mu.Lock()
+	s.jour.f.Close()
+	s.jour.f, s.jour.w = full, bufio.NewWriter(full)
+	s.mu.Unlock()
+	for step := int64(1); step <= 2; step++ {
+		_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: step, Clock: s.Clock(), Ranges: whole, Grads: fill(1)})
+		require.ErrorIs(t, err, ErrJournal)
+		assert.ErrorContains(t, err, "no space left on device")
+	}
+	assert.Equal(t, before, values(t, s), "nothing that was not journaled is applied")
+	assert.Equal(t, int64(1), s.Clock())
+	select {
+	case err := <-s.Failed():
+		assert.ErrorIs(t, err, ErrJournal)
+	default:
+		t.Fatal("the journal's failure is not on Failed")
+	}
 }
 
 func TestJournalNeedsACheckpointDir(t *testing.T) {
@@ -169,7 +258,7 @@ func FuzzReadJournalRecord(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good)
+	f.Add(good[len(journalMagic):])
 	f.Add([]byte{255, 255, 255, 255})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := s.readRecord(bytes.NewReader(b))

@@ -30,6 +30,12 @@ var (
 	// context ended or MaxWait passed; the message names the workers it
 	// waited for, and the error also wraps the context's error.
 	ErrWaitTimeout = errors.New("timed out waiting for other workers")
+	// ErrJournal: the journal (Config.Journal) could not be written, so
+	// the shard takes no update it could lose: the push that met it and
+	// every one after it are refused, nothing is applied, and Failed
+	// reports it so that the shard's owner stops it (a restarted shard
+	// replays what the journal holds).
+	ErrJournal = errors.New("the journal cannot be written")
 )
 
 // Server is one parameter-server shard.
@@ -70,7 +76,11 @@ type Server struct {
 
 	ckpt checkpointer
 	jour *journal // with Config.Journal
-	// failed carries the first checkpoint error during the run (Failed).
+	// jourErr is the journal's write failure (ErrJournal): once set, no
+	// update is taken.
+	jourErr error
+	// failed carries the first checkpoint or journal error during the run
+	// (Failed).
 	failed chan error
 }
 
@@ -386,6 +396,9 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.jourErr != nil {
+		return PushResult{}, s.jourErr
+	}
 	if err := s.mode.checkLiveLocked(in.WorkerID); err != nil {
 		return PushResult{}, err
 	}
@@ -426,8 +439,10 @@ const MaxStepGap = 1024
 // applyLocked applies one update (async, ssp), whose largest magnitude
 // is gmax, and counts it; read, when not nil, gets each chunk right after
 // its update.
-func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkReader, progress [][2]int64) PushResult {
-	s.journalLocked(journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads})
+func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkReader, progress [][2]int64) (PushResult, error) {
+	if err := s.journalLocked(journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads}); err != nil {
+		return PushResult{}, err
+	}
 	staleness := max(s.clock-in.Clock, 0)
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
 	var after func(ch *chunk)
@@ -440,5 +455,5 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 	s.stats.Pushes++
 	s.stats.Staleness.Add(min(staleness, StalenessBuckets-1))
 	s.captureLocked()
-	return res
+	return res, nil
 }

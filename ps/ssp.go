@@ -43,7 +43,10 @@ func (a *sspApplier) pushLocked(_ context.Context, in Push, gmax float64, _ Chun
 		a.scratch[i] = g * inv
 	}
 	p := max(s.progress[in.WorkerID], in.Step+1)
-	res := s.applyLocked(in, a.scratch, gmax, nil, [][2]int64{{in.WorkerID, p}})
+	res, err := s.applyLocked(in, a.scratch, gmax, nil, [][2]int64{{in.WorkerID, p}})
+	if err != nil {
+		return PushResult{}, err
+	}
 	s.progress[in.WorkerID] = p
 	s.notifyLocked()
 	return res, nil

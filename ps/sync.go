@@ -91,13 +91,17 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 	s.stats.Pushes++
 	s.stats.Staleness.Add(0)
 	if a.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
-		a.applyStepLocked()
+		if err := a.applyStepLocked(); err != nil {
+			return PushResult{}, err
+		}
 	}
 	return PushResult{Clock: s.clock}, nil
 }
 
-// applyStepLocked applies the mean of the barrier's step.
-func (a *syncApplier) applyStepLocked() {
+// applyStepLocked applies the mean of the barrier's step. Where the
+// journal cannot take the step it applies nothing and returns ErrJournal
+// (the shard has failed; Failed says so).
+func (a *syncApplier) applyStepLocked() error {
 	s := a.s
 	if a.bar.short {
 		// Workers that left held it up: it goes on with those that pushed.
@@ -110,7 +114,9 @@ func (a *syncApplier) applyStepLocked() {
 		for _, w := range a.bar.arrived {
 			rec.steps = append(rec.steps, [2]int64{w, s.lastStep[w]})
 		}
-		s.journalLocked(rec)
+		if err := s.journalLocked(rec); err != nil {
+			return err
+		}
 	}
 	s.stepLocked(mean, a.bar.gmax, nil)
 	a.bar.reset()
@@ -118,6 +124,7 @@ func (a *syncApplier) applyStepLocked() {
 	s.clock++
 	s.captureLocked()
 	s.notifyLocked()
+	return nil
 }
 
 func (*syncApplier) readsWithPush() bool { return false }
@@ -143,7 +150,7 @@ func (a *syncApplier) goneLocked(w int64) bool {
 		return false
 	}
 	if a.bar.remove(w, s.clock) {
-		a.applyStepLocked()
+		_ = a.applyStepLocked() // a journal that failed is on Failed already
 	}
 	s.notifyLocked()
 	return true
@@ -158,7 +165,7 @@ func (a *syncApplier) joinLocked(w, next int64) int64 {
 	}
 	entry = max(entry, next)
 	if a.bar.admit(w, entry, s.clock) {
-		a.applyStepLocked()
+		_ = a.applyStepLocked() // a journal that failed is on Failed already
 	}
 	s.notifyLocked()
 	return entry

@@ -19,8 +19,9 @@
 //
 // Only this package maps errors to codes: ps.ErrInvalidArgument →
 // InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, ps.ErrStale →
-// Aborted, a canceled context → Canceled (also while waiting for other
-// workers), and ps.ErrWaitTimeout or an expired context →
+// Aborted, ps.ErrJournal → Unavailable (the shard stops; its restart takes
+// the push again), a canceled context → Canceled (also while waiting for
+// other workers), and ps.ErrWaitTimeout or an expired context →
 // DeadlineExceeded.
 //
 // Example (example_test.go) serves a shard and drains it.

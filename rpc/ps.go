@@ -122,6 +122,8 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ps.ErrStale):
 		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, ps.ErrJournal): // the shard is stopping; its restart will take the push
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled): // also a wait the caller canceled
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, ps.ErrWaitTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -76,7 +77,8 @@ func (s *ShardServer) GRPC() *grpc.Server { return s.g }
 // Close closes the listener of a server that will not be served.
 func (s *ShardServer) Close() error { return s.lis.Close() }
 
-// Serve serves until ctx ends or a checkpoint fails (ps.Server.Failed);
+// Serve serves until ctx ends or a checkpoint or the journal fails
+// (ps.Server.Failed);
 // then it drains (Serve), writes the final checkpoint and closes the
 // journal. A failed checkpoint, serving that fails, or a final
 // checkpoint or close that fails is its error. It owns no goroutine once
@@ -103,6 +105,9 @@ func (s *ShardServer) Serve(ctx context.Context) error {
 		return err
 	}
 	if failure != nil {
+		if errors.Is(failure, ps.ErrJournal) {
+			return fmt.Errorf("%w: the shard stopped; a restarted shard replays what the journal holds", failure)
+		}
 		return fmt.Errorf("%w: the shard stopped (--checkpoint-errors warn logs such failures and serves on)", failure)
 	}
 	if err := s.core.Checkpoint(); err != nil {
