@@ -272,6 +272,42 @@ func TestTheConnectionCap(t *testing.T) {
 	fourth.Close()
 }
 
+// TestSilentConnectionsDoNotLockTheClientsOut: connections that never
+// start a handshake are closed after Limits.Handshake and give their place
+// back, so a client that comes after a cap's worth of them is served
+// (with gRPC's own 120 s they held the shard for two minutes).
+func TestSilentConnectionsDoNotLockTheClientsOut(t *testing.T) {
+	l := rpc.Limits{StreamsPerConn: 8, Conns: 2, ConnIdle: time.Minute, Handshake: 300 * time.Millisecond}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	lis := l.Listener(inner, nil)
+	g, health := rpc.NewGRPCServer(l.ServerOptions()...)
+	rpc.RegisterPS(g, health, testcluster.Cores(t, 8, 1, 4, 0.5)[0], nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rpc.Serve(ctx, g, health, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	var silent []net.Conn
+	for range l.Conns {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		silent = append(silent, c)
+	}
+	for _, c := range silent {
+		// The server closes it at the handshake's deadline: reading ends.
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
+		_, err = io.ReadAll(c)
+		require.NoError(t, err, "the silent connection was not closed within 20 s")
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = pb.NewParameterServerClient(conn).Info(ctxT(t), &pb.InfoRequest{})
+	require.NoError(t, err, "a real client after the silent ones")
+}
+
 // TestAnIdleConnectionIsClosed: a connection with no stream open for the
 // idle limit is closed by the server (the client sees it leave READY),
 // and the client's next call reconnects.
