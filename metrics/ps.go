@@ -93,7 +93,7 @@ func (m *PS) Collect(ch chan<- prometheus.Metric) {
 	counter("pulls", float64(st.Pulls))
 	counter("duplicates", float64(st.Duplicates))
 	counter("dropped", float64(st.Dropped))
-	for _, r := range []string{ps.RejectedShape, ps.RejectedNonFinite, ps.RejectedWorker, ps.RejectedStep, ps.RejectedMagnitude, ps.RejectedOther} {
+	for _, r := range []string{ps.RejectedShape, ps.RejectedNonFinite, ps.RejectedWorker, ps.RejectedStep, ps.RejectedMagnitude, ps.RejectedWire, ps.RejectedOther} {
 		counter("rejected", float64(st.RejectedBy[r]), r)
 	}
 	counter("short", float64(st.ShortSteps))

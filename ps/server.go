@@ -329,13 +329,7 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 		if errors.As(err, &r) {
 			reason = r.reason
 		}
-		s.mu.Lock()
-		s.stats.Rejected++
-		if s.stats.RejectedBy == nil {
-			s.stats.RejectedBy = map[string]int64{}
-		}
-		s.stats.RejectedBy[reason]++
-		s.mu.Unlock()
+		s.CountRefused(reason)
 	}
 	if err == nil && !res.Duplicate {
 		s.maybeCheckpoint()

@@ -92,8 +92,23 @@ const (
 	RejectedWorker    = "worker"     // a worker id outside the job's
 	RejectedStep      = "step"       // a step or clock outside what the mode allows
 	RejectedMagnitude = "magnitude"  // could take a weight past MaxMagnitude
+	RejectedWire      = "wire"       // a malformed stream: no header, a second one, an unknown encoding, lanes that disagree
 	RejectedOther     = "other"      // a refusal no check above tagged
 )
+
+// CountRefused counts a push refused under reason (Stats.Rejected and
+// RejectedBy): the server counts its own refusals; an adapter that refuses
+// a push before the server sees it (a malformed stream, a bad lane) counts
+// it here, so that every refusal is counted once, by reason.
+func (s *Server) CountRefused(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Rejected++
+	if s.stats.RejectedBy == nil {
+		s.stats.RejectedBy = map[string]int64{}
+	}
+	s.stats.RejectedBy[reason]++
+}
 
 // refuse tags a refusal (an ErrInvalidArgument not tagged yet) with its
 // reason; other errors and nil pass through.

@@ -82,13 +82,13 @@ func (s *psService) lanePosition(ranges []shard.Range) (int, error) {
 			ch := plan.Chunk(c)
 			p, ok := s.pos[ch.Off]
 			if !ok { // ValidateRanges let through a chunk the shard does not own
-				return 0, invalid("push-pull lane: chunk %d at %d is not this shard's", c, ch.Off)
+				return 0, s.refuse(ps.RejectedShape, invalid("push-pull lane: chunk %d at %d is not this shard's", c, ch.Off))
 			}
 			if start < 0 {
 				start, at = p, p
 			}
 			if p != at {
-				return 0, invalid("push-pull lane: range %v skips owned chunks before chunk %d; a lane carries consecutive owned chunks", r, c)
+				return 0, s.refuse(ps.RejectedShape, invalid("push-pull lane: range %v skips owned chunks before chunk %d; a lane carries consecutive owned chunks", r, c))
 			}
 			at += ch.Len
 		}
@@ -103,7 +103,7 @@ func (s *psService) lanePosition(ranges []shard.Range) (int, error) {
 func (s *psService) join(h *pb.PushHeader, ranges []shard.Range, total int) (*gather, []float32, error) {
 	lanes, lane := int(h.Lanes), int(h.Lane)
 	if lanes > MaxLanes || lane >= lanes {
-		return nil, nil, invalid("push-pull: lane %d of %d: want lane < lanes <= %d", h.Lane, h.Lanes, MaxLanes)
+		return nil, nil, s.refuse(ps.RejectedWire, invalid("push-pull: lane %d of %d: want lane < lanes <= %d", h.Lane, h.Lanes, MaxLanes))
 	}
 	if err := s.core.CheckWorker(h.WorkerId); err != nil {
 		return nil, nil, toStatus(err)
@@ -128,13 +128,14 @@ func (s *psService) join(h *pb.PushHeader, ranges []shard.Range, total int) (*ga
 		})
 	}
 	if err := sameHeader(g.h, h); err != nil {
+		s.refuse(ps.RejectedWire, err)
 		s.failLocked(g, err)
 		g.joined[lane] = true
 		return nil, nil, err
 	}
 	for l := range g.lanes {
 		if g.joined[l] && at < g.start[l]+g.n[l] && g.start[l] < at+total {
-			err := invalid("push-pull: lane %d's floats %d..%d of the share overlap lane %d's %d..%d", lane, at, at+total, l, g.start[l], g.start[l]+g.n[l])
+			err := s.refuse(ps.RejectedShape, invalid("push-pull: lane %d's floats %d..%d of the share overlap lane %d's %d..%d", lane, at, at+total, l, g.start[l], g.start[l]+g.n[l]))
 			s.failLocked(g, err)
 			g.joined[lane] = true
 			return nil, nil, err
@@ -170,7 +171,7 @@ func (s *psService) gatherLocked(h *pb.PushHeader) (*gather, error) {
 		g.joined[lane] = true
 		return nil, g.err
 	case g.joined[lane]:
-		err := invalid("push-pull of worker %d, step %d: lane %d arrived twice in one attempt", g.worker, g.step, lane)
+		err := s.refuse(ps.RejectedWire, invalid("push-pull of worker %d, step %d: lane %d arrived twice in one attempt", g.worker, g.step, lane))
 		s.failLocked(g, err)
 		return nil, err
 	}
@@ -250,8 +251,8 @@ func (s *psService) arrive(g *gather, pr *pushReader) (commit bool, err error) {
 		n += k
 	}
 	if n != g.floats { // disjoint (join checks) and complete
-		err := invalid("push-pull of worker %d, step %d: its %d lanes carry %d floats, the shard owns %d: want every owned chunk in exactly one lane",
-			g.worker, g.step, g.lanes, n, g.floats)
+		err := s.refuse(ps.RejectedShape, invalid("push-pull of worker %d, step %d: its %d lanes carry %d floats, the shard owns %d: want every owned chunk in exactly one lane",
+			g.worker, g.step, g.lanes, n, g.floats))
 		s.failLocked(g, err)
 		return false, err
 	}

@@ -135,6 +135,15 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
+// refuse counts a push this adapter refused before the shard saw it
+// (ps.Server.CountRefused: Stats.RejectedBy, the
+// shoal_ps_rejected_pushes_total metric) and returns err. Each refusal is
+// counted where it is decided, once, however many lanes hear of it.
+func (s *psService) refuse(reason string, err error) error {
+	s.core.CountRefused(reason)
+	return err
+}
+
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
@@ -502,7 +511,7 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 		err := stream.RecvMsg(in)
 		if errors.Is(err, io.EOF) {
 			if i == 0 {
-				return invalid("push stream ended before its header: want a first message with a header")
+				return pr.s.refuse(ps.RejectedWire, invalid("push stream ended before its header: want a first message with a header"))
 			}
 			break
 		}
@@ -516,7 +525,7 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 			pr.s.refuseLane(msg.GetHeader(), pr.err)
 		}
 		if pr.err == nil && msg.Header != nil && msg.Header != pr.h && i > 0 {
-			pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
+			pr.err = pr.s.refuse(ps.RejectedWire, invalid("push: a second header after %d floats; want one header per push", pr.n))
 		}
 		if pr.err != nil {
 			return pr.err
@@ -533,7 +542,7 @@ func (pr *pushReader) recv(stream grpc.ServerStream) error {
 		}
 	}
 	if pr.n != pr.total {
-		return invalid("push: pieces carry %d floats, the header's ranges hold %d", pr.n, pr.total)
+		return pr.s.refuse(ps.RejectedShape, invalid("push: pieces carry %d floats, the header's ranges hold %d", pr.n, pr.total))
 	}
 	return nil
 }
@@ -564,7 +573,7 @@ type pushReader struct {
 func (pr *pushReader) start(first *pb.PushPiece) error {
 	h := first.GetHeader()
 	if h == nil {
-		return invalid("push: first message has no header")
+		return pr.s.refuse(ps.RejectedWire, invalid("push: first message has no header"))
 	}
 	if err := pr.s.core.CheckPlan(h.PlanVersion); err != nil {
 		return toStatus(err)
@@ -573,23 +582,23 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 	for i, r := range h.Ranges {
 		var err error
 		if in.Ranges[i], err = toRange(r); err != nil {
-			return toStatus(err)
+			return pr.s.refuse(ps.RejectedShape, toStatus(err))
 		}
 	}
 	// Validate the header before allocating, so a lying header cannot make
 	// the server allocate more than the vector it holds.
 	total, err := pr.s.core.ValidateRanges(in.Ranges)
 	if err != nil {
-		return toStatus(err)
+		return pr.s.refuse(ps.RejectedShape, toStatus(err))
 	}
 	enc, ok := h.Encoding.Wire()
 	if !ok {
-		return invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding)
+		return pr.s.refuse(ps.RejectedWire, invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding))
 	}
 	pr.h, pr.in, pr.total, pr.enc = h, in, total, enc
 	switch {
 	case h.Lanes > 1 && !pr.lanesOK:
-		return invalid("push: header for lane %d of %d; a Push is one stream (lanes are for PushPull)", h.Lane, h.Lanes)
+		return pr.s.refuse(ps.RejectedWire, invalid("push: header for lane %d of %d; a Push is one stream (lanes are for PushPull)", h.Lane, h.Lanes))
 	case h.Lanes > 1:
 		g, dst, err := pr.s.join(h, in.Ranges, total)
 		if err != nil {
@@ -597,7 +606,7 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 		}
 		pr.g, pr.dst = g, dst
 	case h.Lane != 0:
-		return invalid("push: header for lane %d of %d: want lane 0 of 0 or 1 for a push in one stream", h.Lane, h.Lanes)
+		return pr.s.refuse(ps.RejectedWire, invalid("push: header for lane %d of %d: want lane 0 of 0 or 1 for a push in one stream", h.Lane, h.Lanes))
 	default:
 		pr.grads = pr.s.getFloats(total)
 		pr.dst = (*pr.grads)[:total]
@@ -616,16 +625,16 @@ func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
 			return pb.Sink{}
 		}
 	} else if msg.Header != nil {
-		pr.err = invalid("push: a second header after %d floats; want one header per push", pr.n)
+		pr.err = pr.s.refuse(ps.RejectedWire, invalid("push: a second header after %d floats; want one header per push", pr.n))
 		return pb.Sink{}
 	}
 	if n%pr.enc.Size() != 0 {
-		pr.err = invalid("push: piece of %d bytes is not a whole number of %s values", n, pr.h.Encoding)
+		pr.err = pr.s.refuse(ps.RejectedShape, invalid("push: piece of %d bytes is not a whole number of %s values", n, pr.h.Encoding))
 		return pb.Sink{}
 	}
 	k := n / pr.enc.Size()
 	if pr.n+k > pr.total {
-		pr.err = invalid("push: pieces carry more than the %d floats the header's ranges hold", pr.total)
+		pr.err = pr.s.refuse(ps.RejectedShape, invalid("push: pieces carry more than the %d floats the header's ranges hold", pr.total))
 		return pb.Sink{}
 	}
 	if pr.enc == wire.Float32 {
@@ -649,7 +658,7 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 	piece := pr.dst[pr.n : pr.n+k]
 	if pr.enc != wire.Float32 {
 		if err := pr.enc.Decode(piece, pr.half[:in.Len]); err != nil {
-			return invalid("push: %v", err)
+			return pr.s.refuse(ps.RejectedShape, invalid("push: %v", err))
 		}
 	}
 	// The shard's finiteness and magnitude scan, here while the piece is

@@ -91,22 +91,27 @@ func TestPushBadInput(t *testing.T) {
 		pieces []*pb.PushPiece
 		code   codes.Code
 		want   string
+		// reason is what Stats.RejectedBy counts the refusal under, once,
+		// wherever it was refused (rpc or ps); "" where nothing is counted
+		// (a plan mismatch is no push to refuse; an oversize piece is
+		// refused by gRPC itself, before Shoal's code sees it).
+		reason string
 	}{
-		{"empty stream", nil, codes.InvalidArgument, "ended before its header"},
-		{"no header", []*pb.PushPiece{{Grads: floats(1, 2, 3, 4)}}, codes.InvalidArgument, "no header"},
-		{"no ranges", []*pb.PushPiece{{Header: header(0)}}, codes.InvalidArgument, "names no ranges"},
-		{"too few floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1, 1, 1, 1)}}, codes.InvalidArgument, "carry 7 floats, the header's ranges hold 8"},
-		{"too many floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: floats(1, 1, 1, 1, 1)}}, codes.InvalidArgument, "more than the 4 floats"},
-		{"bytes not floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: []byte{1, 2, 3}}}, codes.InvalidArgument, "not a whole number of FLOAT32 values"},
-		{"unknown range", []*pb.PushPiece{{Header: header(0, [2]int64{8, 4}), Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "inside [0,8)"},
-		{"huge range", []*pb.PushPiece{{Header: header(0, [2]int64{0, math.MaxInt64})}}, codes.InvalidArgument, "range"},
-		{"negative length", []*pb.PushPiece{{Header: header(0, [2]int64{0, -4})}}, codes.InvalidArgument, "length > 0"},
-		{"nan", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, nan, 1)}, {Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "index 2 is NaN"},
-		{"inf in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, inf, 1, 1)}}, codes.InvalidArgument, "index 5 is +Inf"},
-		{"huge in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, 3e38, 1, 1)}}, codes.InvalidArgument, "reaches 3e+38 (at index 5)"},
-		{"second header", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Header: header(0, [2]int64{0, 8})}}, codes.InvalidArgument, "second header"},
-		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version"},
-		{"oversize piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: make([]byte, 2<<20)}}, codes.ResourceExhausted, "larger than max"},
+		{"empty stream", nil, codes.InvalidArgument, "ended before its header", "wire"},
+		{"no header", []*pb.PushPiece{{Grads: floats(1, 2, 3, 4)}}, codes.InvalidArgument, "no header", "wire"},
+		{"no ranges", []*pb.PushPiece{{Header: header(0)}}, codes.InvalidArgument, "names no ranges", "shape"},
+		{"too few floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1, 1, 1, 1)}}, codes.InvalidArgument, "carry 7 floats, the header's ranges hold 8", "shape"},
+		{"too many floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: floats(1, 1, 1, 1, 1)}}, codes.InvalidArgument, "more than the 4 floats", "shape"},
+		{"bytes not floats", []*pb.PushPiece{{Header: header(0, [2]int64{0, 4}), Grads: []byte{1, 2, 3}}}, codes.InvalidArgument, "not a whole number of FLOAT32 values", "shape"},
+		{"unknown range", []*pb.PushPiece{{Header: header(0, [2]int64{8, 4}), Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "inside [0,8)", "shape"},
+		{"huge range", []*pb.PushPiece{{Header: header(0, [2]int64{0, math.MaxInt64})}}, codes.InvalidArgument, "range", "shape"},
+		{"negative length", []*pb.PushPiece{{Header: header(0, [2]int64{0, -4})}}, codes.InvalidArgument, "length > 0", "shape"},
+		{"nan", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, nan, 1)}, {Grads: floats(1, 1, 1, 1)}}, codes.InvalidArgument, "index 2 is NaN", "non-finite"},
+		{"inf in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, inf, 1, 1)}}, codes.InvalidArgument, "index 5 is +Inf", "non-finite"},
+		{"huge in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, 3e38, 1, 1)}}, codes.InvalidArgument, "reaches 3e+38 (at index 5)", "magnitude"},
+		{"second header", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Header: header(0, [2]int64{0, 8})}}, codes.InvalidArgument, "second header", "wire"},
+		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version", ""},
+		{"oversize piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: make([]byte, 2<<20)}}, codes.ResourceExhausted, "larger than max", ""},
 	} {
 		for _, rpc := range pushRPCs {
 			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
@@ -119,6 +124,12 @@ func TestPushBadInput(t *testing.T) {
 				assert.Contains(t, status.Convert(err).Message(), tc.want)
 				assert.Equal(t, before, pullAll(t, ps), "a rejected push changed the values")
 				assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
+				st := c.Shard(0).Core.Stats()
+				if tc.reason == "" {
+					assert.Zero(t, st.Rejected)
+				} else {
+					assert.Equal(t, map[string]int64{tc.reason: 1}, st.RejectedBy, "counted once, by reason")
+				}
 			})
 		}
 	}
