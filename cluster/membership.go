@@ -292,7 +292,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.Transport = cfg.transport
 	mc.Delegate = (*metaDelegate)(m)
 	mc.Events = (*eventDelegate)(m)
-	mc.Logger = log.New(slogWriter{l: logger, stopping: &m.stopping}, "", 0)
+	mc.Logger = log.New(slogWriter{l: logger, stopping: &m.stopping, limit: &logLimit{now: time.Now}}, "", 0)
 	if cfg.KeyFile != "" {
 		if mc.SecretKey, err = readGossipKey(cfg.KeyFile); err != nil {
 			return nil, fmt.Errorf("membership config: %w", err)
@@ -623,10 +623,13 @@ func (d *metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
 // slog records at the matching level; once the node is stopping, at most
-// debug.
+// debug. Warnings and errors pass limit: junk packets from anyone who can
+// reach the gossip port, or a loaded machine's failed probes, would
+// otherwise print a line each.
 type slogWriter struct {
 	l        *slog.Logger
 	stopping *atomic.Bool
+	limit    *logLimit // nil: no limit
 }
 
 func (w slogWriter) Write(p []byte) (int, error) {
@@ -649,8 +652,49 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if w.stopping != nil && w.stopping.Load() {
 		level = min(level, slog.LevelDebug)
 	}
-	w.l.Log(context.Background(), level, msg)
+	if level < slog.LevelWarn || w.limit == nil {
+		w.l.Log(context.Background(), level, msg)
+		return len(p), nil
+	}
+	if ok, dropped := w.limit.allow(); ok {
+		if dropped > 0 {
+			w.l.Log(context.Background(), level, msg, "component", "gossip", "suppressed", dropped)
+		} else {
+			w.l.Log(context.Background(), level, msg, "component", "gossip")
+		}
+	}
 	return len(p), nil
+}
+
+// logLimit lets through at most logBurst warnings and errors a
+// logInterval; the first line let through after some were held back says
+// how many (suppressed).
+type logLimit struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	start   time.Time // of the current interval
+	n       int       // lines let through in it
+	dropped int64     // lines held back since the last let through
+}
+
+const (
+	logInterval = 10 * time.Second
+	logBurst    = 5
+)
+
+func (l *logLimit) allow() (ok bool, dropped int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := l.now(); now.Sub(l.start) >= logInterval {
+		l.start, l.n = now, 0
+	}
+	if l.n >= logBurst {
+		l.dropped++
+		return false, 0
+	}
+	l.n++
+	dropped, l.dropped = l.dropped, 0
+	return true, dropped
 }
 
 var _ io.Writer = slogWriter{}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,6 +208,32 @@ func TestSlogWriterLevels(t *testing.T) {
 			assert.Equal(t, tt.want+"\n", out.String())
 		})
 	}
+}
+
+// TestGossipWarningsAreRateLimited: 2,000 junk packets meant 2,000 error
+// lines; now at most logBurst warnings and errors pass an interval, and
+// the first one after says how many were held back. Debug and info lines
+// are not limited.
+func TestGossipWarningsAreRateLimited(t *testing.T) {
+	var out bytes.Buffer
+	h := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) }})
+	now := time.Unix(1000, 0)
+	w := slogWriter{l: slog.New(h), limit: &logLimit{now: func() time.Time { return now }}}
+	for range 2000 {
+		_, err := w.Write([]byte("[ERR] memberlist: failed to receive: decoding failed\n"))
+		require.NoError(t, err)
+	}
+	_, err := w.Write([]byte("[DEBUG] memberlist: a debug line\n"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, logBurst+1, "the burst, then the debug line")
+	assert.Contains(t, lines[logBurst], "a debug line")
+
+	out.Reset()
+	now = now.Add(logInterval)
+	_, err = w.Write([]byte("[WARN] memberlist: refuting a suspect message\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "level=WARN msg=\"refuting a suspect message\" component=gossip suppressed=1995\n", out.String())
 }
 
 func dropTime(a slog.Attr) slog.Attr {
