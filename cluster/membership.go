@@ -656,44 +656,63 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		w.l.Log(context.Background(), level, msg)
 		return len(p), nil
 	}
-	if ok, dropped := w.limit.allow(); ok {
+	if ok, dropped := w.limit.allow(msg); ok {
 		if dropped > 0 {
-			w.l.Log(context.Background(), level, msg, "component", "gossip", "suppressed", dropped)
+			w.l.Log(context.Background(), level, msg, "suppressed", dropped)
 		} else {
-			w.l.Log(context.Background(), level, msg, "component", "gossip")
+			w.l.Log(context.Background(), level, msg)
 		}
 	}
 	return len(p), nil
 }
 
-// logLimit lets through at most logBurst warnings and errors a
-// logInterval; the first line let through after some were held back says
-// how many (suppressed).
+// logLimit lets through at most logBurst warnings and errors of one kind
+// (the message without its digits: addresses, ports and counts differ
+// between lines of one kind) a logInterval; the first line of a kind let
+// through after some were held back says how many (suppressed). It
+// tracks at most logKinds kinds an interval; the rest share one budget.
 type logLimit struct {
 	now     func() time.Time
 	mu      sync.Mutex
-	start   time.Time // of the current interval
-	n       int       // lines let through in it
-	dropped int64     // lines held back since the last let through
+	start   time.Time        // of the current interval
+	n       map[string]int   // lines let through in it, by kind
+	dropped map[string]int64 // lines held back since the last let through, by kind
 }
 
 const (
 	logInterval = 10 * time.Second
 	logBurst    = 5
+	logKinds    = 64
 )
 
-func (l *logLimit) allow() (ok bool, dropped int64) {
+func (l *logLimit) allow(msg string) (ok bool, dropped int64) {
+	kind := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, msg)
+	kind = kind[:min(len(kind), 60)]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now := l.now(); now.Sub(l.start) >= logInterval {
-		l.start, l.n = now, 0
+	if now := l.now(); l.n == nil || now.Sub(l.start) >= logInterval {
+		l.start, l.n = now, map[string]int{}
 	}
-	if l.n >= logBurst {
-		l.dropped++
+	if l.dropped == nil {
+		l.dropped = map[string]int64{}
+	}
+	if _, seen := l.n[kind]; !seen && len(l.n) >= logKinds {
+		kind = ""
+	}
+	if l.n[kind] >= logBurst {
+		if len(l.dropped) < logKinds || l.dropped[kind] > 0 {
+			l.dropped[kind]++
+		}
 		return false, 0
 	}
-	l.n++
-	dropped, l.dropped = l.dropped, 0
+	l.n[kind]++
+	dropped = l.dropped[kind]
+	delete(l.dropped, kind)
 	return true, dropped
 }
 

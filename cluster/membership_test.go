@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -219,21 +220,24 @@ func TestGossipWarningsAreRateLimited(t *testing.T) {
 	h := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) }})
 	now := time.Unix(1000, 0)
 	w := slogWriter{l: slog.New(h), limit: &logLimit{now: func() time.Time { return now }}}
-	for range 2000 {
-		_, err := w.Write([]byte("[ERR] memberlist: failed to receive: decoding failed\n"))
+	for i := range 2000 {
+		_, err := w.Write([]byte(fmt.Sprintf("[ERR] memberlist: failed to receive: decoding failed from=127.0.0.1:%d\n", 40000+i)))
 		require.NoError(t, err)
 	}
 	_, err := w.Write([]byte("[DEBUG] memberlist: a debug line\n"))
 	require.NoError(t, err)
+	_, err = w.Write([]byte("[ERR] memberlist: another kind of error\n"))
+	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, logBurst+1, "the burst, then the debug line")
+	require.Len(t, lines, logBurst+2, "the burst, the debug line, an error of another kind")
 	assert.Contains(t, lines[logBurst], "a debug line")
+	assert.Contains(t, lines[logBurst+1], "another kind of error")
 
 	out.Reset()
 	now = now.Add(logInterval)
-	_, err = w.Write([]byte("[WARN] memberlist: refuting a suspect message\n"))
+	_, err = w.Write([]byte("[ERR] memberlist: failed to receive: decoding failed from=127.0.0.1:1\n"))
 	require.NoError(t, err)
-	assert.Equal(t, "level=WARN msg=\"refuting a suspect message\" component=gossip suppressed=1995\n", out.String())
+	assert.Equal(t, "level=ERROR msg=\"failed to receive: decoding failed from=127.0.0.1:1\" suppressed=1995\n", out.String())
 }
 
 func dropTime(a slog.Attr) slog.Attr {
