@@ -16,7 +16,7 @@ import (
 // TestTally feeds a run's events to a tally, as shoal train does, and
 // checks the result.
 func TestTally(t *testing.T) {
-	tl := &Tally{Result: Result{Parameters: 10, Batch: 4, Optimizer: "momentum", LR: 0.1, Staleness: map[int64]int64{}}}
+	tl := &Tally{Result: Result{Run: record.Run{Parameters: 10, Batch: 4, Optimizer: "momentum", LR: 0.1}, Staleness: map[int64]int64{}}}
 	for _, e := range []Event{
 		{Event: Progress, Rank: 1, Step: 3}, // the board's, not the tally's
 		{Event: Eval, Rank: 0, Steps: 2, Seconds: 0.5, TestAccuracy: 0.4, TestLoss: 1.5},
