@@ -17,8 +17,11 @@ func TestFill(t *testing.T) {
 		WorkerSeconds: 3, Staleness: consistency.Staleness{0: 7, 1: 2},
 		StepTime: &StepTime{Step: Quantiles{Mean: 2, P50: 2, P95: 3}}, IdleFraction: 0.5,
 		BytesSentPerStep: 19, BytesReceivedPerStep: 14}
-	var rec Record
+	rec := Record{ID: "mlp/async/w2/s1", Mode: "async-overlap", Model: "mlp", Workers: 2, Servers: 1, Run: record.Run{TestAccuracy: -1}}
 	rec.Fill(&r)
+	assert.Equal(t, r.Run, rec.Run, "the run both carry, whole")
+	assert.Equal(t, Record{ID: "mlp/async/w2/s1", Mode: "async-overlap", Model: "mlp", Workers: 2, Servers: 1},
+		Record{ID: rec.ID, Mode: rec.Mode, Model: rec.Model, Workers: rec.Workers, Servers: rec.Servers}, "what names the run is the harness's")
 	assert.Equal(t, 3, rec.Lanes, "the lanes the push-pulls went over")
 	assert.True(t, rec.ParallelStep)
 	assert.Equal(t, int64(40), rec.VectorBytes)
