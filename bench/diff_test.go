@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/record"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -18,8 +20,8 @@ func diffPair() (a, b *Results) {
 	machine := Machine{Hostname: "h", OS: "linux", Arch: "amd64", CPUModel: "AMD EPYC 7B13", CPUs: 16, GEMM: "cpu/openblas", Go: "go1.26.0"}
 	rec := func(id string, sps, p50, p95, comm, sent, acc float64, toTarget *float64) Record {
 		r := Record{
-			ID: id, Mode: "sync", Model: "mlp", Workers: 2, Servers: 1, Batch: 64, Steps: 100,
-			SamplesPerSec: sps, BytesSentPerStep: sent, TestAccuracy: acc, SecondsToTarget: toTarget,
+			ID: id, Mode: "sync", Model: "mlp", Workers: 2, Servers: 1, Run: record.Run{Batch: 64, Steps: 100, TestAccuracy: acc},
+			SamplesPerSec: sps, BytesSentPerStep: sent, SecondsToTarget: toTarget,
 			StepTime: StepTime{Step: Quantiles{Mean: p50, P50: p50, P95: p95}},
 		}
 		if comm > 0 {
@@ -40,7 +42,7 @@ func diffPair() (a, b *Results) {
 		Runs: []Record{
 			rec("z", 700, 0.011, 0.015, 0, 1<<20, 0.88, nil),
 			rec("x", 1250, 0.008, 0.012, 0.003, 1<<20, 0.92, ptr(15.0)),
-			{ID: "f", Mode: "sync", Model: "mlp", Workers: 2, Servers: 1, Batch: 64, Steps: 100, TestAccuracy: -1, Error: "worker 1: exit status 2"},
+			{ID: "f", Mode: "sync", Model: "mlp", Workers: 2, Servers: 1, Run: record.Run{Batch: 64, Steps: 100, TestAccuracy: -1}, Error: "worker 1: exit status 2"},
 			rec("c", 900, 0.012, 0.020, 0, 1<<20, 0.91, nil),
 		}}
 	b.Runs[3].Batch = 128

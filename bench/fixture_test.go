@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 )
 
 // fabricate returns a plausible Results for the tests and the committed
@@ -72,9 +73,8 @@ func fabricate() *Results {
 					}
 					rec := Record{
 						ID: id, Peer: md.peer, Mode: md.name, Model: m.name,
-						Parameters: m.params, VectorBytes: vec, Workers: n, Servers: s, Batch: batch,
-						Seed: 1, Optimizer: "sgd-momentum", LR: 0.01, NICGbps: nicGbps, RTTMillis: rttMillis,
-						Steps: m.steps, TestAccuracy: -1,
+						Run:         record.Run{Parameters: m.params, Batch: batch, Optimizer: "sgd-momentum", LR: 0.01, Steps: m.steps, TestAccuracy: -1},
+						VectorBytes: vec, Workers: n, Servers: s, Seed: 1, NICGbps: nicGbps, RTTMillis: rttMillis,
 					}
 					rec.Command = []string{"shoal", "train", "--mode=" + md.name, "--model=" + m.name, "--workers=" + strconv.Itoa(n), "--servers=" + strconv.Itoa(s), "--batch=64", "--seed=1"}
 					if md.peer != "" {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/record"
 )
 
 // TestCommModel checks the analytic communication times against hand
@@ -36,12 +38,12 @@ func TestCommModel(t *testing.T) {
 }
 
 func TestToTargetAndScaling(t *testing.T) {
-	rec := Record{TargetAccuracy: 0.8, Curve: []CurvePoint{{Seconds: 1, Step: 100, Accuracy: 0.7}, {Seconds: 2, Step: 200, Accuracy: 0.81}, {Seconds: 3, Step: 300, Accuracy: 0.85}}}
+	rec := Record{TargetAccuracy: 0.8, Run: record.Run{Curve: []CurvePoint{{Seconds: 1, Step: 100, Accuracy: 0.7}, {Seconds: 2, Step: 200, Accuracy: 0.81}, {Seconds: 3, Step: 300, Accuracy: 0.85}}}}
 	ToTarget(&rec)
 	require.NotNil(t, rec.SecondsToTarget)
 	assert.Equal(t, 2.0, *rec.SecondsToTarget)
 	assert.Equal(t, int64(200), *rec.StepsToTarget)
-	never := Record{TargetAccuracy: 0.9, Curve: rec.Curve}
+	never := Record{TargetAccuracy: 0.9, Run: record.Run{Curve: rec.Curve}}
 	ToTarget(&never)
 	assert.Nil(t, never.SecondsToTarget)
 

@@ -71,33 +71,24 @@ type Record struct {
 	// Command is the exact command of this run (argv).
 	Command []string `json:"command"`
 
-	Mode       string `json:"mode"` // async, sync, ssp, ring (peers: ddp)
-	Model      string `json:"model"`
-	Parameters int    `json:"parameters"`
+	Mode  string `json:"mode"` // async, sync, ssp, ring (peers: ddp)
+	Model string `json:"model"`
+	// Run is what launch.Result (shoal train --json) carries too, under
+	// the same keys: parameters, batch (per worker), optimizer, lr,
+	// lanes, parallel_step, steps, samples, start_offsets, curve and
+	// test_accuracy. (It is package record's Run, not this package's
+	// planned Run.)
+	record.Run
 	// VectorBytes is M: the bytes of one full parameter (or gradient)
 	// vector on the wire.
-	VectorBytes int64   `json:"vector_bytes"`
-	Workers     int     `json:"workers"`
-	Servers     int     `json:"servers"` // 0 for ring and peers
-	Batch       int     `json:"batch"`   // per worker
-	Seed        uint64  `json:"seed"`
-	Optimizer   string  `json:"optimizer"`
-	LR          float64 `json:"lr"`
+	VectorBytes int64  `json:"vector_bytes"`
+	Workers     int    `json:"workers"`
+	Servers     int    `json:"servers"` // 0 for ring and peers
+	Seed        uint64 `json:"seed"`
 	// NICGbps is the modelled NIC bandwidth per process and direction (0:
 	// not modelled, loopback as it is); RTTMillis its round-trip time.
 	NICGbps   float64 `json:"nic_gbps"`
 	RTTMillis float64 `json:"rtt_ms"`
-	// Lanes and ParallelStep are how the PS modes' push-pulls ran: the
-	// most connections a worker split one to a server over, and whether
-	// the servers updated their chunks in parallel (shoal train's --lanes
-	// and --parallel-step, whose defaults follow the machine's CPUs).
-	Lanes        int  `json:"lanes,omitempty"`
-	ParallelStep bool `json:"parallel_step,omitempty"`
-
-	// Steps is the number of steps each worker ran (the largest over the
-	// workers); Samples the samples all workers processed together.
-	Steps   int64 `json:"steps"`
-	Samples int64 `json:"samples"`
 	// TrainSeconds is the wall time from the workers' start to the last
 	// worker's end; SamplesPerSec = Samples / TrainSeconds.
 	TrainSeconds  float64 `json:"train_seconds"`
@@ -112,10 +103,6 @@ type Record struct {
 	// IdleFraction is the share of step time not spent computing:
 	// 1 − mean(compute) / mean(step).
 	IdleFraction float64 `json:"idle_fraction"`
-	// StartOffsets are when each worker began its first step, in seconds
-	// after the first to begin, in rank order (measured runs on one
-	// machine; the simulator starts its workers at these times).
-	StartOffsets []float64 `json:"start_offsets,omitempty"`
 	// BytesSentPerStep and BytesReceivedPerStep are per worker, mean over
 	// the workers, counted on the worker's connections (payload and
 	// protocol overhead).
@@ -130,12 +117,6 @@ type Record struct {
 	// decimal strings.
 	Staleness consistency.Staleness `json:"staleness,omitempty"`
 
-	// Curve is the test accuracy over the run, measured by worker 0 every
-	// few steps; the final point is the end of the run.
-	Curve []CurvePoint `json:"curve,omitempty"`
-	// TestAccuracy is the final weights' test accuracy (−1 when the run
-	// did not evaluate).
-	TestAccuracy float64 `json:"test_accuracy"`
 	// TargetAccuracy, when > 0, is the test accuracy the run aimed for;
 	// SecondsToTarget and StepsToTarget say when worker 0 first measured
 	// it (absent when never).

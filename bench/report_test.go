@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 )
 
 // reportResults is a small hand-made Results with known numbers: a sync
@@ -23,9 +24,11 @@ func reportResults() *Results {
 		Shaper:   &ShaperCheck{ConfiguredGbps: 10, MeasuredGbps: 9.9, Bytes: 64 << 20, Ratio: 0.99},
 		Runs: []Record{
 			{
-				ID: "mlp/sync/w2/s1/nic10", Mode: "sync", Model: "mlp", Workers: 2, Servers: 1, Batch: 64, Steps: 100,
+				ID: "mlp/sync/w2/s1/nic10", Mode: "sync", Model: "mlp", Workers: 2, Servers: 1,
+				Run: record.Run{Batch: 64, Steps: 100, Samples: 12800, TestAccuracy: 0.96,
+					Curve: []CurvePoint{{Seconds: 0.5, Step: 40, Accuracy: 0.9, Loss: 0.3}, {Seconds: 1.25, Step: 100, Accuracy: 0.96, Loss: 0.1}}},
 				VectorBytes: 1 << 20, NICGbps: 10, RTTMillis: 0.2,
-				Samples: 12800, TrainSeconds: 1.25, SamplesPerSec: 10240, ScalingEfficiency: ptr(0.8),
+				TrainSeconds: 1.25, SamplesPerSec: 10240, ScalingEfficiency: ptr(0.8),
 				StepTime: StepTime{
 					Step:    Quantiles{Mean: 0.0125, P50: 0.012, P95: 0.02},
 					Compute: Quantiles{Mean: 0.005, P50: 0.005, P95: 0.006},
@@ -34,19 +37,19 @@ func reportResults() *Results {
 					Push:    Quantiles{Mean: 0.003, P50: 0.003, P95: 0.004},
 				},
 				IdleFraction: 0.6, BytesSentPerStep: 1.5 * (1 << 20), BytesReceivedPerStep: 1 << 20,
-				Comm:         &Comm{MeasuredSeconds: 0.006, AnalyticSeconds: 0.004, Ratio: 1.5},
-				Staleness:    consistency.Staleness{0: 200},
-				Curve:        []CurvePoint{{Seconds: 0.5, Step: 40, Accuracy: 0.9, Loss: 0.3}, {Seconds: 1.25, Step: 100, Accuracy: 0.96, Loss: 0.1}},
-				TestAccuracy: 0.96, TargetAccuracy: 0.95, SecondsToTarget: ptr(1.25), StepsToTarget: ptr(int64(100)),
+				Comm:           &Comm{MeasuredSeconds: 0.006, AnalyticSeconds: 0.004, Ratio: 1.5},
+				Staleness:      consistency.Staleness{0: 200},
+				TargetAccuracy: 0.95, SecondsToTarget: ptr(1.25), StepsToTarget: ptr(int64(100)),
 			},
 			{
-				ID: "pytorch-ddp-gloo/mlp/ddp/w2/s0/nic10", Peer: "pytorch-ddp-gloo", Mode: "ddp", Model: "mlp", Workers: 2, Batch: 64, Steps: 100,
+				ID: "pytorch-ddp-gloo/mlp/ddp/w2/s0/nic10", Peer: "pytorch-ddp-gloo", Mode: "ddp", Model: "mlp", Workers: 2,
+				Run:         record.Run{Batch: 64, Steps: 100, TestAccuracy: 0.955},
 				VectorBytes: 1 << 20, NICGbps: 10, SamplesPerSec: 9000, TrainSeconds: 1.42,
 				StepTime:     StepTime{Step: Quantiles{Mean: 0.014, P50: 0.014, P95: 0.016}, Compute: Quantiles{Mean: 0.006, P50: 0.006, P95: 0.007}, Reduce: Quantiles{Mean: 0.007, P50: 0.007, P95: 0.008}},
-				IdleFraction: 0.57, TestAccuracy: 0.955, TargetAccuracy: 0.95,
+				IdleFraction: 0.57, TargetAccuracy: 0.95,
 			},
 			{
-				ID: "mlp/ring/w4/s0/nic10", Mode: "ring", Model: "mlp", Workers: 4, Batch: 64, TestAccuracy: -1,
+				ID: "mlp/ring/w4/s0/nic10", Mode: "ring", Model: "mlp", Workers: 4, Run: record.Run{Batch: 64, TestAccuracy: -1},
 				Error: "rank 2: dial tcp: connection refused | retried 3 times",
 			},
 		},
@@ -154,8 +157,8 @@ func TestShellJoin(t *testing.T) {
 // workers and NIC gets a row comparing their communication times.
 func TestWriteReportCrossover(t *testing.T) {
 	r := reportResults()
-	r.Runs = append(r.Runs, Record{ID: "mlp/ring/w2/s0/nic10", Mode: "ring", Model: "mlp", Workers: 2, Batch: 64, Steps: 100, VectorBytes: 1 << 20,
-		NICGbps: 10, SamplesPerSec: 20000, TrainSeconds: 0.64, TestAccuracy: 0.96,
+	r.Runs = append(r.Runs, Record{ID: "mlp/ring/w2/s0/nic10", Mode: "ring", Model: "mlp", Workers: 2, Run: record.Run{Batch: 64, Steps: 100, TestAccuracy: 0.96},
+		VectorBytes: 1 << 20, NICGbps: 10, SamplesPerSec: 20000, TrainSeconds: 0.64,
 		Comm: &Comm{MeasuredSeconds: 0.002, AnalyticSeconds: 0.001, Ratio: 2}})
 	var sb strings.Builder
 	require.NoError(t, WriteReport(&sb, r, nil))

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/sim"
 )
 
@@ -84,11 +85,11 @@ func Simulate(r Run, in SimInput) (Record, error) {
 		return Record{}, err
 	}
 	vector := cfg.VectorBytes()
-	rec := Record{ID: r.ID("", in.NICGbps), Command: in.Command, Mode: r.Mode, Model: Models[r.Model].Label,
-		Parameters: int(vector / 4), VectorBytes: vector, Workers: r.Workers, Servers: r.Servers, Batch: in.Batch, Seed: 1,
-		Optimizer: "momentum", NICGbps: in.NICGbps, RTTMillis: in.RTTMillis, Steps: steps, Samples: steps * int64(r.Workers*in.Batch),
+	rec := Record{ID: r.ID("", in.NICGbps), Command: in.Command, Mode: r.Mode, Model: Models[r.Model].Label, VectorBytes: vector,
+		Workers: r.Workers, Servers: r.Servers, Seed: 1, NICGbps: in.NICGbps, RTTMillis: in.RTTMillis,
 		TrainSeconds: res.Seconds, SamplesPerSec: res.SamplesPerSec, BytesSentPerStep: res.BytesSent, BytesReceivedPerStep: res.BytesReceived,
-		Staleness: res.Staleness, TestAccuracy: -1, Simulated: true}
+		Staleness: res.Staleness, Simulated: true, Run: record.Run{Parameters: int(vector / 4), Batch: in.Batch, Optimizer: "momentum",
+			Steps: steps, Samples: steps * int64(r.Workers*in.Batch), TestAccuracy: -1}}
 	comm := make([]float64, len(res.StepDurations))
 	for i, d := range res.StepDurations {
 		comm[i] = max(d-res.ComputeDurations[i], 0)

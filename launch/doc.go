@@ -13,8 +13,9 @@
 //
 // A Tally folds a run's worker events into its Result, the one type that
 // `shoal train --json` prints and the benchmark harness turns into a
-// bench.Record (bench.Record.Fill; the measurements both carry are package
-// record's types, so launch needs nothing of the harness). RunJSON runs
+// bench.Record (bench.Record.Fill; what both carry is package record's Run,
+// embedded in each, and its types, so launch needs nothing of the
+// harness). RunJSON runs
 // one command to its end and returns its last JSON line (the harness's
 // runs and peers).
 //

@@ -12,9 +12,12 @@ import (
 // benchmark harness reads it (bench.Record.Fill takes a Record's
 // measurements from it; package record says why the two stay two types).
 type Result struct {
-	Mode       consistency.Mode `json:"mode"`
-	Model      string           `json:"model"`
-	Parameters int              `json:"parameters"`
+	Mode  consistency.Mode `json:"mode"`
+	Model string           `json:"model"`
+	// Run is what bench.Record carries too, under the same keys:
+	// parameters, batch, optimizer, lr, lanes, parallel_step, steps,
+	// samples, start_offsets, curve, test_accuracy.
+	record.Run
 	// Dataset is what the workers trained on, TestDataset what
 	// test_accuracy was measured on.
 	Dataset     string `json:"dataset"`
@@ -29,31 +32,15 @@ type Result struct {
 	// format; nil where the workers were not bound, "" for a worker that
 	// did not report.
 	CPUs []string `json:"cpus,omitempty"`
-	// Lanes is the most connections a worker split a push-pull to one
-	// server over, as the workers reported them (PS modes; shoal train
-	// --lanes, or its choice for this machine, at most one per chunk of a
-	// server's share).
-	Lanes int `json:"lanes,omitempty"`
-	// ParallelStep is shoal train --parallel-step (PS modes): the servers
-	// update their chunks on several goroutines, those whose share has
-	// several chunks and 65,536 floats or more (smaller ones step serially
-	// all the same).
-	ParallelStep bool `json:"parallel_step,omitempty"`
 	// Device says where the workers computed: "the CPU", "cuda:0", ...
 	Device string `json:"device,omitempty"`
 	// Precision is what the GPU workers' GEMMs multiplied, bf16 or fp16;
 	// empty for fp32.
 	Precision     string                `json:"precision,omitempty"`
 	Epochs        int                   `json:"epochs"`
-	Steps         int64                 `json:"steps"`
-	Batch         int                   `json:"batch"`
-	Optimizer     string                `json:"optimizer"`
-	LR            float64               `json:"lr"`
-	TestAccuracy  float64               `json:"test_accuracy"`
 	TestLoss      float64               `json:"test_loss"`
 	TrainAccuracy float64               `json:"train_accuracy"`
 	TrainLoss     float64               `json:"train_loss"`
-	Samples       int64                 `json:"samples"`
 	SamplesPerSec float64               `json:"samples_per_sec"`
 	TrainSeconds  float64               `json:"train_seconds"`
 	WallSeconds   float64               `json:"wall_seconds"`
@@ -66,16 +53,11 @@ type Result struct {
 	Saved            string            `json:"saved,omitempty"`
 	// With --stats: the workers' own run time (the longest), where their
 	// steps' time went, and their traffic per step.
-	WorkerSeconds float64          `json:"worker_seconds,omitempty"`
-	StepTime      *record.StepTime `json:"step_time,omitempty"`
-	IdleFraction  float64          `json:"idle_fraction,omitempty"`
-	// StartOffsets are when each worker that reported its steps began its
-	// first, in seconds after the first to begin, in rank order.
-	StartOffsets         []float64 `json:"start_offsets,omitempty"`
-	BytesSentPerStep     float64   `json:"bytes_sent_per_step,omitempty"`
-	BytesReceivedPerStep float64   `json:"bytes_received_per_step,omitempty"`
-	// With --eval-every: rank 0's test accuracy during the run.
-	Curve []record.CurvePoint `json:"curve,omitempty"`
+	WorkerSeconds        float64          `json:"worker_seconds,omitempty"`
+	StepTime             *record.StepTime `json:"step_time,omitempty"`
+	IdleFraction         float64          `json:"idle_fraction,omitempty"`
+	BytesSentPerStep     float64          `json:"bytes_sent_per_step,omitempty"`
+	BytesReceivedPerStep float64          `json:"bytes_received_per_step,omitempty"`
 	// StoppedAtTarget: the run ended early at --stop-at-accuracy.
 	StoppedAtTarget bool `json:"stopped_at_target,omitempty"`
 }

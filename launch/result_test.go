@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // TestTally feeds a run's events to a tally, as shoal train does, and
 // checks the result.
 func TestTally(t *testing.T) {
-	tl := &Tally{Result: Result{Parameters: 10, Batch: 4, Optimizer: "momentum", LR: 0.1, Staleness: map[int64]int64{}}}
+	tl := &Tally{Result: Result{Run: record.Run{Parameters: 10, Batch: 4, Optimizer: "momentum", LR: 0.1}, Staleness: map[int64]int64{}}}
 	for _, e := range []Event{
 		{Event: Progress, Rank: 1, Step: 3}, // the board's, not the tally's
 		{Event: Eval, Rank: 0, Steps: 2, Seconds: 0.5, TestAccuracy: 0.4, TestLoss: 1.5},
@@ -80,4 +81,63 @@ func TestStepLogStart(t *testing.T) {
 	first := l.Start
 	l.Add(worker.StepTimes{Step: time.Second})
 	assert.Equal(t, first, l.Start, "the first step's start, kept")
+}
+
+// The result's JSON keeps its keys and values whichever types its fields
+// live in (package record's Run is embedded): the populated and the
+// empty result against the keys and values shoal train --json has
+// always printed. The values are set by assignment, which reaches an
+// embedded struct's fields as well as the result's own.
+func TestResultJSON(t *testing.T) {
+	full := func() Result {
+		var r Result
+		r.Mode, r.Model, r.Parameters, r.Dataset, r.TestDataset = consistency.SSP, "mlp 784-256-10", 203530, "mnist", "mnist-test"
+		r.Workers, r.Servers, r.Threads, r.CPUs, r.Lanes, r.ParallelStep = 2, 1, 4, []string{"0-3", "4-7"}, 3, true
+		r.Device, r.Precision, r.Epochs, r.Steps, r.Batch, r.Optimizer, r.LR = "cuda:0", "bf16", 1, 100, 64, "momentum", 0.01
+		r.TestAccuracy, r.TestLoss, r.TrainAccuracy, r.TrainLoss = 0.9, 0.3, 0.95, 0.2
+		r.Samples, r.SamplesPerSec, r.TrainSeconds, r.WallSeconds = 12800, 1280, 10, 12
+		r.Staleness, r.Dropped, r.FailedWorkers = consistency.Staleness{0: 150, 1: 50}, 2, []int{1}
+		r.MembershipEvents = []MembershipEvent{{Role: "worker", Rank: 1, Change: "died", Step: 40, Live: 1, Seconds: 4, Cause: "signal killed"}}
+		r.Saved, r.WorkerSeconds = "model.ckpt", 9.5
+		r.StepTime = &record.StepTime{Step: record.Quantiles{Mean: 0.1, P50: 0.09, P95: 0.2}}
+		r.IdleFraction, r.StartOffsets, r.BytesSentPerStep, r.BytesReceivedPerStep = 0.25, []float64{0, 0.5}, 1000, 2000
+		r.Curve = []record.CurvePoint{{Seconds: 5, Step: 50, Accuracy: 0.8, Loss: 0.5}}
+		r.StoppedAtTarget = true
+		return r
+	}
+	empty := func() Result {
+		var r Result
+		r.Mode = consistency.Async
+		return r
+	}
+	tests := []struct {
+		name string
+		r    Result
+		want string
+	}{
+		{name: "every field set", r: full(), want: `{"mode":"ssp","model":"mlp 784-256-10","parameters":203530,"dataset":"mnist","test_dataset":"mnist-test",
+			"workers":2,"servers":1,"threads":4,"cpus":["0-3","4-7"],"lanes":3,"parallel_step":true,"device":"cuda:0","precision":"bf16",
+			"epochs":1,"steps":100,"batch":64,"optimizer":"momentum","lr":0.01,"test_accuracy":0.9,"test_loss":0.3,"train_accuracy":0.95,"train_loss":0.2,
+			"samples":12800,"samples_per_sec":1280,"train_seconds":10,"wall_seconds":12,"staleness":{"0":150,"1":50},"dropped_pushes":2,"failed_workers":[1],
+			"membership_events":[{"role":"worker","rank":1,"change":"died","step":40,"live":1,"seconds":4,"cause":"signal killed"}],
+			"saved":"model.ckpt","worker_seconds":9.5,
+			"step_time":{"step":{"mean":0.1,"p50":0.09,"p95":0.2},"compute":{"mean":0,"p50":0,"p95":0},"data":{"mean":0,"p50":0,"p95":0},
+				"wait":{"mean":0,"p50":0,"p95":0},"pull":{"mean":0,"p50":0,"p95":0},"push":{"mean":0,"p50":0,"p95":0},"reduce":{"mean":0,"p50":0,"p95":0}},
+			"idle_fraction":0.25,"start_offsets":[0,0.5],"bytes_sent_per_step":1000,"bytes_received_per_step":2000,
+			"curve":[{"seconds":5,"step":50,"accuracy":0.8,"loss":0.5}],"stopped_at_target":true}`},
+		{name: "omitempty fields empty", r: empty(), want: `{"mode":"async","model":"","parameters":0,"dataset":"","workers":0,"servers":0,
+			"epochs":0,"steps":0,"batch":0,"optimizer":"","lr":0,"test_accuracy":0,"test_loss":0,"train_accuracy":0,"train_loss":0,
+			"samples":0,"samples_per_sec":0,"train_seconds":0,"wall_seconds":0,"staleness":null,"dropped_pushes":0,"failed_workers":null,
+			"membership_events":null}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := json.Marshal(tt.r)
+			require.NoError(t, err)
+			assert.JSONEq(t, tt.want, string(got))
+			var back Result
+			require.NoError(t, json.Unmarshal(got, &back))
+			assert.Equal(t, tt.r, back, "read back as written")
+		})
+	}
 }

@@ -5,6 +5,49 @@ import (
 	"slices"
 )
 
+// Run is the part of a training run's record that `shoal train --json`
+// (launch.Result) and the harness's results.json (bench.Record) both
+// carry under the same keys with the same meaning: what was trained
+// (parameters, batch, optimizer, learning rate, how the PS push-pulls
+// ran), how far (steps, samples), when the workers began, the test
+// accuracy during and after the run. Both embed it, so its fields are
+// the reports' own in Go and in JSON, and the harness takes a record's
+// from shoal train's summary in one assignment (bench.Record.Fill).
+type Run struct {
+	// Parameters is the model's parameter count.
+	Parameters int `json:"parameters"`
+	// Batch is each worker's batch, Optimizer and LR the algorithm and
+	// its (initial) learning rate.
+	Batch     int     `json:"batch"`
+	Optimizer string  `json:"optimizer"`
+	LR        float64 `json:"lr"`
+	// Lanes and ParallelStep are how the PS modes' push-pulls ran: the
+	// most connections a worker split one to a server over, as the
+	// workers reported them (shoal train --lanes, or its choice for the
+	// machine, at most one per chunk of a server's share), and whether
+	// the servers updated their chunks on several goroutines (shoal
+	// train --parallel-step; only shares of several chunks and 65,536
+	// floats or more step in parallel, smaller ones serially all the
+	// same).
+	Lanes        int  `json:"lanes,omitempty"`
+	ParallelStep bool `json:"parallel_step,omitempty"`
+	// Steps is the number of steps each worker ran (the largest over the
+	// workers); Samples the samples all workers processed together.
+	Steps   int64 `json:"steps"`
+	Samples int64 `json:"samples"`
+	// StartOffsets are when each worker that reported its steps began its
+	// first, in seconds after the first to begin, in rank order (with
+	// shoal train --stats; the simulator starts its workers at these
+	// times).
+	StartOffsets []float64 `json:"start_offsets,omitempty"`
+	// Curve is rank 0's test accuracy during the run, every few steps
+	// (shoal train --eval-every).
+	Curve []CurvePoint `json:"curve,omitempty"`
+	// TestAccuracy is the final weights' test accuracy (the harness
+	// writes −1 for a run that did not evaluate).
+	TestAccuracy float64 `json:"test_accuracy"`
+}
+
 // StepTime is the per-step time of each phase, in seconds. Compute is
 // forward and backward; Data is waiting for the input pipeline; Wait is
 // blocking before any byte moves (a sync barrier, the SSP bound); Pull and

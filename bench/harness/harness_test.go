@@ -8,6 +8,7 @@ import (
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
+	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/sim"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,7 +116,7 @@ func TestTrainArgs(t *testing.T) {
 
 func TestDescribeRecord(t *testing.T) {
 	assert.Equal(t, "a/b: FAILED: first", describeRecord(&bench.Record{ID: "a/b", Error: "first\nsecond"}))
-	rec := &bench.Record{ID: "a/b", SamplesPerSec: 1000, TestAccuracy: 0.5}
+	rec := &bench.Record{ID: "a/b", SamplesPerSec: 1000, Run: record.Run{TestAccuracy: 0.5}}
 	rec.StepTime.Step.P50 = 0.002
 	assert.Equal(t, "a/b: 1000 samples/s, step p50 2.0 ms, test 50.00%", describeRecord(rec))
 }

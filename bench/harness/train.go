@@ -17,6 +17,7 @@ import (
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/record"
 )
 
 // TrainConfig is one shoal bench train: the plan's runs, each a shoal
@@ -174,7 +175,7 @@ func (cfg TrainConfig) runShoal(ctx context.Context, r bench.Run, stderr io.Writ
 		args = append(args, "--stop-at-accuracy", strconv.FormatFloat(target, 'g', -1, 64))
 	}
 	rec := bench.Record{ID: r.ID("", nic.Gbps), Command: append([]string{"shoal"}, args...), Mode: r.Mode, Model: bench.Models[r.Model].Label,
-		Workers: r.Workers, Servers: r.Servers, Seed: 1, NICGbps: nic.Gbps, RTTMillis: float64(nic.RTT) / float64(time.Millisecond), TestAccuracy: -1}
+		Workers: r.Workers, Servers: r.Servers, Seed: 1, NICGbps: nic.Gbps, RTTMillis: float64(nic.RTT) / float64(time.Millisecond), Run: record.Run{TestAccuracy: -1}}
 	if target > 0 {
 		rec.TargetAccuracy = target
 	}
@@ -222,7 +223,7 @@ func (cfg TrainConfig) runPeer(ctx context.Context, script string, r bench.Run, 
 		args = append(args, "--stop-at-accuracy", target)
 	}
 	rec := bench.Record{ID: r.ID("pytorch-ddp-gloo", 0), Peer: "pytorch-ddp-gloo", Command: append([]string{cfg.Python}, args...),
-		Mode: "ddp", Model: bench.Models[r.Model].Label, Workers: r.Workers, Seed: 1, TestAccuracy: -1}
+		Mode: "ddp", Model: bench.Models[r.Model].Label, Workers: r.Workers, Seed: 1, Run: record.Run{TestAccuracy: -1}}
 	var got bench.Record
 	if !cfg.runInto(ctx, &rec, "the peer's record", cfg.Python, args, &got, stderr) {
 		return rec

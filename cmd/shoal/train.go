@@ -22,6 +22,7 @@ import (
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/record"
 	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/timeline"
 	"github.com/shoalml/shoal/worker"
@@ -289,8 +290,9 @@ func workerEnv(threads int, share bool) []string {
 
 // newResult is the run's summary begun with what the flags say.
 func (t *trainRun) newResult() launch.Result {
-	return launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Parameters: t.model.Layout().Size(), Dataset: t.train.Name(), TestDataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), ParallelStep: !t.ring && t.parStep, Device: t.where, Precision: t.precision(), Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR, Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{}}
+	return launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Dataset: t.train.Name(), TestDataset: t.test.Name(),
+		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Device: t.where, Precision: t.precision(), Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{},
+		Run: record.Run{Parameters: t.model.Layout().Size(), ParallelStep: !t.ring && t.parStep, Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR}}
 }
 
 // parseTrain reads and checks shoal train's flags, builds the model and
