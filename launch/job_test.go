@@ -3,7 +3,9 @@ package launch
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,18 +16,22 @@ import (
 )
 
 // fakeJob is a job of this test binary's fake children: one server
-// ("listen"), worker 0 that runs an epoch and finishes ("worker"), worker
-// 1 that serves until it is stopped ("silent"). At worker 0's epoch, the
-// Observe hook SIGKILLs worker 1, and server 0 once worker 1's exit is
-// taken. It returns the config and
-// the argv each server was started with.
+// ("listen"), worker 0 that runs an epoch and finishes when told
+// ("worker-told"), worker 1 that serves until it is stopped ("silent").
+// At worker 0's epoch, the Observe hook SIGKILLs worker 1, and server 0
+// once worker 1's exit is taken; once the job says it restarted the
+// server, worker 0 is told to finish (so that the job cannot end before
+// the deaths are taken, whatever the machine's load). It returns the config and the
+// argv each server was started with.
 func fakeJob(t *testing.T, stdout *bytes.Buffer) (JobConfig, *[][]string) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	var serverArgs [][]string
 	children := map[string]*Child{}
 	killed := false
-	cfg := DefaultJobConfig(exe, stdout, lockedio.NewBuffer())
+	// The job says a restart once it is done: then worker 0 may finish.
+	out := onWrite{w: stdout, see: "restarted from its checkpoint", then: func() { children["worker 0"].Tell("finish") }}
+	cfg := DefaultJobConfig(exe, out, lockedio.NewBuffer())
 	cfg.Servers, cfg.Workers = 1, 2
 	cfg.ServerArgs = func(shard int, listen string, join []string, restart int) []string {
 		serverArgs = append(serverArgs, []string{listen, string(rune('0' + restart))})
@@ -33,7 +39,7 @@ func fakeJob(t *testing.T, stdout *bytes.Buffer) (JobConfig, *[][]string) {
 	}
 	cfg.WorkerArgs = func(int, []string, []string, string) []string { return nil }
 	cfg.WorkerEnv = func(rank int) []string {
-		return []string{fakeEnv + "=" + map[int]string{0: "worker", 1: "silent"}[rank]}
+		return []string{fakeEnv + "=" + map[int]string{0: "worker-told", 1: "silent"}[rank]}
 	}
 	cfg.Started = func(c *Child) { children[c.Name()] = c }
 	cfg.Observe = func(m Message) {
@@ -48,6 +54,21 @@ func fakeJob(t *testing.T, stdout *bytes.Buffer) (JobConfig, *[][]string) {
 		}
 	}
 	return cfg, &serverArgs
+}
+
+// onWrite writes to w and calls then after each write that holds see.
+type onWrite struct {
+	w    io.Writer
+	see  string
+	then func()
+}
+
+func (o onWrite) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if strings.Contains(string(p), o.see) {
+		o.then()
+	}
+	return n, err
 }
 
 // ctxTimeout bounds a fake job.

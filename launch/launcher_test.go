@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 //   - silent: serves without ever reporting an event;
 //   - worker: reports an epoch's progress and its done event as rank 0,
 //     and exits 0;
+//   - worker-told: reports the epoch's progress, then its done event once
+//     told "finish" on stdin, and exits 0 (at the end of stdin, without
+//     the done event);
 //   - die: says its last words on stderr and exits with status 3;
 //   - chatty: prints a line that is not an event, an event, and exits 0;
 //   - hang: neither reads nor writes until a signal ends it;
@@ -61,6 +64,16 @@ func fakeChild(what string) int {
 		// Rank 0 of a job: an epoch, then its done event.
 		Emit(os.Stdout, Event{Event: Progress, Rank: 0, Epoch: 0, Epochs: 1, Step: 10, EpochSteps: 10, Samples: 40, Correct: 20, LossSum: 40, Seconds: 1, EpochDone: true})
 		Emit(os.Stdout, Event{Event: Done, Rank: 0, Steps: 10, Samples: 40, Seconds: 1})
+		return 0
+	case "worker-told":
+		Emit(os.Stdout, Event{Event: Progress, Rank: 0, Epoch: 0, Epochs: 1, Step: 10, EpochSteps: 10, Samples: 40, Correct: 20, LossSum: 40, Seconds: 1, EpochDone: true})
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "finish" {
+				Emit(os.Stdout, Event{Event: Done, Rank: 0, Steps: 10, Samples: 40, Seconds: 1})
+				return 0
+			}
+		}
 		return 0
 	case "die":
 		fmt.Fprintln(os.Stderr, "panic: out of luck")
