@@ -79,10 +79,10 @@ type Session struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	queue   []*Op
-	closed  bool
-	wake    chan struct{} // cap 1: queue grew, or closed
+	mu     sync.Mutex
+	queue  []*Op
+	closed bool
+	wake   chan struct{} // cap 1: queue grew, or closed
 
 	// Owned by the run goroutine.
 	broken error
@@ -150,6 +150,9 @@ func (s *Session) Rank() int { return s.cfg.Rank }
 
 // Size is the number of ranks.
 func (s *Session) Size() int { return s.cfg.Size }
+
+// Config is the Session's configuration.
+func (s *Session) Config() Config { return s.cfg }
 
 // Op is a submitted request.
 type Op struct {
