@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -16,8 +18,11 @@ import (
 type Config struct {
 	// Rank and Size place this process in the group; LocalRank and
 	// LocalSize on its host (reported back to the caller, not used for
-	// routing: collnet finds the ranks that share a host itself).
+	// routing). Open replaces LocalRank and LocalSize with what the group
+	// finds: the ranks with this rank's HostID, in rank order.
 	Rank, Size, LocalRank, LocalSize int
+	// HostID names this machine; default collnet.DefaultHostID().
+	HostID string
 	// Master is rank 0's rendezvous address, host:port; rank 0 listens
 	// there. Unused when Size is 1.
 	Master string
@@ -104,22 +109,68 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		defer cancel()
 	}
 	ncfg := collnet.DefaultConfig()
-	ncfg.Rank, ncfg.Size, ncfg.Master, ncfg.JobID, ncfg.SharedMemory, ncfg.Logger = cfg.Rank, cfg.Size, cfg.Master, cfg.JobID, cfg.SharedMemory, cfg.Logger
+	if cfg.HostID == "" {
+		cfg.HostID = collnet.DefaultHostID()
+	}
+	ncfg.Rank, ncfg.Size, ncfg.Master, ncfg.JobID, ncfg.SharedMemory, ncfg.HostID, ncfg.Logger = cfg.Rank, cfg.Size, cfg.Master, cfg.JobID, cfg.SharedMemory, cfg.HostID, cfg.Logger
 	tr, err := collnet.Connect(ctx, ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("tensorcoll: rank %d of %d joining through %s: %w", cfg.Rank, cfg.Size, cfg.Master, err)
 	}
-	s, err := New(tr, cfg)
+	s, err := newSession(tr, cfg)
+	if err == nil {
+		err = s.placeOnHosts(ctx)
+	}
 	if err != nil {
+		if s != nil {
+			s.cancel()
+		}
 		tr.Close()
 		return nil, err
 	}
+	s.start()
 	return s, nil
+}
+
+// placeOnHosts sets LocalRank and LocalSize from every rank's HostID.
+func (s *Session) placeOnHosts(ctx context.Context) error {
+	h := fnv.New64a()
+	h.Write([]byte(s.cfg.HostID))
+	id := h.Sum64()
+	mine := []float32{math.Float32frombits(uint32(id)), math.Float32frombits(uint32(id >> 32))}
+	all := make([]float32, 2*s.cfg.Size)
+	counts := make([]int, s.cfg.Size)
+	for i := range counts {
+		counts[i] = 2
+	}
+	if err := s.comms[collective.None].Allgather(ctx, mine, all, counts); err != nil {
+		return fmt.Errorf("tensorcoll: rank %d of %d: exchanging host ids: %w", s.cfg.Rank, s.cfg.Size, err)
+	}
+	s.cfg.LocalRank, s.cfg.LocalSize = 0, 0
+	for r := range s.cfg.Size {
+		if uint64(math.Float32bits(all[2*r]))|uint64(math.Float32bits(all[2*r+1]))<<32 == id {
+			if r < s.cfg.Rank {
+				s.cfg.LocalRank++
+			}
+			s.cfg.LocalSize++
+		}
+	}
+	return nil
 }
 
 // New returns a Session over tr, which it owns from then on (Close closes
 // it). cfg's Rank and Size must be tr's.
 func New(tr collective.Transport, cfg Config) (*Session, error) {
+	s, err := newSession(tr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.start()
+	return s, nil
+}
+
+// newSession is New without starting the Session's goroutine.
+func newSession(tr collective.Transport, cfg Config) (*Session, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -141,9 +192,11 @@ func New(tr collective.Transport, cfg Config) (*Session, error) {
 		s.comms[c] = comm
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Go(s.loop)
 	return s, nil
 }
+
+// start starts the goroutine that runs the requests.
+func (s *Session) start() { s.wg.Go(s.loop) }
 
 // Rank is this process's rank.
 func (s *Session) Rank() int { return s.cfg.Rank }
