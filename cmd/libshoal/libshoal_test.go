@@ -100,12 +100,20 @@ type rankResult struct {
 	raw    string
 	stderr string
 	code   int
+	// elapsed is from the start of all ranks to this one's exit.
+	elapsed time.Duration
 }
 
 // runRanks starts n ranks of testdata/hvd_worker.py with args, as a
-// launcher would (SHOAL_* variables, loopback master), and waits for all
-// of them, at most deadline.
+// launcher would (SHOAL_* variables, loopback master, a collective
+// timeout of 90 s), and waits for all of them, at most deadline.
 func runRanks(t *testing.T, n int, deadline time.Duration, args ...string) []rankResult {
+	t.Helper()
+	return runRanksEnv(t, n, deadline, nil, args...)
+}
+
+// runRanksEnv is runRanks with more environment variables for every rank.
+func runRanksEnv(t *testing.T, n int, deadline time.Duration, env []string, args ...string) []rankResult {
 	t.Helper()
 	lib := library(t)
 	pyPath, err := filepath.Abs("../../clients/python")
@@ -115,17 +123,19 @@ func runRanks(t *testing.T, n int, deadline time.Duration, args ...string) []ran
 	defer cancel()
 	res := make([]rankResult, n)
 	var wg sync.WaitGroup
+	start := time.Now()
 	for r := range n {
 		cmd := exec.CommandContext(ctx, systemPython, append([]string{"testdata/hvd_worker.py"}, args...)...)
 		cmd.Env = append(os.Environ(), "SHOAL_LIBRARY="+lib, "PYTHONPATH="+pyPath, "SHOAL_MASTER="+master,
 			"SHOAL_RANK="+strconv.Itoa(r), "SHOAL_WORLD_SIZE="+strconv.Itoa(n), "SHOAL_LOCAL_RANK="+strconv.Itoa(r),
-			"SHOAL_LOCAL_SIZE="+strconv.Itoa(n), "SHOAL_JOB_ID="+t.Name(), "SHOAL_COLLECTIVE_TIMEOUT=30", "OMP_NUM_THREADS=1")
+			"SHOAL_LOCAL_SIZE="+strconv.Itoa(n), "SHOAL_JOB_ID="+t.Name(), "SHOAL_COLLECTIVE_TIMEOUT=90", "OMP_NUM_THREADS=1")
+		cmd.Env = append(cmd.Env, env...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.NoError(t, cmd.Start())
 		wg.Go(func() {
 			err := cmd.Wait()
-			res[r] = rankResult{raw: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
+			res[r] = rankResult{raw: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), elapsed: time.Since(start)}
 			if err != nil && res[r].code == 0 {
 				res[r].code = -1
 			}
@@ -267,4 +277,25 @@ func TestHorovodRankDies(t *testing.T) {
 		msg, _ := rr.out["error"].(string)
 		assert.Contains(t, msg, fmt.Sprintf("rank %d", victim), "rank %d's error names the dead rank", r)
 	}
+}
+
+// TestHorovodRankStalls stops one of three ranks (it goes on with its own
+// work for a minute): the others must fail at the collective timeout,
+// before it is back, rather than wait for it.
+func TestHorovodRankStalls(t *testing.T) {
+	needTorch(t)
+	const victim = 1
+	res := runRanksEnv(t, 3, 3*time.Minute, []string{"SHOAL_COLLECTIVE_TIMEOUT=15", "STALL_SECONDS=60"}, "stall", strconv.Itoa(victim))
+	assert.Equal(t, 7, res[victim].code, "the stalled rank's exit")
+	deadline := false
+	for r, rr := range res {
+		if r == victim {
+			continue
+		}
+		require.Equal(t, 3, rr.code, "rank %d should fail with a collective error: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Less(t, rr.elapsed, res[victim].elapsed, "rank %d failed only after the stalled rank was back", r)
+		msg, _ := rr.out["error"].(string)
+		deadline = deadline || strings.Contains(msg, "deadline exceeded")
+	}
+	assert.True(t, deadline, "no rank failed at the deadline: %v", res)
 }

@@ -11,11 +11,14 @@ train: a small model, SGD through DistributedOptimizer; argv[2] is the
        threshold in bytes, argv[4] backward_passes_per_step; prints the final
        parameters.
 die:   rank argv[2] exits after one allreduce; the others go on and must fail.
+stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
+       must fail at the collective timeout, before it is back.
 """
 
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -113,6 +116,16 @@ def die(victim):
     return {"rank": r, "error": None}
 
 
+def stall(victim):
+    r = hvd.rank()
+    hvd.allreduce(torch.ones(8), name="warmup")
+    if r == victim:
+        time.sleep(float(os.environ["STALL_SECONDS"]))  # a rank stuck in its own work
+        os._exit(7)
+    hvd.allreduce(torch.ones(1 << 16), name="stalled")
+    return {"rank": r, "error": None}
+
+
 def main():
     hvd.init()
     mode = sys.argv[1]
@@ -123,6 +136,8 @@ def main():
             out = train(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         elif mode == "die":
             out = die(int(sys.argv[2]))
+        elif mode == "stall":
+            out = stall(int(sys.argv[2]))
         else:
             raise SystemExit("unknown mode " + mode)
     except hvd.HorovodInternalError as e:
