@@ -203,6 +203,24 @@ func TestHorovodOps(t *testing.T) {
 					}
 				}
 				assert.Equal(t, gather, floats(o["gather"]), "rank %d allgather of varying first dims", r)
+				var a2a, a2aSplits []float64
+				for k := range n {
+					for range 2 * (r + 1) {
+						a2a = append(a2a, float64(100*k+r))
+					}
+					a2aSplits = append(a2aSplits, float64(r+1))
+				}
+				assert.Equal(t, a2a, floats(o["alltoall"]), "rank %d alltoall", r)
+				assert.Equal(t, a2aSplits, floats(o["alltoall_splits"]), "rank %d alltoall's received splits", r)
+				lo, hi := 2*r+1, 2*r+3 // 2n+1 rows: rank 0 has one more
+				if r == 0 {
+					lo = 0
+				}
+				var scattered []float64
+				for i := lo; i < hi; i++ {
+					scattered = append(scattered, float64(i)*sumK)
+				}
+				assert.Equal(t, scattered, floats(o["reducescatter"]), "rank %d reducescatter", r)
 				assert.Equal(t, map[string]any{"from": 0.0, "list": []any{1.0, 2.0}}, o["bobj"], "rank %d broadcast_object", r)
 				var names []any
 				for k := range n {

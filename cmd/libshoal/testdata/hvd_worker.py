@@ -49,6 +49,11 @@ def ops():
     hvd.broadcast_(b, root_rank=n - 1, name="b")
     out["bcast"] = b.tolist()
     out["gather"] = hvd.allgather(torch.full((r + 1, 2), r, dtype=torch.int32)).tolist()
+    parts = [torch.full((j + 1, 2), 100 * r + j, dtype=torch.int64) for j in range(n)]
+    got, got_splits = hvd.alltoall(torch.cat(parts), splits=[j + 1 for j in range(n)])
+    out["alltoall"], out["alltoall_splits"] = got.tolist(), got_splits.tolist()
+    out["reducescatter"] = hvd.reducescatter(torch.arange(2 * n + 1, dtype=torch.float32).reshape(-1, 1) * (r + 1),
+                                             op=hvd.Sum).reshape(-1).tolist()
     out["bobj"] = hvd.broadcast_object({"from": r, "list": [1, 2]}, root_rank=0)
     out["gobj"] = hvd.allgather_object("rank%d" % r)
     hvd.barrier()

@@ -20,7 +20,8 @@ that returns the last rank to arrive), poll, synchronize,
 broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer
 (hooks, fusion buckets, backward_passes_per_step, Compression.none/fp16/
 bf16, op Average/Sum/Adasum, gradient_predivide_factor), ops Average, Sum,
-Adasum, Min, Max, Product. Not yet: alltoall, reducescatter, process sets,
+Adasum, Min, Max, Product, and alltoall and reducescatter built on
+allgather and allreduce. Not yet: process sets,
 elastic, timeline, SyncBatchNorm, sparse gradients.
 """
 

@@ -396,11 +396,49 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    raise NotImplementedError("shoal.torch: alltoall is not supported yet")
+    """Sends splits[j] rows of tensor (along the first dimension; equal
+    parts when splits is None) to rank j, and returns the rows received from
+    every rank, in rank order, and, when splits was given, how many rows
+    came from each rank. Built on allgather: every rank receives every
+    rank's whole tensor (N times the traffic of a true alltoall)."""
+    n, r = size(), rank()
+    name = _name("alltoall", name)
+    rows = tensor.shape[0] if tensor.dim() > 0 else 1
+    given = splits is not None
+    if splits is None:
+        if rows % n != 0:
+            raise ValueError("alltoall: the first dimension (%d) is not divisible by the number of ranks (%d); "
+                             "give splits" % (rows, n))
+        splits = [rows // n] * n
+    splits = torch.as_tensor(splits, dtype=torch.int64).reshape(-1)
+    if splits.numel() != n or int(splits.sum()) != rows or bool((splits < 0).any()):
+        raise ValueError("alltoall: splits %s: want %d non-negative counts summing to %d" % (splits.tolist(), n, rows))
+    table = allgather(splits.reshape(1, n), name + ".splits")  # table[k, j]: rows rank k sends rank j
+    data = allgather(tensor.reshape((rows,) + tuple(tensor.shape[1:])), name + ".data")
+    totals = table.sum(dim=1).tolist()
+    parts, start = [], 0
+    for k in range(n):
+        off = start + int(table[k, :r].sum())
+        parts.append(data[off:off + int(table[k, r])])
+        start += totals[k]
+    out = torch.cat(parts) if parts else data[:0]
+    if given:
+        return out, table[:, r].clone()
+    return out
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=None):
-    raise NotImplementedError("shoal.torch: reducescatter is not supported yet")
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces tensor over all ranks and returns this rank's block of rows:
+    rows/N of them, one more on the first rows%N ranks. Built on allreduce
+    (the whole result travels to every rank)."""
+    n, r = size(), rank()
+    reduced = allreduce(tensor, name=_name("reducescatter", name), compression=compression, op=op,
+                        prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    rows = reduced.shape[0]
+    q, rem = divmod(rows, n)
+    lo = r * q + min(r, rem)
+    return reduced[lo:lo + q + (1 if r < rem else 0)].clone()
 
 
 def barrier(process_set=None):
