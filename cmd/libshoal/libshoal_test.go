@@ -317,3 +317,42 @@ func TestHorovodRankStalls(t *testing.T) {
 	}
 	assert.True(t, deadline, "no rank failed at the deadline: %v", res)
 }
+
+// TestHorovodOptimizerOptions trains through DistributedOptimizer with
+// fp16 compression (close to one rank of the whole batch, within what
+// float16 gradients allow) and with AdaSum (not an average: the ranks must
+// agree with each other exactly).
+func TestHorovodOptimizerOptions(t *testing.T) {
+	needTorch(t)
+	const batch = "32"
+	ref := runRanks(t, 1, 3*time.Minute, "train", batch, "67108864", "1")
+	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
+	want := ref[0].out["params"].(map[string]any)
+
+	t.Run("fp16 compression", func(t *testing.T) {
+		res := runRanks(t, 2, 4*time.Minute, "train", batch, "1024", "1", "fp16")
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+			got := rr.out["params"].(map[string]any)
+			worst := 0.0
+			for name, w := range want {
+				wv, gv := floats(w), floats(got[name])
+				for i := range wv {
+					// float16 gradients (11 bits) over 12 steps of
+					// momentum: about 1e-2 relative at worst here.
+					assert.InDelta(t, wv[i], gv[i], math.Max(3e-2*math.Abs(wv[i]), 3e-3), "rank %d %s[%d]", r, name, i)
+					worst = math.Max(worst, math.Abs(wv[i]-gv[i])/math.Max(math.Abs(wv[i]), 1e-3))
+				}
+			}
+			assert.Greater(t, worst, 1e-5, "rank %d: no difference from float32 gradients: was the compression used?", r)
+		}
+	})
+	t.Run("adasum", func(t *testing.T) {
+		res := runRanks(t, 2, 4*time.Minute, "train", batch, "1024", "1", "none", "adasum")
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		}
+		assert.Equal(t, res[0].out["params"], res[1].out["params"], "the ranks' weights differ after AdaSum")
+		assert.NotEqual(t, want, res[0].out["params"], "AdaSum gave the average's result")
+	})
+}

@@ -8,8 +8,9 @@ ops:   allreduce (ops, dtypes, compression, async), broadcast, allgather with
        mismatched collective; prints what it computed for the test to check.
 train: a small model, SGD through DistributedOptimizer; argv[2] is the
        global batch (each rank takes its share of it), argv[3] the fusion
-       threshold in bytes, argv[4] backward_passes_per_step; prints the final
-       parameters.
+       threshold in bytes, argv[4] backward_passes_per_step, argv[5] the
+       compression (none, fp16, bf16), argv[6] the op (average, adasum);
+       prints the final parameters.
 die:   rank argv[2] exits after one allreduce; the others go on and must fail.
 stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
        must fail at the collective timeout, before it is back.
@@ -82,7 +83,7 @@ class Net(torch.nn.Module):
         return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
 
 
-def train(global_batch, fusion, passes):
+def train(global_batch, fusion, passes, compression="none", op="average"):
     os.environ["SHOAL_FUSION_THRESHOLD"] = str(fusion)
     r, n = hvd.rank(), hvd.size()
     torch.manual_seed(1000 + r)  # ranks start apart: broadcast_parameters must fix it
@@ -91,7 +92,9 @@ def train(global_batch, fusion, passes):
     X = torch.randn(512, 8, generator=g)
     Y = X[:, :1] * 0.5 - X[:, 1:2] + 0.1 * torch.randn(512, 1, generator=g)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes,
+                                   compression=getattr(hvd.Compression, compression),
+                                   op={"average": hvd.Average, "adasum": hvd.Adasum}[op])
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     share = global_batch // n
@@ -138,7 +141,7 @@ def main():
         if mode == "ops":
             out = ops()
         elif mode == "train":
-            out = train(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+            out = train(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:7])
         elif mode == "die":
             out = die(int(sys.argv[2]))
         elif mode == "stall":
