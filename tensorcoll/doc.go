@@ -5,6 +5,11 @@
 // byte buffers of a stated dtype, in the order they were submitted, on one
 // goroutine of its own.
 //
+// Forming the group: Open connects through collnet (Config.Master is
+// rank 0's rendezvous) and sets LocalRank and LocalSize from the ranks'
+// host ids, as Horovod does; ConfigFromEnv reads rank, size and master
+// from the launcher's environment as Shoal's workers do (package cluster).
+//
 // Data types: float32 is reduced in place over the ring; float16 and
 // bfloat16 are widened to float32, reduced over the ring (accumulated in
 // float32) and narrowed back; float64 and the integer types are gathered
