@@ -1,0 +1,358 @@
+//go:build cgo
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// systemPython is the Python with Debian's python3-torch.
+const systemPython = "/usr/bin/python3"
+
+// needTorch skips t, saying what is missing, unless /usr/bin/python3 can
+// import torch and numpy; with SHOAL_REQUIRE_PYTHON=1 it fails t instead.
+func needTorch(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if _, err := os.Stat(systemPython); err != nil {
+		missing = []string{systemPython}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, m := range []string{"torch", "numpy"} {
+			probe := fmt.Sprintf("import importlib.util, sys; sys.exit(importlib.util.find_spec(%q) is None)", m)
+			if exec.CommandContext(ctx, systemPython, "-c", probe).Run() != nil {
+				missing = append(missing, m)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("%s lacks %s (apt-get install python3-torch python3-numpy)", systemPython, strings.Join(missing, ", "))
+	if os.Getenv("SHOAL_REQUIRE_PYTHON") == "1" {
+		t.Fatalf("SHOAL_REQUIRE_PYTHON=1, but %s", msg)
+	}
+	t.Skipf("SKIP: %s; SHOAL_REQUIRE_PYTHON=1 makes this a failure", msg)
+}
+
+var (
+	buildOnce sync.Once
+	libPath   string
+	buildErr  error
+)
+
+// library builds this package with -buildmode=c-shared, once per test
+// binary, and returns the .so's path.
+func library(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "libshoal-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		libPath = filepath.Join(dir, "libshoal.so")
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", libPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build -buildmode=c-shared: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return libPath
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, for rank 0's rendezvous.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// rankResult is what one Python rank did.
+type rankResult struct {
+	out    map[string]any
+	raw    string
+	stderr string
+	code   int
+	// elapsed is from the start of all ranks to this one's exit.
+	elapsed time.Duration
+}
+
+// runRanks starts n ranks of testdata/hvd_worker.py with args, as a
+// launcher would (SHOAL_* variables, loopback master, a collective
+// timeout of 90 s), and waits for all of them, at most deadline.
+func runRanks(t *testing.T, n int, deadline time.Duration, args ...string) []rankResult {
+	t.Helper()
+	return runRanksEnv(t, n, deadline, nil, args...)
+}
+
+// runRanksEnv is runRanks with more environment variables for every rank.
+func runRanksEnv(t *testing.T, n int, deadline time.Duration, env []string, args ...string) []rankResult {
+	t.Helper()
+	lib := library(t)
+	pyPath, err := filepath.Abs("../../clients/python")
+	require.NoError(t, err)
+	master := freeAddr(t)
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	res := make([]rankResult, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range n {
+		cmd := exec.CommandContext(ctx, systemPython, append([]string{"testdata/hvd_worker.py"}, args...)...)
+		cmd.Env = append(os.Environ(), "SHOAL_LIBRARY="+lib, "PYTHONPATH="+pyPath, "SHOAL_MASTER="+master,
+			"SHOAL_RANK="+strconv.Itoa(r), "SHOAL_WORLD_SIZE="+strconv.Itoa(n), "SHOAL_LOCAL_RANK="+strconv.Itoa(r),
+			"SHOAL_LOCAL_SIZE="+strconv.Itoa(n), "SHOAL_JOB_ID="+t.Name(), "SHOAL_COLLECTIVE_TIMEOUT=90", "OMP_NUM_THREADS=1")
+		cmd.Env = append(cmd.Env, env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Start())
+		wg.Go(func() {
+			err := cmd.Wait()
+			res[r] = rankResult{raw: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), elapsed: time.Since(start)}
+			if err != nil && res[r].code == 0 {
+				res[r].code = -1
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			_ = json.Unmarshal([]byte(lines[len(lines)-1]), &res[r].out)
+		})
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "the ranks did not finish within %v", deadline)
+	return res
+}
+
+func floats(v any) []float64 {
+	var out []float64
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			out = append(out, floats(e)...)
+		}
+	case float64:
+		out = append(out, x)
+	}
+	return out
+}
+
+// TestHorovodOps runs Horovod's collectives from 2 and 4 Python ranks and
+// checks every rank's results.
+func TestHorovodOps(t *testing.T) {
+	needTorch(t)
+	for _, n := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			res := runRanks(t, n, 4*time.Minute, "ops")
+			sumK := float64(n * (n + 1) / 2) // Σ (r+1)
+			for r, rr := range res {
+				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+				o := rr.out
+				assert.EqualValues(t, []any{float64(r), float64(n), float64(r), float64(n)}, []any{o["rank"], o["size"], o["local_rank"], o["local_size"]})
+				var avg, sum, mx, mn []float64
+				for i := range 6 {
+					avg, sum = append(avg, float64(i)*sumK/float64(n)), append(sum, float64(i)*sumK)
+					mx, mn = append(mx, float64(i*n)), append(mn, float64(i))
+				}
+				assert.InDeltaSlice(t, avg, floats(o["avg"]), 1e-5, "rank %d avg", r)
+				assert.Equal(t, sum, floats(o["sum"]), "rank %d sum", r)
+				assert.Equal(t, mx, floats(o["max"]), "rank %d max", r)
+				assert.Equal(t, mn, floats(o["min"]), "rank %d min", r)
+				assert.Equal(t, sum, floats(o["fp16"]), "rank %d fp16 compression (small integers are exact)", r)
+				assert.Equal(t, sum, floats(o["half"]), "rank %d float16 tensor", r)
+				f64 := 0.0
+				for k := range n {
+					f64 += 1e-17 * float64(k+1) // in rank order, as the ranks reduce it
+				}
+				assert.Equal(t, []float64{f64, float64(n)}, floats(o["f64"]), "rank %d float64 (exact)", r)
+				assert.Equal(t, []float64{float64(int64(n)<<40 + int64(n*(n-1)/2))}, floats(o["i64"]), "rank %d int64 (exact)", r)
+				assert.Equal(t, []float64{0.5 * float64(n), 0.5 * float64(n), 0.5 * float64(n)}, floats(o["scaled"]), "rank %d pre/postscale", r)
+				rs := float64(n * (n - 1) / 2)
+				assert.Equal(t, []float64{rs, rs, rs, rs}, floats(o["inplace"]), "rank %d in place", r)
+				assert.Equal(t, []float64{rs, rs, rs, rs, rs, rs}, floats(o["strided"]), "rank %d non-contiguous", r)
+				last := float64(n - 1)
+				assert.Equal(t, []float64{last, last, last}, floats(o["bcast"]), "rank %d broadcast", r)
+				var gather []float64
+				for k := range n {
+					for range 2 * (k + 1) {
+						gather = append(gather, float64(k))
+					}
+				}
+				assert.Equal(t, gather, floats(o["gather"]), "rank %d allgather of varying first dims", r)
+				var a2a, a2aSplits []float64
+				for k := range n {
+					for range 2 * (r + 1) {
+						a2a = append(a2a, float64(100*k+r))
+					}
+					a2aSplits = append(a2aSplits, float64(r+1))
+				}
+				assert.Equal(t, a2a, floats(o["alltoall"]), "rank %d alltoall", r)
+				assert.Equal(t, a2aSplits, floats(o["alltoall_splits"]), "rank %d alltoall's received splits", r)
+				lo, hi := 2*r+1, 2*r+3 // 2n+1 rows: rank 0 has one more
+				if r == 0 {
+					lo = 0
+				}
+				var scattered []float64
+				for i := lo; i < hi; i++ {
+					scattered = append(scattered, float64(i)*sumK)
+				}
+				assert.Equal(t, scattered, floats(o["reducescatter"]), "rank %d reducescatter", r)
+				assert.Equal(t, map[string]any{"from": 0.0, "list": []any{1.0, 2.0}}, o["bobj"], "rank %d broadcast_object", r)
+				var names []any
+				for k := range n {
+					names = append(names, fmt.Sprintf("rank%d", k))
+				}
+				assert.Equal(t, names, o["gobj"], "rank %d allgather_object", r)
+				mm, _ := o["mismatch"].(string)
+				assert.Contains(t, mm, `rank 0: allreduce "mismatch.0" float32[4]`, "rank %d", r)
+				assert.Contains(t, mm, `rank 1: allreduce "mismatch.1" float32[5]`, "rank %d", r)
+				assert.Equal(t, []float64{float64(n), float64(n)}, floats(o["after_mismatch"]), "rank %d: the ring works after a mismatch", r)
+				assert.Contains(t, o["complex"], "complex64 are not supported", "rank %d", r)
+			}
+		})
+	}
+}
+
+// TestHorovodOptimizerRingEquivalence trains a small model with SGD
+// (momentum) through DistributedOptimizer: N ranks, each with a share of
+// the batch, must end where one rank with the whole batch ends, with
+// fusion buckets of one or several tensors and with gradients
+// accumulated over backward passes.
+func TestHorovodOptimizerRingEquivalence(t *testing.T) {
+	needTorch(t)
+	const batch = 32
+	ref := runRanks(t, 1, 3*time.Minute, "train", strconv.Itoa(batch), "67108864", "1")
+	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
+	want := ref[0].out["params"].(map[string]any)
+	tests := []struct {
+		name        string
+		ranks       int
+		fusion      int
+		passes      int
+		wantBuckets float64
+	}{
+		{"2 ranks, one bucket", 2, 64 << 20, 1, 1},
+		{"2 ranks, a bucket per tensor or two, 2 backward passes per step", 2, 256, 2, 4},
+		{"4 ranks, small buckets", 4, 256, 1, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runRanks(t, tc.ranks, 4*time.Minute, "train", strconv.Itoa(batch), strconv.Itoa(tc.fusion), strconv.Itoa(tc.passes))
+			for r, rr := range res {
+				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+				assert.Equal(t, tc.wantBuckets, rr.out["buckets"], "rank %d's fusion buckets", r)
+				got := rr.out["params"].(map[string]any)
+				for name, w := range want {
+					wv, gv := floats(w), floats(got[name])
+					require.Len(t, gv, len(wv), "rank %d %s", r, name)
+					for i := range wv {
+						// float32 sums in another order over 12 steps:
+						// relative error 1e-5, absolute 1e-6 near zero.
+						assert.InDelta(t, wv[i], gv[i], math.Max(1e-5*math.Abs(wv[i]), 1e-6), "rank %d %s[%d]", r, name, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestHorovodRankDies kills one of three ranks mid-run: the others must
+// fail with an error naming it, within the call deadline, not hang.
+func TestHorovodRankDies(t *testing.T) {
+	needTorch(t)
+	const victim = 1
+	res := runRanks(t, 3, 3*time.Minute, "die", strconv.Itoa(victim))
+	assert.Equal(t, 7, res[victim].code, "the victim's exit")
+	for r, rr := range res {
+		if r == victim {
+			continue
+		}
+		require.Equal(t, 3, rr.code, "rank %d should fail with a collective error: %s\n%s", r, rr.raw, rr.stderr)
+		msg, _ := rr.out["error"].(string)
+		assert.Contains(t, msg, fmt.Sprintf("rank %d", victim), "rank %d's error names the dead rank", r)
+	}
+}
+
+// TestHorovodRankStalls stops one of three ranks (it goes on with its own
+// work for a minute): the others must fail at the collective timeout,
+// before it is back, rather than wait for it.
+func TestHorovodRankStalls(t *testing.T) {
+	needTorch(t)
+	const victim = 1
+	res := runRanksEnv(t, 3, 3*time.Minute, []string{"SHOAL_COLLECTIVE_TIMEOUT=15", "STALL_SECONDS=60"}, "stall", strconv.Itoa(victim))
+	assert.Equal(t, 7, res[victim].code, "the stalled rank's exit")
+	deadline := false
+	for r, rr := range res {
+		if r == victim {
+			continue
+		}
+		require.Equal(t, 3, rr.code, "rank %d should fail with a collective error: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Less(t, rr.elapsed, res[victim].elapsed, "rank %d failed only after the stalled rank was back", r)
+		msg, _ := rr.out["error"].(string)
+		deadline = deadline || strings.Contains(msg, "deadline exceeded")
+	}
+	assert.True(t, deadline, "no rank failed at the deadline: %v", res)
+}
+
+// TestHorovodOptimizerOptions trains through DistributedOptimizer with
+// fp16 compression (close to one rank of the whole batch, within what
+// float16 gradients allow) and with AdaSum (not an average: the ranks must
+// agree with each other exactly).
+func TestHorovodOptimizerOptions(t *testing.T) {
+	needTorch(t)
+	const batch = "32"
+	ref := runRanks(t, 1, 3*time.Minute, "train", batch, "67108864", "1")
+	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
+	want := ref[0].out["params"].(map[string]any)
+
+	t.Run("fp16 compression", func(t *testing.T) {
+		res := runRanks(t, 2, 4*time.Minute, "train", batch, "1024", "1", "fp16")
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+			got := rr.out["params"].(map[string]any)
+			worst := 0.0
+			for name, w := range want {
+				wv, gv := floats(w), floats(got[name])
+				for i := range wv {
+					// float16 gradients (11 bits) over 12 steps of
+					// momentum: about 1e-2 relative at worst here.
+					assert.InDelta(t, wv[i], gv[i], math.Max(3e-2*math.Abs(wv[i]), 3e-3), "rank %d %s[%d]", r, name, i)
+					worst = math.Max(worst, math.Abs(wv[i]-gv[i])/math.Max(math.Abs(wv[i]), 1e-3))
+				}
+			}
+			assert.Greater(t, worst, 1e-5, "rank %d: no difference from float32 gradients: was the compression used?", r)
+		}
+	})
+	t.Run("adasum", func(t *testing.T) {
+		res := runRanks(t, 2, 4*time.Minute, "train", batch, "1024", "1", "none", "adasum")
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		}
+		assert.Equal(t, res[0].out["params"], res[1].out["params"], "the ranks' weights differ after AdaSum")
+		assert.NotEqual(t, want, res[0].out["params"], "AdaSum gave the average's result")
+	})
+}

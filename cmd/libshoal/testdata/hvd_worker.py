@@ -1,0 +1,159 @@
+"""One rank of libshoal's tests (libshoal_test.go): a Horovod-style script
+on shoal.torch. argv[1] is the mode; the rank's identity comes from the
+environment. It prints one JSON line on success; on a collective failure it
+prints {"error": ...} and exits 3.
+
+ops:   allreduce (ops, dtypes, compression, async), broadcast, allgather with
+       varying first dims, broadcast_object, allgather_object, barrier, and a
+       mismatched collective; prints what it computed for the test to check.
+train: a small model, SGD through DistributedOptimizer; argv[2] is the
+       global batch (each rank takes its share of it), argv[3] the fusion
+       threshold in bytes, argv[4] backward_passes_per_step, argv[5] the
+       compression (none, fp16, bf16), argv[6] the op (average, adasum);
+       prints the final parameters.
+die:   rank argv[2] exits after one allreduce; the others go on and must fail.
+stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
+       must fail at the collective timeout, before it is back.
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+import shoal.torch as hvd
+
+
+def ops():
+    r, n = hvd.rank(), hvd.size()
+    out = {"rank": r, "size": n, "local_rank": hvd.local_rank(), "local_size": hvd.local_size()}
+    x = torch.arange(6, dtype=torch.float32) * (r + 1)
+    out["avg"] = hvd.allreduce(x, name="x").tolist()
+    out["sum"] = hvd.allreduce(x, name="x", op=hvd.Sum).tolist()
+    out["max"] = hvd.allreduce(x, op=hvd.Max).tolist()
+    out["min"] = hvd.allreduce(x, op=hvd.Min).tolist()
+    out["fp16"] = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16).tolist()
+    out["half"] = hvd.allreduce(x.half(), op=hvd.Sum).float().tolist()
+    out["f64"] = hvd.allreduce(torch.tensor([1e-17 * (r + 1), 1.0], dtype=torch.float64), op=hvd.Sum).tolist()
+    out["i64"] = hvd.allreduce(torch.tensor([2 ** 40 + r], dtype=torch.int64), op=hvd.Sum).tolist()
+    out["scaled"] = hvd.allreduce(torch.ones(3), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25).tolist()
+    y = torch.full((4,), float(r))
+    h = hvd.allreduce_async_(y, name="y", op=hvd.Sum)
+    z = torch.full((2, 3), float(r)).t()  # not contiguous
+    hz = hvd.allreduce_async_(z, name="z", op=hvd.Sum)
+    hvd.synchronize(h)
+    hvd.synchronize(hz)
+    out["inplace"], out["strided"] = y.tolist(), z.tolist()
+    b = torch.full((3,), float(r))
+    hvd.broadcast_(b, root_rank=n - 1, name="b")
+    out["bcast"] = b.tolist()
+    out["gather"] = hvd.allgather(torch.full((r + 1, 2), r, dtype=torch.int32)).tolist()
+    parts = [torch.full((j + 1, 2), 100 * r + j, dtype=torch.int64) for j in range(n)]
+    got, got_splits = hvd.alltoall(torch.cat(parts), splits=[j + 1 for j in range(n)])
+    out["alltoall"], out["alltoall_splits"] = got.tolist(), got_splits.tolist()
+    out["reducescatter"] = hvd.reducescatter(torch.arange(2 * n + 1, dtype=torch.float32).reshape(-1, 1) * (r + 1),
+                                             op=hvd.Sum).reshape(-1).tolist()
+    out["bobj"] = hvd.broadcast_object({"from": r, "list": [1, 2]}, root_rank=0)
+    out["gobj"] = hvd.allgather_object("rank%d" % r)
+    hvd.barrier()
+    try:
+        hvd.allreduce(torch.zeros(4 + r), name="mismatch.%d" % (r % 2))
+        out["mismatch"] = "no error"
+    except hvd.HorovodInternalError as e:
+        out["mismatch"] = str(e)
+    out["after_mismatch"] = hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist()
+    try:
+        hvd.allreduce(torch.zeros(2, dtype=torch.complex64))
+        out["complex"] = "no error"
+    except TypeError as e:
+        out["complex"] = str(e)
+    return out
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+        self.fc3 = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+def train(global_batch, fusion, passes, compression="none", op="average"):
+    os.environ["SHOAL_FUSION_THRESHOLD"] = str(fusion)
+    r, n = hvd.rank(), hvd.size()
+    torch.manual_seed(1000 + r)  # ranks start apart: broadcast_parameters must fix it
+    model = Net()
+    g = torch.Generator().manual_seed(7)
+    X = torch.randn(512, 8, generator=g)
+    Y = X[:, :1] * 0.5 - X[:, 1:2] + 0.1 * torch.randn(512, 1, generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes,
+                                   compression=getattr(hvd.Compression, compression),
+                                   op={"average": hvd.Average, "adasum": hvd.Adasum}[op])
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    share = global_batch // n
+    micro = share // passes
+    steps = 12
+    for s in range(steps):
+        base = (s * global_batch) % 512
+        opt.zero_grad()
+        for k in range(passes):
+            lo = base + r * share + k * micro
+            # each micro-batch's mean loss, divided by passes: the sum over
+            # passes is the mean over the rank's share
+            loss = torch.nn.functional.mse_loss(model(X[lo:lo + micro]), Y[lo:lo + micro]) / passes
+            loss.backward()
+        opt.step()
+    return {"rank": r, "size": n, "params": {k: v.reshape(-1).tolist() for k, v in model.state_dict().items()},
+            "buckets": len(opt._buckets)}
+
+
+def die(victim):
+    r = hvd.rank()
+    hvd.allreduce(torch.ones(8), name="warmup")
+    if r == victim:
+        os._exit(7)
+    for i in range(100):
+        hvd.allreduce(torch.ones(1 << 16), name="after.%d" % i)
+    return {"rank": r, "error": None}
+
+
+def stall(victim):
+    r = hvd.rank()
+    hvd.allreduce(torch.ones(8), name="warmup")
+    if r == victim:
+        time.sleep(float(os.environ["STALL_SECONDS"]))  # a rank stuck in its own work
+        os._exit(7)
+    hvd.allreduce(torch.ones(1 << 16), name="stalled")
+    return {"rank": r, "error": None}
+
+
+def main():
+    hvd.init()
+    mode = sys.argv[1]
+    try:
+        if mode == "ops":
+            out = ops()
+        elif mode == "train":
+            out = train(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:7])
+        elif mode == "die":
+            out = die(int(sys.argv[2]))
+        elif mode == "stall":
+            out = stall(int(sys.argv[2]))
+        else:
+            raise SystemExit("unknown mode " + mode)
+    except hvd.HorovodInternalError as e:
+        print(json.dumps({"rank": hvd.rank(), "error": str(e)}), flush=True)
+        os._exit(3)
+    print(json.dumps(out), flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
