@@ -14,19 +14,11 @@
 // lanes a worker opens, a shard's parallel step) come from the packages
 // that own them (client.AutoLanes, ps.AutoParallelStep).
 //
-// The package parses and checks; it starts no server and no goroutine
-// (Gossip.Start, called by node, joins the membership the flags name).
-// A group is not safe for concurrent use: fill it, then read it.
+// The package parses and checks, and serves nothing. The one thing it
+// starts is the membership Gossip.Start joins, which node calls through
+// the config's Gossip and which the caller leaves. A group is not safe
+// for concurrent use: fill it, then read it.
 //
-//	fs := flags.NewFlagSet("worker", "Runs one training worker.", os.Stderr)
-//	var w flags.Worker
-//	w.Register(fs)
-//	if err := flags.Parse(fs, os.Args[2:]); err != nil { ... }
-//	cfg, closeModel, err := w.Config(os.Stderr)
-//
-// A launcher that starts a worker fills a DefaultWorker and renders it:
-//
-//	child := flags.DefaultWorker()
-//	child.Ranks.Rank, child.Events = 3, true
-//	argv := append([]string{"worker"}, child.Args()...)
+// Example (example_test.go) shows a command parsing a Worker and a
+// launcher rendering one for its child.
 package flags
