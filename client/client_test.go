@@ -644,3 +644,9 @@ func TestRepliesAreOneViewWhilePushesGoOn(t *testing.T) {
 		})
 	}
 }
+
+func TestAutoLanesTurnOnWithTheCores(t *testing.T) {
+	for _, c := range []struct{ cpus, lanes int }{{1, 1}, {2, 1}, {7, 1}, {8, 4}, {16, 4}, {128, 4}} {
+		assert.Equal(t, c.lanes, client.AutoLanes(c.cpus), "lanes on %d CPUs", c.cpus)
+	}
+}

@@ -64,6 +64,24 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 // MaxLanes bounds WithLanes (the servers refuse more: rpc.MaxLanes).
 const MaxLanes = 16
 
+// ManyCores is where the parameter-server path's parallel defaults turn
+// on: AutoLanes here and ps.AutoParallelStep. On many cores, lanes over a
+// server's chunks and its parallel step speed up a push-pull; on two
+// cores neither gained beyond the noise (docs/BENCHMARKS.md). Between 2
+// and 16 CPUs nothing was measured: 8 is the middle.
+const ManyCores = 8
+
+// AutoLanes is how many lanes a worker opens to each server when it is
+// not told (shoal worker --lanes 0), on a machine of cpus CPUs: 4 where
+// it has ManyCores or more, else 1. A worker never opens more lanes to a
+// server than the server's share has chunks.
+func AutoLanes(cpus int) int {
+	if cpus >= ManyCores {
+		return 4
+	}
+	return 1
+}
+
 // WithLanes splits each PushPull to a shard over up to k streams, each on
 // a connection of its own, every stream carrying a consecutive run of the
 // shard's chunks (at most one lane per chunk): several connections'

@@ -141,3 +141,13 @@ func (c Config) validate() error {
 // synchronous reports whether pushes go through the barrier: sync, and
 // ssp with staleness 0.
 func (c Config) synchronous() bool { return c.Mode.Synchronous(c.Staleness) }
+
+// manyCores is where ParallelStep's default turns on (the same as
+// client.ManyCores, where the workers' lanes do).
+const manyCores = 8
+
+// AutoParallelStep is ParallelStep's default on a machine of cpus CPUs
+// (shoal ps --parallel-step): on where it has 8 or more, where updating
+// chunks in parallel outweighs handing them between cores; on a couple of
+// cores it gains nothing beyond the noise (docs/BENCHMARKS.md).
+func AutoParallelStep(cpus int) bool { return cpus >= manyCores }

@@ -653,3 +653,9 @@ func TestHeldValuesDoNotChange(t *testing.T) {
 		})
 	}
 }
+
+func TestAutoParallelStepTurnsOnWithTheCores(t *testing.T) {
+	for _, cpus := range []int{1, 2, 7, 8, 16, 128} {
+		assert.Equal(t, cpus >= 8, AutoParallelStep(cpus), "parallel step on %d CPUs", cpus)
+	}
+}

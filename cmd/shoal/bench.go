@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalml/shoal/bench/collbench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/internal/rawtcp"
 )
 
@@ -60,7 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench tcp", "Times round trips over one TCP connection on loopback, in this process: the client\nwrites --bytes, the server reads them all and writes them back, the client reads them\nall. Prints the median, p10 and p90 round trip after --warmup untimed ones, and\nGB/s = 2 x bytes / median (both directions). With --bytes 2678824 (669,706 float32)\nit is the floor under a parameter server's pull+push of a 512,512 MLP.", stderr)
+	fs := flags.NewFlagSet("bench tcp", "Times round trips over one TCP connection on loopback, in this process: the client\nwrites --bytes, the server reads them all and writes them back, the client reads them\nall. Prints the median, p10 and p90 round trip after --warmup untimed ones, and\nGB/s = 2 x bytes / median (both directions). With --bytes 2678824 (669,706 float32)\nit is the floor under a parameter server's pull+push of a 512,512 MLP.", stderr)
 	def := rawtcp.DefaultConfig()
 	var (
 		bytes   = fs.Int("bytes", def.Bytes, "bytes each way per round trip")
@@ -68,7 +69,7 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		warmup  = fs.Int("warmup", def.Warmup, "untimed round trips first")
 		jsonOut = fs.Bool("json", false, "print one JSON object")
 	)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return err
 	}
 	cfg := def
@@ -85,10 +86,10 @@ func runBenchTCP(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench allreduce", "Measures a collective between --np processes of this binary on loopback and prints,\nper size, the time, algbw = bytes/time and busbw (nccl-tests' definitions), and\nwhether the result was verified correct.", stderr)
+	fs := flags.NewFlagSet("bench allreduce", "Measures a collective between --np processes of this binary on loopback and prints,\nper size, the time, algbw = bytes/time and busbw (nccl-tests' definitions), and\nwhether the result was verified correct.", stderr)
 	f := &benchCollectiveFlags{}
 	f.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return err
 	}
 	cfg, err := f.config()
@@ -105,7 +106,7 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	defer l.Shutdown()
 	if f.tls {
-		remove, err := f.sec.throwaway()
+		remove, err := f.sec.Throwaway()
 		if err != nil {
 			return err
 		}
@@ -120,7 +121,7 @@ type benchCollectiveFlags struct {
 	sizes, op, comp, master string
 	jsonOut, shm, tls       bool
 	timeout                 time.Duration
-	sec                     secFlags
+	sec                     flags.Sec
 }
 
 func (f *benchCollectiveFlags) register(fs *flag.FlagSet) {
@@ -136,12 +137,12 @@ func (f *benchCollectiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.master, "master", "", "internal: rank 0's rendezvous address")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "deadline of each collective call")
 	fs.BoolVar(&f.tls, "tls", false, "the rendezvous and the TCP links over mutual TLS, from a CA made for the run (shared memory stays as it is)")
-	f.sec.register(fs)
+	f.sec.Register(fs)
 }
 
 // config checks the flags and turns them into the benchmark's config.
 func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
-	if err := f.sec.load(); err != nil {
+	if err := f.sec.Load(); err != nil {
 		return harness.CollectiveConfig{}, err
 	}
 	sz, err := collbench.ParseSizes(f.sizes)
@@ -153,9 +154,9 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	rf := ringFlags{compression: f.comp}
-	cfg.Compression, err = rf.compressionMode()
-	cfg.Security = f.sec.creds
+	rf := flags.Ring{Compression: f.comp}
+	cfg.Compression, err = rf.CompressionMode()
+	cfg.Security = f.sec.Creds
 	return cfg, err
 }
 
@@ -164,5 +165,5 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 func (f *benchCollectiveFlags) args() []string {
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(f.np), "--sizes", f.sizes, "--iters", strconv.Itoa(f.iters),
 		"--warmup", strconv.Itoa(f.warmup), "--op", f.op, "--shared-memory=" + strconv.FormatBool(f.shm), "--compression", f.comp, "--timeout", f.timeout.String()}
-	return append(common, f.sec.args()...)
+	return append(common, f.sec.Args()...)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/gpu"
 	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
@@ -25,19 +26,19 @@ type computeRecord = harness.ComputeRecord
 
 // benchComputeFlags are shoal bench compute's flags.
 type benchComputeFlags struct {
-	mf      modelFlags
-	cfg     harness.ComputeConfig
-	threads int
-	backend string
-	jsonOut bool
-	observe bool // --metrics
-	tlf     timelineFlags
-	dev     deviceFlags
+	arch     flags.Model
+	cfg      harness.ComputeConfig
+	threads  int
+	backend  string
+	jsonOut  bool
+	observe  bool // --metrics
+	timeline flags.Timeline
+	device   flags.Device
 }
 
 func (f *benchComputeFlags) register(fs *flag.FlagSet) {
 	def := harness.DefaultComputeConfig()
-	f.mf.register(fs)
+	f.arch.Register(fs)
 	fs.IntVar(&f.cfg.Batch, "batch", def.Batch, "samples per step")
 	fs.IntVar(&f.threads, "threads", 1, "GEMM threads of the worker (OpenBLAS; the gonum backend is serial)")
 	fs.IntVar(&f.cfg.Steps, "steps", def.Steps, "timed steps")
@@ -45,8 +46,8 @@ func (f *benchComputeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", "auto", "GEMM path: auto (OpenBLAS when it loads, else gonum), openblas or gonum")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object")
 	fs.BoolVar(&f.observe, "metrics", false, "observe each step into Prometheus metrics, as shoal worker --metrics-addr does (to measure their cost)")
-	f.tlf.register(fs)
-	f.dev.register(fs)
+	f.timeline.Register(fs)
+	f.device.Register(fs)
 }
 
 // benchComputeRun is one shoal bench compute, its flags checked: the
@@ -60,23 +61,23 @@ type benchComputeRun struct {
 // parseBenchCompute reads and checks shoal bench compute's flags, and
 // places the model.
 func parseBenchCompute(args []string, stderr io.Writer) (*benchComputeRun, error) {
-	fs := newFlagSet("bench compute", benchComputeSynopsis, stderr)
+	fs := flags.NewFlagSet("bench compute", benchComputeSynopsis, stderr)
 	b := &benchComputeRun{}
 	b.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if err := b.cfg.Validate(b.threads); err != nil {
 		return nil, err
 	}
 	var err error
-	if b.spec, err = b.mf.spec(); err != nil {
+	if b.spec, err = b.arch.Spec(); err != nil {
 		return nil, err
 	}
-	if b.place, err = b.dev.place(0); err != nil {
+	if b.place, err = b.device.Place(0); err != nil {
 		return nil, err
 	}
-	b.cfg.Seed = b.mf.seed
+	b.cfg.Seed = b.arch.Seed
 	return b, nil
 }
 
@@ -89,8 +90,8 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	defer pm.close()
-	rec, err := b.measure(ctx, pm.model)
+	defer pm.Close()
+	rec, err := b.measure(ctx, pm.Model)
 	if err != nil {
 		return err
 	}
@@ -100,16 +101,16 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 // buildModel builds the model to time: on the GPU --device places it on,
 // else on --backend's CPU GEMM path (the gonum one serial: threads is
 // then 1).
-func (b *benchComputeRun) buildModel() (placedModel, error) {
+func (b *benchComputeRun) buildModel() (flags.Placed, error) {
 	if b.place.OnGPU() {
 		if b.backend != "auto" {
-			return placedModel{}, fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", b.backend, b.dev.choice, b.place.Ordinal)
+			return flags.Placed{}, fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", b.backend, b.device.Choice, b.place.Ordinal)
 		}
-		return b.dev.onGPU(b.spec, b.place)
+		return b.device.OnGPU(b.spec, b.place)
 	}
 	model, where, why, threads, err := harness.CPUModel(b.spec, b.backend, b.threads)
 	b.threads = threads
-	return placedModel{model: model, where: where, why: why, close: func() {}}, err
+	return flags.Placed{Model: model, Where: where, Why: why, Close: func() {}}, err
 }
 
 // measure times the steps of model, observed into metrics with
@@ -120,7 +121,7 @@ func (b *benchComputeRun) measure(ctx context.Context, model nn.Model) (harness.
 		cfg.Observer.Metrics = metrics.NewWorker(metrics.NewRegistry(), 0, metrics.WorkerSources{})
 	}
 	var err error
-	if cfg.Observer.Timeline, err = b.tlf.open("bench compute", "steps"); err != nil {
+	if cfg.Observer.Timeline, err = b.timeline.Open("bench compute", "steps"); err != nil {
 		return harness.ComputeRecord{}, err
 	}
 	rec, err := harness.Compute(ctx, model, cfg)
@@ -137,11 +138,11 @@ func (b *benchComputeRun) measure(ctx context.Context, model nn.Model) (harness.
 // report completes rec with the model's shape, threads, backend and
 // precision, and prints it: a line and why this backend, or with --json
 // the object.
-func (b *benchComputeRun) report(stdout io.Writer, rec harness.ComputeRecord, pm placedModel) error {
-	rec.Complete(b.spec, b.threads, pm.where, pm.why, pm.model, b.dev.precision)
+func (b *benchComputeRun) report(stdout io.Writer, rec harness.ComputeRecord, pm flags.Placed) error {
+	rec.Complete(b.spec, b.threads, pm.Where, pm.Why, pm.Model, b.device.Precision)
 	if b.jsonOut {
 		return printJSONLine(stdout, rec)
 	}
-	_, err := fmt.Fprint(stdout, rec.Text(describeModel(pm.model)))
+	_, err := fmt.Fprint(stdout, rec.Text(flags.DescribeModel(pm.Model)))
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 )
 
 const benchEmulateSynopsis = `Emulates parameter-server jobs of --workers workers in this one process, to show
@@ -51,10 +52,10 @@ func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
 // parseBenchEmulate reads and checks shoal bench emulate's flags, reads
 // --replay's recordings and checks --out.
 func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, error) {
-	fs := newFlagSet("bench emulate", benchEmulateSynopsis, stderr)
+	fs := flags.NewFlagSet("bench emulate", benchEmulateSynopsis, stderr)
 	p := &benchEmulateFlags{}
 	p.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	c := &p.cfg
@@ -78,7 +79,7 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, err
 		}
 	}
 	if c.Out != "" {
-		if err := writableDir("--out", c.Out); err != nil {
+		if err := flags.WritableDir("--out", c.Out); err != nil {
 			return nil, err
 		}
 	}
@@ -98,7 +99,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	cfg.ModelName = describeModel(model)
+	cfg.ModelName = flags.DescribeModel(model)
 	return harness.Emulate(ctx, cfg, stdout)
 }
 
@@ -120,6 +121,6 @@ func (p *benchEmulateFlags) readReplay(fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	p.cfg.Replay, err = harness.NewReplay(p.replay, recs, p.cfg.Job.Batch, p.job.model.seed)
+	p.cfg.Replay, err = harness.NewReplay(p.replay, recs, p.cfg.Job.Batch, p.job.model.Seed)
 	return err
 }

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalml/shoal/bench/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoalml/shoal/bench/harness"
 )
 
 // emulateJSON runs shoal bench emulate with args and --json and returns

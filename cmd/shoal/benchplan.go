@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
 )
@@ -52,10 +53,10 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 // parseBenchPlan reads and checks shoal bench plan's flags, and the
 // model's tensors, into the plan to simulate.
 func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error) {
-	fs := newFlagSet("bench plan", benchPlanSynopsis, stderr)
+	fs := flags.NewFlagSet("bench plan", benchPlanSynopsis, stderr)
 	p := &benchPlanFlags{}
 	p.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return harness.PlanConfig{}, err
 	}
 	c := &p.cfg
@@ -88,7 +89,7 @@ func (p *benchPlanFlags) layers() error {
 		c.Sim.Layers, c.ModelName, err = harness.ReadLayers(p.layerFile)
 		return err
 	}
-	spec, err := p.job.model.spec()
+	spec, err := p.job.model.Spec()
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func (p *benchPlanFlags) layers() error {
 	if model, c.Sim.Layers, c.Sim.LayerWork, err = harness.ModelLayers(spec); err != nil {
 		return err
 	}
-	c.ModelName = describeModel(model)
+	c.ModelName = flags.DescribeModel(model)
 	return nil
 }
 
@@ -114,9 +115,9 @@ func (p *benchPlanFlags) check() error {
 		return fmt.Errorf("--layers %s: give the model's --compute (forward+backward of one step at --batch): shoal measures only its own models", p.layerFile)
 	}
 	c.Net, c.Sim.ApplyBytesPerSec = p.job.net(), p.apply*1e9
-	mf := p.job.model
+	arch := p.job.model
 	c.Model = func() (nn.Model, error) {
-		fast, _, err := mf.buildFast(1)
+		fast, _, err := arch.BuildFast(1)
 		return fast, err
 	}
 	c.NewJob = func() (harness.Job, error) { return p.job.emulation(c.Sim.Batch, c.Epochs, 0) }
@@ -135,18 +136,18 @@ func runBenchPlan(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // network and compute), which shoal bench plan and shoal bench emulate
 // both take.
 type simJobFlags struct {
-	model            modelFlags
-	opt              optFlags
-	data             dataFlags
+	model            flags.Model
+	opt              flags.Opt
+	data             flags.Data
 	gbps, jitter     float64
 	latency, compute time.Duration
 }
 
 func (f *simJobFlags) register(fs *flag.FlagSet) {
 	def := harness.DefaultSimJob()
-	f.model.register(fs)
-	f.opt.register(fs, "cosine")
-	f.data.register(fs)
+	f.model.Register(fs)
+	f.opt.Register(fs, "cosine")
+	f.data.Register(fs)
 	fs.Float64Var(&f.gbps, "nic-gbps", def.NICGbps, "every process's NIC, Gbit/s per direction")
 	fs.DurationVar(&f.latency, "latency", def.Latency, "one-way network latency")
 	fs.DurationVar(&f.compute, "compute", def.Compute, "forward+backward time of one step (0: measure it here, one thread)")
@@ -155,7 +156,7 @@ func (f *simJobFlags) register(fs *flag.FlagSet) {
 
 // net is the job's network and compute.
 func (f simJobFlags) net() harness.SimJob {
-	return harness.SimJob{NICGbps: f.gbps, Latency: f.latency, Compute: f.compute, Jitter: f.jitter, Seed: f.model.seed}
+	return harness.SimJob{NICGbps: f.gbps, Latency: f.latency, Compute: f.compute, Jitter: f.jitter, Seed: f.model.Seed}
 }
 
 // emulation is f's job to emulate at batch for epochs: its optimizer,
@@ -167,11 +168,11 @@ func (f simJobFlags) emulation(batch, epochs int, evalEvery int64) (harness.Job,
 	if err != nil {
 		return harness.Job{}, err
 	}
-	train, test, err := f.data.load(f.model.seed)
+	train, test, err := f.data.Load(f.model.Seed)
 	if err != nil {
 		return harness.Job{}, err
 	}
-	spec, err := f.model.spec()
+	spec, err := f.model.Spec()
 	if err != nil {
 		return harness.Job{}, err
 	}
@@ -179,18 +180,18 @@ func (f simJobFlags) emulation(batch, epochs int, evalEvery int64) (harness.Job,
 		be, _ := nn.NewBestCPU(1)
 		return nn.New(spec, be)
 	}
-	return harness.Job{Model: newModel, Seed: f.model.seed, Batch: batch, Epochs: epochs, Optimizer: ocfg, WholeJob: wholeJob, Warmup: f.opt.warmup,
-		Decay: f.opt.decay, Train: train, Test: test, EvalEvery: evalEvery}, nil
+	return harness.Job{Model: newModel, Seed: f.model.Seed, Batch: batch, Epochs: epochs, Optimizer: ocfg, WholeJob: wholeJob, Warmup: f.opt.Warmup,
+		Decay: f.opt.Decay, Train: train, Test: test, EvalEvery: evalEvery}, nil
 }
 
 // decayFlags checks the optimizer flags of an emulation and says whether
 // the decay spans the whole job (its length is known per job).
-func decayFlags(of optFlags) (optim.Config, bool, error) {
-	wholeJob := of.decay != "none" && of.decaySteps == 0
+func decayFlags(of flags.Opt) (optim.Config, bool, error) {
+	wholeJob := of.Decay != "none" && of.DecaySteps == 0
 	probe := of
 	if wholeJob {
-		probe.decaySteps = 1
+		probe.DecaySteps = 1
 	}
-	cfg, err := probe.config()
+	cfg, err := probe.Config()
 	return cfg, wholeJob, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/machine"
 )
 
@@ -28,18 +29,18 @@ per byte on the host's shared cores is fitted to the loopback async run of
 // benchSimulateFlags are shoal bench simulate's flags.
 type benchSimulateFlags struct {
 	cfg       harness.SimulateConfig
-	pf        planFlags
-	nf        nicFlags
-	df        dataFlags
+	plan      planFlags
+	nic       flags.NIC
+	dataset   flags.Data
 	calibrate string
 	cpuFrom   string
 }
 
 func (f *benchSimulateFlags) register(fs *flag.FlagSet) {
-	f.pf.register(fs)
-	f.nf.register(fs)
-	f.df.register(fs)
-	fs.Lookup("nic-gbps").DefValue, f.nf.gbps = "1", 1
+	f.plan.register(fs)
+	f.nic.Register(fs)
+	f.dataset.Register(fs)
+	fs.Lookup("nic-gbps").DefValue, f.nic.Gbps = "1", 1
 	fs.StringVar(&f.cfg.Out, "out", "bench-sim", "folder for results.json, report.md and the plots")
 	fs.StringVar(&f.calibrate, "calibrate", "", "a results.json of shoal bench train whose measured compute per step (and its spread) the runs take")
 	fs.Float64Var(&f.cfg.ApplyGbps, "apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
@@ -50,13 +51,13 @@ func (f *benchSimulateFlags) register(fs *flag.FlagSet) {
 // parseBenchSimulate reads and checks shoal bench simulate's flags, loads
 // the results that calibrate the runs, and makes --out.
 func parseBenchSimulate(args []string, stderr io.Writer) (*benchSimulateFlags, error) {
-	fs := newFlagSet("bench simulate", benchSimulateSynopsis, stderr)
+	fs := flags.NewFlagSet("bench simulate", benchSimulateSynopsis, stderr)
 	p := &benchSimulateFlags{}
 	p.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	if err := p.nf.validate(); err != nil {
+	if err := p.nic.Validate(); err != nil {
 		return nil, err
 	}
 	c := &p.cfg
@@ -64,7 +65,7 @@ func parseBenchSimulate(args []string, stderr io.Writer) (*benchSimulateFlags, e
 		return nil, err
 	}
 	var err error
-	if c.Plan, err = p.pf.plan(p.nf); err != nil {
+	if c.Plan, err = p.plan.plan(p.nic); err != nil {
 		return nil, err
 	}
 	if p.calibrate != "" {
@@ -78,7 +79,7 @@ func parseBenchSimulate(args []string, stderr io.Writer) (*benchSimulateFlags, e
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("--out %s: %w", c.Out, err)
 	}
-	c.NIC, c.Model = p.nf.config(), harnessModel
+	c.NIC, c.Model = p.nic.Config(), harnessModel
 	return p, nil
 }
 
@@ -89,7 +90,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	cfg := p.cfg
 	if slices.ContainsFunc(cfg.Plan.Runs, func(r bench.Run) bool { return r.Epochs > 0 }) {
-		train, _, err := p.df.load(1)
+		train, _, err := p.dataset.Load(1)
 		if err != nil {
 			return err
 		}
@@ -104,15 +105,15 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 func harnessModel(name string) (harness.ModelArgs, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var mf modelFlags
-	mf.register(fs)
+	var arch flags.Model
+	arch.Register(fs)
 	batch := fs.Int("batch", 64, "")
 	if err := fs.Parse(bench.Models[name].Args); err != nil {
 		return harness.ModelArgs{}, fmt.Errorf("the harness's model %s: %w (a bug)", name, err)
 	}
-	spec, err := mf.spec()
+	spec, err := arch.Spec()
 	if err != nil {
 		return harness.ModelArgs{}, err
 	}
-	return harness.ModelArgs{Spec: spec, Batch: *batch, Seed: mf.seed}, nil
+	return harness.ModelArgs{Spec: spec, Batch: *batch, Seed: arch.Seed}, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/machine"
 )
 
@@ -34,15 +35,15 @@ func runBenchTrain(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // benchTrainFlags are shoal bench train's flags.
 type benchTrainFlags struct {
-	cfg harness.TrainConfig
-	pf  planFlags
-	nf  nicFlags
-	df  dataFlags
+	cfg     harness.TrainConfig
+	plan    planFlags
+	nic     flags.NIC
+	dataset flags.Data
 }
 
 func (f *benchTrainFlags) register(fs *flag.FlagSet) {
 	cfg := &f.cfg
-	f.pf.register(fs)
+	f.plan.register(fs)
 	fs.StringVar(&cfg.Out, "out", "bench-out", "folder for results.json, report.md and the plots")
 	fs.Float64Var(&cfg.Target, "target-accuracy", 0.85, "test accuracy whose time and steps to reach are reported")
 	fs.BoolVar(&cfg.Until, "until-target", false, "end each run once worker 0 measures --target-accuracy (its steps or epochs become a cap)")
@@ -50,40 +51,40 @@ func (f *benchTrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.Peers, "peers", "bench/peers", "folder of the peer scripts (torch_ddp.py); empty: no peers")
 	fs.StringVar(&cfg.Python, "python", "/usr/bin/python3", "the Python with torch, for the peers")
 	fs.DurationVar(&cfg.RunTimeout, "run-timeout", 10*time.Minute, "the longest one run may take")
-	f.nf.register(fs)
-	f.df.register(fs)
-	fs.Lookup("nic-gbps").DefValue, f.nf.gbps = "1", 1
+	f.nic.Register(fs)
+	f.dataset.Register(fs)
+	fs.Lookup("nic-gbps").DefValue, f.nic.Gbps = "1", 1
 }
 
 // parseBenchTrain reads and checks shoal bench train's flags, makes the
 // plan, creates --out and checks the dataset loads.
 func parseBenchTrain(args []string, stderr io.Writer) (harness.TrainConfig, error) {
-	fs := newFlagSet("bench train", benchTrainSynopsis, stderr)
+	fs := flags.NewFlagSet("bench train", benchTrainSynopsis, stderr)
 	f := &benchTrainFlags{}
 	f.register(fs)
 	cfg := &f.cfg
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return *cfg, err
 	}
-	if err := f.nf.validate(); err != nil {
+	if err := f.nic.Validate(); err != nil {
 		return *cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return *cfg, err
 	}
 	var err error
-	if cfg.Plan, err = f.pf.plan(f.nf); err != nil {
+	if cfg.Plan, err = f.plan.plan(f.nic); err != nil {
 		return *cfg, err
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return *cfg, fmt.Errorf("--out %s: %w", cfg.Out, err)
 	}
-	if _, _, err := f.df.load(1); err != nil {
+	if _, _, err := f.dataset.Load(1); err != nil {
 		return *cfg, err
 	}
-	cfg.NIC, cfg.Dataset, cfg.Data = f.nf.config(), f.df.dataset, f.df.dir
-	if f.nf.shaped() {
-		cfg.NICArgs = f.nf.args()
+	cfg.NIC, cfg.Dataset, cfg.Data = f.nic.Config(), f.dataset.Dataset, f.dataset.Dir
+	if f.nic.Shaped() {
+		cfg.NICArgs = f.nic.Args()
 	}
 	return *cfg, nil
 }
@@ -109,7 +110,7 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 
 // plan is the built-in plan, or the grid when one of its lists is given;
 // without a NIC model (nf) the loopback runs that would repeat a run go.
-func (p planFlags) plan(nf nicFlags) (bench.Plan, error) {
+func (p planFlags) plan(nf flags.NIC) (bench.Plan, error) {
 	plan := bench.DefaultPlan(p.quick)
 	if p.models != "" || p.modes != "" || p.workers != "" || p.servers != "" {
 		var err error
@@ -117,15 +118,15 @@ func (p planFlags) plan(nf nicFlags) (bench.Plan, error) {
 			return bench.Plan{}, err
 		}
 	}
-	if !nf.shaped() {
+	if !nf.Shaped() {
 		plan.Runs = bench.DropLoopbackTwins(plan.Runs)
 	}
 	return plan, nil
 }
 
 func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench diff", "Compares two results.json files of shoal bench train run by run (matched by id):\nshoal bench diff BEFORE/results.json AFTER/results.json", stderr)
-	if err := parseArgs(fs, args, 2, "two results.json files"); err != nil {
+	fs := flags.NewFlagSet("bench diff", "Compares two results.json files of shoal bench train run by run (matched by id):\nshoal bench diff BEFORE/results.json AFTER/results.json", stderr)
+	if err := flags.ParseArgs(fs, args, 2, "two results.json files"); err != nil {
 		return err
 	}
 	a, err := bench.Load(fs.Arg(0))
@@ -140,9 +141,9 @@ func runBenchDiff(_ context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runBenchReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench report", "Renders report.md and the plots again from a results.json of shoal bench train:\nshoal bench report [--out DIR] RESULTS.json", stderr)
+	fs := flags.NewFlagSet("bench report", "Renders report.md and the plots again from a results.json of shoal bench train:\nshoal bench report [--out DIR] RESULTS.json", stderr)
 	out := fs.String("out", "", "folder for report.md and the plots (default: the results file's folder)")
-	if err := parseArgs(fs, args, 1, "one results.json file"); err != nil {
+	if err := flags.ParseArgs(fs, args, 1, "one results.json file"); err != nil {
 		return err
 	}
 	res, err := bench.Load(fs.Arg(0))

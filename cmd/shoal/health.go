@@ -8,31 +8,33 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/shoalml/shoal/flags"
 )
 
 // runHealth asks a server's gRPC health service whether it serves: exit
 // 0 when it answers SERVING. A container image with no shell (Shoal's is
 // FROM scratch) runs it as its health check.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("health", "Asks the gRPC health service at ADDR (a shoal ps) whether it serves; exits 0 if it\nanswers SERVING. Usage: shoal health [flags] HOST:PORT", stderr)
+	fs := flags.NewFlagSet("health", "Asks the gRPC health service at ADDR (a shoal ps) whether it serves; exits 0 if it\nanswers SERVING. Usage: shoal health [flags] HOST:PORT", stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	service := fs.String("service", "", "the service to ask about (empty: the server as a whole)")
-	var sec secFlags
-	sec.register(fs)
-	if err := parseArgs(fs, args, 1, "one address HOST:PORT"); err != nil {
+	var sec flags.Sec
+	sec.Register(fs)
+	if err := flags.ParseArgs(fs, args, 1, "one address HOST:PORT"); err != nil {
 		return err
 	}
-	if err := sec.load(); err != nil {
+	if err := sec.Load(); err != nil {
 		return err
 	}
-	if err := sec.creds.CheckDial(fs.Arg(0)); err != nil {
+	if err := sec.Creds.CheckDial(fs.Arg(0)); err != nil {
 		return err
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want > 0", *timeout)
 	}
 	addr := fs.Arg(0)
-	conn, err := grpc.NewClient(addr, sec.creds.DialOptions()...)
+	conn, err := grpc.NewClient(addr, sec.Creds.DialOptions()...)
 	if err != nil {
 		return fmt.Errorf("shoal health %s: %w", addr, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/machine"
 )
 
@@ -15,9 +16,9 @@ loads every library at run time, so it runs on any machine; without a driver it
 says "no NVIDIA driver".`
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("info", infoSynopsis, stderr)
+	fs := flags.NewFlagSet("info", infoSynopsis, stderr)
 	jsonOut := fs.Bool("json", false, "print one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/machine"
 )
 
@@ -35,7 +36,7 @@ func main() {
 }
 
 // errUsage marks a command-line mistake already explained on stderr.
-var errUsage = errors.New("usage")
+var errUsage = flags.ErrUsage
 
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {

@@ -21,11 +21,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/internal/cpubind"
 	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
 )
 
@@ -396,11 +398,11 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 // chunk, and shards without one held the barrier shut), and the servers
 // applied every step: the saved weights moved on every shard.
 func TestEveryShardCountTrains(t *testing.T) {
-	mf := modelFlags{arch: "mlp", hidden: "256,128", seed: 1} // the defaults
-	model, err := mf.build()
+	arch := flags.Model{Arch: "mlp", Hidden: "256,128", Seed: 1} // the defaults
+	model, err := arch.Build()
 	require.NoError(t, err)
 	before := make([]float32, model.Layout().Size())
-	model.Init(before, mf.seed)
+	model.Init(before, arch.Seed)
 	for _, mode := range []string{"sync", "ssp"} {
 		for _, s := range []int{3, 8} {
 			t.Run(fmt.Sprintf("%s S=%d", mode, s), func(t *testing.T) {
@@ -661,7 +663,7 @@ func TestTheJSONSaysTheLanesTheWorkersUsed(t *testing.T) {
 		// one of the default 1 MiB.
 		{"3 of 13 chunks", []string{"--chunk-bytes", "8192", "--lanes", "3", "--parallel-step"}, 3, true},
 		{"4 of 1 chunk", []string{"--lanes", "4", "--parallel-step=false"}, 1, false},
-		{"the machine's choice", []string{"--chunk-bytes", "8192", "--lanes", "0"}, autoLanes(runtime.NumCPU()), autoParallelStep(runtime.NumCPU())},
+		{"the machine's choice", []string{"--chunk-bytes", "8192", "--lanes", "0"}, client.AutoLanes(runtime.NumCPU()), ps.AutoParallelStep(runtime.NumCPU())},
 		// Pushes and pulls overlapped go alone, one stream each.
 		{"pushes overlapped", []string{"--chunk-bytes", "8192", "--lanes", "3", "--overlap-push-pull", "--parallel-step"}, 1, true},
 	} {
@@ -670,13 +672,6 @@ func TestTheJSONSaysTheLanesTheWorkersUsed(t *testing.T) {
 			assert.Equal(t, c.lanes, res.Lanes, "lanes")
 			assert.Equal(t, c.par, res.ParallelStep, "parallel step")
 		})
-	}
-}
-
-func TestTheParallelDefaultsTurnOnWithTheCores(t *testing.T) {
-	for _, c := range []struct{ cpus, lanes int }{{1, 1}, {2, 1}, {7, 1}, {8, 4}, {16, 4}, {128, 4}} {
-		assert.Equal(t, c.lanes, autoLanes(c.cpus), "lanes on %d CPUs", c.cpus)
-		assert.Equal(t, c.cpus >= 8, autoParallelStep(c.cpus), "parallel step on %d CPUs", c.cpus)
 	}
 }
 

@@ -7,18 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/emulate"
 )
-
-// recordable refuses --record-pushes (when set) for a mode whose pushes
-// no replay follows.
-func recordable(flag string, mode consistency.Mode) error {
-	if flag != "" && mode != consistency.Async && mode != consistency.SSP {
-		return fmt.Errorf("--record-pushes: only async and ssp runs are recorded (have --mode %s): their order of pushes is what a replay follows", mode)
-	}
-	return nil
-}
 
 // recordGlob matches the files of shoal train --record-pushes DIR.
 const recordGlob = "worker-*.pushes.json"

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/internal/cpubind"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/nn"
@@ -31,32 +32,31 @@ import (
 // trainRun is one `shoal train`: its flags, what they build, and the
 // children it starts.
 type trainRun struct {
-	shardFlags // given to every shard alike
-	mf         modelFlags
-	of         optFlags
-	df         dataFlags
-	tf         trainFlags
-	lf         logFlags
-	rf         ringFlags
-	nf         nicFlags
-	sf         statFlags
-	metrics    bool
-	timeline   string // --timeline DIR
-	record     string // --record-pushes DIR
-	workers    int
-	threads    int     // GEMM threads per worker; 0: the cores' share
-	bind       string  // --bind: auto, cores or none
-	cpuSets    [][]int // per worker, the CPUs it is bound to; nil: not bound
-	lanes      int
-	save       string
-	jsonOut    bool
-	startup    time.Duration
-	testEval   bool
-	callTime   time.Duration
-	tls        bool
-	sec        secFlags // with --tls: the run's throwaway credentials
-	dev        deviceFlags
-	where      string // where the workers compute, for the header
+	shard     flags.Shard // given to every shard alike
+	arch      flags.Model
+	optimizer flags.Opt
+	dataset   flags.Data
+	loop      flags.Train
+	logging   flags.Log
+	allreduce flags.Ring
+	nic       flags.NIC
+	stats     flags.Stats
+	calls     flags.Calls // the workers' --lanes and --call-timeout
+	metrics   bool
+	timeline  string // --timeline DIR
+	record    string // --record-pushes DIR
+	workers   int
+	threads   int     // GEMM threads per worker; 0: the cores' share
+	bind      string  // --bind: auto, cores or none
+	cpuSets   [][]int // per worker, the CPUs it is bound to; nil: not bound
+	save      string
+	jsonOut   bool
+	startup   time.Duration
+	testEval  bool
+	tls       bool
+	sec       flags.Sec // with --tls: the run's throwaway credentials
+	device    flags.Device
+	where     string // where the workers compute, for the header
 
 	ring  bool
 	eval  worker.Evaluation // the final weights' test metrics (finish)
@@ -95,7 +95,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func (t *trainRun) prepare() (cleanup func(), err error) {
 	cleanup = func() {}
 	if t.tls {
-		if cleanup, err = t.sec.throwaway(); err != nil {
+		if cleanup, err = t.sec.Throwaway(); err != nil {
 			return nil, err
 		}
 	}
@@ -121,8 +121,8 @@ func (t *trainRun) jobConfig(stdout, stderr io.Writer) (launch.JobConfig, error)
 		return launch.JobConfig{}, fmt.Errorf("finding this binary to start children: %w", err)
 	}
 	cfg := launch.JobConfig{Exe: exe, Name: "shoal train", Stdout: stdout, Stderr: stderr, TTY: isTerminal(stdout), StartupTimeout: t.startup,
-		Servers: t.servers, ServerRole: "ps", ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
-		Rendezvous: t.ring, Elastic: t.rf.elastic, Stats: t.sf.stats, Result: t.newResult(),
+		Servers: t.shard.Servers, ServerRole: "ps", ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
+		Rendezvous: t.ring, Elastic: t.allreduce.Elastic, Stats: t.stats.Times, Result: t.newResult(),
 		ServersUp: func() { t.printHeader(stdout) }, Finish: t.finish}
 	if t.restartable() {
 		cfg.MaxRestarts = maxRestarts
@@ -156,7 +156,7 @@ func (t *trainRun) end(stdout io.Writer, res *launch.JobResult) error {
 // and the data.
 func (t *trainRun) printHeader(stdout io.Writer) {
 	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
-	if t.ring && t.rf.scaleLR {
+	if t.ring && t.allreduce.ScaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
 	where := t.where
@@ -164,17 +164,17 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 		where += " in " + prec
 	}
 	batch := fmt.Sprintf("batch %d per worker", t.batchPerWorker())
-	if t.batchPerWorker() < t.tf.batch {
-		batch += fmt.Sprintf(" (--batch %d is more than a worker's share of an epoch: each step takes all of it)", t.tf.batch)
+	if t.batchPerWorker() < t.loop.Batch {
+		batch += fmt.Sprintf(" (--batch %d is more than a worker's share of an epoch: each step takes all of it)", t.loop.Batch)
 	}
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), %s, %s %s, %s (%d samples; tested on %s)\n",
-		describeModel(t.model), t.tf.mode, t.workers, where, t.servers, batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
+		flags.DescribeModel(t.model), t.loop.Mode, t.workers, where, t.shard.Servers, batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
 }
 
 // precision is the half precision the workers compute in ("" in fp32).
 func (t *trainRun) precision() string {
-	if t.dev.precision.Half() {
-		return t.dev.precision.String()
+	if t.device.Precision.Half() {
+		return t.device.Precision.String()
 	}
 	return ""
 }
@@ -203,16 +203,12 @@ const maxProcsPerCore = 32
 
 // procs is how many processes the run starts: workers and servers (none
 // in a ring, once check has run).
-func (t *trainRun) procs() int { return t.workers + t.servers }
+func (t *trainRun) procs() int { return t.workers + t.shard.Servers }
 
-// gossipArgs are the flags that put a child into the run's gossip
-// cluster on loopback, joining peers, with the run's detection timings.
-func (t *trainRun) gossipArgs(peers []string) []string {
-	args := []string{"--gossip-addr", "127.0.0.1:0", "--gossip-detection", t.detection()}
-	if len(peers) > 0 {
-		args = append(args, "--join", strings.Join(peers, ","))
-	}
-	return args
+// joinGossip puts a child's gossip g into the run's cluster on loopback,
+// joining peers, with the run's detection timings.
+func (t *trainRun) joinGossip(g *flags.Gossip, peers []string) {
+	g.Addr, g.Detection, g.Join = "127.0.0.1:0", t.detection(), strings.Join(peers, ",")
 }
 
 // detection is the gossip's failure-detection timings for the run's
@@ -290,22 +286,22 @@ func workerEnv(threads int, share bool) []string {
 
 // newResult is the run's summary begun with what the flags say.
 func (t *trainRun) newResult() launch.Result {
-	return launch.Result{Mode: t.tf.mode, Model: describeModel(t.model), Dataset: t.train.Name(), TestDataset: t.test.Name(),
-		Workers: t.workers, Servers: t.servers, Threads: t.workerThreads(), Device: t.where, Precision: t.precision(), Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{},
-		Run: record.Run{Parameters: t.model.Layout().Size(), ParallelStep: !t.ring && t.parStep, Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR}}
+	return launch.Result{Mode: t.loop.Mode, Model: flags.DescribeModel(t.model), Dataset: t.train.Name(), TestDataset: t.test.Name(),
+		Workers: t.workers, Servers: t.shard.Servers, Threads: t.workerThreads(), Device: t.where, Precision: t.precision(), Staleness: consistency.Staleness{}, FailedWorkers: []int{}, MembershipEvents: []launch.MembershipEvent{},
+		Run: record.Run{Parameters: t.model.Layout().Size(), ParallelStep: !t.ring && t.shard.ParallelStep, Batch: t.batchPerWorker(), Optimizer: t.ocfg.Algorithm, LR: t.ocfg.LR}}
 }
 
 // parseTrain reads and checks shoal train's flags, builds the model and
 // loads the data (the launcher evaluates the final weights, so a missing
 // dataset fails here, before any process starts).
 func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
-	fs := newFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
+	fs := flags.NewFlagSet("train", "Trains on this machine: starts --servers parameter-server processes and --workers\nworker processes of this binary on free loopback ports, shows their progress,\nevaluates the final weights on the test set and stops everything (also on Ctrl-C).", stderr)
 	t := &trainRun{}
 	t.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	for _, v := range []func() error{t.tf.validate, t.nf.validate, t.sf.validate, t.rf.validate} {
+	for _, v := range []func() error{t.loop.Validate, t.nic.Validate, t.stats.Validate, t.allreduce.Validate} {
 		if err := v(); err != nil {
 			return nil, err
 		}
@@ -328,7 +324,7 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
 	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
 	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
-	fs.IntVar(&t.lanes, "lanes", 0, "PS modes: split each worker's push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..16); 0: 4 where this machine has 8 or more CPUs, else 1")
+	t.calls.Register(fs)
 	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
 	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
 	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
@@ -336,36 +332,35 @@ func (t *trainRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
 	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
 	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
-	fs.DurationVar(&t.callTime, "call-timeout", 60*time.Second, "the workers' deadline of each pull and push, or each collective call (ring)")
 	fs.BoolVar(&t.tls, "tls", false, "servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it")
-	t.shardFlags.register(fs)
-	t.nf.register(fs)
-	t.sf.register(fs)
-	t.mf.register(fs)
-	t.of.register(fs, "cosine")
-	t.df.register(fs)
-	t.tf.register(fs)
-	t.lf.register(fs, "warn")
-	t.rf.register(fs)
-	t.dev.register(fs)
+	t.shard.Register(fs)
+	t.nic.Register(fs)
+	t.stats.Register(fs)
+	t.arch.Register(fs)
+	t.optimizer.Register(fs, "cosine")
+	t.dataset.Register(fs)
+	t.loop.Register(fs)
+	t.logging.Register(fs, "warn")
+	t.allreduce.Register(fs)
+	t.device.Register(fs)
 }
 
 // check settles the ring (no servers; elastic where nothing evaluates
 // during training) and checks train's own flags.
 func (t *trainRun) check() error {
-	t.ring = t.tf.mode == consistency.Ring
+	t.ring = t.loop.Mode == consistency.Ring
 	// The elastic ring does not run evaluations during training yet.
-	t.rf.elastic = t.ring && t.rf.elastic && t.sf.stopAt == 0 && t.sf.evalEvery == 0
+	t.allreduce.Elastic = t.ring && t.allreduce.Elastic && t.stats.StopAt == 0 && t.stats.EvalEvery == 0
 	if t.ring {
-		t.servers = 0 // no parameter server in ring mode
-	} else if t.servers < 1 {
-		return fmt.Errorf("--servers %d: want >= 1", t.servers)
+		t.shard.Servers = 0 // no parameter server in ring mode
+	} else if t.shard.Servers < 1 {
+		return fmt.Errorf("--servers %d: want >= 1", t.shard.Servers)
 	}
 	if t.workers < 1 {
 		return fmt.Errorf("--workers %d: want >= 1", t.workers)
 	}
 	if procs, limit := t.procs(), maxProcsPerCore*runtime.NumCPU(); procs > limit {
-		flags := fmt.Sprintf("--workers %d and --servers %d", t.workers, t.servers)
+		flags := fmt.Sprintf("--workers %d and --servers %d", t.workers, t.shard.Servers)
 		if t.ring {
 			flags = fmt.Sprintf("--workers %d", t.workers)
 		}
@@ -378,7 +373,7 @@ func (t *trainRun) check() error {
 	if err := t.planBinding(); err != nil {
 		return err
 	}
-	if err := checkLanes(t.lanes); err != nil {
+	if err := flags.CheckLanes(t.calls.Lanes); err != nil {
 		return err
 	}
 	return t.checkRun()
@@ -387,33 +382,33 @@ func (t *trainRun) check() error {
 // checkRun checks the flags of the run's servers, its timeouts and what
 // it writes.
 func (t *trainRun) checkRun() error {
-	if t.journal && t.ckptDir == "" {
+	if t.shard.Journal && t.shard.CkptDir == "" {
 		return errors.New("--journal: needs --checkpoint-dir, where the servers write it")
 	}
 	if t.startup <= 0 {
 		return fmt.Errorf("--startup-timeout %v: want > 0", t.startup)
 	}
-	if t.callTime <= 0 {
-		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.callTime)
+	if t.calls.CallTimeout <= 0 {
+		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.calls.CallTimeout)
 	}
-	if t.ckptErrors != "fail" && t.ckptErrors != "warn" {
-		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.ckptErrors)
+	if t.shard.CkptErrors != "fail" && t.shard.CkptErrors != "warn" {
+		return fmt.Errorf("--checkpoint-errors %q: want fail or warn", t.shard.CkptErrors)
 	}
-	if t.ckptEvery < 0 {
-		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.ckptEvery)
+	if t.shard.CkptEvery < 0 {
+		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.shard.CkptEvery)
 	}
-	if err := recordable(t.record, t.tf.mode); err != nil {
+	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err
 	}
-	return errors.Join(writableFile("--save", t.save), writableDir("--checkpoint-dir", t.ckptDir), writableDir("--timeline", t.timeline),
-		writableDir("--record-pushes", t.record))
+	return errors.Join(flags.WritableFile("--save", t.save), flags.WritableDir("--checkpoint-dir", t.shard.CkptDir), flags.WritableDir("--timeline", t.timeline),
+		flags.WritableDir("--record-pushes", t.record))
 }
 
 // batchPerWorker is the batch each worker's steps take: --batch, or a
 // worker's whole share of an epoch where --batch is larger (a worker's
 // loader takes no more than its share, as PyTorch's does).
 func (t *trainRun) batchPerWorker() int {
-	return min(t.tf.batch, max((t.train.Len()+t.workers-1)/t.workers, 1))
+	return min(t.loop.Batch, max((t.train.Len()+t.workers-1)/t.workers, 1))
 }
 
 // psWorkerFlags are the flags of shoal train's PS workers that only the
@@ -428,7 +423,7 @@ func (t *trainRun) serverFlagsInRing(fs *flag.FlagSet) error {
 	if !t.ring {
 		return nil
 	}
-	psOnly := append(t.shardFlags.names(), psWorkerFlags...)
+	psOnly := append(t.shard.Names(), psWorkerFlags...)
 	var given []string
 	fs.Visit(func(f *flag.Flag) {
 		if slices.Contains(psOnly, f.Name) {
@@ -447,34 +442,34 @@ func (t *trainRun) serverFlagsInRing(fs *flag.FlagSet) error {
 // --decay-steps says otherwise.
 func (t *trainRun) build() error {
 	var err error
-	if t.model, err = t.mf.build(); err != nil {
+	if t.model, err = t.arch.Build(); err != nil {
 		return err
 	}
 	// Worker r is local rank r: a --device that finds no GPU fails here,
 	// before any process starts.
-	if t.where, err = t.dev.describePlacement(t.workers); err != nil {
+	if t.where, err = t.device.DescribePlacement(t.workers); err != nil {
 		return err
 	}
-	train, test, err := t.df.load(t.mf.seed)
+	train, test, err := t.dataset.Load(t.arch.Seed)
 	if err != nil {
 		return err
 	}
 	t.train, t.test = train, test
-	if t.of.decay != "none" && t.of.decaySteps == 0 {
+	if t.optimizer.Decay != "none" && t.optimizer.DecaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
-		t.of.decaySteps = max(totalUpdates(train.Len(), t.workers, t.staleness, &t.tf)-t.of.warmup, 1)
+		t.optimizer.DecaySteps = max(totalUpdates(train.Len(), t.workers, t.shard.Staleness, &t.loop)-t.optimizer.Warmup, 1)
 	}
-	t.ocfg, err = t.of.config()
+	t.ocfg, err = t.optimizer.Config()
 	return err
 }
 
-// common are the flags every child gets.
-func (t *trainRun) common() []string {
-	args := append(append(append(append(t.mf.args(), t.lf.args()...), t.nf.args()...), t.sec.args()...), "--events")
+// metricsAddr is every child's --metrics-addr: with --metrics, a
+// loopback port of its own.
+func (t *trainRun) metricsAddr() string {
 	if t.metrics {
-		args = append(args, "--metrics-addr", "127.0.0.1:0")
+		return "127.0.0.1:0"
 	}
-	return args
+	return ""
 }
 
 // maxRestarts bounds how often shoal train restarts one shard: a shard
@@ -486,58 +481,57 @@ const maxRestarts = 3
 // either a journal (no update lost, every mode) or async mode (where a
 // lost update is like a dropped push).
 func (t *trainRun) restartable() bool {
-	return t.ckptDir != "" && (t.journal || t.tf.mode == consistency.Async)
+	return t.shard.CkptDir != "" && (t.shard.Journal || t.loop.Mode == consistency.Async)
 }
 
-// shardArgs is shard's argv: listening on listen, joining the gossip
-// cluster through join, its timeline named for its restart.
+// shardArgs is shard's argv: the shard contract (flags.PS) filled from
+// the run's flags, listening on listen, joining the gossip cluster
+// through join, its timeline named for its restart.
 func (t *trainRun) shardArgs(shard int, listen string, join []string, restart int) []string {
-	args := append([]string{"ps", "--listen", listen, "--shard", strconv.Itoa(shard), "--mode", t.tf.mode.String(), "--workers", strconv.Itoa(t.workers)},
-		append(append(t.shardFlags.args(), t.common()...), t.of.args()...)...)
-	args = append(args, t.timelineArgs(fmt.Sprintf("ps-%d", shard), restart)...)
-	return append(args, t.gossipArgs(join)...)
+	p := flags.DefaultPS()
+	p.Shard, p.Model, p.Opt, p.Log, p.NIC, p.Sec.Files = t.shard, t.arch, t.optimizer, t.logging, t.nic, t.sec.Files
+	p.Listen, p.Index, p.Mode, p.Workers, p.Events = listen, shard, t.loop.Mode.String(), t.workers, true
+	p.Metrics.Addr, p.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("ps-%d", shard), restart)
+	t.joinGossip(&p.Gossip, join)
+	return append([]string{"ps"}, p.Args()...)
 }
 
 // workerArgs is rank r's argv, given the servers' addresses, the gossip
-// to join and the ring's rendezvous.
+// to join and the ring's rendezvous: the worker contract (flags.Worker)
+// filled from the run's flags.
 func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []string {
-	args := append([]string{"worker", "--servers", strings.Join(servers, ","), "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(t.workers),
-		"--local-rank", strconv.Itoa(r),
-		"--eval=" + strconv.FormatBool(t.ring && t.testEval), // ring ranks evaluate together; PS: the launcher does
-		"--call-timeout", t.callTime.String()},
-		append(append(append(append(t.common(), t.df.args()...), t.tf.args()...), t.sf.args()...), t.dev.args()...)...)
-	args = append(args, t.timelineArgs(fmt.Sprintf("worker-%d", r), 0)...)
+	w := flags.DefaultWorker()
+	w.Model, w.Data, w.Train, w.Log, w.NIC, w.Stats, w.Device, w.Calls = t.arch, t.dataset, t.loop, t.logging, t.nic, t.stats, t.device, t.calls
+	w.Train.ModeName, w.Sec.Files, w.Events = t.loop.Mode.String(), t.sec.Files, true
+	w.Ranks = flags.Rank{Rank: r, World: t.workers, LocalRank: r}
+	w.Eval = t.ring && t.testEval // ring ranks evaluate together; PS: the launcher does
+	w.Metrics.Addr, w.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("worker-%d", r), 0)
 	if t.record != "" {
-		args = append(args, "--record-pushes", recordFile(t.record, r))
-	}
-	if t.ring {
-		args = append(args, t.ringArgs(r, gossip, master)...)
-	} else {
-		args = append(append(args, "--compression", t.rf.compression, "--lanes", strconv.Itoa(t.lanes)), t.gossipArgs(gossip)...)
+		w.RecordPushes = recordFile(t.record, r)
 	}
 	// Each worker gets its share of the cores, and OpenBLAS no more
 	// threads than that (it would start one per core in every process),
 	// unless --threads says how many.
-	args = append(args, "--threads", strconv.Itoa(t.workerThreads()))
+	w.Threads = t.workerThreads()
 	if r < len(t.cpuSets) {
-		args = append(args, "--cpus", cpubind.Format(t.cpuSets[r]))
+		w.CPUs = cpubind.Format(t.cpuSets[r])
 	}
-	return args
-}
-
-// ringArgs are ring rank r's own flags: the optimizer (each rank steps
-// itself), the ring's, the rendezvous, the gossip of an elastic ring, and
-// where the weights are saved.
-func (t *trainRun) ringArgs(r int, gossip []string, master string) []string {
-	args := append(append(t.of.args(), t.rf.args()...), "--master", master)
-	if t.rf.elastic {
+	if !t.ring {
+		w.Servers, w.Ring.Compression = strings.Join(servers, ","), t.allreduce.Compression
+		t.joinGossip(&w.Gossip, gossip)
+		return append([]string{"worker"}, w.Args()...)
+	}
+	// A ring rank steps the optimizer itself, and meets at the rendezvous.
+	w.Opt, w.Ring = t.optimizer, t.allreduce
+	w.Ring.Master = master
+	if t.allreduce.Elastic {
 		// Rank 0 starts the gossip; the others join it.
-		args = append(args, t.gossipArgs(gossip)...)
+		t.joinGossip(&w.Gossip, gossip)
 	}
-	if (r == 0 || t.rf.elastic) && t.save != "" { // elastic: whoever ends as rank 0 saves
-		args = append(args, "--save", t.save)
+	if r == 0 || t.allreduce.Elastic { // elastic: whoever ends as rank 0 saves
+		w.Save = t.save
 	}
-	return args
+	return append([]string{"worker"}, w.Args()...)
 }
 
 // workerEnv is rank r's environment: its GEMM threads, and in the PS
@@ -562,7 +556,7 @@ func (t *trainRun) finish(ctx context.Context, j *launch.JobResult) error {
 // did) and saves them with --save.
 func (t *trainRun) finalEval(ctx context.Context, j *launch.JobResult) (worker.Evaluation, error) {
 	ev, sum, ringTest := worker.Evaluation{Accuracy: -1}, &j.Result, j.RingTest
-	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.tf.mode.String()}
+	meta := map[string]string{"format": "pt", "shoal_model": sum.Model, "shoal_mode": t.loop.Mode.String()}
 	switch {
 	case t.ring:
 		sum.Saved = t.save // rank 0 saved them
@@ -576,7 +570,7 @@ func (t *trainRun) finalEval(ctx context.Context, j *launch.JobResult) (worker.E
 	case !t.testEval && t.save == "":
 		return ev, nil
 	}
-	params, err := pullFinal(ctx, j.Servers, t.model, t.sec.creds)
+	params, err := pullFinal(ctx, j.Servers, t.model, t.sec.Creds)
 	if err != nil {
 		return ev, err
 	}
@@ -584,7 +578,7 @@ func (t *trainRun) finalEval(ctx context.Context, j *launch.JobResult) (worker.E
 		if ev, err = worker.Evaluate(ctx, t.model, params, t.test, 1000); err != nil {
 			return ev, err
 		}
-		meta["test_accuracy"] = fmtFloat(ev.Accuracy)
+		meta["test_accuracy"] = flags.FormatFloat(ev.Accuracy)
 	}
 	if t.save != "" {
 		if err := nn.SaveSafetensors(t.save, t.model.Layout(), params, meta); err != nil {
@@ -609,7 +603,7 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
 	}
 	if sum.StoppedAtTarget {
-		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", t.sf.stopAt, sum.Steps)
+		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", t.stats.StopAt, sum.Steps)
 	}
 	if sum.Saved != "" {
 		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)
@@ -625,16 +619,17 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 	return err
 }
 
-// timelineArgs gives a child its --timeline file under --timeline DIR:
-// name.json, or name.restart-N.json for a restarted shard.
-func (t *trainRun) timelineArgs(name string, restart int) []string {
+// timelinePath is a child's --timeline file under --timeline DIR:
+// name.json, or name.restart-N.json for a restarted shard; "" without
+// --timeline.
+func (t *trainRun) timelinePath(name string, restart int) string {
 	if t.timeline == "" {
-		return nil
+		return ""
 	}
 	if restart > 0 {
 		name = fmt.Sprintf("%s.restart-%d", name, restart)
 	}
-	return []string{"--timeline", filepath.Join(t.timeline, name+".json")}
+	return filepath.Join(t.timeline, name+".json")
 }
 
 // timelineGlobs are the files of shoal train --timeline DIR: the
@@ -669,16 +664,16 @@ func (t *trainRun) mergeTimelines(stdout io.Writer) error {
 // totalUpdates is how many optimizer steps each server takes in a run:
 // one per step in sync mode, else one per push (every worker pushes once
 // per push-every steps).
-func totalUpdates(n, workers int, staleness int64, tf *trainFlags) int64 {
-	steps := tf.steps
+func totalUpdates(n, workers int, staleness int64, tf *flags.Train) int64 {
+	steps := tf.Steps
 	if steps == 0 {
 		perRank := (n + workers - 1) / workers
-		steps = int64(tf.epochs) * int64((perRank+tf.batch-1)/tf.batch)
+		steps = int64(tf.Epochs) * int64((perRank+tf.Batch-1)/tf.Batch)
 	}
-	if tf.mode.Synchronous(staleness) {
+	if tf.Mode.Synchronous(staleness) {
 		return steps
 	}
-	return int64(workers) * ((steps + int64(tf.pushEvery) - 1) / int64(tf.pushEvery))
+	return int64(workers) * ((steps + int64(tf.PushEvery) - 1) / int64(tf.PushEvery))
 }
 
 // pullFinal reads the final weights from the servers.

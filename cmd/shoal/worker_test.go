@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/launch"
 )
 
@@ -107,9 +108,9 @@ func TestWorkerEnvNeverGivesMorePsThanCores(t *testing.T) {
 // outnumber the cores maxLoopbackProcsPerCore to one.
 func TestTrainDetectionFollowsTheLoad(t *testing.T) {
 	limit := maxLoopbackProcsPerCore * runtime.NumCPU()
-	assert.Equal(t, "loopback", (&trainRun{workers: 2, shardFlags: shardFlags{servers: 1}}).detection())
-	assert.Equal(t, "loopback", (&trainRun{workers: 2, shardFlags: shardFlags{servers: limit - 2}}).detection())
-	assert.Equal(t, "lan", (&trainRun{workers: 2, shardFlags: shardFlags{servers: limit - 1}}).detection())
+	assert.Equal(t, "loopback", (&trainRun{workers: 2, shard: flags.Shard{Servers: 1}}).detection())
+	assert.Equal(t, "loopback", (&trainRun{workers: 2, shard: flags.Shard{Servers: limit - 2}}).detection())
+	assert.Equal(t, "lan", (&trainRun{workers: 2, shard: flags.Shard{Servers: limit - 1}}).detection())
 	assert.Equal(t, "loopback", (&trainRun{workers: limit, ring: true}).detection())
 	assert.Equal(t, "lan", (&trainRun{workers: limit + 1, ring: true}).detection())
 }

@@ -36,16 +36,18 @@ var layer = map[string]int{
 	"bench": 5, "bench/collbench": 5, "bench/peers": 5, "machine": 5,
 	// one process in a role, a local job
 	"node": 6, "job": 7,
-	// the harness's sweeps, which run jobs
-	"bench/harness": 8,
+	// the harness's sweeps, which run jobs; the command-line contracts
+	"bench/harness": 8, "flags": 8,
+	// collectives on a foreign runtime's tensors (shoal.torch)
+	"tensorcoll": 5,
 	// top
-	"cmd/shoal": 9,
+	"cmd/shoal": 9, "cmd/libshoal": 9,
 }
 
 // harnesses may import anything; nothing but tests may import them.
 var harnesses = map[string]bool{
 	"internal/testcluster":      true,
-	"internal/clustertest":      true,
+	"internal/composetest":      true,
 	"internal/archtest":         true,
 	"internal/cudaemu":          true,
 	"collective/collectivetest": true,

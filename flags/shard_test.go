@@ -1,4 +1,4 @@
-package main
+package flags
 
 import (
 	"flag"
@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestShardFlagsArgs: a shard's argv built from the group parses, in a
-// flag set of the group, back into the same values.
-func TestShardFlagsArgs(t *testing.T) {
+// TestShardArgs: a shard's argv built from the group parses, in a flag
+// set of the group, back into the same values.
+func TestShardArgs(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -21,16 +21,16 @@ func TestShardFlagsArgs(t *testing.T) {
 			"--checkpoint-every", "7", "--checkpoint-errors", "warn", "--journal", "--parallel-step=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var in, out shardFlags
+			var in, out Shard
 			fs := flag.NewFlagSet("in", flag.ContinueOnError)
-			in.register(fs)
+			in.Register(fs)
 			require.NoError(t, fs.Parse(tc.args))
 			back := flag.NewFlagSet("out", flag.ContinueOnError)
 			back.SetOutput(io.Discard)
-			out.register(back)
-			require.NoError(t, back.Parse(in.args()))
+			out.Register(back)
+			require.NoError(t, back.Parse(in.Args()))
 			assert.Equal(t, in, out)
-			assert.Len(t, in.names(), len(in.args()))
+			assert.Len(t, in.Names(), len(in.Args()))
 		})
 	}
 }

@@ -1,0 +1,64 @@
+package flags
+
+import (
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// registerer is a flag group or role contract.
+type registerer interface{ Register(*flag.FlagSet) }
+
+// parseBack parses args into in, renders in with args, and parses that
+// into out: out must then equal in.
+func parseBack(t *testing.T, args []string, in, out registerer, render func() []string) {
+	t.Helper()
+	fs := flag.NewFlagSet("in", flag.ContinueOnError)
+	in.Register(fs)
+	require.NoError(t, fs.Parse(args))
+	back := flag.NewFlagSet("out", flag.ContinueOnError)
+	back.SetOutput(io.Discard)
+	out.Register(back)
+	require.NoError(t, back.Parse(render()))
+	assert.Equal(t, in, out)
+}
+
+// TestRoleArgsParseBack: the argv a launcher renders from a role's
+// contract (Worker, PS) parses, in a flag set of the same contract, back
+// into the same values, whatever was set.
+func TestRoleArgsParseBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"the defaults", nil},
+		{"some of every group", []string{"--model", "cnn", "--hidden", "8,4", "--seed", "7", "--lr", "0.125", "--lr-decay", "cosine",
+			"--log-level", "debug", "--stall-warning", "2s", "--nic-gbps", "2.5", "--rtt", "1ms", "--tls-ca", "/tmp/a b/ca.pem", "--gossip-addr", "127.0.0.1:0",
+			"--join", "h:1,h:2", "--metrics-addr", "127.0.0.1:0", "--timeline", "/tmp/t.json", "--servers", "3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wIn, wOut Worker
+			parseBack(t, tc.args, &wIn, &wOut, wIn.Args)
+			var pIn, pOut PS
+			parseBack(t, tc.args, &pIn, &pOut, pIn.Args)
+		})
+	}
+}
+
+// TestWorkerArgsTakeTheLaunchersValues: a worker rendered from
+// DefaultWorker carries what the launcher set, and the defaults
+// otherwise.
+func TestWorkerArgsTakeTheLaunchersValues(t *testing.T) {
+	w := DefaultWorker()
+	w.Ranks.Rank, w.Threads, w.Events, w.Calls.Lanes = 3, 2, true, 4
+	args := w.Args()
+	assert.Contains(t, args, "--rank=3")
+	assert.Contains(t, args, "--threads=2")
+	assert.Contains(t, args, "--events=true")
+	assert.Contains(t, args, "--lanes=4")
+	assert.Contains(t, args, "--servers=localhost:7070")
+	assert.Contains(t, args, "--world-size=-1")
+}

@@ -1,0 +1,87 @@
+package flags
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shoalml/shoal/collective"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
+)
+
+// Ring are the flags of ring-allreduce training.
+type Ring struct {
+	Master       string
+	Listen       string
+	ReduceOp     string
+	Compression  string
+	DesyncEvery  int64
+	ScaleLR      bool
+	SharedMemory bool
+	JobID        string
+	FusionBytes  int
+	// The elastic ring (gossip on).
+	Elastic       bool
+	MinWorkers    int
+	RejoinTimeout time.Duration
+}
+
+// Register adds the flags to fs.
+func (r *Ring) Register(fs *flag.FlagSet) {
+	fs.StringVar(&r.Master, "master", "", "ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there")
+	fs.StringVar(&r.Listen, "data-listen", "", "ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)")
+	fs.StringVar(&r.ReduceOp, "reduce-op", "average", "ring: how gradients combine: average, sum or adasum")
+	fs.StringVar(&r.Compression, "compression", "none", "gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32")
+	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, "ring: compare a hash of every rank's parameters every N steps (0: never)")
+	fs.BoolVar(&r.ScaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
+	fs.BoolVar(&r.SharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
+	fs.StringVar(&r.JobID, "job-id", "shoal", "ring: a name every rank of one job shares")
+	fs.BoolVar(&r.Elastic, "elastic", true, "ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run")
+	fs.IntVar(&r.MinWorkers, "min-workers", 1, "elastic ring: the fewest ranks it goes on with; below it the job waits --rejoin-timeout for ranks to join, then stops")
+	fs.DurationVar(&r.RejoinTimeout, "rejoin-timeout", 60*time.Second, "elastic ring: how long a re-form may take (a short ring waits this long for ranks to join)")
+	fs.IntVar(&r.FusionBytes, "fusion-bytes", 64<<10, "ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only")
+}
+
+// Validate checks the elastic ring's flags.
+func (r *Ring) Validate() error {
+	if r.MinWorkers < 1 {
+		return fmt.Errorf("--min-workers %d: want >= 1", r.MinWorkers)
+	}
+	if r.RejoinTimeout <= 0 {
+		return fmt.Errorf("--rejoin-timeout %v: want > 0", r.RejoinTimeout)
+	}
+	return nil
+}
+
+// CompressionMode is --compression, parsed.
+func (r *Ring) CompressionMode() (collective.Compression, error) {
+	c, err := collective.ParseCompression(r.Compression)
+	if err != nil {
+		return 0, fmt.Errorf("--compression: %w", err)
+	}
+	return c, nil
+}
+
+// PushEncoding is --compression for parameter-server pushes.
+func (r *Ring) PushEncoding() (pb.Encoding, error) {
+	c, err := r.CompressionMode()
+	switch c {
+	case collective.Float16:
+		return pb.Encoding_FLOAT16, err
+	case collective.BFloat16:
+		return pb.Encoding_BFLOAT16, err
+	}
+	return pb.Encoding_FLOAT32, err
+}
+
+// MasterAddr is --master, else MASTER_ADDR:MASTER_PORT (torchrun's).
+func (r *Ring) MasterAddr() (string, error) {
+	if r.Master != "" {
+		return r.Master, nil
+	}
+	if a, p := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); a != "" && p != "" {
+		return a + ":" + p, nil
+	}
+	return "", fmt.Errorf("--mode ring needs rank 0's address: --master HOST:PORT or MASTER_ADDR and MASTER_PORT")
+}

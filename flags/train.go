@@ -1,0 +1,123 @@
+package flags
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/ps"
+)
+
+// Train are the training-loop flags shared by worker and train.
+type Train struct {
+	ModeName       string           // --mode, which Validate parses into Mode
+	Mode           consistency.Mode // set by Validate
+	BackwardPasses int
+	Batch          int
+	Epochs         int
+	Steps          int64
+	PushEvery      int
+	FetchEvery     int
+	Overlap        bool
+	ProgressEvery  time.Duration
+}
+
+// Register adds the flags to fs.
+func (t *Train) Register(fs *flag.FlagSet) {
+	fs.StringVar(&t.ModeName, "mode", consistency.Async.String(), "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
+	fs.IntVar(&t.BackwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
+	fs.IntVar(&t.Batch, "batch", 64, "batch size per worker")
+	fs.IntVar(&t.Epochs, "epochs", 3, "epochs to train")
+	fs.Int64Var(&t.Steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
+	fs.IntVar(&t.PushEvery, "push-every", 1, "async: push gradients every N steps (Downpour's n_push)")
+	fs.IntVar(&t.FetchEvery, "fetch-every", 1, "async: pull weights every N steps (Downpour's n_fetch)")
+	fs.DurationVar(&t.ProgressEvery, "progress-every", 250*time.Millisecond, "how often a worker reports its progress (0: after every step)")
+	fs.BoolVar(&t.Overlap, "overlap-push-pull", false, "async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)")
+}
+
+// Validate checks the flags and parses --mode into Mode.
+func (t *Train) Validate() error {
+	m, err := consistency.Parse(t.ModeName)
+	if err != nil {
+		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
+	}
+	t.Mode = m
+	if t.Mode != consistency.Async && (t.PushEvery != 1 || t.FetchEvery != 1) {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: %s mode pulls and pushes every step (want 1)", t.PushEvery, t.FetchEvery, t.Mode)
+	}
+	if t.PushEvery < 1 || t.PushEvery > ps.MaxStepGap || t.FetchEvery < 1 {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: want --push-every 1..%d (a shard refuses a push further past the last) and --fetch-every >= 1",
+			t.PushEvery, t.FetchEvery, ps.MaxStepGap)
+	}
+	if t.Overlap && (t.Mode != consistency.Async || t.PushEvery != 1 || t.FetchEvery != 1) {
+		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.Mode, t.PushEvery, t.FetchEvery)
+	}
+	if t.ProgressEvery < 0 {
+		return fmt.Errorf("--progress-every %v: want >= 0", t.ProgressEvery)
+	}
+	if t.BackwardPasses < 1 {
+		return fmt.Errorf("--backward-passes-per-step %d: want >= 1", t.BackwardPasses)
+	}
+	if t.Batch < 1 {
+		return fmt.Errorf("--batch %d: want >= 1", t.Batch)
+	}
+	if t.Steps < 0 {
+		return fmt.Errorf("--steps %d: want >= 0", t.Steps)
+	}
+	if t.Steps == 0 && t.Epochs < 1 {
+		return fmt.Errorf("--epochs %d: want >= 1 (or --steps > 0)", t.Epochs)
+	}
+	if t.PushEvery < 1 || t.FetchEvery < 1 {
+		return fmt.Errorf("--push-every %d, --fetch-every %d: want >= 1", t.PushEvery, t.FetchEvery)
+	}
+	return nil
+}
+
+// Rank are --rank, --world-size and --local-rank: a worker's place in
+// the job where the launcher's environment does not say it, or says
+// otherwise. -1 is unset.
+type Rank struct {
+	Rank, World, LocalRank int
+}
+
+// Register adds the flags to fs.
+func (f *Rank) Register(fs *flag.FlagSet) {
+	fs.IntVar(&f.Rank, "rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
+	fs.IntVar(&f.World, "world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
+	fs.IntVar(&f.LocalRank, "local-rank", -1, "this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)")
+}
+
+// Identity is the worker's place in the job: from the launcher's
+// environment, with the flags that are set over it.
+func (f *Rank) Identity() (cluster.Identity, error) {
+	// -1 is unset; anything below is a mistake, not "unset" (--rank -5
+	// ran as rank 0).
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--rank", f.Rank}, {"--world-size", f.World}, {"--local-rank", f.LocalRank}} {
+		if v.n < -1 {
+			return cluster.Identity{}, fmt.Errorf("%s %d: want >= 0", v.name, v.n)
+		}
+	}
+	id, err := cluster.FromEnv(os.Getenv)
+	if err != nil {
+		return cluster.Identity{}, err
+	}
+	if f.Rank >= 0 {
+		id.Rank, id.Source = f.Rank, "flags"
+	}
+	if f.World >= 0 {
+		id.WorldSize, id.Source = f.World, "flags"
+	}
+	if f.LocalRank >= 0 {
+		id.LocalRank = f.LocalRank
+	}
+	if err := id.Validate(); err != nil {
+		return cluster.Identity{}, fmt.Errorf("--rank/--world-size: %w", err)
+	}
+	return id, nil
+}
