@@ -81,7 +81,8 @@ func (s *Server) startJournalLocked(after int64) error {
 		return err
 	}
 	j := &journal{f: f, w: bufio.NewWriterSize(f, 1<<20)}
-	if _, err := j.w.WriteString(journalMagic); err == nil {
+	_, err = j.w.WriteString(journalMagic)
+	if err == nil {
 		err = j.w.Flush()
 	}
 	if err != nil {
