@@ -125,7 +125,7 @@ verify-generate:
 # target with a bare "context deadline exceeded" when -fuzztime's clock
 # runs out while a worker is mid-call (go.dev/issue/75804, fixed in 1.27).
 FUZZTIME ?= 30s
-FUZZ := FuzzReadIDX:./data/ FuzzReadSafetensors:./nn/ FuzzPush:./ps/ FuzzReadJournalRecord:./ps/ \
+FUZZ := FuzzReadIDX:./data/ FuzzReadSafetensors:./nn/ FuzzPush:./ps/ FuzzReadJournalRecord:./ps/ FuzzParseDescriptor:./tensorcoll/ \
 	FuzzTensorUnmarshal:./proto/shoalpb/ FuzzReadHello:./collective/collnet/ FuzzReadOffer:./collective/collnet/ \
 	FuzzReadVerdict:./collective/collnet/ FuzzDecodeMeta:./cluster/ FuzzPushStream:./rpc/ FuzzPullRequest:./rpc/
 fuzz:

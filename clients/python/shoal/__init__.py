@@ -9,13 +9,19 @@
     c.push_pull(flat.flat_grads(), step, into=flat.params)
 
 ps_pb2 and ps_pb2_grpc are generated from proto/shoalpb/ps.proto by `make
-generate`. The torch helper (FlatParameters) imports torch only when used.
+generate`. The client (and with it grpc) and the torch helper
+(FlatParameters) are imported when first used, so `import shoal.torch`
+(Horovod's API over Shoal's native library) needs neither grpc nor the
+stubs.
 """
 
-from shoal.client import MAX_PIECE_BYTES, PLAN_VERSION, Client, PushResult, ShoalError, Tensor
+_CLIENT = ("MAX_PIECE_BYTES", "PLAN_VERSION", "Client", "PushResult", "ShoalError", "Tensor")
 
 
 def __getattr__(name: str):
+    if name in _CLIENT:
+        from shoal import client
+        return getattr(client, name)
     if name == "FlatParameters":
         from shoal.torch_params import FlatParameters
         return FlatParameters
