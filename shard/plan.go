@@ -19,6 +19,15 @@ const DefaultChunkBytes = 1 << 20
 // cannot make a node walk 2⁴⁰ chunks.
 const MaxChunks = 1 << 20
 
+// MaxChunksPerShard bounds the chunks one shard owns: a shard's Info lists
+// them, and a push's header lists its ranges beside a full piece of
+// gradient (wire.MaxMessageBytes leaves 64 KiB for the fields around a
+// piece), so a plan that cuts a shard's share finer than this would be
+// accepted and then refused by every message that names its chunks
+// (--chunk-bytes 4 on the default model: ResourceExhausted at the first
+// call). A range is at most 16 bytes on the wire: 4,096 of them fit.
+const MaxChunksPerShard = 4096
+
 // Range is the half-open range [Off, Off+Len) of the vector, in floats.
 type Range struct {
 	Off, Len int
@@ -59,6 +68,11 @@ func New(n, servers, chunkBytes int) (Plan, error) {
 	if k := p.NumChunks(); k > MaxChunks {
 		return Plan{}, fmt.Errorf("shard plan: chunks of %d bytes cut a vector of %d floats into %d chunks, more than %d: use larger chunks (at least %d bytes)",
 			chunkBytes, n, k, MaxChunks, 4*((n+MaxChunks-1)/MaxChunks))
+	}
+	if per := p.NumChunks() / servers; per > MaxChunksPerShard {
+		most := servers * MaxChunksPerShard
+		return Plan{}, fmt.Errorf("shard plan: chunks of %d bytes give each of %d server(s) %d chunks of a vector of %d floats, more than the %d a shard's messages can list: use larger chunks (at least %d bytes)",
+			chunkBytes, servers, per, n, MaxChunksPerShard, 4*((n+most-1)/most))
 	}
 	return p, nil
 }

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,6 +76,23 @@ func TestPlanProperties(t *testing.T) {
 	}
 }
 
+// TestTheSmallestChunkSuggestedIsTaken: the error for chunks too small
+// for a shard's messages names a size, and that size is accepted.
+func TestTheSmallestChunkSuggestedIsTaken(t *testing.T) {
+	for _, servers := range []int{1, 2, 3, 7} {
+		_, err := New(235146, servers, 4)
+		require.ErrorContains(t, err, "more than the 4096 a shard's messages can list")
+		var least int
+		_, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "at least "):], "at least %d bytes", &least)
+		require.NoError(t, scanErr, err.Error())
+		p, err := New(235146, servers, least)
+		require.NoError(t, err, "the %d bytes it suggested, %d servers", least, servers)
+		assert.LessOrEqual(t, p.NumChunks()/servers, MaxChunksPerShard)
+		_, err = New(235146, servers, least-4)
+		assert.Error(t, err, "nothing smaller: %d bytes, %d servers", least-4, servers)
+	}
+}
+
 func TestPlanErrors(t *testing.T) {
 	for _, tc := range []planCase{
 		{"empty vector", 0, 1, 64},
@@ -82,6 +101,8 @@ func TestPlanErrors(t *testing.T) {
 		{"more servers than floats", 5, 6, 64},
 		{"more chunks than MaxChunks", 1 << 40, 1, 4},
 		{"more servers than MaxChunks", 1 << 40, MaxChunks + 1, 1 << 30},
+		{"more chunks a shard than its messages can list", 235146, 1, 4},
+		{"the same over two servers", 235146, 2, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.n, tc.servers, tc.chunk)
