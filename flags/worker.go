@@ -216,6 +216,11 @@ func (w *Worker) bind() error {
 
 // checkFiles checks --save and --record-pushes.
 func (w *Worker) checkFiles() error {
+	if w.Save != "" && w.Train.Mode != consistency.Ring {
+		// It wrote nothing and said nothing: the weights are the servers'.
+		return fmt.Errorf("--save %s: --mode %s keeps the weights on the parameter servers, and a worker has none to save: use shoal train --save, or the shards' --checkpoint-dir (a worker saves with --mode ring)",
+			w.Save, w.Train.Mode)
+	}
 	if err := WritableFile("--save", w.Save); err != nil {
 		return err
 	}

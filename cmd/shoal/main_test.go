@@ -90,6 +90,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"negative threads", []string{"train", "--threads", "-1"}, "--threads -1: want >= 1, or 0"},
 		{"negative lanes", []string{"train", "--dataset", "synthetic", "--lanes", "-1"}, "--lanes -1: want 1..16 connections per server, or 0 for 4 where this machine has 8 or more CPUs, else 1"},
 		{"a worker's lanes", []string{"worker", "--dataset", "synthetic", "--lanes", "17"}, "--lanes 17: want 1..16 connections per server, or 0"},
+		{"a PS worker's save", []string{"worker", "--dataset", "synthetic", "--mode", "sync", "--save", "m.safetensors"},
+			"--save m.safetensors: --mode sync keeps the weights on the parameter servers, and a worker has none to save"},
 		{"unknown binding", []string{"train", "--dataset", "synthetic", "--bind", "numa"}, `--bind "numa": want auto, cores or none`},
 		{"bound workers beyond the cores", []string{"train", "--dataset", "synthetic", "--bind", "cores", "--workers", "3", "--threads", strconv.Itoa(runtime.NumCPU())},
 			fmt.Sprintf("--bind cores: 3 worker(s) × %d thread(s) need %d CPUs, and this process may run on %d", runtime.NumCPU(), 3*runtime.NumCPU(), runtime.NumCPU())},
