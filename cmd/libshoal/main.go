@@ -226,6 +226,15 @@ func shoal_barrier(h C.int64_t, err *C.char, errlen C.int) C.int64_t {
 	return ss.submit(tensorcoll.Request{Kind: tensorcoll.KindBarrier, Name: "barrier"}, err, errlen)
 }
 
+// lookupOp returns handle h's session and its op id, or nils.
+func lookupOp(h, id C.int64_t) (*session, *tensorcoll.Op) {
+	ss, ok := lookup(h)
+	if !ok {
+		return nil, nil
+	}
+	return ss, ss.op(id)
+}
+
 func (ss *session) op(id C.int64_t) *tensorcoll.Op {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -237,11 +246,7 @@ func (ss *session) op(id C.int64_t) *tensorcoll.Op {
 //
 //export shoal_poll
 func shoal_poll(h, id C.int64_t) C.int {
-	ss, ok := lookup(h)
-	if !ok {
-		return -1
-	}
-	op := ss.op(id)
+	_, op := lookupOp(h, id)
 	if op == nil {
 		return -1
 	}
@@ -292,11 +297,7 @@ func (ss *session) release(id C.int64_t) {
 //
 //export shoal_result_bytes
 func shoal_result_bytes(h, id C.int64_t, rows *C.int64_t) C.int64_t {
-	ss, ok := lookup(h)
-	if !ok {
-		return -1
-	}
-	op := ss.op(id)
+	_, op := lookupOp(h, id)
 	if op == nil {
 		return -1
 	}
