@@ -687,3 +687,17 @@ func TestABatchLargerThanAShareIsReportedAsRun(t *testing.T) {
 	assert.Contains(t, out, "batch 3000 per worker (--batch 100000 is more than a worker's share of an epoch: each step takes all of it)")
 	assert.Equal(t, int64(2*2*3000), res.Samples, "two steps of 3,000 samples a worker")
 }
+
+// TestAFinishedCheckpointSaysSo: the README's train --checkpoint-dir run
+// a second time resumes a finished run and trains nothing; it says why and
+// what to do, where it printed 0 samples/s without a word.
+func TestAFinishedCheckpointSaysSo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	args := []string{"--dataset", "synthetic", "--hidden", "32", "--steps", "3", "--checkpoint-dir", dir}
+	first, out := trainJSON(t, nil, args...)
+	require.Positive(t, first.Samples)
+	assert.NotContains(t, out, "nothing left to train")
+	again, out := trainJSON(t, nil, args...)
+	assert.Zero(t, again.Samples)
+	assert.Contains(t, out, "nothing left to train: the checkpoints in "+dir+" hold a run that already reached its end (step 3); to train anew, give another --checkpoint-dir or empty "+dir)
+}

@@ -608,6 +608,9 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 	if sum.Saved != "" {
 		fmt.Fprintf(stdout, "saved: %s\n", sum.Saved)
 	}
+	if dir := t.shard.CkptDir; sum.Samples == 0 && dir != "" && !t.ring {
+		fmt.Fprintf(stdout, "nothing left to train: the checkpoints in %s hold a run that already reached its end (step %d); to train anew, give another --checkpoint-dir or empty %s\n", dir, sum.Steps, dir)
+	}
 	if !t.jsonOut {
 		return nil
 	}
