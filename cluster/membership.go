@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -194,6 +195,22 @@ func DefaultConfig() Config {
 
 // GossipKeySize is the size of a gossip key file: AES-256.
 const GossipKeySize = 32
+
+// WriteGossipKey writes a new random gossip key (GossipKeySize bytes) to
+// path, readable by its owner only: a launcher that starts every member
+// itself (shoal train) gives them a key of the run's own, so that no
+// process outside the run can join its gossip, announce a member or move
+// the workers to an address of its choosing.
+func WriteGossipKey(path string) error {
+	key := make([]byte, GossipKeySize)
+	if _, err := crand.Read(key); err != nil {
+		return fmt.Errorf("gossip key: %w", err)
+	}
+	if err := os.WriteFile(path, key, 0o600); err != nil {
+		return fmt.Errorf("gossip key: %w", err)
+	}
+	return nil
+}
 
 func readGossipKey(path string) ([]byte, error) {
 	key, err := os.ReadFile(path)

@@ -528,8 +528,9 @@ func childWith(t *testing.T, parent int, flag, value string) int {
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		args := strings.Split(string(cmdline), "\x00")
-		for i := range len(args) - 1 {
-			if args[i] == flag && args[i+1] == value {
+		for i := range len(args) {
+			// --flag value, or --flag=value as flags' Args renders it.
+			if args[i] == flag+"="+value || i+1 < len(args) && args[i] == flag && args[i+1] == value {
 				return pid
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/client"
+	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/flags"
@@ -45,6 +46,7 @@ type trainRun struct {
 	metrics   bool
 	timeline  string // --timeline DIR
 	record    string // --record-pushes DIR
+	gossipKey string // the run's own gossip key file (prepare)
 	workers   int
 	threads   int     // GEMM threads per worker; 0: the cores' share
 	bind      string  // --bind: auto, cores or none
@@ -89,15 +91,29 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return t.end(stdout, res)
 }
 
-// prepare makes what the run needs before any child starts: with --tls
-// the run's throwaway credentials (cleanup removes them), and empty
+// prepare makes what the run needs before any child starts: the run's
+// own gossip key, so that only its children gossip with one another; with
+// --tls the run's throwaway credentials (cleanup removes both), and empty
 // --record-pushes and --timeline folders.
 func (t *trainRun) prepare() (cleanup func(), err error) {
-	cleanup = func() {}
+	keyDir, err := os.MkdirTemp("", "shoal-train-")
+	if err != nil {
+		return nil, fmt.Errorf("a folder for the run's gossip key: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(keyDir) }
+	t.gossipKey = filepath.Join(keyDir, "gossip.key")
+	if err := cluster.WriteGossipKey(t.gossipKey); err != nil {
+		cleanup()
+		return nil, err
+	}
 	if t.tls {
-		if cleanup, err = t.sec.Throwaway(); err != nil {
+		removeCreds, err := t.sec.Throwaway()
+		if err != nil {
+			cleanup()
 			return nil, err
 		}
+		removeKey := cleanup
+		cleanup = func() { removeCreds(); removeKey() }
 	}
 	if err := clearRecordings(t.record); err != nil {
 		cleanup()
@@ -206,9 +222,9 @@ const maxProcsPerCore = 32
 func (t *trainRun) procs() int { return t.workers + t.shard.Servers }
 
 // joinGossip puts a child's gossip g into the run's cluster on loopback,
-// joining peers, with the run's detection timings.
+// joining peers, with the run's detection timings and its own key.
 func (t *trainRun) joinGossip(g *flags.Gossip, peers []string) {
-	g.Addr, g.Detection, g.Join = "127.0.0.1:0", t.detection(), strings.Join(peers, ",")
+	g.Addr, g.Detection, g.Join, g.KeyFile = "127.0.0.1:0", t.detection(), strings.Join(peers, ","), t.gossipKey
 }
 
 // detection is the gossip's failure-detection timings for the run's

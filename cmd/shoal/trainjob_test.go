@@ -110,3 +110,39 @@ func TestTrainJobInProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestTheRunHasAGossipKeyOfItsOwn: shoal train gives its children a
+// gossip key made for the run (32 random bytes, 0600, in a folder of its
+// own that the run removes), so that a local process without it cannot
+// join the run's gossip and announce a shard at an address of its own
+// (issue 44: it moved every worker to 127.0.0.1:1). That memberlist
+// refuses a member without the key is cluster's TestMembershipLoopback.
+func TestTheRunHasAGossipKeyOfItsOwn(t *testing.T) {
+	var stderr bytes.Buffer
+	tr, err := parseTrain([]string{"--dataset", "synthetic", "--hidden", "32", "--steps", "3", "--mode", "sync", "--workers", "2"}, &stderr)
+	require.NoError(t, err, stderr.String())
+	cleanup, err := tr.prepare()
+	require.NoError(t, err)
+	key := tr.gossipKey
+	st, err := os.Stat(key)
+	require.NoError(t, err)
+	assert.Equal(t, int64(32), st.Size())
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	assert.Contains(t, tr.shardArgs(0, "127.0.0.1:0", nil, 0), "--gossip-key-file="+key)
+	assert.Contains(t, tr.workerArgs(1, []string{"127.0.0.1:1"}, []string{"127.0.0.1:2"}, ""), "--gossip-key-file="+key)
+
+	other, err := parseTrain([]string{"--dataset", "synthetic", "--hidden", "32", "--steps", "3"}, &stderr)
+	require.NoError(t, err)
+	cleanupOther, err := other.prepare()
+	require.NoError(t, err)
+	defer cleanupOther()
+	a, err := os.ReadFile(key)
+	require.NoError(t, err)
+	b, err := os.ReadFile(other.gossipKey)
+	require.NoError(t, err)
+	assert.NotEqual(t, a, b, "each run its own key")
+
+	cleanup()
+	_, err = os.Stat(filepath.Dir(key))
+	assert.True(t, os.IsNotExist(err), "the run removes its key: %v", err)
+}
