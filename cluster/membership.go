@@ -212,7 +212,8 @@ func WriteGossipKey(path string) error {
 	return nil
 }
 
-func readGossipKey(path string) ([]byte, error) {
+// ReadGossipKey reads a gossip key file: exactly GossipKeySize raw bytes.
+func ReadGossipKey(path string) ([]byte, error) {
 	key, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("gossip key file: %w", err)
@@ -311,7 +312,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.Events = (*eventDelegate)(m)
 	mc.Logger = log.New(slogWriter{l: logger, stopping: &m.stopping, limit: &logLimit{now: time.Now}}, "", 0)
 	if cfg.KeyFile != "" {
-		if mc.SecretKey, err = readGossipKey(cfg.KeyFile); err != nil {
+		if mc.SecretKey, err = ReadGossipKey(cfg.KeyFile); err != nil {
 			return nil, fmt.Errorf("membership config: %w", err)
 		}
 		if fi, err := os.Stat(cfg.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {

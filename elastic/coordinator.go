@@ -47,6 +47,10 @@ type CoordinatorConfig struct {
 	RejoinTimeout time.Duration
 	// Roster says who is alive.
 	Roster Roster
+	// Secret, when set (Secret(gossip key)), is the job's: a remote Reform
+	// must be signed with it, so that only the job's members make the ring
+	// re-form. Nil takes any request from a member's host.
+	Secret []byte
 	// Listen opens the listener on which this member, as a new
 	// generation's rank 0, serves that generation's rendezvous.
 	Listen func() (net.Listener, error)
@@ -146,6 +150,12 @@ func (c *Coordinator) wakeLocked() {
 // holds for its member id, so that another member of the gossip cannot
 // speak for a live rank.
 func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResponse, error) {
+	if _, remote := peer.FromContext(ctx); remote {
+		if err := verify(c.cfg.Secret, req); err != nil {
+			c.log.Warn("refused a Reform", "from", req.Member, "err", err)
+			return nil, err
+		}
+	}
 	if err := c.checkCaller(ctx, int(req.Member)); err != nil {
 		return nil, err
 	}

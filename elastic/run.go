@@ -31,6 +31,9 @@ type Config struct {
 	// also serves over gRPC; Roster says who is alive.
 	Coordinator *Coordinator
 	Roster      Roster
+	// Secret signs this member's Reform requests (Secret(gossip key)); the
+	// other members' coordinators refuse unsigned ones where they have it.
+	Secret []byte
 	// Connect joins one generation's ring as rank of size, through the
 	// rendezvous at master that rank 0 serves on lis (nil on the other
 	// ranks); jobID names the generation.
@@ -221,6 +224,9 @@ func (m *member) reform(ctx context.Context, gen uint64, reason string) (*pb.Ref
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReformTimeout)
 	defer cancel()
 	req := &pb.ReformRequest{JobId: m.cfg.JobID, Member: int32(m.cfg.Member), Generation: gen, Reason: reason, Step: m.pos.step, Previous: m.members}
+	if err := sign(m.cfg.Secret, req); err != nil {
+		return nil, nil, err
+	}
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {

@@ -13,6 +13,7 @@ import (
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/data"
+	"github.com/shoalml/shoal/elastic"
 	"github.com/shoalml/shoal/internal/cpubind"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/node"
@@ -295,6 +296,15 @@ func (w *Worker) ringConfig() (node.RingConfig, error) {
 	}
 	cfg := node.RingConfig{Listen: r.Listen, JobID: r.JobID, ReduceOp: r.ReduceOp, Compression: comp, DesyncEvery: r.DesyncEvery, SharedMemory: r.SharedMemory,
 		FusionBytes: r.FusionBytes, Optimizer: ocfg, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
+	if r.Elastic && w.Gossip.KeyFile != "" {
+		// The members that hold the gossip key sign their re-forms with
+		// it; the Elastic service refuses what they did not send.
+		key, err := cluster.ReadGossipKey(w.Gossip.KeyFile)
+		if err != nil {
+			return node.RingConfig{}, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		cfg.Secret = elastic.Secret(key)
+	}
 	if !r.Elastic || !w.Gossip.On() {
 		cfg.Master, err = r.MasterAddr()
 	}

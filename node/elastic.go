@@ -89,7 +89,7 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 	stopStalls := watchStalls(&wcfg, r.Stall, r.Logger, ringStalls(current.Load))
 	defer stopStalls()
 	out, err := elastic.Run(ctx, elastic.Config{
-		Member: r.ID.Rank, JobID: r.Ring.JobID, Coordinator: svc.coord, Roster: svc.roster,
+		Member: r.ID.Rank, JobID: r.Ring.JobID, Coordinator: svc.coord, Roster: svc.roster, Secret: r.Ring.Secret,
 		Connect: r.connector(wrap, &current),
 		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout},
 		Model:   r.Model, Train: r.Train, Initial: initial,
@@ -167,7 +167,7 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 	var advertised string // the host the gossip advertises, once joined
 	coord, err := elastic.NewCoordinator(elastic.CoordinatorConfig{
 		JobID: r.Ring.JobID, Self: r.ID.Rank, Initial: r.ID.WorldSize, MinWorkers: r.Ring.MinWorkers, RejoinTimeout: r.Ring.RejoinTimeout,
-		Roster: roster, Logger: log,
+		Roster: roster, Logger: log, Secret: r.Ring.Secret,
 		Listen: func() (net.Listener, error) {
 			l, err := collnet.ListenMaster(net.JoinHostPort(host, "0"))
 			if err != nil {

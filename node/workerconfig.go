@@ -108,6 +108,9 @@ type RingConfig struct {
 	Elastic       bool
 	MinWorkers    int
 	RejoinTimeout time.Duration
+	// Secret signs and checks the elastic ring's Reform requests
+	// (elastic.Secret of the gossip key); nil: unsigned, as without a key.
+	Secret []byte
 	// Save is where rank 0 writes the final parameters ("" nowhere).
 	Save string
 }

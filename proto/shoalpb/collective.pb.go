@@ -304,7 +304,13 @@ type ReformRequest struct {
 	Step int64 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
 	// previous are the members of the generation the caller last trained
 	// in (empty when it joins): a new generation must keep a quorum of them.
-	Previous      []int32 `protobuf:"varint,6,rep,packed,name=previous,proto3" json:"previous,omitempty"`
+	Previous []int32 `protobuf:"varint,6,rep,packed,name=previous,proto3" json:"previous,omitempty"`
+	// auth is HMAC-SHA256 of this request (its other fields, marshalled
+	// deterministically) under the job's secret, which every member derives
+	// from the job's gossip key: a coordinator that has a secret refuses a
+	// remote request without the right auth, so that a process outside the
+	// job cannot make the ring re-form.
+	Auth          []byte `protobuf:"bytes,7,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +383,13 @@ func (x *ReformRequest) GetStep() int64 {
 func (x *ReformRequest) GetPrevious() []int32 {
 	if x != nil {
 		return x.Previous
+	}
+	return nil
+}
+
+func (x *ReformRequest) GetAuth() []byte {
+	if x != nil {
+		return x.Auth
 	}
 	return nil
 }
@@ -499,7 +512,7 @@ const file_proto_shoalpb_collective_proto_rawDesc = "" +
 	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\x12\x17\n" +
 	"\ahost_id\x18\x03 \x01(\tR\x06hostId\"8\n" +
 	"\fJoinResponse\x12(\n" +
-	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks\"\xa6\x01\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x12.shoal.v1.RankInfoR\x05ranks\"\xba\x01\n" +
 	"\rReformRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\x05R\x06member\x12\x1e\n" +
@@ -508,7 +521,8 @@ const file_proto_shoalpb_collective_proto_rawDesc = "" +
 	"generation\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\x03R\x04step\x12\x1a\n" +
-	"\bprevious\x18\x06 \x03(\x05R\bprevious\"\x9e\x01\n" +
+	"\bprevious\x18\x06 \x03(\x05R\bprevious\x12\x12\n" +
+	"\x04auth\x18\a \x01(\fR\x04auth\"\x9e\x01\n" +
 	"\x0eReformResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
