@@ -175,7 +175,7 @@ type Config struct {
 	// KeyFile, when set, names a file holding exactly 32 raw bytes: the
 	// AES-256 key that encrypts and authenticates all gossip. Every node
 	// must use the same key; a node with another key (or none) is not
-	// admitted. Make one with: head -c 32 /dev/urandom > gossip.key
+	// admitted. Make one with: (umask 077; head -c 32 /dev/urandom > gossip.key)
 	KeyFile string
 	// Logger receives memberlist's logs at their levels, with
 	// component=membership; nil discards them.
