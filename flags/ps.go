@@ -47,6 +47,10 @@ type PS struct {
 	Sec          Sec
 	Metrics      Metrics
 	Timeline     Timeline
+	// InitFrom, InitWait: a model from a file rank 0 writes
+	// (node.ShardConfig.InitFrom), in place of --model.
+	InitFrom string
+	InitWait time.Duration
 }
 
 // Register registers shoal ps's flags.
@@ -70,6 +74,8 @@ func (p *PS) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.MaxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 	fs.IntVar(&p.Index, "shard", 0, "this server's shard index")
 	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
+	fs.StringVar(&p.InitFrom, "init-from", "", "take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file")
+	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, "with --init-from: how long to wait for the file")
 	p.Shard.Register(fs)
 	p.Model.Register(fs)
 	p.Opt.Register(fs, "none")
@@ -169,11 +175,22 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	model, err := p.Model.Build()
+	ocfg, err := p.Opt.Config()
 	if err != nil {
 		return err
 	}
-	ocfg, err := p.Opt.Config()
+	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg,
+		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
+		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
+	if p.InitFrom != "" {
+		if p.InitWait <= 0 {
+			return fmt.Errorf("--init-wait %v: want > 0", p.InitWait)
+		}
+		cfg.InitFrom, cfg.InitWait = p.InitFrom, p.InitWait
+		cfg.PlanFor = func(floats int) (shard.Plan, error) { return shard.New(floats, p.Servers, p.ChunkBytes) }
+		return nil
+	}
+	model, err := p.Model.Build()
 	if err != nil {
 		return err
 	}
@@ -184,9 +201,7 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	}
 	initial := make([]float32, layout.Size())
 	model.Init(initial, p.Model.Seed)
-	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Plan: plan, Layout: layout, Optimizer: ocfg,
-		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
-		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
+	cfg.PS.Plan, cfg.PS.Layout = plan, layout
 	cfg.Initial, cfg.Model = initial, DescribeModel(model)
 	return nil
 }

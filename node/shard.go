@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +64,16 @@ type ShardConfig struct {
 	ExitWait     time.Duration
 	// MetricsAddr serves Prometheus metrics there; "" none.
 	MetricsAddr string
+	// InitFrom, when set, is a model file (ps.ReadModelFile) the shard
+	// takes its layout and initial values from, in place of PS.Layout and
+	// Initial: a model Shoal does not build, held by a worker (rank 0 of
+	// a PyTorch job writes it). The shard listens and says so first,
+	// since the launcher starts the workers only then, and waits up to
+	// InitWait for the file to appear; PlanFor then partitions the
+	// file's vector into PS.Plan.
+	InitFrom string
+	InitWait time.Duration
+	PlanFor  func(floats int) (shard.Plan, error)
 }
 
 // RunShard runs one shard until ctx ends, a checkpoint fails, or with
@@ -83,15 +96,22 @@ func RunShard(ctx context.Context, cfg ShardConfig, out io.Writer) error {
 	if psm != nil {
 		cfg.PS.OnWait = psm.ObserveWait
 	}
-	core, err := ps.New(cfg.PS, cfg.Initial)
-	if err != nil {
-		return err
-	}
 	lis, closeNIC, err := cfg.openListener()
 	if err != nil {
 		return err
 	}
 	defer closeNIC()
+	if cfg.InitFrom != "" {
+		if err := cfg.awaitModel(ctx, lis.Addr().String(), out); err != nil {
+			lis.Close()
+			return err
+		}
+	}
+	core, err := ps.New(cfg.PS, cfg.Initial)
+	if err != nil {
+		lis.Close()
+		return err
+	}
 	refused := &secure.Refusals{}
 	srv := cfg.newServer(core, lis, refused, psm, grpcm)
 	ctx, endRun := context.WithCancel(ctx)
@@ -132,6 +152,59 @@ func (cfg *ShardConfig) openListener() (net.Listener, func(), error) {
 	return lis, closeNIC, nil
 }
 
+// awaitModel says the shard listens on addr, waits for the model file
+// InitFrom, and takes the shard's layout, plan and initial values from it.
+func (cfg *ShardConfig) awaitModel(ctx context.Context, addr string, out io.Writer) error {
+	log, idx := cfg.PS.Logger, cfg.PS.Shard
+	log.Info("listening; waiting for the model", "component", "ps", "addr", addr, "shard", idx, "init_from", cfg.InitFrom, "wait", cfg.InitWait)
+	if cfg.Events {
+		launch.Emit(out, launch.Event{Event: launch.Listening, Addr: addr, Shard: idx})
+	} else {
+		fmt.Fprintf(out, "shoal ps: shard %d listening on %s, waiting up to %v for the model at %s\n", idx, addr, cfg.InitWait, cfg.InitFrom)
+	}
+	if err := waitForFile(ctx, cfg.InitFrom, cfg.InitWait); err != nil {
+		return fmt.Errorf("--init-from %s: %w (the worker that holds the model, rank 0, writes it when it connects)", cfg.InitFrom, err)
+	}
+	layout, initial, err := ps.ReadModelFile(cfg.InitFrom)
+	if err != nil {
+		return fmt.Errorf("--init-from: %w", err)
+	}
+	plan, err := cfg.PlanFor(layout.Size())
+	if err != nil {
+		return fmt.Errorf("--init-from %s: %w", cfg.InitFrom, err)
+	}
+	cfg.PS.Layout, cfg.PS.Plan, cfg.Initial = layout, plan, initial
+	cfg.Model = fmt.Sprintf("a model of %d tensors and %d floats from %s", len(layout.Tensors), layout.Size(), cfg.InitFrom)
+	return nil
+}
+
+// waitForFile returns once path exists, or an error once wait has passed
+// or ctx ended. It looks every 50 ms: the file comes from another
+// process, and a shard that waits for it has nothing else to do.
+func waitForFile(ctx context.Context, path string, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("no model after %v", wait)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 // newServer builds the shard's gRPC server on lis with the credentials,
 // limits and metrics (psm and grpcm, nil without MetricsAddr). It warns
 // when the shard serves beyond loopback with no TLS and no
@@ -162,9 +235,12 @@ func (cfg *ShardConfig) announce(core *ps.Server, srv *rpc.ShardServer, gossip s
 	warnExposed(cfg.Creds, log)
 	log.Info("serving", "component", "ps", "addr", srv.Addr(), "security", cfg.Creds.Describe(), "stream_limit", srv.StreamLimit().Round(time.Second), "gossip", gossip, "clock", core.Clock(),
 		"shard", idx, "servers", plan.Servers, "mode", cfg.PS.Mode, "model", cfg.Model, "floats", plan.Floats(idx))
-	if cfg.Events {
+	switch {
+	case cfg.Events && cfg.InitFrom != "":
+		// awaitModel said so; a launcher takes one Listening per shard.
+	case cfg.Events:
 		launch.Emit(out, launch.Event{Event: launch.Listening, Addr: srv.Addr(), Shard: idx, Gossip: gossip})
-	} else {
+	default:
 		fmt.Fprintf(out, "shoal ps: shard %d of %d serving %s on %s, owning %d of the model's %d floats in %d chunk(s)\n",
 			idx, plan.Servers, cfg.Model, srv.Addr(), core.Floats(), plan.VectorLen, len(core.Ranges()))
 	}
