@@ -39,7 +39,7 @@ var layer = map[string]int{
 	// the harness's sweeps, which run jobs; the command-line contracts
 	"bench/harness": 8, "flags": 8,
 	// collectives on a foreign runtime's tensors (shoal.torch)
-	"tensorcoll": 5,
+	"tensorcoll": 5, "tensorps": 5,
 	// top
 	"cmd/shoal": 9, "cmd/libshoal": 9,
 }
