@@ -30,6 +30,7 @@ import (
 	"github.com/shoalml/shoal/cluster"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/worker"
@@ -49,6 +50,9 @@ type Config struct {
 	// ConnectTimeout bounds dialing and joining; CallTimeout each call
 	// (a sync step waits for the slowest worker within it).
 	ConnectTimeout, CallTimeout time.Duration
+	// Encoding is how pushes travel: float32, or halved to float16 or
+	// bfloat16 (the shards apply them in float32).
+	Encoding pb.Encoding
 }
 
 // DefaultConfig has the deadlines Shoal's workers have.
@@ -123,7 +127,7 @@ func Open(ctx context.Context, cfg Config, layout nn.Layout) (*Session, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	c, err := client.Dial(dctx, cfg.Servers, client.WithCallTimeout(cfg.CallTimeout), client.WithDialOptions(cfg.Creds.DialOptions()...))
+	c, err := client.Dial(dctx, cfg.Servers, client.WithCallTimeout(cfg.CallTimeout), client.WithPushEncoding(cfg.Encoding), client.WithDialOptions(cfg.Creds.DialOptions()...))
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: connecting to the parameter servers %s: %w", cfg.Rank, strings.Join(cfg.Servers, ","), err)
 	}

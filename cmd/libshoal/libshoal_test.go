@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -18,6 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/launch"
+	"github.com/shoalml/shoal/node"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/rpc"
+	"github.com/shoalml/shoal/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -355,4 +363,91 @@ func TestHorovodOptimizerOptions(t *testing.T) {
 		assert.Equal(t, res[0].out["params"], res[1].out["params"], "the ranks' weights differ after AdaSum")
 		assert.NotEqual(t, want, res[0].out["params"], "AdaSum gave the average's result")
 	})
+}
+
+// startShards serves servers parameter-server shards in this process, in
+// mode for workers workers, the way shoal run starts them for a PyTorch
+// job: plain SGD at lr 1, no model until rank 0 writes it to the file
+// whose path it returns, with the shards' addresses.
+func startShards(t *testing.T, mode consistency.Mode, workers, servers int) ([]string, string) {
+	t.Helper()
+	initPath := filepath.Join(t.TempDir(), "model")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	addrs := make([]string, servers)
+	for i := range servers {
+		c := ps.DefaultConfig()
+		c.Mode, c.Workers, c.Shard = mode, workers, i
+		c.Optimizer = optim.DefaultConfig()
+		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
+		cfg := node.ShardConfig{PS: c, Listen: "127.0.0.1:0", Drain: time.Second, StreamIdle: time.Minute, Limits: rpc.DefaultLimits,
+			ExitWait: time.Minute, Events: true, InitFrom: initPath, InitWait: 5 * time.Minute,
+			PlanFor: func(floats int) (shard.Plan, error) { return shard.New(floats, servers, 256) }}
+		r, w := io.Pipe()
+		wg.Go(func() {
+			err := node.RunShard(ctx, cfg, w)
+			w.CloseWithError(err)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("shard %d: %v", i, err)
+			}
+		})
+		var ev launch.Event
+		require.NoError(t, json.NewDecoder(r).Decode(&ev), "shard %d's first event", i)
+		require.Equal(t, launch.Listening, ev.Event)
+		addrs[i] = ev.Addr
+		go io.Copy(io.Discard, r) // the shard's later events
+	}
+	return addrs, initPath
+}
+
+// psEnv is what shoal run gives each rank of a PS-mode job.
+func psEnv(mode consistency.Mode, addrs []string, initPath string) []string {
+	return []string{"SHOAL_MODE=" + mode.String(), "SHOAL_SERVERS=" + strings.Join(addrs, ","), "SHOAL_PS_INIT=" + initPath}
+}
+
+// TestHorovodOptimizerPSEquivalence runs the ring test's script on two
+// sync shards: two ranks of batch b must end where one rank of batch 2b
+// ends, as on the ring, since the shards apply the mean of the ranks'
+// SGD-with-momentum updates and that update is linear in the gradient.
+func TestHorovodOptimizerPSEquivalence(t *testing.T) {
+	needTorch(t)
+	const batch = 32
+	ref := runRanks(t, 1, 3*time.Minute, "train", strconv.Itoa(batch), "67108864", "1")
+	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
+	want := ref[0].out["params"].(map[string]any)
+	addrs, initPath := startShards(t, consistency.Sync, 2, 2)
+	res := runRanksEnv(t, 2, 4*time.Minute, psEnv(consistency.Sync, addrs, initPath), "train", strconv.Itoa(batch), "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		stats := rr.out["ps"].(map[string]any)
+		assert.Equal(t, 12.0, stats["steps"], "rank %d pushed every step", r)
+		assert.Equal(t, 0.0, rr.out["buckets"], "rank %d: no ring buckets on the parameter servers", r)
+		got := rr.out["params"].(map[string]any)
+		for name, w := range want {
+			wv, gv := floats(w), floats(got[name])
+			require.Len(t, gv, len(wv), "rank %d %s", r, name)
+			for i := range wv {
+				assert.InDelta(t, wv[i], gv[i], math.Max(1e-5*math.Abs(wv[i]), 1e-6), "rank %d %s[%d]", r, name, i)
+			}
+		}
+	}
+}
+
+// TestHorovodOptimizerAsync runs the script on an async shard: each
+// rank's pushes are applied as they come, and the ranks report their
+// staleness.
+func TestHorovodOptimizerAsync(t *testing.T) {
+	needTorch(t)
+	addrs, initPath := startShards(t, consistency.Async, 2, 1)
+	res := runRanksEnv(t, 2, 4*time.Minute, psEnv(consistency.Async, addrs, initPath), "train", "32", "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		stats := rr.out["ps"].(map[string]any)
+		assert.Equal(t, 12.0, stats["steps"], "rank %d", r)
+		assert.GreaterOrEqual(t, stats["max_staleness"], 0.0, "rank %d", r)
+	}
 }

@@ -44,7 +44,7 @@ import (
 )
 
 // abiVersion changes whenever an exported signature or enumeration does.
-const abiVersion = 1
+const abiVersion = 2
 
 // session is what a handle holds: the Session and its ops by id.
 type session struct {

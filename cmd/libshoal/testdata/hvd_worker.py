@@ -111,7 +111,7 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
             loss.backward()
         opt.step()
     return {"rank": r, "size": n, "params": {k: v.reshape(-1).tolist() for k, v in model.state_dict().items()},
-            "buckets": len(opt._buckets)}
+            "buckets": len(opt._buckets), "ps": opt.ps_stats()}
 
 
 def die(victim):

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 ERR_LEN = 4096
 
 # tensorcoll's enumerations (cmd/libshoal's doc).
@@ -65,6 +65,12 @@ def lib():
         "shoal_result_bytes": ([i64, i64, p], i64),
         "shoal_result_copy": ([i64, i64, p], i32),
         "shoal_shutdown": ([i64, p, i32], i32),
+        "shoal_ps_write_model": ([s, s, p, i64, p, i32], i32),
+        "shoal_ps_open": ([s, i32, i64, p, i32], i64),
+        "shoal_ps_params": ([i64, p, i64, p, i32], i32),
+        "shoal_ps_push": ([i64, p, p, i64, p, i32], i32),
+        "shoal_ps_stats": ([i64, p], i32),
+        "shoal_ps_close": ([i64, p, i32], i32),
     }
     for name, (args, res) in sig.items():
         f = getattr(L, name)

@@ -92,7 +92,10 @@ def init(comm=None, process_sets=None):
 
 
 def shutdown():
-    """Leaves the ring; pending operations fail. init may be called again."""
+    """Leaves the ring (and the parameter servers); pending operations fail.
+    init may be called again."""
+    from shoal.torch import _ps
+    _ps.close_all()
     with _state.lock:
         h, _state.handle = _state.handle, 0
         _state.ops.clear()

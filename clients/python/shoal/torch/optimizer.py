@@ -12,6 +12,10 @@ are ready, so communication overlaps the rest of backward. synchronize()
 (called by step()) queues the buckets still waiting (a missing gradient
 counts as zeros), waits for all of them and unpacks the results into the
 gradients.
+
+On the parameter servers (SHOAL_MODE=async, sync or ssp) there are no
+buckets: step() runs the wrapped optimizer on this rank and exchanges its
+update with the shards in one push-pull (_ps.py says what that computes).
 """
 
 import os
@@ -20,10 +24,13 @@ from contextlib import contextmanager
 
 import torch
 
-from shoal.torch import _native, mpi_ops
+from shoal.torch import _native, _ps, mpi_ops
 from shoal.torch.compression import Compression
 
 DEFAULT_FUSION_BYTES = 64 << 20
+
+
+_OP_NAMES = {mpi_ops.Sum: "hvd.Sum", mpi_ops.Adasum: "hvd.Adasum"}
 
 
 class _Bucket:
@@ -58,6 +65,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("DistributedOptimizer: op must be hvd.Average, hvd.Sum or hvd.Adasum, got %r" % (op,))
         if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
+        self._ps = None
+        if _ps.mode() in _ps.PS_MODES:
+            if op != mpi_ops.Average:
+                raise ValueError("DistributedOptimizer: op=%s has no meaning on the parameter servers (SHOAL_MODE=%s): "
+                                 "sync shards apply the mean of the ranks' updates, async shards each update; use "
+                                 "hvd.Average, or run with --mode ring" % (_OP_NAMES.get(op, op), _ps.mode()))
+            self._ps = _ps.Exchange(named_parameters, compression)
+            _ps.register(self._ps)
         if groups is not None:
             warnings.warn("shoal.torch: DistributedOptimizer(groups=...) is ignored: "
                           "buckets are formed by SHOAL_FUSION_THRESHOLD")
@@ -73,7 +88,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_of = {}
         self._buckets = []
         self._grad_accs = []
-        if mpi_ops.size() > 1 or os.environ.get("SHOAL_HOOKS_ON_ONE_RANK") == "1":
+        if self._ps is None and (mpi_ops.size() > 1 or os.environ.get("SHOAL_HOOKS_ON_ONE_RANK") == "1"):
             self._make_buckets([p for _, p in named_parameters if p.requires_grad])
             self._register_hooks()
 
@@ -176,6 +191,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure=None):
+        if self._ps is not None:
+            return self._ps.step(lambda: super(self.__class__, self).step(closure))
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
@@ -183,6 +200,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
+
+    def ps_stats(self):
+        """On the parameter servers: steps pushed, the step this rank began
+        at, sync pushes dropped (backup workers) and the staleness of async
+        and SSP pushes (max and mean); None in ring mode."""
+        return self._ps.stats() if self._ps is not None else None
 
     def zero_grad(self, *args, **kwargs):
         if any(b.launched for b in self._buckets):
