@@ -451,3 +451,18 @@ func TestHorovodOptimizerAsync(t *testing.T) {
 		assert.GreaterOrEqual(t, stats["max_staleness"], 0.0, "rank %d", r)
 	}
 }
+
+// TestHorovodPSRanksWithDifferentModels: a rank that built another model
+// makes every rank fail at its first step, naming each rank's model,
+// before any of them joins the shards (where a sync rank would wait for
+// the others' pushes).
+func TestHorovodPSRanksWithDifferentModels(t *testing.T) {
+	needTorch(t)
+	addrs, initPath := startShards(t, consistency.Sync, 2, 1)
+	res := runRanksEnv(t, 2, 3*time.Minute, append(psEnv(consistency.Sync, addrs, initPath), "WIDER_RANK=1", "SKIP_BROADCAST=1"), "train", "32", "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Contains(t, rr.out["error"], "the ranks built different models, so they cannot share parameter servers: rank 0: 6 tensors, 217 floats", "rank %d", r)
+		assert.Contains(t, rr.out["error"], "rank 1: 6 tensors, 230 floats", "rank %d", r)
+	}
+}

@@ -73,10 +73,10 @@ def ops():
 
 
 class Net(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=16):
         super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 4)
+        self.fc1 = torch.nn.Linear(8, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 4)
         self.fc3 = torch.nn.Linear(4, 1)
 
     def forward(self, x):
@@ -87,7 +87,7 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
     os.environ["SHOAL_FUSION_THRESHOLD"] = str(fusion)
     r, n = hvd.rank(), hvd.size()
     torch.manual_seed(1000 + r)  # ranks start apart: broadcast_parameters must fix it
-    model = Net()
+    model = Net(17 if os.environ.get("WIDER_RANK") == str(r) else 16)
     g = torch.Generator().manual_seed(7)
     X = torch.randn(512, 8, generator=g)
     Y = X[:, :1] * 0.5 - X[:, 1:2] + 0.1 * torch.randn(512, 1, generator=g)
@@ -95,8 +95,9 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes,
                                    compression=getattr(hvd.Compression, compression),
                                    op={"average": hvd.Average, "adasum": hvd.Adasum}[op])
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    if os.environ.get("SKIP_BROADCAST") != "1":
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
     share = global_batch // n
     micro = share // passes
     steps = 12

@@ -23,6 +23,7 @@ package tensorps): nothing crosses Python per element.
 """
 
 import ctypes
+import hashlib
 import json
 import os
 
@@ -107,7 +108,14 @@ class Exchange:
             self._flat(self.dst)
             self._call("writing the model to SHOAL_PS_INIT=%s" % path, L.shoal_ps_write_model, path.encode(),
                        self.layout, self.dst.data_ptr(), self.n)
-        mpi_ops.barrier()
+        # Every rank must hold the model rank 0 wrote: compare before any
+        # rank joins the shards (this is the barrier after the write too).
+        mine = (len(self.params), self.n, hashlib.sha256(self.layout).hexdigest()[:16])
+        models = mpi_ops.allgather_object(mine, name="shoal.ps.model")
+        if any(m != models[0] for m in models):
+            raise mpi_ops.HorovodInternalError(
+                "shoal.torch: the ranks built different models, so they cannot share parameter servers: %s"
+                % "; ".join("rank %d: %d tensors, %d floats (layout %s)" % ((r,) + tuple(m)) for r, m in enumerate(models)))
         err = _native.errbuf()
         timeout_ms = int(float(os.environ.get("SHOAL_CONNECT_TIMEOUT", "60")) * 1000)
         h = L.shoal_ps_open(self.layout, self.encoding, timeout_ms, err, _native.ERR_LEN)
