@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/shoalml/shoal/cluster"
+	"github.com/shoalml/shoal/secure"
 )
 
 // DefaultMasterPort is the rendezvous port when only MASTER_ADDR is set
@@ -28,7 +29,9 @@ var jobVars = [...]string{"SHOAL_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE
 // MASTER_PORT, and JobID from SHOAL_JOB_ID or the launcher's job. When
 // the launcher names no master and all ranks run on this host (mpirun -np
 // N on one machine), the master is 127.0.0.1 on a port derived from the
-// launcher's job id. It returns where the identity came from.
+// launcher's job id. SHOAL_TLS_CERT, SHOAL_TLS_KEY, SHOAL_TLS_CA and
+// SHOAL_AUTH_TOKEN_FILE, when set, are its Security. It returns where the
+// identity came from.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, string, error) {
 	id, err := cluster.FromEnv(getenv)
 	if err != nil {
@@ -82,6 +85,12 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, string, erro
 		cfg.Master = net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+int(h.Sum32()%20000)))
 	case cfg.Size > 1:
 		return cfg, "", fmt.Errorf("rank %d of %d (from %s): no rendezvous address: set MASTER_ADDR and MASTER_PORT (or SHOAL_MASTER=host:port) to rank 0's host and a free port, the same on every rank", cfg.Rank, cfg.Size, id.Source)
+	}
+	files := secure.Files{Cert: getenv("SHOAL_TLS_CERT"), Key: getenv("SHOAL_TLS_KEY"), CA: getenv("SHOAL_TLS_CA"), Token: getenv("SHOAL_AUTH_TOKEN_FILE")}
+	if files != (secure.Files{}) {
+		if cfg.Security, err = secure.Load(files); err != nil {
+			return cfg, "", fmt.Errorf("SHOAL_TLS_*/SHOAL_AUTH_TOKEN_FILE: %w", err)
+		}
 	}
 	return cfg, id.Source, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/collective/collnet"
+	"github.com/shoalml/shoal/secure"
 )
 
 // Config describes one rank's Session. Start from DefaultConfig.
@@ -42,6 +43,9 @@ type Config struct {
 	// SkipCheck turns off the descriptor exchange before each collective
 	// (one small Allgather), trading the mismatch check for latency.
 	SkipCheck bool
+	// Security, with TLS, runs the rendezvous and every TCP link over
+	// mutual TLS (collnet.Config.Security); nil: plaintext.
+	Security *secure.Credentials
 	// Logger receives setup and failure events; nil discards them.
 	Logger *slog.Logger
 }
@@ -113,6 +117,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		cfg.HostID = collnet.DefaultHostID()
 	}
 	ncfg.Rank, ncfg.Size, ncfg.Master, ncfg.JobID, ncfg.SharedMemory, ncfg.HostID, ncfg.Logger = cfg.Rank, cfg.Size, cfg.Master, cfg.JobID, cfg.SharedMemory, cfg.HostID, cfg.Logger
+	ncfg.Security = cfg.Security
 	tr, err := collnet.Connect(ctx, ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("tensorcoll: rank %d of %d joining through %s: %w", cfg.Rank, cfg.Size, cfg.Master, err)

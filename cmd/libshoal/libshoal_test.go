@@ -25,6 +25,7 @@ import (
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/rpc"
+	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -371,6 +372,12 @@ func TestHorovodOptimizerOptions(t *testing.T) {
 // whose path it returns, with the shards' addresses.
 func startShards(t *testing.T, mode consistency.Mode, workers, servers int) ([]string, string) {
 	t.Helper()
+	return startShardsWith(t, mode, workers, servers, nil)
+}
+
+// startShardsWith is startShards with credentials (nil: plaintext).
+func startShardsWith(t *testing.T, mode consistency.Mode, workers, servers int, creds *secure.Credentials) ([]string, string) {
+	t.Helper()
 	initPath := filepath.Join(t.TempDir(), "model")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -385,7 +392,7 @@ func startShards(t *testing.T, mode consistency.Mode, workers, servers int) ([]s
 		c.Optimizer = optim.DefaultConfig()
 		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
 		cfg := node.ShardConfig{PS: c, Listen: "127.0.0.1:0", Drain: time.Second, StreamIdle: time.Minute, Limits: rpc.DefaultLimits,
-			ExitWait: time.Minute, Events: true, InitFrom: initPath, InitWait: 5 * time.Minute,
+			ExitWait: time.Minute, Events: true, Creds: creds, InitFrom: initPath, InitWait: 5 * time.Minute,
 			PlanFor: func(floats int) (shard.Plan, error) { return shard.New(floats, servers, 256) }}
 		r, w := io.Pipe()
 		wg.Go(func() {
@@ -464,5 +471,33 @@ func TestHorovodPSRanksWithDifferentModels(t *testing.T) {
 		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
 		assert.Contains(t, rr.out["error"], "the ranks built different models, so they cannot share parameter servers: rank 0: 6 tensors, 217 floats", "rank %d", r)
 		assert.Contains(t, rr.out["error"], "rank 1: 6 tensors, 230 floats", "rank %d", r)
+	}
+}
+
+// TestHorovodTLSAndToken runs a sync PS job whose shards want mutual TLS
+// and the job's token: ranks given both (SHOAL_TLS_*,
+// SHOAL_AUTH_TOKEN_FILE) train, over a ring that runs over TLS too;
+// ranks without the token are refused by name.
+func TestHorovodTLSAndToken(t *testing.T) {
+	needTorch(t)
+	files, err := secure.WriteTestPKI(t.TempDir(), nil, time.Hour)
+	require.NoError(t, err)
+	creds, err := secure.Load(files)
+	require.NoError(t, err)
+	tlsEnv := []string{"SHOAL_TLS_CERT=" + files.Cert, "SHOAL_TLS_KEY=" + files.Key, "SHOAL_TLS_CA=" + files.CA}
+
+	addrs, initPath := startShardsWith(t, consistency.Sync, 2, 1, creds)
+	env := append(append(psEnv(consistency.Sync, addrs, initPath), tlsEnv...), "SHOAL_AUTH_TOKEN_FILE="+files.Token)
+	res := runRanksEnv(t, 2, 3*time.Minute, env, "train", "32", "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Equal(t, 12.0, rr.out["ps"].(map[string]any)["steps"], "rank %d", r)
+	}
+
+	addrs, initPath = startShardsWith(t, consistency.Sync, 2, 1, creds)
+	res = runRanksEnv(t, 2, 3*time.Minute, append(psEnv(consistency.Sync, addrs, initPath), tlsEnv...), "train", "32", "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Contains(t, rr.out["error"], "Unauthenticated", "rank %d", r)
 	}
 }
