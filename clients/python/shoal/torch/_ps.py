@@ -74,8 +74,10 @@ class Exchange:
         self.n = sum(p.numel() for p in self.params)
         self.encoding = _encoding(compression)
         self.handle = 0
-        self.dst = torch.empty(self.n, dtype=torch.float32)
-        self.upd = torch.empty(self.n, dtype=torch.float32)
+        # CUDA parameters are staged through pinned host memory.
+        pin = any(p.is_cuda for p in self.params)
+        self.dst = torch.empty(self.n, dtype=torch.float32, pin_memory=pin)
+        self.upd = torch.empty(self.n, dtype=torch.float32, pin_memory=pin)
 
     def _flat(self, out):
         off = 0
