@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -11,10 +12,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 
 	"github.com/shoalml/shoal/consistency"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -165,16 +168,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 
 func (c *Client) handshake(ctx context.Context) error {
 	infos := make([]*pb.InfoResponse, len(c.stubs))
-	for i, s := range c.stubs {
-		// WaitForReady: a server that is still starting is waited for, up
-		// to ctx's deadline, instead of failing at once. A server killed
-		// while it answers (it restarts from its checkpoint) fails the call
-		// with Unavailable; that is tried again as any call is.
-		err := c.retry(ctx, "client: info from server "+c.addrs[i], func(ctx context.Context) (err error) {
-			infos[i], err = s.Info(ctx, &pb.InfoRequest{}, grpc.WaitForReady(true))
-			return err
-		})
-		if err != nil {
+	for i := range c.stubs {
+		var err error
+		if infos[i], err = c.info0(ctx, i); err != nil {
 			return err
 		}
 	}
@@ -232,6 +228,64 @@ func (c *Client) handshake(ctx context.Context) error {
 		c.lanes = append(c.lanes, splitLanes(plan.Ranges(s), c.opts.lanes))
 	}
 	return nil
+}
+
+// info0 asks server i for its Info until it answers, a call fails with
+// anything but Unavailable, WithRetry's attempts are spent, or ctx ends (without a deadline, after the
+// retry time). The calls fail fast, so each failure carries the reason
+// the connection could not be made (refused, no such host, a TLS
+// mismatch), which WithConnectNotice hears while the client goes on
+// trying and the final error repeats. A server still starting, or killed
+// while it answers and restarting from its checkpoint, is waited for.
+func (c *Client) info0(ctx context.Context, i int) (*pb.InfoResponse, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.retryFor)
+		defer cancel()
+	}
+	addr, backoff, start := c.addrs[i], c.opts.backoff, time.Now()
+	var told string
+	var toldAt time.Time
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+		in, err := c.stubs[i].Info(cctx, &pb.InfoRequest{})
+		cancel()
+		switch {
+		case err == nil:
+			return in, nil
+		case status.Code(err) != codes.Unavailable || attempt == c.opts.maxAttempts:
+			return nil, fmt.Errorf("client: info from server %s: %w%s", addr, err, ConnectHint(err))
+		}
+		if f := c.opts.notice; f != nil && time.Since(start) >= c.opts.noticeAfter {
+			if why := status.Convert(err).Message(); why != told || time.Since(toldAt) >= 15*time.Second {
+				f(addr, fmt.Errorf("%s%s", why, ConnectHint(err)))
+				told, toldAt = why, time.Now()
+			}
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("client: server %s not reachable after %v: %w (last error: %w%s)", addr, time.Since(start).Round(time.Millisecond), ctx.Err(), err, ConnectHint(err))
+		case <-t.C:
+		}
+		backoff = min(2*backoff, c.opts.maxBackoff)
+	}
+}
+
+// ConnectHint is what a connection error suggests about the two ends'
+// security, with a leading " (", or "".
+func ConnectHint(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "server preface"):
+		return " (the server closed the connection before speaking gRPC: it may serve TLS, which this client does not speak; give --tls-cert, --tls-key and --tls-ca)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return " (the server does not serve TLS: start it with --tls-cert, --tls-key and --tls-ca, or connect without them)"
+	case strings.Contains(msg, "certificate"):
+		return " (the server's certificate was refused: it must be signed by --tls-ca and name the address dialed)"
+	}
+	return ""
 }
 
 // connect opens a connection to addr through a resolver of its own.

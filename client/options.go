@@ -20,6 +20,8 @@ type options struct {
 	keepalive   keepalive.ClientParameters
 	dialOpts    []grpc.DialOption
 	lanes       int
+	notice      func(addr string, err error)
+	noticeAfter time.Duration
 }
 
 // Option configures a Client.
@@ -102,4 +104,13 @@ func WithTransport(t pb.Transport) Option { return func(o *options) { o.transpor
 // buffer overwritten.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithConnectNotice has Dial call f, while it keeps trying, with why a
+// server cannot be reached (connection refused, no such host, a TLS
+// mismatch), once it has tried for after and then whenever the reason
+// changes or 15 s have passed: a worker can say at once what a connect
+// timeout of minutes would otherwise say only at its end.
+func WithConnectNotice(after time.Duration, f func(addr string, err error)) Option {
+	return func(o *options) { o.notice, o.noticeAfter = f, after }
 }

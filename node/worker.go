@@ -260,7 +260,10 @@ func (w *psWorker) dial(ctx context.Context, nic *netshape.NIC) (*client.Client,
 		lanes = w.PS.AutoLanes
 	}
 	servers, err := client.Dial(dctx, w.PS.Servers, client.WithCallTimeout(w.CallTimeout), client.WithRetryFor(w.PS.RetryFor), client.WithPushEncoding(w.PS.Encoding),
-		client.WithLanes(lanes), client.WithDialOptions(append(w.Creds.DialOptions(), grpcDialer(nic))...))
+		client.WithLanes(lanes), client.WithDialOptions(append(w.Creds.DialOptions(), grpcDialer(nic))...),
+		client.WithConnectNotice(2*time.Second, func(addr string, err error) {
+			w.Logger.Warn("a parameter server is not reachable yet; trying until --connect-timeout", "component", "worker", "rank", w.ID.Rank, "addr", addr, "error", err, "connect_timeout", w.PS.Connect)
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the parameter servers (--servers %s): %w", strings.Join(w.PS.Servers, ","), err)
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	// ConnectTimeout bounds dialing and joining; CallTimeout each call
 	// (a sync step waits for the slowest worker within it).
 	ConnectTimeout, CallTimeout time.Duration
+	// Notice, when set, hears why a shard cannot be reached yet while
+	// Open goes on trying (client.WithConnectNotice).
+	Notice func(addr string, err error)
 	// Encoding is how pushes travel: float32, or halved to float16 or
 	// bfloat16 (the shards apply them in float32).
 	Encoding pb.Encoding
@@ -127,7 +130,11 @@ func Open(ctx context.Context, cfg Config, layout nn.Layout) (*Session, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	c, err := client.Dial(dctx, cfg.Servers, client.WithCallTimeout(cfg.CallTimeout), client.WithPushEncoding(cfg.Encoding), client.WithDialOptions(cfg.Creds.DialOptions()...))
+	opts := []client.Option{client.WithCallTimeout(cfg.CallTimeout), client.WithPushEncoding(cfg.Encoding), client.WithDialOptions(cfg.Creds.DialOptions()...)}
+	if cfg.Notice != nil {
+		opts = append(opts, client.WithConnectNotice(2*time.Second, cfg.Notice))
+	}
+	c, err := client.Dial(dctx, cfg.Servers, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: connecting to the parameter servers %s: %w", cfg.Rank, strings.Join(cfg.Servers, ","), err)
 	}

@@ -108,6 +108,10 @@ func shoal_ps_open(layout *C.char, encoding C.int, timeoutMS C.int64_t, err *C.c
 	if timeoutMS > 0 {
 		cfg.ConnectTimeout = time.Duration(timeoutMS) * time.Millisecond
 	}
+	rank, wait := cfg.Rank, cfg.ConnectTimeout
+	cfg.Notice = func(addr string, err error) {
+		fmt.Fprintf(os.Stderr, "shoal.torch: rank %d: parameter server %s not reachable yet (trying for %v in all): %v\n", rank, addr, wait, err)
+	}
 	s, e := tensorps.Open(context.Background(), cfg, l)
 	if e != nil {
 		setErr(err, errlen, e.Error())
