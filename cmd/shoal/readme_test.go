@@ -197,7 +197,7 @@ var readmeRuns = map[string]readmeRun{
 	// Watching a run: five steps with every child's metrics and timeline;
 	// a shard with its endpoint on a free port (the serve check scrapes
 	// nothing, TestEveryChildServesItsMetrics does).
-	"shoal train --mode sync --workers 2 --servers 2 --metrics --timeline timeline": {add: []string{"--steps", "5"}, check: func(t *testing.T, dir, stdout string) {
+	"shoal train --mode sync --workers 2 --servers 2 --metrics --timeline /tmp/shoal-timeline": {add: []string{"--steps", "5"}, subst: map[string]string{"/tmp/shoal-timeline": "timeline"}, check: func(t *testing.T, dir, stdout string) {
 		trainTested(t, dir, stdout)
 		for _, child := range []string{"ps 0", "ps 1", "worker 0", "worker 1"} {
 			assert.Contains(t, stdout, "metrics: "+child+" at http://127.0.0.1:")
@@ -317,6 +317,7 @@ var readmeRuns = map[string]readmeRun{
 	"make images":            {dry: true, skip: "internal/composetest builds the image with scripts/image.sh, as make test-cluster"},
 	"docker-compose up":      {skip: "internal/composetest runs docker-compose.yml up, as make test-cluster"},
 	"docker-compose down -v": {skip: "internal/composetest runs it after each of its clusters"},
+	"docker-compose -f docker-compose.ring.yml down -v": {skip: "internal/composetest runs it after each of its clusters"},
 	"docker-compose -f docker-compose.ring.yml up": {skip: "internal/composetest runs docker-compose.ring.yml up, as make test-cluster"},
 
 	// shoal bench allreduce: the optional [flags] are given; small sizes.
