@@ -10,7 +10,8 @@
 // Device, Metrics, Timeline, Train, Rank, Ring, Calls, Shard); the role
 // contracts compose them: Worker is everything shoal worker takes
 // (Config → node.WorkerConfig), PS everything shoal ps takes
-// (Config → node.ShardConfig). Defaults that are library choices (the
+// (Config → node.ShardConfig), Job everything shoal run takes
+// (Config → launch.ProgramConfig; its shards' argv from PS). Defaults that are library choices (the
 // lanes a worker opens, a shard's parallel step) come from the packages
 // that own them (client.AutoLanes, ps.AutoParallelStep).
 //

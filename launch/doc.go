@@ -1,7 +1,8 @@
 // Package launch starts, watches and stops the child processes of a
 // training run (`shoal train`, `shoal bench train`, `shoal bench
-// allreduce`): parameter-server shards, workers and ranks, each a process
-// of the shoal binary.
+// allreduce`, `shoal run`): parameter-server shards, workers and ranks,
+// each a process of the shoal binary, or under shoal run a program of the
+// user's.
 //
 // Children speak one protocol: JSON Events, one a line, on their stdout
 // (Emit writes one), and control lines (Stop) on their stdin (Tell sends
@@ -27,6 +28,16 @@
 // the others finish after, every child stopped before it returns. What
 // each child runs is the caller's (JobConfig.ServerArgs, WorkerArgs), so
 // the same job runs any program that speaks the events protocol.
+//
+// RunProgram runs `shoal run`, Shoal's horovodrun: N copies of any
+// program (a Python script) as ranks of one host, after the
+// parameter-server shards of its mode, each rank with the environment of
+// the contract (EnvRank, EnvMaster, EnvServers, ...). Such a program need
+// not speak the protocol: JobConfig.WorkerExe starts it with
+// Launcher.StartProgram, which passes its output through prefixed with
+// its rank ("[1]<stderr>:"), as horovodrun does, and signals its whole
+// process group to stop it. The first rank to fail stops the others
+// (JobConfig.FailFast) and its RankError carries the status to exit with.
 //
 // Concurrency: a Launcher's methods are called by one goroutine, its
 // owner (for a job, RunJob's goroutine, which also calls JobConfig's

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/shoalml/shoal/internal/lockedio"
 )
 
 // JobConfig is one local job: Servers server processes (started one after
@@ -21,10 +25,19 @@ import (
 // What a child is asked to do is the caller's: ServerArgs and WorkerArgs
 // build each one's argv, WorkerEnv its environment. The hooks are called
 // on RunJob's goroutine, one at a time.
+//
+// The workers may instead run a program of their own (WorkerExe), which
+// need not speak the events protocol: shoal run's ranks.
 type JobConfig struct {
 	// Exe is the binary every child runs (usually this one,
-	// os.Executable).
+	// os.Executable), but for WorkerExe's workers.
 	Exe string
+	// WorkerExe, if set, is the program the workers run instead of Exe,
+	// with WorkerArgs as its arguments (Launcher.StartProgram): each
+	// line of its output is passed through, prefixed with the rank
+	// ("[1]<stderr>:"), its stdout to Stdout, rather than read as
+	// events; the workers are named "rank 0", "rank 1", ...
+	WorkerExe string
 	// Name prefixes what the job prints on Stderr itself (the failures
 	// of workers the others finished without), e.g. "shoal train".
 	Name string
@@ -58,9 +71,9 @@ type JobConfig struct {
 	// addresses to join (the servers', or rank 0's in an elastic ring) and
 	// the rendezvous (Rendezvous: rank 0's, "127.0.0.1:0" for rank 0).
 	WorkerArgs func(rank int, servers, gossip []string, rendezvous string) []string
-	// WorkerEnv is what rank's environment adds to this process's (nil:
-	// nothing).
-	WorkerEnv func(rank int) []string
+	// WorkerEnv is what rank's environment adds to this process's,
+	// given the servers' addresses (nil: nothing).
+	WorkerEnv func(rank int, servers []string) []string
 	// Rendezvous: the workers form a ring. Rank 0 starts first and
 	// serves the rendezvous the others join; every rank must finish (one
 	// failure fails the job); the ranks agree among themselves when to
@@ -72,6 +85,13 @@ type JobConfig struct {
 	Elastic bool
 	// Stats: summarise the workers' step logs (Tally.SummariseSteps).
 	Stats bool
+	// FailFast: the first worker to fail (to exit with an error it was
+	// not asked for) ends the job at once: RunJob stops every other
+	// child and returns a *RankError naming it, as horovodrun does.
+	FailFast bool
+	// StopGrace is how long a child asked to stop has to exit after its
+	// SIGTERM before SIGKILL ends it (0: DefaultStopGrace).
+	StopGrace time.Duration
 
 	// Result is the job's summary begun with what its flags say; the
 	// workers' events complete it.
@@ -113,10 +133,60 @@ type JobResult struct {
 	Failures []string
 }
 
+// RankError is the failure of a worker that ended a FailFast job: how
+// rank Rank's process ended.
+type RankError struct {
+	Rank int
+	// Status is its exit status, -1 where a signal ended it.
+	Status int
+	// Signal is the signal that ended it, 0 where it exited.
+	Signal syscall.Signal
+	// Err is its process's error (an *exec.ExitError where it ran).
+	Err error
+}
+
+func newRankError(c *Child) *RankError {
+	e := &RankError{Rank: c.Rank(), Status: -1, Err: c.Err()}
+	var ee *exec.ExitError
+	if errors.As(c.Err(), &ee) {
+		e.Status = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Signal = ws.Signal()
+		}
+	}
+	return e
+}
+
+// Error says how the rank ended: "rank 1 exited with status 3".
+func (e *RankError) Error() string {
+	switch {
+	case e.Signal != 0:
+		return fmt.Sprintf("rank %d was killed by signal %d (%v)", e.Rank, int(e.Signal), e.Signal)
+	case e.Status >= 0:
+		return fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+	}
+	return fmt.Sprintf("rank %d failed: %v", e.Rank, e.Err)
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// ExitCode is the status a launcher exits with to pass the rank's end on:
+// its exit status, or 128 plus the signal's number as a shell reports
+// one, else 1.
+func (e *RankError) ExitCode() int {
+	switch {
+	case e.Signal != 0:
+		return 128 + int(e.Signal)
+	case e.Status > 0 && e.Status < 256:
+		return e.Status
+	}
+	return 1
+}
+
 // validate checks cfg before anything starts.
 func (cfg *JobConfig) validate() error {
 	switch {
-	case cfg.Exe == "":
+	case cfg.Exe == "" && (cfg.WorkerExe == "" || cfg.Servers > 0):
 		return errors.New("launch: a job needs the binary its children run")
 	case cfg.Workers < 1:
 		return fmt.Errorf("launch: %d workers, want >= 1", cfg.Workers)
@@ -144,7 +214,11 @@ func RunJob(ctx context.Context, cfg JobConfig) (*JobResult, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// The workers' passed-through output shares Stdout with the job's
+	// own lines.
+	cfg.Stdout = &lockedio.Writer{W: cfg.Stdout}
 	l := New(cfg.Exe, cfg.Stderr)
+	l.SetStopGrace(cfg.StopGrace)
 	defer l.Shutdown()
 	j := &job{cfg: &cfg, l: l, tally: &Tally{Result: cfg.Result}, board: NewBoard(cfg.Stdout, cfg.Workers, cfg.TTY),
 		isWorker: map[*Child]bool{}, cause: map[int]string{}, done: map[int]bool{}}
@@ -261,9 +335,16 @@ func (j *job) startWorkers(ctx context.Context) error {
 	for r := range j.cfg.Workers {
 		var env []string
 		if j.cfg.WorkerEnv != nil {
-			env = j.cfg.WorkerEnv(r)
+			env = j.cfg.WorkerEnv(r, j.addrs())
 		}
-		c, err := j.l.Start(ctx, fmt.Sprintf("worker %d", r), r, env, j.cfg.WorkerArgs(r, j.addrs(), gossip, rendezvous)...)
+		args := j.cfg.WorkerArgs(r, j.addrs(), gossip, rendezvous)
+		var c *Child
+		var err error
+		if j.cfg.WorkerExe != "" {
+			c, err = j.l.StartProgram(ctx, fmt.Sprintf("rank %d", r), r, env, j.cfg.Stdout, append([]string{j.cfg.WorkerExe}, args...)...)
+		} else {
+			c, err = j.l.Start(ctx, fmt.Sprintf("worker %d", r), r, env, args...)
+		}
 		if err != nil {
 			return err
 		}
@@ -300,6 +381,8 @@ func (j *job) watch(ctx context.Context) error {
 			j.cfg.Observe(m)
 		}
 		switch {
+		case m.Exit && j.isWorker[m.From] && j.cfg.FailFast && m.From.Died():
+			return newRankError(m.From) // RunJob's Shutdown stops the others
 		case m.Exit && j.isWorker[m.From]:
 			running--
 			j.workerExited(m.From)

@@ -38,7 +38,7 @@ func fakeJob(t *testing.T, stdout *bytes.Buffer) (JobConfig, *[][]string) {
 		return nil
 	}
 	cfg.WorkerArgs = func(int, []string, []string, string) []string { return nil }
-	cfg.WorkerEnv = func(rank int) []string {
+	cfg.WorkerEnv = func(rank int, _ []string) []string {
 		return []string{fakeEnv + "=" + map[int]string{0: "worker-told", 1: "silent"}[rank]}
 	}
 	cfg.Started = func(c *Child) { children[c.Name()] = c }

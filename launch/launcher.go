@@ -34,6 +34,7 @@ import (
 type Launcher struct {
 	exe    string
 	stderr *lockedio.Writer
+	grace  time.Duration // from a stop's SIGTERM to its SIGKILL
 	wg     sync.WaitGroup
 	kids   []*Child
 
@@ -49,7 +50,7 @@ type Child struct {
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	tail   *tailBuffer
-	stdin  io.WriteCloser // the child's control channel (see Tell)
+	stdin  io.WriteCloser // the child's control channel (see Tell); nil for a program
 	exited chan struct{}
 	err    error // set before exited is closed
 	asked  bool  // its exit was asked for (stop, or the context ended); set with err
@@ -81,7 +82,20 @@ type Message struct {
 // whose children's stderr goes to stderr, each line prefixed with the
 // child's name.
 func New(exe string, stderr io.Writer) *Launcher {
-	return &Launcher{exe: exe, stderr: &lockedio.Writer{W: stderr}, arrived: make(chan struct{})}
+	return &Launcher{exe: exe, stderr: &lockedio.Writer{W: stderr}, grace: DefaultStopGrace, arrived: make(chan struct{})}
+}
+
+// DefaultStopGrace is how long a child asked to stop has to exit after
+// its SIGTERM before SIGKILL ends it.
+const DefaultStopGrace = 10 * time.Second
+
+// SetStopGrace sets how long a child asked to stop (Stop, the end of its
+// context, Shutdown) has to exit after its SIGTERM before SIGKILL ends
+// it, for the children started after the call; d <= 0 changes nothing.
+func (l *Launcher) SetStopGrace(d time.Duration) {
+	if d > 0 {
+		l.grace = d
+	}
 }
 
 // Start runs the launcher's binary with args as a child named name, with
@@ -91,27 +105,21 @@ func New(exe string, stderr io.Writer) *Launcher {
 // its stdin is its control channel (Tell). The child is stopped when ctx
 // ends.
 func (l *Launcher) Start(ctx context.Context, name string, rank int, env []string, args ...string) (*Child, error) {
-	cctx, cancel := context.WithCancel(ctx)
-	cmd := exec.CommandContext(cctx, l.exe, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cctx, c := l.command(ctx, name, rank, env, append([]string{l.exe}, args...))
+	cmd := c.cmd
 	cmd.SysProcAttr = childAttr()
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	c := &Child{name: name, rank: rank, cmd: cmd, cancel: cancel, tail: &tailBuffer{max: 4096}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(&prefixWriter{w: l.stderr, prefix: "[" + name + "] "}, c.tail)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		cancel()
+		c.cancel()
 		return nil, err
 	}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		cancel()
+		c.cancel()
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		cancel()
+		c.cancel()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	l.kids = append(l.kids, c)
@@ -127,13 +135,78 @@ func (l *Launcher) Start(ctx context.Context, name string, rank int, env []strin
 			l.post(Message{From: c, Event: ev})
 		}
 		io.Copy(io.Discard, out)
-		c.err = cmd.Wait()
-		c.asked = cctx.Err() != nil
-		cancel()
-		close(c.exited)
-		l.post(Message{From: c, Exit: true})
+		l.exited(cctx, c, cmd.Wait())
 	})
 	return c, nil
+}
+
+// StartProgram runs argv (argv[0] a program, found as exec.Command finds
+// it) as a child named name that need not speak the events protocol, with
+// env added to this process's environment: Python ranks under shoal run.
+// Its output is passed through, one whole line at a time, each prefixed
+// with rank as horovodrun does: its stdout to stdout ("[0]<stdout>:"),
+// its stderr to the launcher's stderr ("[0]<stderr>:"); a last line
+// without its newline is passed on when it exits. Its stdin is empty, and
+// Tell tells it nothing. It runs in a process group of its own (on Unix):
+// stopping it sends the group SIGTERM, and SIGKILL after the stop grace,
+// and whatever of the group outlives the program is killed when it exits.
+// Its exit is a Message like any child's.
+//
+// stdout is written from goroutines of the launcher's: it must take
+// concurrent writes (a lockedio.Writer shared by the children).
+func (l *Launcher) StartProgram(ctx context.Context, name string, rank int, env []string, stdout io.Writer, argv ...string) (*Child, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("starting %s: no program", name)
+	}
+	cctx, c := l.command(ctx, name, rank, env, argv)
+	cmd := c.cmd
+	cmd.SysProcAttr = groupAttr(childAttr())
+	cmd.Cancel = func() error { return signalGroup(cmd.Process, syscall.SIGTERM) }
+	c.tail = &tailBuffer{} // its stderr is on the launcher's already
+	out := &prefixWriter{w: stdout, prefix: fmt.Sprintf("[%d]<stdout>:", rank)}
+	errs := &prefixWriter{w: l.stderr, prefix: fmt.Sprintf("[%d]<stderr>:", rank)}
+	cmd.Stdout, cmd.Stderr = out, errs
+	if err := cmd.Start(); err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	l.kids = append(l.kids, c)
+	l.wg.Go(func() {
+		err := cmd.Wait() // the copying of its output included
+		_ = signalGroup(cmd.Process, syscall.SIGKILL)
+		if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success() {
+			err = nil // it exited 0, and what it left running held its output open
+		}
+		out.Flush()
+		errs.Flush()
+		l.exited(cctx, c, err)
+	})
+	return c, nil
+}
+
+// command is the child named name running argv, stopped when ctx ends or
+// Stop is called: SIGTERM (cmd.Cancel), and SIGKILL after the launcher's
+// grace. Its I/O and process attributes are the caller's to set. The
+// context returned is the child's: done once it was asked to stop.
+func (l *Launcher) command(ctx context.Context, name string, rank int, env, argv []string) (context.Context, *Child) {
+	cctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = l.grace
+	return cctx, &Child{name: name, rank: rank, cmd: cmd, cancel: cancel, tail: &tailBuffer{max: 4096}, exited: make(chan struct{})}
+}
+
+// exited records c's end, err from cmd.Wait, once everything it wrote was
+// read, and posts its exit; cctx is the child's context (command).
+func (l *Launcher) exited(cctx context.Context, c *Child, err error) {
+	c.err = err
+	c.asked = cctx.Err() != nil
+	c.cancel()
+	close(c.exited)
+	l.post(Message{From: c, Exit: true})
 }
 
 // Signal is the signal that ended the child, when a signal it was not
@@ -163,6 +236,9 @@ func (c *Child) Failure() string {
 
 // Tell sends c a control line; a child that has exited is not told.
 func (c *Child) Tell(line string) {
+	if c.stdin == nil {
+		return // a program has no control channel
+	}
 	select {
 	case <-c.exited:
 	default:
@@ -286,24 +362,47 @@ func (l *Launcher) scan(c *Child, ok func(Event) bool) (ev Event, dead *Child, f
 	return Event{}, nil, false
 }
 
-// prefixWriter writes whole lines, each with a prefix.
+// prefixWriter writes whole lines, each with a prefix and in one Write.
+// A line longer than maxLine is passed on in pieces of maxLine bytes, each
+// a line of its own. Writes come from one goroutine at a time.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
 	buf    []byte
 }
 
+// maxLine bounds what a prefixWriter holds of a line it waits to end.
+const maxLine = 64 << 10
+
 func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.buf = append(p.buf, b...)
 	for {
 		i := bytes.IndexByte(p.buf, '\n')
 		if i < 0 {
-			break
+			if len(p.buf) < maxLine {
+				break
+			}
+			i = maxLine
+			p.line(p.buf[:i])
+			p.buf = p.buf[i:]
+			continue
 		}
-		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf[:i])
+		p.line(p.buf[:i])
 		p.buf = p.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+// Flush passes on a last line that did not end with a newline.
+func (p *prefixWriter) Flush() {
+	if len(p.buf) > 0 {
+		p.line(p.buf)
+		p.buf = p.buf[:0]
+	}
+}
+
+func (p *prefixWriter) line(l []byte) {
+	fmt.Fprintf(p.w, "%s%s\n", p.prefix, l)
 }
 
 // tailBuffer keeps the last max bytes written.

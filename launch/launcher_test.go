@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) {
 //   - listen: logs to stderr, reports a listening event, then serves until
 //     told "stop" on stdin (exit 0) or stdin ends;
 //   - silent: serves without ever reporting an event;
+//   - shard: as listen, on port 7070 + its --shard=N argument;
 //   - worker: reports an epoch's progress and its done event as rank 0,
 //     and exits 0;
 //   - worker-told: reports the epoch's progress, then its done event once
@@ -59,6 +61,16 @@ func fakeChild(what string) int {
 		Emit(os.Stdout, Event{Event: Listening, Addr: "127.0.0.1:7070"})
 		return serve()
 	case "silent":
+		return serve()
+	case "shard":
+		// A shard of RunProgram's: shard i listens on port 7070+i.
+		i := 0
+		for _, a := range os.Args[1:] {
+			if v, ok := strings.CutPrefix(a, "--shard="); ok {
+				i, _ = strconv.Atoi(v)
+			}
+		}
+		Emit(os.Stdout, Event{Event: Listening, Addr: fmt.Sprintf("127.0.0.1:%d", 7070+i)})
 		return serve()
 	case "worker":
 		// Rank 0 of a job: an epoch, then its done event.

@@ -25,7 +25,7 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) {
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) && !errors.As(err, new(reported)) {
 			fmt.Fprintln(os.Stderr, "shoal:", err)
 		}
 		if errors.Is(err, flag.ErrHelp) {
@@ -38,9 +38,18 @@ func main() {
 // errUsage marks a command-line mistake already explained on stderr.
 var errUsage = flags.ErrUsage
 
+// reported is an error its command has printed already.
+type reported struct{ error }
+
+func (r reported) Unwrap() error { return r.error }
+
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
 		return 2
+	}
+	var status interface{ ExitCode() int } // shoal run: the failed rank's
+	if errors.As(err, &status) {
+		return status.ExitCode()
 	}
 	if errors.Is(err, context.Canceled) {
 		return 130
@@ -55,6 +64,7 @@ Usage:
 
 Commands:
   train     train on this machine: start servers and workers as processes on loopback
+  run       run N copies of a program (a PyTorch script) as ranks on this machine, as horovodrun -np N
   ps        run one parameter-server shard
   worker    run one training worker (parameter servers or ring allreduce)
   bench     benchmarks: collective bandwidth between local processes, one worker's compute
@@ -77,6 +87,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch cmd {
 	case "train":
 		return runTrain(ctx, rest, stdout, stderr)
+	case "run":
+		return runRun(ctx, rest, stdout, stderr)
 	case "ps":
 		return runPS(ctx, rest, stdout, stderr)
 	case "worker":

@@ -118,6 +118,11 @@ func TestCommandLineErrors(t *testing.T) {
 		{"no call deadline", []string{"train", "--dataset", "synthetic", "--call-timeout", "0s"}, "--call-timeout 0s: want > 0"},
 		{"negative retry time", []string{"worker", "--dataset", "synthetic", "--retry-for", "-1s"}, "--retry-for -1s: want >= 0"},
 		{"health without an address", []string{"health"}, "shoal health: want one address HOST:PORT after the flags, got 0 argument(s)"},
+		{"run without -np", []string{"run", "python3", "train.py"}, "-np 0: want the number of ranks to start, >= 1"},
+		{"run without a program", []string{"run", "-np", "2"}, "no program to run"},
+		{"run a ring with servers", []string{"run", "-np", "2", "--servers", "2", "python3"}, "--servers: for the parameter-server modes"},
+		{"run in an unknown mode", []string{"run", "-np", "2", "--mode", "gossip", "python3"}, `--mode "gossip": unknown`},
+		{"run with the servers' optimizer", []string{"run", "-np", "2", "--lr", "0.1", "python3"}, "set the optimizer in PROGRAM"},
 		{"push every too many steps", []string{"worker", "--mode", "async", "--push-every", "2000", "--dataset", "synthetic"}, "want --push-every 1..1024"},
 		// Where the weights or checkpoints cannot be written, before any
 		// training, not after it.

@@ -31,7 +31,15 @@ var pythonModules = [][2]string{
 // needPython skips t, saying what is missing, unless /usr/bin/python3 has
 // every module the Python client needs; with SHOAL_REQUIRE_PYTHON=1 it
 // fails t instead.
-func needPython(t *testing.T) {
+func needPython(t *testing.T) { needPythonModules(t, pythonModules) }
+
+// needTorch is needPython for shoal.torch, which needs torch alone.
+func needTorch(t *testing.T) { needPythonModules(t, [][2]string{{"torch", "python3-torch"}}) }
+
+// needPythonModules skips t, saying what is missing, unless
+// /usr/bin/python3 has every module of modules (name, Debian package);
+// with SHOAL_REQUIRE_PYTHON=1 it fails t instead.
+func needPythonModules(t *testing.T, modules [][2]string) {
 	t.Helper()
 	var missing, pkgs []string
 	if _, err := os.Stat(systemPython); err != nil {
@@ -39,7 +47,7 @@ func needPython(t *testing.T) {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, m := range pythonModules {
+		for _, m := range modules {
 			// find_spec finds a module without importing it (torch takes seconds).
 			probe := fmt.Sprintf("import importlib.util, sys; sys.exit(importlib.util.find_spec(%q) is None)", m[0])
 			if exec.CommandContext(ctx, systemPython, "-c", probe).Run() != nil {

@@ -552,7 +552,7 @@ func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []
 
 // workerEnv is rank r's environment: its GEMM threads, and in the PS
 // modes its Go runtime's share of the cores (unless GOMAXPROCS is set).
-func (t *trainRun) workerEnv(int) []string {
+func (t *trainRun) workerEnv(int, []string) []string {
 	return workerEnv(t.workerThreads(), !t.ring && os.Getenv("GOMAXPROCS") == "")
 }
 

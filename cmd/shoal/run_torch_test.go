@@ -1,0 +1,47 @@
+//go:build cgo
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hvdAllreduce is a Horovod program: each rank allreduces (rank+1)s.
+const hvdAllreduce = `import torch
+import shoal.torch as hvd
+hvd.init()
+t = torch.ones(4) * (hvd.rank() + 1)
+print(hvd.rank(), hvd.size(), hvd.allreduce(t, op=hvd.Sum).tolist())
+hvd.shutdown()
+`
+
+// TestRunHorovodProgram runs a shoal.torch program under shoal run, as
+// horovodrun would: the ranks find one another from the environment
+// shoal run gives them alone, and allreduce 1s and 2s into 3s.
+func TestRunHorovodProgram(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libshoal.so")
+	ctx := ctxT(t, 15*time.Minute)
+	out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", lib, "../libshoal").CombinedOutput()
+	require.NoError(t, err, "go build -buildmode=c-shared: %s", out)
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, shoalBin, "run", "-np", "2", systemPython, "-c", hvdAllreduce)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+repoPath("clients/python"), "SHOAL_LIBRARY="+lib, "OMP_NUM_THREADS=1", "SHOAL_COLLECTIVE_TIMEOUT=90")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	slices.Sort(lines)
+	assert.Equal(t, []string{"[0]<stdout>:0 2 [3.0, 3.0, 3.0, 3.0]", "[1]<stdout>:1 2 [3.0, 3.0, 3.0, 3.0]"}, lines, "stderr:\n%s", &stderr)
+}
