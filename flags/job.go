@@ -117,9 +117,9 @@ func (j *Job) noShardFlags(fs *flag.FlagSet) error {
 // optimizer that adds each rank's update as it is, and taking the model's
 // layout and initial weights from initFrom, the file rank 0 writes.
 func (j *Job) ServerArgs(shard int, listen, initFrom string) []string {
-	// --init-from comes last, so that it is the one that counts once
-	// PS declares it and renders an empty one among its flags.
-	return append(append([]string{"ps"}, j.ps(shard, listen).Args()...), "--init-from="+initFrom)
+	p := j.ps(shard, listen)
+	p.InitFrom = initFrom
+	return append([]string{"ps"}, p.Args()...)
 }
 
 // ps is shard's contract under shoal run.
