@@ -3,6 +3,7 @@ package flags
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -61,4 +62,33 @@ func TestWorkerArgsTakeTheLaunchersValues(t *testing.T) {
 	assert.Contains(t, args, "--lanes=4")
 	assert.Contains(t, args, "--servers=localhost:7070")
 	assert.Contains(t, args, "--world-size=-1")
+}
+
+func TestAMisspeltFlagGetsTheNearestName(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"--epoch", "did you mean --epochs?"},
+		{"--wokers", "did you mean --workers?"},
+		{"--bogus", ""},
+	} {
+		var out strings.Builder
+		fs := NewFlagSet("train", "Trains.", &out)
+		fs.Int("epochs", 3, "")
+		fs.Int("workers", 2, "")
+		fs.Int("steps", 0, "")
+		err := Parse(fs, []string{tc.arg, "1"})
+		require.ErrorIs(t, err, ErrUsage)
+		assert.Contains(t, out.String(), "flag provided but not defined: "+tc.arg[1:])
+		assert.Contains(t, out.String(), "shoal train -h lists every flag")
+		assert.NotContains(t, out.String(), "Usage:", "a mistake gets a line, not the whole list")
+		if tc.want == "" {
+			assert.NotContains(t, out.String(), "did you mean", tc.arg)
+		} else {
+			assert.Contains(t, out.String(), tc.want)
+		}
+	}
+	var out strings.Builder
+	fs := NewFlagSet("train", "Trains.", &out)
+	fs.Int("epochs", 3, "")
+	require.ErrorIs(t, Parse(fs, []string{"-h"}), flag.ErrHelp)
+	assert.Contains(t, out.String(), "Usage: shoal train [flags]")
 }

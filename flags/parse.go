@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ErrUsage marks a command-line mistake already explained on the flag
@@ -49,16 +50,67 @@ func ParseArgs(fs *flag.FlagSet, args []string, n int, what string) error {
 	return nil
 }
 
-// ParseOnly parses fs's flags: -h is flag.ErrHelp, a bad flag ErrUsage
-// (the flag package has printed why).
+// ParseOnly parses fs's flags: -h prints the usage and is flag.ErrHelp;
+// a bad flag is ErrUsage, after the flag package's line saying why, the
+// flag meant when the name is close to one (a misspelling), and where the
+// whole list is, not the list itself.
 func ParseOnly(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
 	}
-	return nil
+	const undefined = "flag provided but not defined: -"
+	if name, ok := strings.CutPrefix(err.Error(), undefined); ok {
+		if near := nearest(fs, strings.TrimLeft(name, "-")); near != "" {
+			fmt.Fprintf(fs.Output(), "did you mean --%s?\n", near)
+		}
+	}
+	fmt.Fprintf(fs.Output(), "shoal %s -h lists every flag\n", fs.Name())
+	return ErrUsage
+}
+
+// nearest is the flag of fs whose name is closest to name, within an
+// edit distance of 2 (or that name is a prefix of), or "".
+func nearest(fs *flag.FlagSet, name string) string {
+	best, bestD := "", 3
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) && len(name) >= 3 {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // render is a group's flags as a child's argv: every flag, in name
