@@ -42,6 +42,19 @@ func NewBoard(out io.Writer, workers int, tty bool) *Board {
 	return &Board{out: out, tty: tty, workers: workers, latest: map[int]worker.Progress{}, done: map[int]map[int]worker.Progress{}, dead: map[int]bool{}}
 }
 
+// OwnBoard is how one worker process shows its own progress (under
+// mpirun, srun, or by hand): a board of one rank, its reports counted as
+// that rank's whatever the worker's rank in its job. (A board of one
+// rank waits for rank 0's epochs: rank 1's bar stayed at 100% for the
+// whole run, its epochs never printed.)
+func OwnBoard(out io.Writer, tty bool) func(worker.Progress) {
+	b := NewBoard(out, 1, tty)
+	return func(p worker.Progress) {
+		p.Rank = 0
+		b.Update(p)
+	}
+}
+
 // Update takes a worker's progress report.
 func (b *Board) Update(p worker.Progress) {
 	b.latest[p.Rank] = p
@@ -112,6 +125,7 @@ func (b *Board) ClearBar() {
 func (b *Board) drawBar() {
 	var steps, total, samples, correct int
 	var loss float64
+	var elapsed time.Duration
 	epochs := 0
 	for r, p := range b.latest {
 		if b.dead[r] {
@@ -120,6 +134,7 @@ func (b *Board) drawBar() {
 		epochs = p.Epochs
 		switch {
 		case p.Epoch == b.next:
+			elapsed = max(elapsed, p.Elapsed)
 			steps += p.Step
 			total += p.EpochSteps
 			samples += p.Samples
@@ -139,8 +154,12 @@ func (b *Board) drawBar() {
 	frac := float64(steps) / float64(total)
 	fill := int(frac * width)
 	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
-	fmt.Fprintf(b.out, "\r\033[Kepoch %d/%d [%s] %3.0f%%  loss %.4f  accuracy %6.2f%%", b.next+1, epochs, bar, 100*frac,
-		loss/float64(max(samples, 1)), 100*float64(correct)/float64(max(samples, 1)))
+	eta := "?"
+	if steps > 0 {
+		eta = (time.Duration(float64(elapsed) * (1 - frac) / frac)).Round(time.Second).String()
+	}
+	fmt.Fprintf(b.out, "\r\033[Kepoch %d/%d [%s] %3.0f%%  loss %.4f  accuracy %6.2f%%  epoch ends in %s", b.next+1, epochs, bar, 100*frac,
+		loss/float64(max(samples, 1)), 100*float64(correct)/float64(max(samples, 1)), eta)
 	b.drawn = true
 	b.lastBar = time.Now()
 }

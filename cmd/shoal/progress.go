@@ -23,5 +23,5 @@ func progressTo(out io.Writer, events bool) func(worker.Progress) {
 	if events {
 		return func(p worker.Progress) { launch.Emit(out, launch.ProgressEvent(p)) }
 	}
-	return launch.NewBoard(out, 1, isTerminal(out)).Update
+	return launch.OwnBoard(out, isTerminal(out))
 }
