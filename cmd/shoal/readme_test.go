@@ -318,7 +318,7 @@ var readmeRuns = map[string]readmeRun{
 	"docker-compose up":      {skip: "internal/composetest runs docker-compose.yml up, as make test-cluster"},
 	"docker-compose down -v": {skip: "internal/composetest runs it after each of its clusters"},
 	"docker-compose -f docker-compose.ring.yml down -v": {skip: "internal/composetest runs it after each of its clusters"},
-	"docker-compose -f docker-compose.ring.yml up": {skip: "internal/composetest runs docker-compose.ring.yml up, as make test-cluster"},
+	"docker-compose -f docker-compose.ring.yml up":      {skip: "internal/composetest runs docker-compose.ring.yml up, as make test-cluster"},
 
 	// shoal bench allreduce: the optional [flags] are given; small sizes.
 	"shoal bench allreduce --np 4 --sizes 1MiB,4MiB,16MiB,64MiB --iters 20 [--json] [--op allgather]": {
