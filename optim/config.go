@@ -153,7 +153,7 @@ func (c Config) Validate() error {
 	}
 	if err := c.Schedule.Validate(); err != nil {
 		errs = append(errs, err)
-	} else if c.Schedule.usesMinLR() && c.Schedule.MinLR > c.LR && finite(c.LR) {
+	} else if c.Schedule.usesMinLR() && c.Schedule.MinLR > c.LR && c.LR > 0 && finite(c.LR) { // a bad lr is said once, above
 		bad("schedule: min lr %v: must not exceed lr %v", c.Schedule.MinLR, c.LR)
 	}
 	return errors.Join(errs...)

@@ -98,6 +98,9 @@ func TestConfigValidateRejects(t *testing.T) {
 		{"min lr above lr", func(c *optim.Config) {
 			c.Schedule = optim.Schedule{Decay: optim.DecayLinear, DecaySteps: 10, MinLR: 0.5}
 		}, "schedule: min lr 0.5: must not exceed lr 0.01"},
+		{"negative lr under a decay to a min lr", func(c *optim.Config) {
+			c.LR, c.Schedule = -1, optim.Schedule{Decay: optim.DecayCosine, DecaySteps: 10}
+		}, "lr -1: must be positive and finite"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
