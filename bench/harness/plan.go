@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/shoalml/shoal/bench"
@@ -88,7 +89,10 @@ func Plan(ctx context.Context, cfg PlanConfig, stdout io.Writer) error {
 	}
 	printFastest(stdout, rows)
 	if cfg.Target == 0 {
-		fmt.Fprintln(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
+		if slices.ContainsFunc(rows, func(r PlanRow) bool { return r.Mode == "async" || r.Mode == "ssp" }) {
+			fmt.Fprint(stdout, "; async and ssp trade staleness for it (see sim's staleness), which this does not price in (--target does)")
+		}
+		fmt.Fprintln(stdout)
 		return nil
 	}
 	fmt.Fprintln(stdout)
