@@ -19,7 +19,8 @@ import (
 // two slurmd on loopback; Debian's slurm-wlm and munge, as root). Four
 // jobs at once: a sync PS run and a ring run to their end, a sync PS run
 // cancelled the documented way (scancel --batch --signal=TERM), and an
-// async PS run that Slurm's --signal=B:TERM stops before its time limit.
+// async PS run that Slurm's --signal=B:TERM stops before its time limit
+// (--time=2: about a minute in all).
 // Each ends with rank 0's test line; the stopped PS runs' shards write
 // their shutdown checkpoint. It skips, saying why, where the cluster cannot
 // start, and fails instead with SHOAL_REQUIRE_SLURM=1.
@@ -61,11 +62,12 @@ func TestRealSlurm(t *testing.T) {
 					t.Errorf("scancel --batch --signal=TERM %s: %v\n%s", id, err, out)
 				}
 			}},
-		// --time=1 (minute) with the signal 50 s before it: Slurm sends it
-		// up to a minute early, so the job is stopped by the signal, well
-		// before the limit and its SIGKILL.
+		// --time=2 (minutes) with the signal 90 s before it: slurmctld
+		// looks every 30 s or so, so the signal comes 30 to 60 s in, once
+		// the workers train even on a loaded machine, and the job stops
+		// well before the limit and its SIGKILL.
 		{name: "time-limit", env: []string{"SHOAL_MODE=async", "SHOAL_STEPS=100000000", psPorts(ports + 9), "SHOAL_CHECKPOINT_DIR=" + ckLimit},
-			args: []string{"--time=1", "--signal=B:TERM@50"}, ckpt: ckLimit},
+			args: []string{"--time=2", "--signal=B:TERM@90"}, ckpt: ckLimit},
 	}
 	ids := map[*job]string{}
 	for _, j := range jobs {

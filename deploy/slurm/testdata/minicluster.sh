@@ -7,8 +7,10 @@
 #   minicluster.sh down DIR   stop what `up` started (by the pid files)
 #
 # The two nodes are named after two names that resolve to a loopback
-# address (localhost and this host's name), because the recipe gives the
-# shards' and the rendezvous' addresses as node names. Needs root (SlurmUser
+# address, LOCALHOST and this host's name, because the recipe gives the
+# shards' and the rendezvous' addresses as node names. Not "localhost":
+# Slurm takes that node name for this host's name, and two nodes of one
+# name fail ("Duplicated NodeHostName"). Needs root (SlurmUser
 # root, munged --force) and Debian's slurm-wlm and munge. Exit 3: this host
 # cannot run it (what is missing is said on stderr).
 set -euo pipefail
