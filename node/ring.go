@@ -51,12 +51,60 @@ func runRing(ctx context.Context, r ringRun) error {
 		return err
 	}
 	defer w.Close()
+	start := time.Now()
 	res, err := w.Run(ctx)
 	stopStalls()
+	if err != nil && !r.Events && signalled(ctx) {
+		res.Elapsed = time.Since(start)
+		return r.stoppedBySignal(res, w.Params())
+	}
 	if err != nil {
 		return r.failure(tr, err)
 	}
 	return r.finish(ctx, tr, comm, ring, w.Params(), res, &steps)
+}
+
+// signalGrace is how long a rank whose ring failed waits for a signal of
+// its own: a stop signalled to the whole step (scancel, Slurm's time
+// limit) reaches the ranks one by one, so a rank may first see its
+// neighbour leave, and should then stop as signalled, not as failed.
+const signalGrace = 5 * time.Second
+
+// signalled says whether ctx (done on SIGINT or SIGTERM) is done, or ends
+// within signalGrace.
+func signalled(ctx context.Context) bool {
+	t := time.NewTimer(signalGrace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// stoppedBySignal reports a rank that SIGINT or SIGTERM stopped (scancel,
+// Slurm at the time limit) and exits cleanly. A static ring has no way to
+// agree on a last step once its ranks are signalled one by one, so the
+// step in flight is abandoned; a rank's weights stay those of its last
+// completed step (the optimizer runs only after the allreduce), and rank 0
+// evaluates its own alone, on the whole test set, saying so, rather than
+// dying with "context canceled" and no test line.
+func (r ringRun) stoppedBySignal(res worker.Result, params []float32) error {
+	fmt.Fprintf(r.out, "rank %d of %d: %d steps, %d samples in %.1fs, stopped early by a signal\n", r.ID.Rank, r.ID.WorldSize, res.Steps, res.Samples, res.Elapsed.Seconds())
+	if r.ID.Rank != 0 || !r.Eval {
+		return nil
+	}
+	// ctx is done: the evaluation has a deadline of its own.
+	ctx, cancel := context.WithTimeout(context.Background(), r.CallTimeout)
+	defer cancel()
+	ev, err := worker.Evaluate(ctx, r.Model, params, r.Test, 1000)
+	if err != nil {
+		return fmt.Errorf("rank 0 of %d: evaluating after a signal: %w", r.ID.WorldSize, err)
+	}
+	fmt.Fprintf(r.out, "test: loss %.4f, accuracy %.2f%% (%d samples of %s; rank 0's weights after step %d, evaluated alone: a signal stopped the ring)\n",
+		ev.Loss, 100*ev.Accuracy, ev.Samples, r.Test.Name(), res.Steps)
+	return nil
 }
 
 // communicator joins the ring and makes its collective communicator over

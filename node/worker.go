@@ -103,8 +103,15 @@ func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.C
 		return fmt.Errorf("worker %d of %d: %w", w.ID.Rank, w.ID.WorldSize, err)
 	}
 	// After a signal ctx is done: what is left (the final pull and the
-	// evaluation) has a deadline of its own.
-	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), w.CallTimeout)
+	// evaluation) has a deadline of its own, a short one after a signal:
+	// the shards may have been signalled too (a plain scancel signals every
+	// step) and be stopping, and the launcher kills what is still running
+	// soon after (Slurm's KillWait, 30 s by default; docker stop, 10 s).
+	endWait := w.CallTimeout
+	if stoppedBy == "a signal" {
+		endWait = min(endWait, finalPullAfterSignal)
+	}
+	ctx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), endWait)
 	defer cancelEnd()
 	w.report(res, st, steps, stoppedBy)
 	if err := w.writePushes(servers.Info(), wcfg, st); err != nil {
@@ -113,8 +120,18 @@ func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.C
 	if w.Events || !w.Eval || w.ID.Rank != 0 {
 		return nil
 	}
-	return w.evaluate(ctx, servers)
+	if err := w.evaluate(ctx, servers); err != nil {
+		if stoppedBy != "" {
+			fmt.Fprintf(w.out, "test: not evaluated: stopped early by %s, and %v\n", stoppedBy, err)
+		}
+		return err
+	}
+	return nil
 }
+
+// finalPullAfterSignal bounds rank 0's final pull and evaluation once a
+// signal has stopped the run.
+const finalPullAfterSignal = 8 * time.Second
 
 // runUntilStopped runs the steps until the end, ctx's, or (Events) the
 // launcher's "stop" line on stdin.
