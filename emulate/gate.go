@@ -170,7 +170,7 @@ func (g *gate) read(ctx context.Context, step int64, dst []float32) ([]int64, er
 			return nil, fmt.Errorf("emulate: the schedule lets worker %d read for step %d, the shard's rule does not (a bug): %w", g.w, step, err)
 		}
 	}
-	clock, err := t.srv.Snapshot(dst)
+	clock, err := t.srv.SnapshotFor(int64(g.w), dst)
 	return []int64{clock}, err
 }
 

@@ -179,7 +179,11 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg,
+	upd, err := p.UpdateConfig()
+	if err != nil {
+		return err
+	}
+	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd,
 		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
 		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
 	if p.InitFrom != "" {

@@ -5,9 +5,10 @@ import (
 	"fmt"
 )
 
-// asyncApplier is Downpour: every push is applied at once, at full rate,
-// and a push-pull reads each chunk right after its update. Workers may
-// come and go unannounced: there is no live set and nothing waits.
+// asyncApplier is Downpour: every push is applied at once, as the update
+// rule says (update.go; N is Config.Workers), and a push-pull reads each
+// chunk right after its update. Workers may come and go unannounced:
+// there is no live set and nothing waits.
 type asyncApplier struct{ s *Server }
 
 var _ applier = asyncApplier{}
@@ -23,10 +24,7 @@ func (a asyncApplier) checkStepLocked(in Push, last int64) error {
 }
 
 func (a asyncApplier) pushLocked(_ context.Context, in Push, gmax float64, read ChunkReader) (PushResult, error) {
-	if err := a.s.checkGrowthLocked(in, gmax); err != nil {
-		return PushResult{}, err
-	}
-	return a.s.applyLocked(in, in.Grads, gmax, read, nil)
+	return a.s.applyLocked(in, gmax, a.s.cfg.Workers, read, nil)
 }
 
 func (asyncApplier) readsWithPush() bool                  { return true }

@@ -37,6 +37,9 @@ type Config struct {
 	BackupWorkers int
 	// Staleness is SSP's bound s.
 	Staleness int64
+	// Update is how async and SSP apply each push (update.go); its zero
+	// value is each mode's default. Sync ignores it.
+	Update UpdateConfig
 	// MaxWait bounds every wait for other workers, also for callers that
 	// set no deadline (default 10 minutes).
 	MaxWait time.Duration
@@ -95,6 +98,7 @@ func (c Config) withDefaults() Config {
 			c.Workers = MaxWorkers
 		}
 	}
+	c.Update = c.Update.Resolve(c.Mode)
 	return c
 }
 
@@ -131,6 +135,9 @@ func (c Config) validate() error {
 	}
 	if c.Staleness < 0 {
 		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
+	}
+	if err := c.Update.validate(); err != nil {
+		return err
 	}
 	if c.CheckpointEvery < 0 {
 		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)

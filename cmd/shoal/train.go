@@ -175,6 +175,13 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	if t.ring && t.allreduce.ScaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
 	}
+	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg)
+	if rule != "" {
+		lr += ", " + rule
+	}
+	if warning != "" {
+		defer fmt.Fprintf(stdout, "warning: %s\n", warning)
+	}
 	where := t.where
 	if prec := t.precision(); prec != "" {
 		where += " in " + prec
@@ -412,6 +419,9 @@ func (t *trainRun) checkRun() error {
 	}
 	if t.shard.CkptEvery < 0 {
 		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.shard.CkptEvery)
+	}
+	if _, err := t.shard.UpdateConfig(); err != nil {
+		return err
 	}
 	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err
