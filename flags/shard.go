@@ -2,8 +2,6 @@ package flags
 
 import (
 	"flag"
-	"fmt"
-	"math"
 	"runtime"
 
 	"github.com/shoalml/shoal/consistency"
@@ -28,11 +26,7 @@ type Shard struct {
 	CkptErrors   string
 	Journal      bool
 	ParallelStep bool
-	// UpdateRule, DCLambda and DCMaxMiB are how async and SSP shards
-	// apply each push (ps.UpdateConfig; UpdateConfig reads them).
-	UpdateRule string
-	DCLambda   float64
-	DCMaxMiB   int64
+	Update       Update
 }
 
 // Register adds the flags to fs.
@@ -45,26 +39,12 @@ func (f *Shard) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.CkptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)")
 	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)")
 	fs.BoolVar(&f.Journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
-	fs.StringVar(&f.UpdateRule, "update-rule", ps.UpdateAuto.String(), "async, ssp: how a shard applies each push: full (Downpour: every push at the full learning rate; collapses at 8 workers of the default MLP), average (scaled by 1/N, N the workers), staleness (scaled by 1/τ, τ the shard's updates since it served the worker its weights), dcasgd (delay-compensated, g + λ·g⊙g⊙(w − w_bak), full rate; keeps a copy of the shard per worker), or auto: "+ps.DefaultAsyncUpdate.String()+" in async, average in ssp (docs/BENCHMARKS.md, \"Staleness emulation\")")
-	fs.Float64Var(&f.DCLambda, "dc-lambda", ps.DefaultDCLambda, "--update-rule dcasgd: the constant λ of the correction")
-	fs.Int64Var(&f.DCMaxMiB, "dc-max-mib", ps.DefaultDCMaxBytes>>20, "--update-rule dcasgd: the most MiB a shard may keep for its copies of what it served each worker (workers × the shard's floats × 4 bytes); a shard that needs more does not start")
+	f.Update.Register(fs)
 	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), "PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
 }
 
-// UpdateConfig is --update-rule, --dc-lambda and --dc-max-mib, checked.
-func (f *Shard) UpdateConfig() (ps.UpdateConfig, error) {
-	rule, err := ps.ParseUpdate(f.UpdateRule)
-	if err != nil {
-		return ps.UpdateConfig{}, fmt.Errorf("--update-rule: %w", err)
-	}
-	if !(f.DCLambda >= 0) || math.IsInf(f.DCLambda, 0) {
-		return ps.UpdateConfig{}, fmt.Errorf("--dc-lambda %g: want a finite value >= 0", f.DCLambda)
-	}
-	if f.DCMaxMiB < 1 || f.DCMaxMiB > math.MaxInt64>>20 {
-		return ps.UpdateConfig{}, fmt.Errorf("--dc-max-mib %d: want >= 1", f.DCMaxMiB)
-	}
-	return ps.UpdateConfig{Rule: rule, DCLambda: f.DCLambda, DCMaxBytes: f.DCMaxMiB << 20}, nil
-}
+// UpdateConfig is the shards' update rule, checked.
+func (f *Shard) UpdateConfig() (ps.UpdateConfig, error) { return f.Update.Config() }
 
 // UpdateNote is how the shards of a job in mode, of workers workers and
 // optimizer opt, apply each push, in words ("" where the mode has no

@@ -95,12 +95,20 @@ func TestFastest(t *testing.T) {
 }
 
 func TestAccuracyCurves(t *testing.T) {
-	runs := []EmulateRun{{Mode: "async", Workers: 2}, {Mode: "ssp", Workers: 2, Staleness: 4, Diverged: "NaN", Updates: 7}, {Mode: "sync", Workers: 8}}
+	runs := []EmulateRun{{Mode: "async", Workers: 2, Update: "full"}, {Mode: "async", Workers: 2, Update: "staleness"},
+		{Mode: "ssp", Workers: 2, Staleness: 4, Update: "average", Diverged: "NaN", Updates: 7}, {Mode: "ssp", Workers: 2, Staleness: 4, Update: "staleness"},
+		{Mode: "sync", Workers: 8}}
 	byN, order := accuracyCurves(runs)
 	assert.Equal(t, []int{2, 8}, order)
-	require.Len(t, byN[2], 2)
-	assert.Equal(t, "ssp (s = 4), diverged after 7 updates", byN[2][1].Label)
-	assert.Equal(t, 1, byN[2][1].Dash)
+	require.Len(t, byN[2], 4)
+	for i, want := range []struct {
+		label string
+		dash  int
+	}{{"async (full)", 0}, {"async (staleness)", 1}, {"ssp (s = 4), diverged after 7 updates", 0}, {"ssp (s = 4, staleness)", 1}} {
+		assert.Equal(t, want.label, byN[2][i].Label)
+		assert.Equal(t, want.dash, byN[2][i].Dash, want.label)
+	}
+	assert.Equal(t, "sync", byN[8][0].Label)
 }
 
 func TestTrainArgs(t *testing.T) {
