@@ -182,6 +182,12 @@ func (g *gate) push(ctx context.Context, args worker.PushArgs) (worker.PushResul
 		return worker.PushResult{}, err
 	}
 	res, err := t.srv.Push(ctx, ps.Push{WorkerID: args.WorkerID, Step: args.Step, Clock: args.Clocks[0], Ranges: t.ranges, Grads: args.Grads})
+	if ps.RefusedFor(err) == ps.RejectedMagnitude {
+		// The weights have grown to where the shard refuses what could
+		// take them past its bound: the job has diverged, as surely as a
+		// loss of NaN says.
+		return worker.PushResult{}, fmt.Errorf("%w: %w", worker.ErrDiverged, err)
+	}
 	if err != nil {
 		return worker.PushResult{}, err
 	}
