@@ -32,6 +32,16 @@ func (asyncApplier) readWait(int64) (func() bool, string) { return nil, "" }
 func (a asyncApplier) stallLocked() (int64, []int64)      { w, step := a.s.slowestLocked(); return step, w }
 func (a asyncApplier) waitingForLocked() string           { return a.s.slowestString() }
 func (asyncApplier) checkLiveLocked(int64) error          { return nil }
-func (asyncApplier) goneLocked(int64) bool                { return false }
-func (asyncApplier) joinLocked(_, next int64) int64       { return next }
-func (asyncApplier) rewindLocked(map[int64]int64)         {}
+
+// goneLocked notes w gone for Config.ScaleLR's world size; async waits
+// for no one, so w was never among the workers it waits for.
+func (a asyncApplier) goneLocked(w int64) bool {
+	a.s.gone[w] = true
+	return false
+}
+
+func (a asyncApplier) joinLocked(w, next int64) int64 {
+	delete(a.s.gone, w)
+	return next
+}
+func (asyncApplier) rewindLocked(map[int64]int64) {}

@@ -40,6 +40,13 @@ type Config struct {
 	// Update is how async and SSP apply each push (update.go); its zero
 	// value is each mode's default. Sync ignores it.
 	Update UpdateConfig
+	// ScaleLR multiplies the optimizer's learning rate by the live world
+	// size (Goyal et al.'s linear scaling rule; its warm-up is the
+	// optimizer's schedule): in sync and SSP the live workers, in async
+	// Workers less those membership took out (WorkerGone) and that have
+	// not joined again. Each update takes the size at the time it is
+	// applied, and the journal keeps it.
+	ScaleLR bool
 	// MaxWait bounds every wait for other workers, also for callers that
 	// set no deadline (default 10 minutes).
 	MaxWait time.Duration

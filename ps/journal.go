@@ -30,7 +30,8 @@ import (
 // after the update, uint32 n and n pairs (worker, step) of deduplication
 // records, uint32 m and m pairs (worker, steps pushed) of SSP progress,
 // uint32 k and k int64 workers the shard served the whole share right
-// after the update, uint32 floats and the update's gradient (what the
+// after the update, float64 the learning-rate scale of the update
+// (Config.ScaleLR; 0 is 1), uint32 floats and the update's gradient (what the
 // optimizer steps with, after the update rule). A record of no floats is
 // a serve alone, at its clock: the update rules that depend on what each
 // worker was served (update.go) need them replayed. Journals of version
@@ -54,6 +55,7 @@ type journalRecord struct {
 	steps    [][2]int64 // (worker, step)
 	progress [][2]int64 // (worker, steps pushed)
 	served   []int64    // workers served the whole share after the update
+	lrScale  float64    // the optimizer's learning-rate scale (Config.ScaleLR); 0 is 1
 	grads    []float32  // none: a serve alone
 }
 
@@ -163,6 +165,7 @@ func appendRecord(b []byte, rec journalRecord, v2 bool) []byte {
 		for _, w := range rec.served {
 			b = binary.LittleEndian.AppendUint64(b, uint64(w))
 		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(rec.lrScale))
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(rec.grads)))
 	for _, g := range rec.grads {
@@ -262,6 +265,11 @@ func (s *Server) replayFile(path string) (n int, gap bool, err error) {
 		if rec.clock != s.clock+1 {
 			return n, true, nil
 		}
+		scale := rec.lrScale
+		if scale == 0 { // version 2, or a shard that did not scale
+			scale = 1
+		}
+		s.scaleLRLocked(scale)
 		s.stepLocked(rec.grads, optim.MaxAbs(rec.grads), nil)
 		for _, p := range rec.steps {
 			s.lastStep[p[0]] = p[1]
@@ -342,6 +350,10 @@ func (s *Server) readRecord(r io.Reader, v2 bool) (journalRecord, error) {
 		}
 		for range n {
 			rec.served = append(rec.served, int64(d.u64()))
+		}
+		rec.lrScale = math.Float64frombits(d.u64())
+		if !(rec.lrScale >= 0) || math.IsInf(rec.lrScale, 0) {
+			return journalRecord{}, fmt.Errorf("a record of learning-rate scale %v", rec.lrScale)
 		}
 	}
 	nf := d.u32()

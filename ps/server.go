@@ -59,6 +59,12 @@ type Server struct {
 	progress map[int64]int64
 	// live are the workers sync and ssp wait for, in order (members.go).
 	live []int64
+	// gone are the workers membership took out in async, which keeps no
+	// live set: the world size of Config.ScaleLR leaves them out.
+	gone map[int64]bool
+	// lrScale is the learning-rate scale the chunks' optimizers have
+	// (Config.ScaleLR; 1 without it).
+	lrScale float64
 	// mode is what a push and a pull mean in the configured mode
 	// (applier.go), chosen by New.
 	mode applier
@@ -128,6 +134,9 @@ const StalenessBuckets = 64
 // resumes from the newest checkpoint there instead, if there is one.
 func New(cfg Config, initial []float32) (*Server, error) {
 	if cfg.Mode == consistency.Async && cfg.Workers == 0 {
+		if cfg.ScaleLR {
+			return nil, errors.New("parameter server: scaling the learning rate by the world size in async mode needs the number of workers (Workers, --workers)")
+		}
 		if r := cfg.Update.Resolve(cfg.Mode).Rule; r == UpdateAverage || r == UpdateDCASGD {
 			return nil, fmt.Errorf("parameter server: update rule %s in async mode needs the number of workers (Workers, --workers): %s", r,
 				map[Update]string{UpdateAverage: "it divides every push by it", UpdateDCASGD: "it keeps a copy of the shard per worker"}[r])
@@ -140,7 +149,8 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	if len(initial) != cfg.Plan.VectorLen {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, changed: make(chan struct{}), failed: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, gone: map[int64]bool{}, lrScale: 1,
+		changed: make(chan struct{}), failed: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -288,6 +298,31 @@ func (s *Server) SnapshotFor(worker int64, dst []float32) (int64, error) {
 	s.stats.Pulls++
 	s.serveLocked(worker, true)
 	return s.clock, nil
+}
+
+// worldLocked is the world size Config.ScaleLR scales the learning rate
+// by: the live workers in sync and SSP, Workers less the gone in async
+// (at least 1); 1 without ScaleLR.
+func (s *Server) worldLocked() int {
+	switch {
+	case !s.cfg.ScaleLR:
+		return 1
+	case s.cfg.Mode == consistency.Async:
+		return max(s.cfg.Workers-len(s.gone), 1)
+	}
+	return max(len(s.live), 1)
+}
+
+// scaleLRLocked makes k the scale of every chunk's learning rate.
+func (s *Server) scaleLRLocked(k float64) {
+	if k == s.lrScale {
+		return
+	}
+	for i := range s.chunks {
+		s.chunks[i].opt.SetLRScale(k)
+		s.chunks[i].unbound() // the bounds carried forward assumed the old rate
+	}
+	s.lrScale = k
 }
 
 // weightsLocked yields the shard's values, chunk after chunk.
@@ -499,10 +534,11 @@ const MaxStepGap = 1024
 func (s *Server) applyLocked(in Push, gmax float64, n int, read ChunkReader, progress [][2]int64) (PushResult, error) {
 	staleness := s.upd.staleness(s.clock, in)
 	grads, gmax := s.upd.grads(in, gmax, staleness, n, s.weightsLocked)
+	s.scaleLRLocked(float64(s.worldLocked()))
 	if err := s.checkGrowthLocked(in, gmax); err != nil {
 		return PushResult{}, err
 	}
-	rec := journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads}
+	rec := journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, lrScale: s.lrScale, grads: grads}
 	if read != nil {
 		rec.served = []int64{in.WorkerID}
 	}

@@ -279,3 +279,52 @@ func ExampleParseUpdate() {
 	fmt.Println(u, err)
 	// Output: staleness <nil>
 }
+
+// TestScaleLRFollowsTheLiveWorldSize: with ScaleLR the learning rate is
+// the base times the live world size at each update, and it follows
+// membership: in sync a step after a worker left moves by 2× the mean,
+// no longer 3×; in async the same after WorkerGone, and back after Join.
+// A shard killed and restarted replays each update at its own scale.
+func TestScaleLRFollowsTheLiveWorldSize(t *testing.T) {
+	t.Run("sync", func(t *testing.T) {
+		cfg := ruleConfig(UpdateAuto)
+		cfg.Mode, cfg.Workers, cfg.ScaleLR = consistency.Sync, 3, true
+		cfg.CheckpointDir, cfg.CheckpointEvery, cfg.Journal = t.TempDir(), 100, true
+		s, err := New(cfg, []float32{0, 1, 2, 3})
+		require.NoError(t, err)
+		for w := range int64(3) {
+			push(t, s, w, 0, 0, 1)
+		}
+		assert.Equal(t, float32(0-3), values(t, s)[0], "the mean, 1, at lr 1×3")
+		require.True(t, s.WorkerGone(2))
+		for w := range int64(2) {
+			push(t, s, w, 1, 1, 1)
+		}
+		want := values(t, s)
+		assert.Equal(t, float32(0-3-2), want[0], "after the shrink: lr 1×2")
+		require.NoError(t, s.Close()) // a crash
+
+		r := crashAndRestart(t, cfg)
+		assert.Equal(t, want, values(t, r), "the journal's updates at their own scales")
+	})
+	t.Run("async", func(t *testing.T) {
+		cfg := ruleConfig(UpdateFull)
+		cfg.ScaleLR = true
+		s := newRuleServer(t, cfg)
+		push(t, s, 0, 0, 0, 1)
+		assert.Equal(t, float32(0-4), values(t, s)[0], "lr 1×4")
+		s.WorkerGone(3)
+		push(t, s, 0, 1, 1, 1)
+		assert.Equal(t, float32(0-4-3), values(t, s)[0], "lr 1×3 once worker 3 is gone")
+		_, err := s.Join(3, 0)
+		require.NoError(t, err)
+		push(t, s, 0, 2, 2, 1)
+		assert.Equal(t, float32(0-4-3-4), values(t, s)[0], "lr 1×4 once it joined again")
+	})
+	t.Run("async needs the workers", func(t *testing.T) {
+		cfg := ruleConfig(UpdateFull)
+		cfg.ScaleLR, cfg.Workers = true, 0
+		_, err := New(cfg, []float32{0, 1, 2, 3})
+		assert.ErrorContains(t, err, "in async mode needs the number of workers")
+	})
+}
