@@ -31,6 +31,13 @@ func (u *Update) Config() (ps.UpdateConfig, error) {
 	return u.DC.Config(rule)
 }
 
+// Args is the group as a child's argv (shoal bench train's runs of shoal
+// train): every flag, with u's value.
+func (u *Update) Args() []string {
+	var g Update
+	return render(func(fs *flag.FlagSet) { g.Register(fs); g = *u })
+}
+
 // DC are the flags of the DC-ASGD rule: --dc-lambda and --dc-max-mib.
 // shoal bench emulate, which sweeps over rules, registers them alone.
 type DC struct {

@@ -112,9 +112,11 @@ func TestAccuracyCurves(t *testing.T) {
 }
 
 func TestTrainArgs(t *testing.T) {
-	cfg := TrainConfig{EvalEvery: 50, Data: "/d", Dataset: "synthetic", NIC: netshape.Config{Gbps: 2, RTT: time.Millisecond}, NICArgs: []string{"--nic-gbps", "2", "--rtt", "1ms"}}
+	cfg := TrainConfig{EvalEvery: 50, Data: "/d", Dataset: "synthetic", NIC: netshape.Config{Gbps: 2, RTT: time.Millisecond}, NICArgs: []string{"--nic-gbps", "2", "--rtt", "1ms"},
+		UpdateArgs: []string{"--update-rule=staleness"}}
 	args := cfg.trainArgs(bench.Run{Mode: "async-overlap", Workers: 2, Servers: 1, Model: "mlp", Steps: 10}, cfg.NICArgs)
-	assert.Equal(t, []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", "2", "--servers", "1"}, args[:8])
+	assert.Equal(t, []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", "2", "--servers", "1", "--update-rule=staleness"}, args[:9])
+	assert.NotContains(t, cfg.trainArgs(bench.Run{Mode: "ring", Workers: 2, Model: "mlp", Steps: 10}, nil), "--update-rule=staleness", "the ring has no shards")
 	assert.Subset(t, args, []string{"--steps", "10", "--eval-every", "50", "--dataset", "synthetic", "--nic-gbps", "--rtt", "1ms"})
 	ring := cfg.trainArgs(bench.Run{Mode: "ring", Workers: 2, Model: "mlp", Epochs: 1}, nil)
 	assert.NotContains(t, ring, "--servers")
