@@ -55,8 +55,8 @@ func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config)
 	if err != nil || !mode.UsesServers() || mode.Synchronous(f.Staleness) {
 		return "", ""
 	}
-	rule = "update rule " + u.Resolve(mode).Rule.String()
-	return rule, ps.Config{Mode: mode, Workers: workers, Optimizer: opt, Update: u}.UnstableWarning()
+	rule = "update rule " + u.Resolve(mode, workers).Rule.String()
+	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u}.UnstableWarning()
 }
 
 // Args is the group as a shard's argv: every flag, with f's value.

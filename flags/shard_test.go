@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/ps"
 )
 
@@ -65,5 +67,36 @@ func TestShardUpdateConfig(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// TestUpdateNote: shoal train's header names the shards' rule, and warns
+// where it is known to be unstable.
+func TestUpdateNote(t *testing.T) {
+	opt := optim.DefaultConfig()
+	opt.Algorithm, opt.LR, opt.Momentum = optim.Momentum, 0.01, 0.9
+	for _, tc := range []struct {
+		rule    string
+		mode    consistency.Mode
+		workers int
+		note    string
+		warns   bool
+	}{
+		{"auto", consistency.Async, 8, "update rule average", false},
+		{"auto", consistency.SSP, 8, "update rule average", false},
+		{"full", consistency.Async, 8, "update rule full", true},
+		{"full", consistency.Async, 2, "update rule full", false},
+		{"dcasgd", consistency.SSP, 16, "update rule dcasgd", true},
+		{"full", consistency.Sync, 8, "", false},
+		{"full", consistency.Ring, 8, "", false},
+	} {
+		f := Shard{Staleness: 1, Update: Update{Rule: tc.rule, DC: DC{Lambda: 0.04, MaxMiB: 1}}}
+		note, warning := f.UpdateNote(tc.mode, tc.workers, opt)
+		assert.Equal(t, tc.note, note, "%s %s %d", tc.rule, tc.mode, tc.workers)
+		if tc.warns {
+			assert.Contains(t, warning, "is known to be unstable", "%s %s %d", tc.rule, tc.mode, tc.workers)
+		} else {
+			assert.Empty(t, warning, "%s %s %d", tc.rule, tc.mode, tc.workers)
+		}
 	}
 }

@@ -93,9 +93,10 @@ func DefaultConfig() Config {
 	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
 }
 
-// withDefaults is c with its zero MaxWait and Workers set to their
-// defaults.
+// withDefaults is c with its zero MaxWait and Workers, and its update
+// rule's defaults, set.
 func (c Config) withDefaults() Config {
+	c.Update = c.Update.Resolve(c.Mode, c.Workers)
 	if c.MaxWait == 0 {
 		c.MaxWait = 10 * time.Minute
 	}
@@ -105,7 +106,6 @@ func (c Config) withDefaults() Config {
 			c.Workers = MaxWorkers
 		}
 	}
-	c.Update = c.Update.Resolve(c.Mode)
 	return c
 }
 

@@ -137,7 +137,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		if cfg.ScaleLR {
 			return nil, errors.New("parameter server: scaling the learning rate by the world size in async mode needs the number of workers (Workers, --workers)")
 		}
-		if r := cfg.Update.Resolve(cfg.Mode).Rule; r == UpdateAverage || r == UpdateDCASGD {
+		if r := cfg.Update.Rule; r == UpdateAverage || r == UpdateDCASGD {
 			return nil, fmt.Errorf("parameter server: update rule %s in async mode needs the number of workers (Workers, --workers): %s", r,
 				map[Update]string{UpdateAverage: "it divides every push by it", UpdateDCASGD: "it keeps a copy of the shard per worker"}[r])
 		}

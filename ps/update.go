@@ -23,8 +23,9 @@ import (
 type Update uint8
 
 const (
-	// UpdateAuto is the mode's default: DefaultAsyncUpdate in async,
-	// UpdateAverage in SSP.
+	// UpdateAuto is the mode's default: DefaultAsyncUpdate in async
+	// (UpdateStaleness where the shard does not know how many workers
+	// there are: async without Workers), UpdateAverage in SSP.
 	UpdateAuto Update = iota
 	// UpdateFull is Downpour's rule: every push at the full learning
 	// rate. N workers move the weights about N times as far per round,
@@ -49,8 +50,11 @@ const (
 )
 
 // DefaultAsyncUpdate is async's rule where none is set, chosen from the
-// emulation of 8 to 64 workers in docs/BENCHMARKS.md.
-const DefaultAsyncUpdate = UpdateFull
+// emulation of 8 to 64 workers of the default MLP in docs/BENCHMARKS.md
+// ("Staleness emulation"): 0.05 to 2.4 points above sync at each N, where
+// full rate collapsed at 8 and diverged from 16 on, DC-ASGD the same, and
+// staleness came within 1.1 points of it (above it at 8).
+const DefaultAsyncUpdate = UpdateAverage
 
 // Defaults of UpdateConfig.
 const (
@@ -90,12 +94,16 @@ type UpdateConfig struct {
 	DCMaxBytes int64
 }
 
-// Resolve is u with its defaults for mode filled in.
-func (u UpdateConfig) Resolve(mode consistency.Mode) UpdateConfig {
+// Resolve is u with its defaults for mode and workers workers filled in
+// (0: the shard does not know them, as an async shard without Workers).
+func (u UpdateConfig) Resolve(mode consistency.Mode, workers int) UpdateConfig {
 	if u.Rule == UpdateAuto {
 		u.Rule = UpdateAverage
 		if mode == consistency.Async {
 			u.Rule = DefaultAsyncUpdate
+			if workers == 0 && DefaultAsyncUpdate == UpdateAverage {
+				u.Rule = UpdateStaleness // it needs no N
+			}
 		}
 	}
 	if u.DCLambda == 0 {
@@ -125,13 +133,16 @@ func (u UpdateConfig) validate() error {
 func DCBytes(workers, floats int) int64 { return int64(workers) * int64(floats) * 4 }
 
 // UnstableWarning says why the rule, mode, workers and optimizer of c are
-// known to be unstable, or "" when they are not: full rate in async with
-// an effective step lr·N/(1−momentum) of 0.5 or more, where the default
-// MLP collapsed at 8 workers (lr 0.01, momentum 0.9: 0.8) and lost points
-// against sync at 4 (lr 0.02: 0.8).
+// known to be unstable, or "" when they are not: a full-rate rule (full,
+// dcasgd) in async or SSP with an effective step lr·N/(1−momentum) of 0.5
+// or more. In the emulation of the default MLP (docs/BENCHMARKS.md) full
+// rate collapsed at 8 workers with lr 0.01 and momentum 0.9 (0.8),
+// diverged at 64 with momentum 0.5 (1.28) and lost 2.3 points to sync at
+// 32 (0.64), and trained above sync at 8 and 16 with momentum 0.5 (0.16,
+// 0.32); DC-ASGD diverged where full rate did, sooner.
 func (c Config) UnstableWarning() string {
 	c = c.withDefaults()
-	if c.Mode != consistency.Async || c.Update.Rule != UpdateFull || c.Workers >= MaxWorkers {
+	if !c.Mode.UsesServers() || c.synchronous() || c.Update.Rule != UpdateFull && c.Update.Rule != UpdateDCASGD || c.Workers >= MaxWorkers {
 		return ""
 	}
 	mom := 0.0
@@ -142,8 +153,8 @@ func (c Config) UnstableWarning() string {
 	if eff < 0.5 {
 		return ""
 	}
-	return fmt.Sprintf("update rule full in async mode with %d workers at lr %g and momentum %g: each push is applied at the full rate, so a round moves the weights about %d times as far, on gradients about %d updates old (lr·N/(1−momentum) = %.2g; the default MLP collapsed at 0.8, docs/BENCHMARKS.md); the default rule %s does not",
-		c.Workers, c.Optimizer.LR, mom, c.Workers, c.Workers-1, eff, DefaultAsyncUpdate)
+	return fmt.Sprintf("update rule %s in %s mode with %d workers at lr %g and momentum %g is known to be unstable: each push is applied at the full rate on a gradient about %d updates old, and lr·N/(1−momentum) = %.2g is past 0.5 (the default MLP collapsed at 0.8: docs/BENCHMARKS.md, \"Staleness emulation\"); the default rule, %s, scales each push by 1/N, or lower --lr or --momentum",
+		c.Update.Rule, c.Mode, c.Workers, c.Optimizer.LR, mom, c.Workers-1, eff, DefaultAsyncUpdate)
 }
 
 // updater is the state of an async or SSP shard's update rule, a plain

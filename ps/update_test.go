@@ -179,9 +179,32 @@ func TestUnstableWarning(t *testing.T) {
 	assert.Empty(t, cfg.UnstableWarning(), "lr·N/(1−μ) = 0.4")
 	cfg.Workers = 0
 	assert.Empty(t, cfg.UnstableWarning(), "workers unknown")
+	cfg.Update.Rule = UpdateDCASGD
 	cfg.Workers = 8
+	assert.Contains(t, cfg.UnstableWarning(), "update rule dcasgd in async mode with 8 workers")
 	cfg.Update.Rule = UpdateStaleness
 	assert.Empty(t, cfg.UnstableWarning())
+	cfg.Update.Rule = UpdateAuto
+	assert.Empty(t, cfg.UnstableWarning(), "the default")
+	cfg.Optimizer.Momentum = 0.5
+	cfg.Update.Rule, cfg.Workers = UpdateFull, 16
+	assert.Empty(t, cfg.UnstableWarning(), "lr·N/(1−μ) = 0.32: trained above sync in the emulation")
+}
+
+// TestTheDefaultRule: async averages where the shard knows its workers,
+// and divides by the staleness where it does not (that needs no N); SSP
+// averages over its live workers, as it always did.
+func TestTheDefaultRule(t *testing.T) {
+	for _, tc := range []struct {
+		mode    consistency.Mode
+		workers int
+		want    Update
+	}{{consistency.Async, 8, UpdateAverage}, {consistency.Async, 0, UpdateStaleness}, {consistency.SSP, 8, UpdateAverage}, {consistency.SSP, 0, UpdateAverage}} {
+		cfg := ruleConfig(UpdateAuto)
+		cfg.Mode, cfg.Workers, cfg.Staleness = tc.mode, tc.workers, 2
+		s := newRuleServer(t, cfg)
+		assert.Equal(t, tc.want, s.Config().Update.Rule, "%s, %d workers", tc.mode, tc.workers)
+	}
 }
 
 // ruleScript is a run of pushes and serves in which every rule's state
