@@ -22,7 +22,8 @@
 // Config.Update): full rate, 1/N, 1/staleness or delay-compensated, with
 // staleness counted from the shard's own clock of the last whole read it
 // served the worker (ViewFor, SnapshotFor, a push-pull's read), never
-// from the worker's word alone.
+// from the worker's word alone. Config.ScaleLR multiplies the learning
+// rate by the live world size at each update (the linear scaling rule).
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise

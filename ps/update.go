@@ -44,8 +44,12 @@ const (
 	// it at the full rate: g + λ·g⊙g⊙(w − w_bak), with w the shard's
 	// weights now, w_bak those it last served the worker, and λ constant
 	// (UpdateConfig.DCLambda). The shard keeps w_bak per worker: Workers ×
-	// its floats × 4 bytes, bounded by UpdateConfig.DCMaxBytes. A push
-	// from a worker the shard holds no w_bak for is applied uncorrected.
+	// its floats × 4 bytes, bounded by UpdateConfig.DCMaxBytes (a
+	// checkpoint copies them, as it copies the weights, and holds them). A
+	// push from a worker the shard holds no w_bak for is applied
+	// uncorrected. With --overlap-push-pull a worker's pull may reach the
+	// shard before its last push: w_bak is then newer than the gradient's
+	// weights, and the correction covers less of the delay.
 	UpdateDCASGD
 )
 
