@@ -55,7 +55,7 @@ func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config)
 	if err != nil || !mode.UsesServers() || mode.Synchronous(f.Staleness) {
 		return "", ""
 	}
-	rule = "update rule " + u.Resolve(mode, workers).Rule.String()
+	rule = "update rule " + u.Resolve(mode).Rule.String()
 	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u}.UnstableWarning()
 }
 

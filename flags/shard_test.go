@@ -82,7 +82,7 @@ func TestUpdateNote(t *testing.T) {
 		note    string
 		warns   bool
 	}{
-		{"auto", consistency.Async, 8, "update rule average", false},
+		{"auto", consistency.Async, 8, "update rule staleness", false},
 		{"auto", consistency.SSP, 8, "update rule average", false},
 		{"full", consistency.Async, 8, "update rule full", true},
 		{"full", consistency.Async, 2, "update rule full", false},

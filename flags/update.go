@@ -18,7 +18,7 @@ type Update struct {
 
 // Register adds the flags to fs.
 func (u *Update) Register(fs *flag.FlagSet) {
-	fs.StringVar(&u.Rule, "update-rule", ps.UpdateAuto.String(), "async, ssp: how a shard applies each push: full (Downpour: every push at the full learning rate; collapses at 8 workers of the default MLP), average (scaled by 1/N, N the workers), staleness (scaled by 1/τ, τ the shard's updates since it served the worker its weights), dcasgd (delay-compensated, g + λ·g⊙g⊙(w − w_bak), full rate; keeps a copy of the shard per worker), or auto: "+ps.DefaultAsyncUpdate.String()+" in async (staleness for a shard not given --workers), average in ssp (docs/BENCHMARKS.md, \"Staleness emulation\")")
+	fs.StringVar(&u.Rule, "update-rule", ps.UpdateAuto.String(), "async, ssp: how a shard applies each push: full (Downpour: every push at the full learning rate; collapses at 8 workers of the default MLP), average (scaled by 1/N, N the workers), staleness (scaled by 1/τ, τ the shard's updates since it served the worker its weights), dcasgd (delay-compensated, g + λ·g⊙g⊙(w − w_bak), full rate; keeps a copy of the shard per worker), or auto: "+ps.DefaultAsyncUpdate.String()+" in async, average in ssp (docs/BENCHMARKS.md, \"Staleness emulation\")")
 	u.DC.Register(fs)
 }
 

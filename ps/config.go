@@ -96,7 +96,7 @@ func DefaultConfig() Config {
 // withDefaults is c with its zero MaxWait and Workers, and its update
 // rule's defaults, set.
 func (c Config) withDefaults() Config {
-	c.Update = c.Update.Resolve(c.Mode, c.Workers)
+	c.Update = c.Update.Resolve(c.Mode)
 	if c.MaxWait == 0 {
 		c.MaxWait = 10 * time.Minute
 	}

@@ -191,15 +191,15 @@ func TestUnstableWarning(t *testing.T) {
 	assert.Empty(t, cfg.UnstableWarning(), "lr·N/(1−μ) = 0.32: trained above sync in the emulation")
 }
 
-// TestTheDefaultRule: async averages where the shard knows its workers,
-// and divides by the staleness where it does not (that needs no N); SSP
-// averages over its live workers, as it always did.
+// TestTheDefaultRule: async divides each push by its staleness, with or
+// without its workers known; SSP averages over its live workers, as it
+// always did.
 func TestTheDefaultRule(t *testing.T) {
 	for _, tc := range []struct {
 		mode    consistency.Mode
 		workers int
 		want    Update
-	}{{consistency.Async, 8, UpdateAverage}, {consistency.Async, 0, UpdateStaleness}, {consistency.SSP, 8, UpdateAverage}, {consistency.SSP, 0, UpdateAverage}} {
+	}{{consistency.Async, 8, UpdateStaleness}, {consistency.Async, 0, UpdateStaleness}, {consistency.SSP, 8, UpdateAverage}, {consistency.SSP, 0, UpdateAverage}} {
 		cfg := ruleConfig(UpdateAuto)
 		cfg.Mode, cfg.Workers, cfg.Staleness = tc.mode, tc.workers, 2
 		s := newRuleServer(t, cfg)

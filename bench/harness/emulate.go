@@ -201,7 +201,7 @@ func ruleLabel(j Job, sc sim.Config) string {
 	if sc.Mode.Synchronous(sc.Staleness) {
 		return ""
 	}
-	return j.Update.Resolve(sc.Mode, sc.Workers).Rule.String()
+	return j.Update.Resolve(sc.Mode).Rule.String()
 }
 
 // emulate runs j as the job that sc simulates and prints how it went: a

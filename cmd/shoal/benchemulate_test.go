@@ -91,7 +91,7 @@ func TestBenchEmulateWritesPlots(t *testing.T) {
 		"--staleness", "1,4", "--epochs", "1", "--hidden", "16", "--compute", "1ms", "--out", dir).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	text := string(out)
-	for _, row := range []string{"async        full      N=2", "ssp    s=1   average   N=2", "ssp    s=4   average   N=8", "sync                   N=8"} {
+	for _, row := range []string{"async        staleness N=2", "ssp    s=1   average   N=2", "ssp    s=4   average   N=8", "sync                   N=8"} {
 		assert.Contains(t, text, row)
 	}
 	for _, f := range []string{"results.json", "accuracy-n2.png", "accuracy-n8.png"} {
