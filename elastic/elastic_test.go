@@ -159,15 +159,24 @@ func run(ctx context.Context, cfg Config) <-chan outcome {
 
 // A member that dies after step 6 leaves two that re-form, share the rest
 // of the epoch, and finish with the same weights. When the dead one is
-// member 0, the coordinator and root, member 1 takes over both.
+// member 0, the coordinator and root, member 1 takes over both. With the
+// linear scaling rule, the survivors' learning rate is the base times the
+// live world size, 2, no longer the launch's 3.
 func TestSurvivorsReformAndFinish(t *testing.T) {
-	for _, victim := range []int{2, 0} {
-		t.Run(fmt.Sprint("member ", victim, " dies"), func(t *testing.T) {
+	for _, tc := range []struct {
+		victim  int
+		scaleLR bool
+	}{{2, false}, {0, false}, {2, true}} {
+		victim := tc.victim
+		t.Run(fmt.Sprint("member ", victim, " dies, scale lr ", tc.scaleLR), func(t *testing.T) {
 			j := newJob(t, 3)
 			j.roster.set(0, 1, 2)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cfgs := []Config{j.member(0, 3), j.member(1, 3), j.member(2, 3)}
+			for id := range cfgs {
+				cfgs[id].Ring.ScaleLR = tc.scaleLR
+			}
 			kctx, kill := context.WithCancel(ctx)
 			// The victim dies only once the survivors have finished step 5
 			// too: a ring member can finish a step before the others have
@@ -216,6 +225,18 @@ func TestSurvivorsReformAndFinish(t *testing.T) {
 			assert.Equal(t, int64(6), g[1].Step)
 			for _, v := range ra.out.Params {
 				require.False(t, v != v, "NaN weight")
+			}
+			base := cfgs[0].Ring.Optimizer.LR
+			for _, id := range survivors {
+				want := []float64{base, base}
+				if tc.scaleLR {
+					want = []float64{3 * base, 2 * base}
+				}
+				var lrs []float64
+				for _, g := range gens[id] {
+					lrs = append(lrs, g.LR)
+				}
+				assert.InDeltaSlice(t, want, lrs, 1e-12, "member %d's learning rate in generations of 3 and 2", id)
 			}
 		})
 	}

@@ -59,7 +59,7 @@ func (m *member) generation(ctx context.Context, resp *pb.ReformResponse, lis ne
 		return closeOnErr(fmt.Errorf("taking up rank %d's state: %w", resp.Root, err))
 	}
 	m.synced, m.members = resp.Generation, resp.Members
-	g := Generation{Number: resp.Generation, Members: members, Rank: rank, Step: m.pos.step, Reason: reason}
+	g := Generation{Number: resp.Generation, Members: members, Rank: rank, Step: m.pos.step, Reason: reason, LR: ring.LR()}
 	for _, id := range prev {
 		if !slices.Contains(members, id) {
 			g.Left = append(g.Left, id)

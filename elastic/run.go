@@ -85,6 +85,9 @@ type Generation struct {
 	Step int64
 	// Reason is why this member left its previous generation.
 	Reason string
+	// LR is the learning rate of the generation's first step: with
+	// worker.RingConfig.ScaleLR, the base times the generation's size.
+	LR float64
 }
 
 // Outcome is a member's finished training: its last generation's ring,

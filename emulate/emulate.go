@@ -39,7 +39,10 @@ type Config struct {
 	Batch, Epochs int
 	// Optimizer is the shard's, as shoal train's flags make it (its
 	// schedule's DecaySteps counted in updates).
-	Optimizer   optim.Config
+	Optimizer optim.Config
+	// Update is how the shard applies each push in async and SSP (its
+	// zero value: the mode's default rule).
+	Update      ps.UpdateConfig
 	Train, Test data.Dataset
 	// EvalEvery is how many updates of the shard pass between two
 	// evaluations on Test (0: about 20 over the run); EvalBatch the batch
@@ -145,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	srv, err := ps.New(ps.Config{Mode: cfg.Sim.Mode, Plan: plan, Layout: layout, Optimizer: cfg.Optimizer,
+	srv, err := ps.New(ps.Config{Mode: cfg.Sim.Mode, Plan: plan, Layout: layout, Optimizer: cfg.Optimizer, Update: cfg.Update,
 		Workers: n, Staleness: cfg.Sim.Staleness, MaxWait: 10 * time.Minute}, initial)
 	if err != nil {
 		return Result{}, err

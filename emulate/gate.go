@@ -170,7 +170,7 @@ func (g *gate) read(ctx context.Context, step int64, dst []float32) ([]int64, er
 			return nil, fmt.Errorf("emulate: the schedule lets worker %d read for step %d, the shard's rule does not (a bug): %w", g.w, step, err)
 		}
 	}
-	clock, err := t.srv.Snapshot(dst)
+	clock, err := t.srv.SnapshotFor(int64(g.w), dst)
 	return []int64{clock}, err
 }
 
@@ -182,6 +182,12 @@ func (g *gate) push(ctx context.Context, args worker.PushArgs) (worker.PushResul
 		return worker.PushResult{}, err
 	}
 	res, err := t.srv.Push(ctx, ps.Push{WorkerID: args.WorkerID, Step: args.Step, Clock: args.Clocks[0], Ranges: t.ranges, Grads: args.Grads})
+	if ps.RefusedFor(err) == ps.RejectedMagnitude {
+		// The weights have grown to where the shard refuses what could
+		// take them past its bound: the job has diverged, as surely as a
+		// loss of NaN says.
+		return worker.PushResult{}, fmt.Errorf("%w: %w", worker.ErrDiverged, err)
+	}
 	if err != nil {
 		return worker.PushResult{}, err
 	}

@@ -6,7 +6,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/shard"
 	"github.com/shoalml/shoal/sim"
 	"github.com/shoalml/shoal/worker"
 )
@@ -20,4 +26,23 @@ func TestADisagreementIsAnErrorNotAHang(t *testing.T) {
 	g := &gate{t: tr, w: 0}
 	_, err := g.Pull(context.Background(), worker.PullArgs{WorkerID: 0, Steps: []int64{0}}, make([]float32, 1))
 	assert.ErrorContains(t, err, "the schedule has worker 1's read for step 0 next, and every worker waits for something else: worker 0's read for step 0")
+}
+
+// A push the shard refuses because it could grow the weights past the
+// shard's bound is the job diverging (worker.ErrDiverged, reported with
+// the curve so far), not a failure of the emulation.
+func TestARefusedMagnitudeIsDivergence(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 2)
+	plan, err := shard.New(2, 1, 8)
+	require.NoError(t, err)
+	srv, err := ps.New(ps.Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), Workers: 1}, []float32{0, 0})
+	require.NoError(t, err)
+	defer srv.Close()
+	tr := &turns{srv: srv, ranges: srv.Ranges(), ops: []sim.Op{{Worker: 0, Step: 0}}, live: 1, asks: map[int]sim.Op{}, steps: 1, evalAt: 100}
+	tr.cond = sync.NewCond(&tr.mu)
+	g := &gate{t: tr, w: 0}
+	_, err = g.Push(context.Background(), worker.PushArgs{WorkerID: 0, Step: 0, Clocks: []int64{0}, Grads: []float32{1e38, 1}})
+	assert.ErrorIs(t, err, worker.ErrDiverged)
+	assert.ErrorContains(t, err, "refused whole")
 }

@@ -24,7 +24,8 @@ type PS struct {
 	Mode       string
 	Workers    int
 	MaxWait    time.Duration
-	Index      int  // --shard
+	Index      int // --shard
+	ScaleLR    bool
 	MaxStreams uint // --max-streams-per-conn, which Config checks into Limits
 
 	Listen string
@@ -73,6 +74,7 @@ func (p *PS) Register(fs *flag.FlagSet) {
 	fs.IntVar(&p.Workers, "workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
 	fs.DurationVar(&p.MaxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
 	fs.IntVar(&p.Index, "shard", 0, "this server's shard index")
+	fs.BoolVar(&p.ScaleLR, "scale-lr", false, "multiply the learning rate by the live world size (the linear scaling rule; give its warm-up with --warmup-steps): in sync and ssp the live workers, in async --workers less those membership saw leave")
 	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
 	fs.StringVar(&p.InitFrom, "init-from", "", "take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file")
 	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, "with --init-from: how long to wait for the file")
@@ -179,7 +181,11 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg,
+	upd, err := p.UpdateConfig()
+	if err != nil {
+		return err
+	}
+	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd, ScaleLR: p.ScaleLR,
 		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
 		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
 	if p.InitFrom != "" {

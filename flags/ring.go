@@ -34,7 +34,7 @@ func (r *Ring) Register(fs *flag.FlagSet) {
 	fs.StringVar(&r.ReduceOp, "reduce-op", "average", "ring: how gradients combine: average, sum or adasum")
 	fs.StringVar(&r.Compression, "compression", "none", "gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32")
 	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, "ring: compare a hash of every rank's parameters every N steps (0: never)")
-	fs.BoolVar(&r.ScaleLR, "scale-lr", false, "ring: multiply the learning rate by the world size, warming up over the first epoch")
+	fs.BoolVar(&r.ScaleLR, "scale-lr", false, "multiply the learning rate by the live world size (the linear scaling rule), warming up over the first epoch unless --warmup-steps says otherwise: ring, every rank's by the ring's size, which an elastic ring's re-forms change; PS modes (shoal train), the shards' by the live workers (shoal ps --scale-lr)")
 	fs.BoolVar(&r.SharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
 	fs.StringVar(&r.JobID, "job-id", "shoal", "ring: a name every rank of one job shares")
 	fs.BoolVar(&r.Elastic, "elastic", true, "ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run")

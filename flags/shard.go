@@ -4,6 +4,8 @@ import (
 	"flag"
 	"runtime"
 
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/shard"
 )
@@ -24,6 +26,7 @@ type Shard struct {
 	CkptErrors   string
 	Journal      bool
 	ParallelStep bool
+	Update       Update
 }
 
 // Register adds the flags to fs.
@@ -36,7 +39,24 @@ func (f *Shard) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.CkptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)")
 	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)")
 	fs.BoolVar(&f.Journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
+	f.Update.Register(fs)
 	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), "PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
+}
+
+// UpdateConfig is the shards' update rule, checked.
+func (f *Shard) UpdateConfig() (ps.UpdateConfig, error) { return f.Update.Config() }
+
+// UpdateNote is how the shards of a job in mode, of workers workers and
+// optimizer opt, apply each push, in words ("" where the mode has no
+// rule: sync, ring), and why that is known to be unstable ("" where it is
+// not, or the flags do not parse).
+func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config) (rule, warning string) {
+	u, err := f.UpdateConfig()
+	if err != nil || !mode.UsesServers() || mode.Synchronous(f.Staleness) {
+		return "", ""
+	}
+	rule = "update rule " + u.Resolve(mode).Rule.String()
+	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u}.UnstableWarning()
 }
 
 // Args is the group as a shard's argv: every flag, with f's value.

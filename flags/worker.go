@@ -288,14 +288,14 @@ func (w *Worker) ringConfig() (node.RingConfig, error) {
 		return node.RingConfig{}, err
 	}
 	if r.ScaleLR {
-		ocfg = worker.ScaleLR(ocfg, w.id.WorldSize, w.train.Len(), w.Train.Batch*w.Train.BackwardPasses)
+		ocfg = worker.ScaleWarmup(ocfg, w.id.WorldSize, w.train.Len(), w.Train.Batch*w.Train.BackwardPasses)
 	}
 	comp, err := r.CompressionMode()
 	if err != nil {
 		return node.RingConfig{}, err
 	}
 	cfg := node.RingConfig{Listen: r.Listen, JobID: r.JobID, ReduceOp: r.ReduceOp, Compression: comp, DesyncEvery: r.DesyncEvery, SharedMemory: r.SharedMemory,
-		FusionBytes: r.FusionBytes, Optimizer: ocfg, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
+		FusionBytes: r.FusionBytes, Optimizer: ocfg, ScaleLR: r.ScaleLR, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
 	if r.Elastic && w.Gossip.KeyFile != "" {
 		// The members that hold the gossip key sign their re-forms with
 		// it; the Elastic service refuses what they did not send.

@@ -93,7 +93,7 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 		Connect: r.connector(wrap, &current),
 		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout},
 		Model:   r.Model, Train: r.Train, Initial: initial,
-		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline},
+		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline},
 		Worker: wcfg, ReformTimeout: r.Ring.RejoinTimeout, Logger: r.Logger, DialOptions: r.Creds.DialOptions(), CheckDial: r.Creds.CheckDial,
 		OnGeneration: r.generationEvents(),
 	})

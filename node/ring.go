@@ -135,7 +135,7 @@ func (r ringRun) strategy(comm *collective.Communicator) (*worker.Ring, error) {
 		initial = make([]float32, n)
 		r.Model.Init(initial, r.Seed)
 	}
-	return worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.Ring.Optimizer, ReduceOp: r.Ring.ReduceOp, Initial: initial, DesyncEvery: r.Ring.DesyncEvery,
+	return worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, Initial: initial, DesyncEvery: r.Ring.DesyncEvery,
 		FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline})
 }
 

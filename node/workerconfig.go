@@ -104,6 +104,9 @@ type RingConfig struct {
 	SharedMemory          bool
 	FusionBytes           int
 	Optimizer             optim.Config
+	// ScaleLR multiplies the learning rate by the ring's size, which
+	// follows the elastic ring's re-forms (worker.RingConfig.ScaleLR).
+	ScaleLR bool
 	// Elastic: with gossip on, re-form the ring instead of ending.
 	Elastic       bool
 	MinWorkers    int

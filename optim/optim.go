@@ -1,6 +1,9 @@
 package optim
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Slot names of the optimizer state, those of PyTorch's optimizer state_dict.
 const (
@@ -18,6 +21,8 @@ type Optimizer struct {
 	alg   algorithm
 	n     int
 	steps int64
+	// scale multiplies the base learning rate (SetLRScale); 1 unless set.
+	scale float64
 
 	// State slots, each of length n; nil where the algorithm has none.
 	buf []float32 // momentum_buffer or sum
@@ -35,7 +40,7 @@ func New(cfg Config, n int) (*Optimizer, error) {
 		return nil, errorf(ErrInvalidConfig, "size %d: must be non-negative", n)
 	}
 	alg, _ := parseAlgorithm(cfg.Algorithm)
-	o := &Optimizer{cfg: cfg.withDefaults(), alg: alg, n: n}
+	o := &Optimizer{cfg: cfg.withDefaults(), alg: alg, n: n, scale: 1}
 	switch alg {
 	case algMomentum, algNesterov, algAdagrad:
 		o.buf = make([]float32, n)
@@ -55,8 +60,20 @@ func (o *Optimizer) Config() Config { return o.cfg }
 // Steps returns the number of steps applied so far (restored by Restore).
 func (o *Optimizer) Steps() int64 { return o.steps }
 
-// LR returns the learning rate the next Step will use: Schedule.LRAt(LR, Steps()).
-func (o *Optimizer) LR() float64 { return o.cfg.Schedule.LRAt(o.cfg.LR, o.steps) }
+// LR returns the learning rate the next Step will use: Schedule.LRAt(LR·scale, Steps()), scale
+// SetLRScale's (1 unless set).
+func (o *Optimizer) LR() float64 { return o.cfg.Schedule.LRAt(o.cfg.LR*o.scale, o.steps) }
+
+// SetLRScale multiplies the base learning rate by k (> 0 and finite; otherwise it panics) from
+// the next Step on, the warm-up and decay applying to the product: the linear scaling rule of
+// Goyal et al. for a world of k ranks, which a caller sets again when the world changes. The
+// scale is not optimizer state: State and Restore leave it as it is.
+func (o *Optimizer) SetLRScale(k float64) {
+	if !(k > 0) || !finite(k) {
+		panic(fmt.Sprintf("optim: lr scale %v: must be positive and finite", k))
+	}
+	o.scale = k
+}
 
 // Step applies one update: params is updated in place from grads, which is only read. Both must
 // have Len() floats; otherwise Step returns an error wrapping ErrLength and changes nothing.

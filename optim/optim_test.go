@@ -409,3 +409,20 @@ func TestStepIntoIsStep(t *testing.T) {
 		}
 	}
 }
+
+func TestSetLRScale(t *testing.T) {
+	cfg := optim.Config{Algorithm: optim.SGD, LR: 0.1, Schedule: optim.Schedule{WarmupSteps: 2}}
+	o, err := optim.New(cfg, 1)
+	require.NoError(t, err)
+	o.SetLRScale(4)
+	assert.InDelta(t, 0.2, o.LR(), 1e-12, "the warm-up's first step of 0.1×4")
+	p := []float32{1}
+	require.NoError(t, o.Step(p, []float32{1}))
+	assert.InDelta(t, 0.4, o.LR(), 1e-12, "warmed up: 0.1×4")
+	o.SetLRScale(2)
+	assert.InDelta(t, 0.2, o.LR(), 1e-12, "the world shrank to 2")
+	st := o.State()
+	require.NoError(t, o.Restore(st))
+	assert.InDelta(t, 0.2, o.LR(), 1e-12, "the scale is not state")
+	assert.Panics(t, func() { o.SetLRScale(0) })
+}

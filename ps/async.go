@@ -5,9 +5,10 @@ import (
 	"fmt"
 )
 
-// asyncApplier is Downpour: every push is applied at once, at full rate,
-// and a push-pull reads each chunk right after its update. Workers may
-// come and go unannounced: there is no live set and nothing waits.
+// asyncApplier is Downpour: every push is applied at once, as the update
+// rule says (update.go; N is Config.Workers), and a push-pull reads each
+// chunk right after its update. Workers may come and go unannounced:
+// there is no live set and nothing waits.
 type asyncApplier struct{ s *Server }
 
 var _ applier = asyncApplier{}
@@ -23,10 +24,7 @@ func (a asyncApplier) checkStepLocked(in Push, last int64) error {
 }
 
 func (a asyncApplier) pushLocked(_ context.Context, in Push, gmax float64, read ChunkReader) (PushResult, error) {
-	if err := a.s.checkGrowthLocked(in, gmax); err != nil {
-		return PushResult{}, err
-	}
-	return a.s.applyLocked(in, in.Grads, gmax, read, nil)
+	return a.s.applyLocked(in, gmax, a.s.cfg.Workers, read, nil)
 }
 
 func (asyncApplier) readsWithPush() bool                  { return true }
@@ -34,6 +32,16 @@ func (asyncApplier) readWait(int64) (func() bool, string) { return nil, "" }
 func (a asyncApplier) stallLocked() (int64, []int64)      { w, step := a.s.slowestLocked(); return step, w }
 func (a asyncApplier) waitingForLocked() string           { return a.s.slowestString() }
 func (asyncApplier) checkLiveLocked(int64) error          { return nil }
-func (asyncApplier) goneLocked(int64) bool                { return false }
-func (asyncApplier) joinLocked(_, next int64) int64       { return next }
-func (asyncApplier) rewindLocked(map[int64]int64)         {}
+
+// goneLocked notes w gone for Config.ScaleLR's world size; async waits
+// for no one, so w was never among the workers it waits for.
+func (a asyncApplier) goneLocked(w int64) bool {
+	a.s.gone[w] = true
+	return false
+}
+
+func (a asyncApplier) joinLocked(w, next int64) int64 {
+	delete(a.s.gone, w)
+	return next
+}
+func (asyncApplier) rewindLocked(map[int64]int64) {}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +49,10 @@ type ckptState struct {
 	opt      []optim.State // per owned chunk
 	lastStep map[int64]int64
 	progress map[int64]int64
+	// served and backup are the update rule's (update.go): the clock each
+	// worker was last served at, and DC-ASGD's copy of what.
+	served map[int64]int64
+	backup map[int64][]float32
 }
 
 // ckptMeta is the checkpoint's identity and scalars, stored as the
@@ -64,7 +70,13 @@ type ckptMeta struct {
 	OptSteps    []int64         `json:"opt_steps"`
 	LastStep    map[int64]int64 `json:"last_step"`
 	Progress    map[int64]int64 `json:"progress"`
-	CRC32C      uint32          `json:"crc32c"`
+	// Served and DCBackups are the update rule's state (update.go): the
+	// clock each worker was last served at, and the workers whose DC-ASGD
+	// copy of what they were served the file holds
+	// (chunk.<c>.dc_backup.<worker>).
+	Served    map[int64]int64 `json:"served,omitempty"`
+	DCBackups []int64         `json:"dc_backups,omitempty"`
+	CRC32C    uint32          `json:"crc32c"`
 }
 
 // ckptKind names the format: version 2's CRC32C covers the metadata (the
@@ -112,6 +124,13 @@ func (s *Server) captureLocked() {
 	s.mode.rewindLocked(st.lastStep)
 	for k, v := range s.progress {
 		st.progress[k] = v
+	}
+	if s.upd != nil {
+		st.served = maps.Clone(s.upd.served)
+		st.backup = make(map[int64][]float32, len(s.upd.backup))
+		for w, b := range s.upd.backup {
+			st.backup[w] = slices.Clone(b)
+		}
 	}
 	s.ckpt.due, s.ckpt.last = st, s.clock
 	if s.jour != nil {
@@ -192,7 +211,9 @@ func (s *Server) writeCheckpoint(st *ckptState) error {
 	var vec []float32
 	meta := ckptMeta{Kind: ckptKind, Shard: s.cfg.Shard, Servers: s.cfg.Plan.Servers, VectorLen: s.cfg.Plan.VectorLen,
 		ChunkFloats: s.cfg.Plan.ChunkFloats, PlanVersion: shard.Version, Layout: s.cfg.Layout.String(),
-		Algorithm: s.cfg.Optimizer.Algorithm, Clock: st.clock, LastStep: st.lastStep, Progress: st.progress}
+		Algorithm: s.cfg.Optimizer.Algorithm, Clock: st.clock, LastStep: st.lastStep, Progress: st.progress, Served: st.served}
+	meta.DCBackups = slices.Sorted(maps.Keys(st.backup))
+	at := 0
 	for i, ch := range s.chunks {
 		c := s.cfg.Plan.ChunkAt(ch.r.Off)
 		l.Add(fmt.Sprintf("chunk.%d.values", c), ch.r.Len)
@@ -206,6 +227,11 @@ func (s *Server) writeCheckpoint(st *ckptState) error {
 			l.Add(fmt.Sprintf("chunk.%d.%s", c, name), ch.r.Len)
 			vec = append(vec, st.opt[i].Slots[name]...)
 		}
+		for _, w := range meta.DCBackups {
+			l.Add(fmt.Sprintf("chunk.%d.dc_backup.%d", c, w), ch.r.Len)
+			vec = append(vec, st.backup[w][at:at+ch.r.Len]...)
+		}
+		at += ch.r.Len
 		meta.OptSteps = append(meta.OptSteps, st.opt[i].Steps)
 	}
 	crc, err := meta.checksum(vec)
@@ -359,7 +385,16 @@ func (s *Server) loadCheckpoint(path string) (*ckptState, error) {
 	if len(meta.OptSteps) != len(s.chunks) {
 		return nil, fmt.Errorf("%d optimizer step counts for %d chunks", len(meta.OptSteps), len(s.chunks))
 	}
-	st := &ckptState{clock: meta.Clock, lastStep: meta.LastStep, progress: meta.Progress}
+	st := &ckptState{clock: meta.Clock, lastStep: meta.LastStep, progress: meta.Progress, served: meta.Served, backup: map[int64][]float32{}}
+	if len(meta.DCBackups) > s.cfg.Workers {
+		return nil, fmt.Errorf("DC-ASGD copies of %d workers, this shard has %d", len(meta.DCBackups), s.cfg.Workers)
+	}
+	for _, w := range meta.DCBackups {
+		if err := s.checkWorker(w); err != nil {
+			return nil, fmt.Errorf("a DC-ASGD copy: %w", err)
+		}
+		st.backup[w] = make([]float32, 0, s.floats)
+	}
 	if st.lastStep == nil {
 		st.lastStep = map[int64]int64{}
 	}
@@ -380,6 +415,13 @@ func (s *Server) loadCheckpoint(path string) (*ckptState, error) {
 				return nil, fmt.Errorf("chunk %d: optimizer slot %q missing", c, name)
 			}
 			ost.Slots[name] = t.View(vec)
+		}
+		for _, w := range meta.DCBackups {
+			t, ok := l.Find(fmt.Sprintf("chunk.%d.dc_backup.%d", c, w))
+			if !ok || t.Size() != ch.r.Len {
+				return nil, fmt.Errorf("chunk %d: the DC-ASGD copy of worker %d missing or of the wrong size", c, w)
+			}
+			st.backup[w] = append(st.backup[w], t.View(vec)...)
 		}
 		// Check the optimizer state now, so restore cannot fail half-way.
 		probe, _ := optim.New(s.cfg.Optimizer, ch.r.Len)
@@ -404,6 +446,19 @@ func (s *Server) restore(st *ckptState) {
 		}
 	}
 	s.clock, s.lastStep, s.progress = st.clock, st.lastStep, st.progress
+	if s.upd != nil {
+		// Whatever the rule that wrote them: a rule that keeps no copies
+		// drops them, and DC-ASGD without them applies a worker's pushes
+		// uncorrected until it serves it.
+		s.upd.served = st.served
+		if s.upd.served == nil {
+			s.upd.served = map[int64]int64{}
+		}
+		clear(s.upd.backup)
+		if s.upd.cfg.Rule == UpdateDCASGD {
+			maps.Copy(s.upd.backup, st.backup)
+		}
+	}
 	s.ckpt.last = st.clock
 }
 

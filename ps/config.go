@@ -37,6 +37,16 @@ type Config struct {
 	BackupWorkers int
 	// Staleness is SSP's bound s.
 	Staleness int64
+	// Update is how async and SSP apply each push (update.go); its zero
+	// value is each mode's default. Sync ignores it.
+	Update UpdateConfig
+	// ScaleLR multiplies the optimizer's learning rate by the live world
+	// size (Goyal et al.'s linear scaling rule; its warm-up is the
+	// optimizer's schedule): in sync and SSP the live workers, in async
+	// Workers less those membership took out (WorkerGone) and that have
+	// not joined again. Each update takes the size at the time it is
+	// applied, and the journal keeps it.
+	ScaleLR bool
 	// MaxWait bounds every wait for other workers, also for callers that
 	// set no deadline (default 10 minutes).
 	MaxWait time.Duration
@@ -83,9 +93,10 @@ func DefaultConfig() Config {
 	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
 }
 
-// withDefaults is c with its zero MaxWait and Workers set to their
-// defaults.
+// withDefaults is c with its zero MaxWait and Workers, and its update
+// rule's defaults, set.
 func (c Config) withDefaults() Config {
+	c.Update = c.Update.Resolve(c.Mode)
 	if c.MaxWait == 0 {
 		c.MaxWait = 10 * time.Minute
 	}
@@ -131,6 +142,9 @@ func (c Config) validate() error {
 	}
 	if c.Staleness < 0 {
 		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
+	}
+	if err := c.Update.validate(); err != nil {
+		return err
 	}
 	if c.CheckpointEvery < 0 {
 		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)

@@ -18,6 +18,12 @@
 // async.go (Downpour: apply at once; a push-pull reads each chunk right
 // after its update), sync.go (the barrier: one mean step per round),
 // ssp.go (apply at once, scaled by 1/N; pulls wait within the bound).
+// How async and SSP apply a push is the update rule (update.go,
+// Config.Update): full rate, 1/N, 1/staleness or delay-compensated, with
+// staleness counted from the shard's own clock of the last whole read it
+// served the worker (ViewFor, SnapshotFor, a push-pull's read), never
+// from the worker's word alone. Config.ScaleLR multiplies the learning
+// rate by the live world size at each update (the linear scaling rule).
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise
@@ -34,7 +40,9 @@
 // checkpoints every CheckpointEvery updates and resumes from the newest
 // usable checkpoint; with Journal it also appends every update to a
 // journal before applying it and replays it at start, so a killed shard
-// loses no acknowledged update.
+// loses no acknowledged update. Both hold the update rule's state (when
+// each worker was served and, for DC-ASGD, what), so that a restarted
+// shard goes on with the same computation.
 //
 // Ownership: Push does not retain the caller's slices; Read and Snapshot
 // copy values into the caller's buffer; a ChunkReader gets the shard's own

@@ -29,7 +29,14 @@ import (
 // body, uint32 CRC-32C of the body, little-endian. The body: int64 clock
 // after the update, uint32 n and n pairs (worker, step) of deduplication
 // records, uint32 m and m pairs (worker, steps pushed) of SSP progress,
-// uint32 floats and the update's gradient (what the optimizer steps with).
+// uint32 k and k int64 workers the shard served the whole share right
+// after the update, float64 the learning-rate scale of the update
+// (Config.ScaleLR; 0 is 1), uint32 floats and the update's gradient (what the
+// optimizer steps with, after the update rule). A record of no floats is
+// a serve alone, at its clock: the update rules that depend on what each
+// worker was served (update.go) need them replayed. Journals of version
+// 2 (journalMagicV2) have no served workers and no serves alone; they are
+// still read.
 //
 // A process that dies while writing leaves a prefix of its last record
 // (the bytes of one Write reach the file in order), so a file that ends
@@ -47,12 +54,18 @@ type journalRecord struct {
 	clock    int64
 	steps    [][2]int64 // (worker, step)
 	progress [][2]int64 // (worker, steps pushed)
-	grads    []float32
+	served   []int64    // workers served the whole share after the update
+	lrScale  float64    // the optimizer's learning-rate scale (Config.ScaleLR); 0 is 1
+	grads    []float32  // none: a serve alone
 }
 
-// journalMagic starts every journal file; a file without it was written
-// by an earlier Shoal, whose framing could not tell damage from a tear.
-const journalMagic = "SHJRNL02"
+// journalMagic starts every journal file this Shoal writes; one with
+// journalMagicV2 is read too. A file with neither was written by an
+// earlier Shoal, whose framing could not tell damage from a tear.
+const (
+	journalMagic   = "SHJRNL03"
+	journalMagicV2 = "SHJRNL02"
+)
 
 type journal struct {
 	f   *os.File
@@ -114,30 +127,8 @@ func (s *Server) journalLocked(rec journalRecord) error {
 		return s.jourErr
 	}
 	j := s.jour
-	b := j.buf[:0]
-	b = binary.LittleEndian.AppendUint64(b, uint64(rec.clock))
-	for _, pairs := range [][][2]int64{rec.steps, rec.progress} {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(pairs)))
-		for _, p := range pairs {
-			b = binary.LittleEndian.AppendUint64(b, uint64(p[0]))
-			b = binary.LittleEndian.AppendUint64(b, uint64(p[1]))
-		}
-	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(rec.grads)))
-	for _, g := range rec.grads {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(g))
-	}
-	j.buf = b
-	var head [8]byte
-	binary.LittleEndian.PutUint32(head[:4], uint32(len(b)))
-	binary.LittleEndian.PutUint32(head[4:], crc32.Checksum(head[:4], castagnoli))
-	crc := binary.LittleEndian.AppendUint32(nil, crc32.Checksum(b, castagnoli))
-	var err error
-	for _, part := range [][]byte{head[:], b, crc} {
-		if _, err = j.w.Write(part); err != nil {
-			break
-		}
-	}
+	j.buf = appendRecord(j.buf[:0], rec, false)
+	_, err := j.w.Write(j.buf)
 	if err == nil {
 		err = j.w.Flush()
 	}
@@ -155,6 +146,36 @@ func (s *Server) journalLocked(rec journalRecord) error {
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// appendRecord appends rec, framed, to b: as version 2 wrote it with v2
+// (which drops rec.served).
+func appendRecord(b []byte, rec journalRecord, v2 bool) []byte {
+	start := len(b)
+	b = append(b, make([]byte, 8)...) // the length and its checksum
+	b = binary.LittleEndian.AppendUint64(b, uint64(rec.clock))
+	for _, pairs := range [][][2]int64{rec.steps, rec.progress} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(pairs)))
+		for _, p := range pairs {
+			b = binary.LittleEndian.AppendUint64(b, uint64(p[0]))
+			b = binary.LittleEndian.AppendUint64(b, uint64(p[1]))
+		}
+	}
+	if !v2 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(rec.served)))
+		for _, w := range rec.served {
+			b = binary.LittleEndian.AppendUint64(b, uint64(w))
+		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(rec.lrScale))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(rec.grads)))
+	for _, g := range rec.grads {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(g))
+	}
+	head, body := b[start:start+8], b[start+8:]
+	binary.LittleEndian.PutUint32(head[:4], uint32(len(body)))
+	binary.LittleEndian.PutUint32(head[4:], crc32.Checksum(head[:4], castagnoli))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(body, castagnoli))
+}
 
 // listJournals returns this shard's journal files, oldest first; a
 // file's clock is the one it follows.
@@ -203,12 +224,13 @@ func (s *Server) replayFile(path string) (n int, gap bool, err error) {
 		return 0, false, nil // the process died starting it
 	case err != nil:
 		return 0, false, fmt.Errorf("journal %s: %w", path, err)
-	case string(magic) != journalMagic:
-		return 0, false, fmt.Errorf("%w: journal %s does not start with %q: an earlier Shoal wrote it, whose framing cannot tell damage from a tear; finish the run with that Shoal, or move the journal away to start from clock %d",
-			ErrCheckpoint, path, journalMagic, s.clock)
+	case string(magic) != journalMagic && string(magic) != journalMagicV2:
+		return 0, false, fmt.Errorf("%w: journal %s does not start with %q or %q: an earlier Shoal wrote it, whose framing cannot tell damage from a tear; finish the run with that Shoal, or move the journal away to start from clock %d",
+			ErrCheckpoint, path, journalMagic, journalMagicV2, s.clock)
 	}
+	v2 := string(magic) == journalMagicV2
 	for {
-		rec, err := s.readRecord(r)
+		rec, err := s.readRecord(r, v2)
 		switch {
 		case errors.Is(err, io.EOF):
 			return n, false, nil
@@ -218,10 +240,24 @@ func (s *Server) replayFile(path string) (n int, gap bool, err error) {
 		case err != nil:
 			follow := ""
 			if errors.Is(err, errRecordDamaged) { // its length held: the rest can be counted
-				follow = fmt.Sprintf(" and %d intact record(s) follow it", s.countRecords(r))
+				follow = fmt.Sprintf(" and %d intact record(s) follow it", s.countRecords(r, v2))
 			}
 			return n, false, fmt.Errorf("%w: journal %s: the record after clock %d is damaged (%v)%s: its update and those after it were acknowledged, so replaying past it is impossible and stopping there would lose them; move the journal away to start from clock %d",
 				ErrCheckpoint, path, s.clock, err, follow, s.clock)
+		}
+		if len(rec.grads) == 0 { // a serve alone, at its clock
+			switch {
+			case rec.clock < s.clock:
+				continue // in the checkpoint already
+			case rec.clock > s.clock:
+				return n, true, nil
+			}
+			// At the shard's clock: again if the checkpoint holds it,
+			// to the same effect (the weights of one clock are one).
+			for _, w := range rec.served {
+				s.serveLocked(w, false)
+			}
+			continue
 		}
 		if rec.clock <= s.clock {
 			continue // in the checkpoint already
@@ -229,6 +265,11 @@ func (s *Server) replayFile(path string) (n int, gap bool, err error) {
 		if rec.clock != s.clock+1 {
 			return n, true, nil
 		}
+		scale := rec.lrScale
+		if scale == 0 { // version 2, or a shard that did not scale
+			scale = 1
+		}
+		s.scaleLRLocked(scale)
 		s.stepLocked(rec.grads, optim.MaxAbs(rec.grads), nil)
 		for _, p := range rec.steps {
 			s.lastStep[p[0]] = p[1]
@@ -237,6 +278,9 @@ func (s *Server) replayFile(path string) (n int, gap bool, err error) {
 			s.progress[p[0]] = p[1]
 		}
 		s.clock = rec.clock
+		for _, w := range rec.served {
+			s.serveLocked(w, false)
+		}
 		n++
 	}
 }
@@ -252,10 +296,10 @@ var (
 
 // countRecords counts the intact records left in r, up to the first that
 // is not.
-func (s *Server) countRecords(r io.Reader) int {
+func (s *Server) countRecords(r io.Reader, v2 bool) int {
 	n := 0
 	for {
-		if _, err := s.readRecord(r); err != nil {
+		if _, err := s.readRecord(r, v2); err != nil {
 			return n
 		}
 		n++
@@ -264,7 +308,8 @@ func (s *Server) countRecords(r io.Reader) int {
 
 // readRecord reads one record, checking its frame and checksums: io.EOF
 // at the end, errTorn for a record cut short, any other error for damage.
-func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
+// v2 reads a record of version 2, which has no served workers.
+func (s *Server) readRecord(r io.Reader, v2 bool) (journalRecord, error) {
 	var head [8]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -276,7 +321,7 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 	if crc32.Checksum(head[:4], castagnoli) != binary.LittleEndian.Uint32(head[4:]) {
 		return journalRecord{}, errors.New("a record's length does not match its checksum")
 	}
-	if limit := 64 + 32*uint32(s.cfg.Workers+1) + 4*uint32(s.floats); size > limit {
+	if limit := 64 + 40*uint32(s.cfg.Workers+1) + 4*uint32(s.floats); size > limit {
 		return journalRecord{}, fmt.Errorf("a record of %d bytes, more than the %d this shard can write", size, limit)
 	}
 	body := make([]byte, size+4)
@@ -298,9 +343,25 @@ func (s *Server) readRecord(r io.Reader) (journalRecord, error) {
 			*pairs = append(*pairs, [2]int64{int64(d.u64()), int64(d.u64())})
 		}
 	}
+	if !v2 {
+		n := d.u32()
+		if int(n) > len(d.b)/8 {
+			return journalRecord{}, fmt.Errorf("a record that claims %d served workers in %d bytes", n, len(d.b))
+		}
+		for range n {
+			rec.served = append(rec.served, int64(d.u64()))
+		}
+		rec.lrScale = math.Float64frombits(d.u64())
+		if !(rec.lrScale >= 0) || math.IsInf(rec.lrScale, 0) {
+			return journalRecord{}, fmt.Errorf("a record of learning-rate scale %v", rec.lrScale)
+		}
+	}
 	nf := d.u32()
-	if d.err != nil || int(nf) != s.floats || len(d.b) != 4*int(nf) {
+	if d.err != nil || int(nf) != s.floats && (nf != 0 || v2) || len(d.b) != 4*int(nf) {
 		return journalRecord{}, fmt.Errorf("a record of %d floats for a shard of %d", nf, s.floats)
+	}
+	if nf == 0 {
+		return rec, nil
 	}
 	rec.grads = make([]float32, nf)
 	for i := range rec.grads {

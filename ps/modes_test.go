@@ -17,7 +17,8 @@ import (
 )
 
 // newModeServer returns the single shard of 4 floats (initial 0,1,2,3)
-// in the given mode, plain SGD at lr 1.
+// in the given mode, plain SGD at lr 1: async at the full rate (the mode's
+// mechanics; update_test.go tests the rules), SSP at its default 1/N.
 func newModeServer(t *testing.T, mode consistency.Mode, workers, backup int, staleness int64) *Server {
 	t.Helper()
 	var l nn.Layout
@@ -26,7 +27,11 @@ func newModeServer(t *testing.T, mode consistency.Mode, workers, backup int, sta
 	require.NoError(t, err)
 	ocfg := optim.DefaultConfig()
 	ocfg.LR = 1
-	s, err := New(Config{Mode: mode, Plan: plan, Layout: l, Optimizer: ocfg, Workers: workers, BackupWorkers: backup, Staleness: staleness}, []float32{0, 1, 2, 3})
+	var upd UpdateConfig
+	if mode == consistency.Async {
+		upd.Rule = UpdateFull
+	}
+	s, err := New(Config{Mode: mode, Plan: plan, Layout: l, Optimizer: ocfg, Workers: workers, BackupWorkers: backup, Staleness: staleness, Update: upd}, []float32{0, 1, 2, 3})
 	require.NoError(t, err)
 	return s
 }

@@ -59,9 +59,18 @@ type Server struct {
 	progress map[int64]int64
 	// live are the workers sync and ssp wait for, in order (members.go).
 	live []int64
+	// gone are the workers membership took out in async, which keeps no
+	// live set: the world size of Config.ScaleLR leaves them out.
+	gone map[int64]bool
+	// lrScale is the learning-rate scale the chunks' optimizers have
+	// (Config.ScaleLR; 1 without it).
+	lrScale float64
 	// mode is what a push and a pull mean in the configured mode
 	// (applier.go), chosen by New.
-	mode  applier
+	mode applier
+	// upd is the update rule's state in async and SSP (update.go); nil
+	// in sync.
+	upd   *updater
 	stats Stats
 
 	// waiters counts the pulls waiting for other workers, waitSince is
@@ -124,6 +133,15 @@ const StalenessBuckets = 64
 // cfg.Plan.VectorLen floats and is copied. With a CheckpointDir, it
 // resumes from the newest checkpoint there instead, if there is one.
 func New(cfg Config, initial []float32) (*Server, error) {
+	if cfg.Mode == consistency.Async && cfg.Workers == 0 {
+		if cfg.ScaleLR {
+			return nil, errors.New("parameter server: scaling the learning rate by the world size in async mode needs the number of workers (Workers, --workers)")
+		}
+		if r := cfg.Update.Rule; r == UpdateAverage || r == UpdateDCASGD {
+			return nil, fmt.Errorf("parameter server: update rule %s in async mode needs the number of workers (Workers, --workers): %s", r,
+				map[Update]string{UpdateAverage: "it divides every push by it", UpdateDCASGD: "it keeps a copy of the shard per worker"}[r])
+		}
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parameter server: %w", err)
@@ -131,7 +149,8 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	if len(initial) != cfg.Plan.VectorLen {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, changed: make(chan struct{}), failed: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, gone: map[int64]bool{}, lrScale: 1,
+		changed: make(chan struct{}), failed: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -157,7 +176,19 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		s.chunkAt = append(s.chunkAt, s.floats)
 		s.floats += r.Len
 	}
+	if !cfg.synchronous() {
+		if cfg.Update.Rule == UpdateDCASGD {
+			if need := DCBytes(cfg.Workers, s.floats); need > cfg.Update.DCMaxBytes {
+				return nil, fmt.Errorf("parameter server: update rule dcasgd keeps, per worker, a copy of the weights the shard last served it: %d workers × %d floats × 4 bytes = %.1f MiB on shard %d, over the bound of %.1f MiB (--dc-max-mib): raise the bound, spread the model over more shards (--servers), or use --update-rule staleness, which keeps none",
+					cfg.Workers, s.floats, float64(need)/(1<<20), cfg.Shard, float64(cfg.Update.DCMaxBytes)/(1<<20))
+			}
+		}
+		s.upd = newUpdater(cfg.Update, s.floats)
+	}
 	s.mode = newApplier(s)
+	if w := cfg.UnstableWarning(); w != "" {
+		s.log.Warn(w)
+	}
 	if cfg.CheckpointDir != "" {
 		s.ckpt = checkpointer{dir: cfg.CheckpointDir, every: cfg.CheckpointEvery}
 		if err := s.resume(); err != nil {
@@ -229,20 +260,32 @@ func (s *Server) Read(r shard.Range, dst []float32) (int64, error) {
 // View hands every owned chunk, in vector order, to read under the
 // shard's lock, as one consistent view, and returns its clock: a Snapshot
 // without the copy, for a reader that holds what it sends
-// (ChunkRead.Hold). It counts as a pull, as Snapshot does.
-func (s *Server) View(read func(ChunkRead)) int64 {
+// (ChunkRead.Hold). It counts as a pull, as Snapshot does. It serves no
+// worker: a worker's pull is ViewFor.
+func (s *Server) View(read func(ChunkRead)) int64 { return s.ViewFor(-1, read) }
+
+// ViewFor is View for worker's pull: the update rule notes that the shard
+// served it these weights (update.go). A worker id outside 0..Workers-1
+// (-1: a reader that is no worker) serves no one.
+func (s *Server) ViewFor(worker int64, read func(ChunkRead)) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.chunks {
 		read(s.chunkRead(&s.chunks[i], s.clock))
 	}
 	s.stats.Pulls++
+	s.serveLocked(worker, true)
 	return s.clock
 }
 
 // Snapshot copies every owned value, chunk after chunk in vector order,
 // into dst (len Floats()) as one consistent view, and returns its clock.
-func (s *Server) Snapshot(dst []float32) (int64, error) {
+// It serves no worker: a worker's read is SnapshotFor.
+func (s *Server) Snapshot(dst []float32) (int64, error) { return s.SnapshotFor(-1, dst) }
+
+// SnapshotFor is Snapshot for worker's read, which the update rule notes
+// as ViewFor does.
+func (s *Server) SnapshotFor(worker int64, dst []float32) (int64, error) {
 	if len(dst) != s.floats {
 		return 0, fmt.Errorf("%w: snapshot into %d floats, the shard owns %d", ErrInvalidArgument, len(dst), s.floats)
 	}
@@ -253,7 +296,59 @@ func (s *Server) Snapshot(dst []float32) (int64, error) {
 		off += copy(dst[off:], ch.buf.data)
 	}
 	s.stats.Pulls++
+	s.serveLocked(worker, true)
 	return s.clock, nil
+}
+
+// worldLocked is the world size Config.ScaleLR scales the learning rate
+// by: the live workers in sync and SSP, Workers less the gone in async
+// (at least 1); 1 without ScaleLR.
+func (s *Server) worldLocked() int {
+	switch {
+	case !s.cfg.ScaleLR:
+		return 1
+	case s.cfg.Mode == consistency.Async:
+		return max(s.cfg.Workers-len(s.gone), 1)
+	}
+	return max(len(s.live), 1)
+}
+
+// scaleLRLocked makes k the scale of every chunk's learning rate.
+func (s *Server) scaleLRLocked(k float64) {
+	if k == s.lrScale {
+		return
+	}
+	for i := range s.chunks {
+		s.chunks[i].opt.SetLRScale(k)
+		s.chunks[i].unbound() // the bounds carried forward assumed the old rate
+	}
+	s.lrScale = k
+}
+
+// weightsLocked yields the shard's values, chunk after chunk.
+func (s *Server) weightsLocked(yield func([]float32) bool) {
+	for i := range s.chunks {
+		if !yield(s.chunks[i].buf.data) {
+			return
+		}
+	}
+}
+
+// serveLocked notes, for the update rule, that worker w was served the
+// whole share as it is now; with journal, the journal gets a record of
+// it (a serve that goes with an update is in that update's record
+// instead): the staleness and DC-ASGD rules depend on it, and every
+// rule reports the staleness.
+func (s *Server) serveLocked(w int64, journal bool) {
+	if s.upd == nil || s.checkWorker(w) != nil {
+		return
+	}
+	if journal {
+		// A journal that cannot be written has stopped the shard
+		// (Failed); the read itself went out.
+		_ = s.journalLocked(journalRecord{clock: s.clock, served: []int64{w}})
+	}
+	s.upd.serve(w, s.clock, s.weightsLocked)
 }
 
 // Push is one gradient from a worker.
@@ -365,7 +460,7 @@ func (s *Server) PushPull(ctx context.Context, in Push, pullStep int64, read Chu
 		return res, err
 	}
 	res.Waited = time.Since(start)
-	s.View(func(c ChunkRead) { read(res, c) })
+	s.ViewFor(in.WorkerID, func(c ChunkRead) { read(res, c) })
 	return res, nil
 }
 
@@ -415,6 +510,7 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 			for i := range s.chunks {
 				read(res, s.chunkRead(&s.chunks[i], s.clock))
 			}
+			s.serveLocked(in.WorkerID, true)
 		}
 		return res, nil
 	}
@@ -430,14 +526,25 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 // duplicate check reads; SSP's bound holds steps to the slowest worker's.)
 const MaxStepGap = 1024
 
-// applyLocked applies one update (async, ssp), whose largest magnitude
-// is gmax, and counts it; read, when not nil, gets each chunk right after
-// its update.
-func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkReader, progress [][2]int64) (PushResult, error) {
-	if err := s.journalLocked(journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, grads: grads}); err != nil {
+// applyLocked applies one push (async, ssp), whose largest magnitude is
+// gmax, from one of n workers, as the update rule says, and counts it;
+// read, when not nil, gets each chunk right after its update (a serve of
+// the pushing worker). It refuses, changing nothing, an update that could
+// grow a value past MaxMagnitude.
+func (s *Server) applyLocked(in Push, gmax float64, n int, read ChunkReader, progress [][2]int64) (PushResult, error) {
+	staleness := s.upd.staleness(s.clock, in)
+	grads, gmax := s.upd.grads(in, gmax, staleness, n, s.weightsLocked)
+	s.scaleLRLocked(float64(s.worldLocked()))
+	if err := s.checkGrowthLocked(in, gmax); err != nil {
 		return PushResult{}, err
 	}
-	staleness := max(s.clock-in.Clock, 0)
+	rec := journalRecord{clock: s.clock + 1, steps: [][2]int64{{in.WorkerID, in.Step}}, progress: progress, lrScale: s.lrScale, grads: grads}
+	if read != nil {
+		rec.served = []int64{in.WorkerID}
+	}
+	if err := s.journalLocked(rec); err != nil {
+		return PushResult{}, err
+	}
 	res := PushResult{Clock: s.clock + 1, Staleness: staleness}
 	var after func(ch *chunk)
 	if read != nil {
@@ -448,6 +555,9 @@ func (s *Server) applyLocked(in Push, grads []float32, gmax float64, read ChunkR
 	s.clock++
 	s.stats.Pushes++
 	s.stats.Staleness.Add(min(staleness, StalenessBuckets-1))
+	if read != nil {
+		s.serveLocked(in.WorkerID, false)
+	}
 	s.captureLocked()
 	return res, nil
 }

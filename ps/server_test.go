@@ -21,8 +21,10 @@ import (
 	"github.com/shoalml/shoal/shard"
 )
 
-// newTestServer returns shard s of a vector of n floats in chunks of chunk
-// floats over servers shards, with plain SGD at lr 0.5, initial values i.
+// newTestServer returns async shard s of a vector of n floats in chunks
+// of chunk floats over servers shards, with plain SGD at lr 0.5, initial
+// values i, applying every push at the full rate (the server's mechanics;
+// update_test.go tests the rules).
 func newTestServer(t *testing.T, n, servers, s, chunk int) *Server {
 	t.Helper()
 	var l nn.Layout
@@ -35,7 +37,7 @@ func newTestServer(t *testing.T, n, servers, s, chunk int) *Server {
 	for i := range initial {
 		initial[i] = float32(i)
 	}
-	srv, err := New(Config{Mode: consistency.Async, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg}, initial)
+	srv, err := New(Config{Mode: consistency.Async, Shard: s, Plan: plan, Layout: l, Optimizer: ocfg, Update: UpdateConfig{Rule: UpdateFull}}, initial)
 	require.NoError(t, err)
 	return srv
 }

@@ -8,19 +8,19 @@ import (
 )
 
 // sspApplier is bounded staleness with a bound above 0 (0 is sync): a
-// push is applied at once, scaled by 1/N for N live workers, unless its
-// step is more than the bound ahead of the slowest live worker; a pull
-// waits while the worker is more than the bound ahead.
+// push is applied at once as the update rule says (update.go; by default
+// scaled by 1/N for N live workers), unless its step is more than the
+// bound ahead of the slowest live worker; a pull waits while the worker
+// is more than the bound ahead.
 type sspApplier struct {
-	s       *Server
-	scratch []float32 // the scaled gradient
+	s *Server
 }
 
 var _ applier = (*sspApplier)(nil)
 
 func newSSPApplier(s *Server) *sspApplier {
 	s.startLive()
-	return &sspApplier{s: s, scratch: make([]float32, s.floats)}
+	return &sspApplier{s: s}
 }
 
 func (*sspApplier) checkStepLocked(Push, int64) error { return nil } // the bound holds steps to the slowest worker's
@@ -32,18 +32,10 @@ func (a *sspApplier) pushLocked(_ context.Context, in Push, gmax float64, _ Chun
 		return PushResult{}, refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than the staleness bound %d ahead of the slowest worker (%d steps pushed)",
 			ErrInvalidArgument, in.Step, in.WorkerID, s.cfg.Staleness, min))
 	}
-	// Each push moves the weights by 1/N of its gradient, N the live
-	// workers, so that a round of pushes makes one mean step.
-	inv := 1 / float32(max(len(s.live), 1))
-	gmax *= float64(inv)
-	if err := s.checkGrowthLocked(in, gmax); err != nil {
-		return PushResult{}, err
-	}
-	for i, g := range in.Grads {
-		a.scratch[i] = g * inv
-	}
+	// By default each push moves the weights by 1/N of its gradient, N
+	// the live workers, so that a round of pushes makes one mean step.
 	p := max(s.progress[in.WorkerID], in.Step+1)
-	res, err := s.applyLocked(in, a.scratch, gmax, nil, [][2]int64{{in.WorkerID, p}})
+	res, err := s.applyLocked(in, gmax, len(s.live), nil, [][2]int64{{in.WorkerID, p}})
 	if err != nil {
 		return PushResult{}, err
 	}

@@ -109,8 +109,9 @@ func (a *syncApplier) applyStepLocked() error {
 		s.log.Info("step applied without the workers that left", "step", s.clock, "pushes", len(a.bar.arrived))
 	}
 	mean := a.bar.mean()
+	s.scaleLRLocked(float64(s.worldLocked()))
 	if s.jour != nil {
-		rec := journalRecord{clock: s.clock + 1, grads: mean}
+		rec := journalRecord{clock: s.clock + 1, lrScale: s.lrScale, grads: mean}
 		for _, w := range a.bar.arrived {
 			rec.steps = append(rec.steps, [2]int64{w, s.lastStep[w]})
 		}

@@ -110,6 +110,16 @@ func (s *Server) CountRefused(reason string) {
 	s.stats.RejectedBy[reason]++
 }
 
+// RefusedFor is the reason a push was refused for (RejectedShape, …),
+// or "" when err is no refusal of a push.
+func RefusedFor(err error) string {
+	var r *rejection
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
 // refuse tags a refusal (an ErrInvalidArgument not tagged yet) with its
 // reason; other errors and nil pass through.
 func refuse(reason string, err error) error {

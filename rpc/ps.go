@@ -281,7 +281,7 @@ func (s *psService) pull(stream grpc.ServerStream, worker, step int64, ranges []
 		// The whole shard, as one consistent view, sent from the chunks'
 		// own memory, held until the transport has written the last
 		// piece of each (the shard copies-on-write meanwhile).
-		clock, chunks := s.view()
+		clock, chunks := s.view(worker)
 		defer func() {
 			for _, b := range chunks {
 				b.Free()
@@ -443,11 +443,12 @@ func chunkBuffer(c ps.ChunkRead) mem.Buffer {
 	return b
 }
 
-// view is one consistent view of the whole shard, each chunk as
-// chunkBuffer makes it, with its clock; the caller frees the buffers.
-func (s *psService) view() (int64, []mem.Buffer) {
+// view is one consistent view of the whole shard, served to worker (see
+// ps.Server.ViewFor), each chunk as chunkBuffer makes it, with its clock;
+// the caller frees the buffers.
+func (s *psService) view(worker int64) (int64, []mem.Buffer) {
 	var chunks []mem.Buffer
-	clock := s.core.View(func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
+	clock := s.core.ViewFor(worker, func(c ps.ChunkRead) { chunks = append(chunks, chunkBuffer(c)) })
 	return clock, chunks
 }
 

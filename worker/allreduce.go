@@ -43,6 +43,11 @@ var ErrDesync = errors.New("ranks desynchronised")
 type RingConfig struct {
 	// Optimizer is the optimizer every rank applies locally, identically.
 	Optimizer optim.Config
+	// ScaleLR multiplies the optimizer's learning rate by the ring's size
+	// (the linear scaling rule; ScaleWarmup gives it its warm-up): an
+	// elastic ring builds a Ring per generation, so the rate follows the
+	// live world size as ranks leave and join.
+	ScaleLR bool
 	// ReduceOp combines the ranks' gradients: ReduceAverage (default),
 	// ReduceSum or ReduceAdasum.
 	ReduceOp string
@@ -125,6 +130,9 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 	opt, err := optim.New(cfg.Optimizer, n)
 	if err != nil {
 		return nil, fmt.Errorf("ring: %w", err)
+	}
+	if cfg.ScaleLR {
+		opt.SetLRScale(float64(comm.Size()))
 	}
 	r := &Ring{comm: comm, cfg: cfg, opt: opt, mine: make([]float32, 8), all: make([]float32, 8*comm.Size()), counts: make([]int, comm.Size()), n: n, sent: n,
 		started: cfg.Synced, flag: make([]float32, 1)}
@@ -263,6 +271,9 @@ func (r *Ring) Abort() {
 
 // State returns a copy of the optimizer's state (momentum, step count…).
 func (r *Ring) State() optim.State { return r.opt.State() }
+
+// LR is the learning rate of the ring's next step.
+func (r *Ring) LR() float64 { return r.opt.LR() }
 
 // Restore replaces the optimizer's state, as State returned it on a
 // rank whose state the ring adopts.

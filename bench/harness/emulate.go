@@ -16,24 +16,27 @@ import (
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/sim"
 )
 
 // EmulateRun is one emulated job as --json and results.json write it.
 type EmulateRun struct {
-	Mode      string                `json:"mode"`
-	Workers   int                   `json:"workers"`
-	Staleness int64                 `json:"staleness,omitempty"`
-	Model     string                `json:"model"`
-	Batch     int                   `json:"batch"`
-	Epochs    int                   `json:"epochs"`
-	Accuracy  float64               `json:"test_accuracy"`
-	Loss      *float64              `json:"test_loss"` // null when not finite (diverged)
-	Updates   int64                 `json:"updates"`
-	Pushes    consistency.Staleness `json:"staleness_histogram,omitempty"`
-	Curve     []emulate.Point       `json:"curve"`
-	Seconds   float64               `json:"seconds"`
-	Diverged  string                `json:"diverged,omitempty"`
+	Mode      string `json:"mode"`
+	Workers   int    `json:"workers"`
+	Staleness int64  `json:"staleness,omitempty"`
+	// Update is the shard's update rule (async and SSP).
+	Update   string                `json:"update_rule,omitempty"`
+	Model    string                `json:"model"`
+	Batch    int                   `json:"batch"`
+	Epochs   int                   `json:"epochs"`
+	Accuracy float64               `json:"test_accuracy"`
+	Loss     *float64              `json:"test_loss"` // null when not finite (diverged)
+	Updates  int64                 `json:"updates"`
+	Pushes   consistency.Staleness `json:"staleness_histogram,omitempty"`
+	Curve    []emulate.Point       `json:"curve"`
+	Seconds  float64               `json:"seconds"`
+	Diverged string                `json:"diverged,omitempty"`
 	// Simulated: the schedule's job, as shoal bench plan would print it.
 	StepSeconds float64 `json:"simulated_step_seconds"`
 }
@@ -47,9 +50,12 @@ type EmulateConfig struct {
 	Workers   []int
 	Modes     []consistency.Mode
 	Bounds    []int // ssp's
-	Servers   int   // shards of the simulated job
-	Out       string
-	JSON      bool
+	// Rules are the update rules to emulate async and SSP with (none:
+	// Job.Update's alone).
+	Rules   []ps.Update
+	Servers int // shards of the simulated job
+	Out     string
+	JSON    bool
 	// Replay, when not nil, is the recorded run to follow instead.
 	Replay *Replay
 }
@@ -128,13 +134,17 @@ func (cfg EmulateConfig) sweep(ctx context.Context, base sim.Config, stdout io.W
 	for _, n := range cfg.Workers {
 		for _, m := range cfg.Modes {
 			for _, s := range cfg.boundsOf(m) {
-				sc := base
-				sc.Mode, sc.Workers, sc.Staleness = m, n, s
-				run, err := cfg.emulate(ctx, cfg.Job, sc, stdout)
-				if err != nil {
-					return nil, err
+				for _, u := range cfg.rulesOf(m, s) {
+					sc := base
+					sc.Mode, sc.Workers, sc.Staleness = m, n, s
+					j := cfg.Job
+					j.Update.Rule = u
+					run, err := cfg.emulate(ctx, j, sc, stdout)
+					if err != nil {
+						return nil, err
+					}
+					runs = append(runs, run)
 				}
-				runs = append(runs, run)
 			}
 		}
 	}
@@ -173,23 +183,45 @@ func (cfg EmulateConfig) boundsOf(m consistency.Mode) []int64 {
 	return bs
 }
 
+// rulesOf is the update rules to emulate mode m at bound s with: Rules
+// (or Job.Update's) in async and SSP, the barrier's alone in sync.
+func (cfg EmulateConfig) rulesOf(m consistency.Mode, s int64) []ps.Update {
+	if m.Synchronous(s) {
+		return []ps.Update{ps.UpdateAuto}
+	}
+	if len(cfg.Rules) == 0 {
+		return []ps.Update{cfg.Job.Update.Rule}
+	}
+	return cfg.Rules
+}
+
+// ruleLabel names the rule j's shard applies pushes with in the mode and
+// bound of sc ("" where it has none: sync).
+func ruleLabel(j Job, sc sim.Config) string {
+	if sc.Mode.Synchronous(sc.Staleness) {
+		return ""
+	}
+	return j.Update.Resolve(sc.Mode).Rule.String()
+}
+
 // emulate runs j as the job that sc simulates and prints how it went: a
 // line (two when it diverged), or with JSON an object.
 func (cfg EmulateConfig) emulate(ctx context.Context, j Job, sc sim.Config, stdout io.Writer) (EmulateRun, error) {
 	m, n, s := sc.Mode, sc.Workers, sc.Staleness
+	rule := ruleLabel(j, sc)
 	start := time.Now()
 	res, err := j.Run(ctx, sc)
 	if err != nil {
-		return EmulateRun{}, fmt.Errorf("%s, %d workers: %w", strings.TrimSpace(m.String()+" "+boundLabel(m, s)), n, err)
+		return EmulateRun{}, fmt.Errorf("%s, %d workers: %w", strings.Join(strings.Fields(m.String()+" "+boundLabel(m, s)+" "+rule), " "), n, err)
 	}
-	run := EmulateRun{Mode: m.String(), Workers: n, Staleness: s, Model: cfg.ModelName, Batch: j.Batch, Epochs: j.Epochs,
+	run := EmulateRun{Mode: m.String(), Workers: n, Staleness: s, Update: rule, Model: cfg.ModelName, Batch: j.Batch, Epochs: j.Epochs,
 		Accuracy: res.Final.Accuracy, Loss: Finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
 		Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds, Diverged: res.Diverged}
 	if cfg.JSON {
 		return run, json.NewEncoder(stdout).Encode(run)
 	}
-	fmt.Fprintf(stdout, "%-6s %-5s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
-		m, boundLabel(m, s), n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
+	fmt.Fprintf(stdout, "%-6s %-5s %-9s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
+		m, boundLabel(m, s), rule, n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
 	if res.Diverged != "" {
 		fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
 	}
@@ -247,9 +279,21 @@ func accuracyCurves(runs []EmulateRun) (map[int][]bench.Curve, []int) {
 			order = append(order, r.Workers)
 		}
 		c := bench.Curve{Mode: r.Mode, Label: r.Mode}
+		// A mode's lines (SSP's bounds, the rules) differ in their dashes.
+		for _, o := range byN[r.Workers] {
+			if o.Mode == r.Mode {
+				c.Dash = (c.Dash + 1) % 4
+			}
+		}
+		var notes []string
 		if r.Mode == consistency.SSP.String() {
-			c.Label += fmt.Sprintf(" (s = %d)", r.Staleness)
-			c.Dash = len(byN[r.Workers]) % 4
+			notes = append(notes, fmt.Sprintf("s = %d", r.Staleness))
+		}
+		if r.Update != "" && (r.Mode != consistency.SSP.String() || r.Update != ps.UpdateAverage.String()) {
+			notes = append(notes, r.Update)
+		}
+		if len(notes) > 0 {
+			c.Label += " (" + strings.Join(notes, ", ") + ")"
 		}
 		if r.Diverged != "" {
 			c.Label += fmt.Sprintf(", diverged after %d updates", r.Updates)

@@ -95,18 +95,28 @@ func TestFastest(t *testing.T) {
 }
 
 func TestAccuracyCurves(t *testing.T) {
-	runs := []EmulateRun{{Mode: "async", Workers: 2}, {Mode: "ssp", Workers: 2, Staleness: 4, Diverged: "NaN", Updates: 7}, {Mode: "sync", Workers: 8}}
+	runs := []EmulateRun{{Mode: "async", Workers: 2, Update: "full"}, {Mode: "async", Workers: 2, Update: "staleness"},
+		{Mode: "ssp", Workers: 2, Staleness: 4, Update: "average", Diverged: "NaN", Updates: 7}, {Mode: "ssp", Workers: 2, Staleness: 4, Update: "staleness"},
+		{Mode: "sync", Workers: 8}}
 	byN, order := accuracyCurves(runs)
 	assert.Equal(t, []int{2, 8}, order)
-	require.Len(t, byN[2], 2)
-	assert.Equal(t, "ssp (s = 4), diverged after 7 updates", byN[2][1].Label)
-	assert.Equal(t, 1, byN[2][1].Dash)
+	require.Len(t, byN[2], 4)
+	for i, want := range []struct {
+		label string
+		dash  int
+	}{{"async (full)", 0}, {"async (staleness)", 1}, {"ssp (s = 4), diverged after 7 updates", 0}, {"ssp (s = 4, staleness)", 1}} {
+		assert.Equal(t, want.label, byN[2][i].Label)
+		assert.Equal(t, want.dash, byN[2][i].Dash, want.label)
+	}
+	assert.Equal(t, "sync", byN[8][0].Label)
 }
 
 func TestTrainArgs(t *testing.T) {
-	cfg := TrainConfig{EvalEvery: 50, Data: "/d", Dataset: "synthetic", NIC: netshape.Config{Gbps: 2, RTT: time.Millisecond}, NICArgs: []string{"--nic-gbps", "2", "--rtt", "1ms"}}
+	cfg := TrainConfig{EvalEvery: 50, Data: "/d", Dataset: "synthetic", NIC: netshape.Config{Gbps: 2, RTT: time.Millisecond}, NICArgs: []string{"--nic-gbps", "2", "--rtt", "1ms"},
+		UpdateArgs: []string{"--update-rule=staleness"}}
 	args := cfg.trainArgs(bench.Run{Mode: "async-overlap", Workers: 2, Servers: 1, Model: "mlp", Steps: 10}, cfg.NICArgs)
-	assert.Equal(t, []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", "2", "--servers", "1"}, args[:8])
+	assert.Equal(t, []string{"train", "--mode", "async", "--overlap-push-pull", "--workers", "2", "--servers", "1", "--update-rule=staleness"}, args[:9])
+	assert.NotContains(t, cfg.trainArgs(bench.Run{Mode: "ring", Workers: 2, Model: "mlp", Steps: 10}, nil), "--update-rule=staleness", "the ring has no shards")
 	assert.Subset(t, args, []string{"--steps", "10", "--eval-every", "50", "--dataset", "synthetic", "--nic-gbps", "--rtt", "1ms"})
 	ring := cfg.trainArgs(bench.Run{Mode: "ring", Workers: 2, Model: "mlp", Epochs: 1}, nil)
 	assert.NotContains(t, ring, "--servers")

@@ -14,6 +14,7 @@ import (
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/sim"
 )
 
@@ -73,6 +74,8 @@ type Job struct {
 	Epochs    int
 	EvalEvery int64
 	Optimizer optim.Config
+	// Update is the shard's update rule in async and SSP.
+	Update ps.UpdateConfig
 	// WholeJob: the decay spans the job, as in shoal train (its length
 	// is known per job); Warmup is the optimizer's warm-up updates.
 	WholeJob    bool
@@ -92,7 +95,7 @@ func (j Job) Run(ctx context.Context, sc sim.Config) (emulate.Result, error) {
 	if j.WholeJob {
 		opt.Schedule.DecaySteps = max(perEpoch*int64(j.Epochs)-j.Warmup, 1)
 	}
-	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: j.Model, Seed: j.Seed, Batch: j.Batch, Epochs: j.Epochs, Optimizer: opt,
+	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: j.Model, Seed: j.Seed, Batch: j.Batch, Epochs: j.Epochs, Optimizer: opt, Update: j.Update,
 		Train: j.Train, Test: j.Test, EvalEvery: j.EvalEvery, Schedule: j.Schedule})
 }
 
@@ -107,6 +110,19 @@ func ParseModes(list string) ([]consistency.Mode, error) {
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// ParseRules reads --update-rules: update rule names, comma-separated.
+func ParseRules(list string) ([]ps.Update, error) {
+	var us []ps.Update
+	for _, s := range strings.Split(list, ",") {
+		u, err := ps.ParseUpdate(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--update-rules: %w", err)
+		}
+		us = append(us, u)
+	}
+	return us, nil
 }
 
 // PositiveInts parses a flag's comma-separated counts.

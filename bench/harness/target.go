@@ -22,9 +22,11 @@ type targetJob struct {
 
 // TargetRow is one mode's prediction, as --json prints it.
 type TargetRow struct {
-	Mode    string  `json:"mode"`
-	Servers int     `json:"servers"`
-	Target  float64 `json:"target_accuracy"`
+	Mode    string `json:"mode"`
+	Servers int    `json:"servers"`
+	// Update is the shards' update rule (async and SSP).
+	Update string  `json:"update_rule,omitempty"`
+	Target float64 `json:"target_accuracy"`
 	// Epochs and Seconds to the target; both 0 when the job did not get
 	// there in the epochs emulated (Final says how close it came).
 	Epochs   float64 `json:"epochs_to_target"`
@@ -97,7 +99,7 @@ func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRo
 	if err != nil {
 		return TargetRow{}, 0, fmt.Errorf("--target: emulating %s: %w", r.Mode, err)
 	}
-	row := TargetRow{Mode: r.Mode, Servers: r.Servers, Target: j.cfg.Target, Final: res.Final.Accuracy, Diverged: res.Diverged}
+	row := TargetRow{Mode: r.Mode, Servers: r.Servers, Update: ruleLabel(e, sc), Target: j.cfg.Target, Final: res.Final.Accuracy, Diverged: res.Diverged}
 	for _, p := range res.Curve {
 		if p.Accuracy >= j.cfg.Target {
 			row.Epochs = p.Epochs
@@ -114,11 +116,11 @@ func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRo
 func (j targetJob) printRow(stdout io.Writer, row TargetRow, updates int64) {
 	switch {
 	case row.Epochs > 0:
-		fmt.Fprintf(stdout, "  %-6s %7s  %.2f epochs, %s\n", row.Mode, serversLabel(row.Servers), row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "  %-6s %7s %-9s  %.2f epochs, %s\n", row.Mode, serversLabel(row.Servers), row.Update, row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
 	case row.Diverged != "":
-		fmt.Fprintf(stdout, "  %-6s %7s  never: diverged after %d updates (lower --lr for async: each push moves the weights by the full rate)\n", row.Mode, serversLabel(row.Servers), updates)
+		fmt.Fprintf(stdout, "  %-6s %7s %-9s  never: diverged after %d updates (the update rule full and dcasgd apply each push at the full rate: try --update-rule staleness, or a lower --lr)\n", row.Mode, serversLabel(row.Servers), row.Update, updates)
 	default:
-		fmt.Fprintf(stdout, "  %-6s %7s  not in %d epochs (%.2f%% at the end)\n", row.Mode, serversLabel(row.Servers), j.cfg.Epochs, 100*row.Final)
+		fmt.Fprintf(stdout, "  %-6s %7s %-9s  not in %d epochs (%.2f%% at the end)\n", row.Mode, serversLabel(row.Servers), row.Update, j.cfg.Epochs, 100*row.Final)
 	}
 }
 

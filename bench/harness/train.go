@@ -41,6 +41,9 @@ type TrainConfig struct {
 	// the shoal train flags that give it.
 	NIC     netshape.Config
 	NICArgs []string
+	// UpdateArgs are the shoal train flags of the shards' update rule
+	// (--update-rule and the DC flags), given to every PS run.
+	UpdateArgs []string
 	// Dataset and Data are the dataset and its folder, as shoal train
 	// takes them.
 	Dataset, Data string
@@ -145,6 +148,7 @@ func (cfg TrainConfig) trainArgs(r bench.Run, nicArgs []string) []string {
 	}
 	if r.Mode != consistency.Ring.String() {
 		args = append(args, "--servers", strconv.Itoa(r.Servers))
+		args = append(args, cfg.UpdateArgs...)
 	}
 	args = append(args, bench.Models[r.Model].Args...)
 	if r.Epochs > 0 {

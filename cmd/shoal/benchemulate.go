@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoalml/shoal/bench/harness"
 	"github.com/shoalml/shoal/flags"
+	"github.com/shoalml/shoal/ps"
 )
 
 const benchEmulateSynopsis = `Emulates parameter-server jobs of --workers workers in this one process, to show
@@ -23,7 +24,10 @@ shoal bench plan predicts it.
 --replay DIR follows instead the order of a real run recorded by shoal train
 --record-pushes DIR: its mode, workers and bound come from the recording; give
 the run's model, data, --batch, --epochs, optimizer and --seed. With one shard
-the replay is the recorded run, gradient for gradient.`
+the replay is the recorded run, gradient for gradient.
+
+--update-rules emulates async and ssp once per rule by which the shard applies
+each push (shoal ps --update-rule): e.g. full,average,staleness,dcasgd.`
 
 // benchEmulateFlags are shoal bench emulate's flags.
 type benchEmulateFlags struct {
@@ -32,6 +36,8 @@ type benchEmulateFlags struct {
 	workerList string // --workers, read into cfg.Workers
 	modeList   string // --modes, read into cfg.Modes
 	boundList  string // --staleness, read into cfg.Bounds
+	ruleList   string // --update-rules, read into cfg.Rules
+	dc         flags.DC
 	replay     string // --replay DIR
 }
 
@@ -40,6 +46,8 @@ func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.workerList, "workers", "8,16,32,64", "worker counts, comma-separated")
 	fs.StringVar(&f.modeList, "modes", "async,ssp,sync", "modes: async, ssp, sync")
 	fs.StringVar(&f.boundList, "staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
+	fs.StringVar(&f.ruleList, "update-rules", ps.UpdateAuto.String(), "async, ssp: the shard's update rules to emulate, comma-separated (full, average, staleness, dcasgd; auto: each mode's default)")
+	f.dc.Register(fs)
 	fs.IntVar(&f.cfg.Job.Batch, "batch", 64, "batch per worker")
 	fs.IntVar(&f.cfg.Job.Epochs, "epochs", 3, "epochs of the job")
 	fs.IntVar(&f.cfg.Servers, "servers", 1, "shards of the simulated job (the emulation follows shard 0's order)")
@@ -69,11 +77,20 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, err
 	if c.Modes, err = harness.ParseModes(p.modeList); err != nil {
 		return nil, err
 	}
+	if c.Rules, err = harness.ParseRules(p.ruleList); err != nil {
+		return nil, err
+	}
+	if c.Job.Update, err = p.dc.Config(c.Rules[0]); err != nil {
+		return nil, err
+	}
 	c.Net = p.job.net()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if p.replay != "" {
+		if len(c.Rules) > 1 {
+			return nil, fmt.Errorf("--replay %s with --update-rules %s: a replay is one run; give one rule", p.replay, p.ruleList)
+		}
 		if err := p.readReplay(fs); err != nil {
 			return nil, err
 		}
@@ -95,6 +112,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if cfg.Job, err = p.job.emulation(cfg.Job.Batch, cfg.Job.Epochs, cfg.Job.EvalEvery); err != nil {
 		return err
 	}
+	cfg.Job.Update = p.cfg.Job.Update
 	model, err := cfg.Job.Model()
 	if err != nil {
 		return err

@@ -91,7 +91,7 @@ func TestBenchEmulateWritesPlots(t *testing.T) {
 		"--staleness", "1,4", "--epochs", "1", "--hidden", "16", "--compute", "1ms", "--out", dir).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	text := string(out)
-	for _, row := range []string{"async        N=2", "ssp    s=1   N=2", "ssp    s=4   N=8", "sync         N=8"} {
+	for _, row := range []string{"async        staleness N=2", "ssp    s=1   average   N=2", "ssp    s=4   average   N=8", "sync                   N=8"} {
 		assert.Contains(t, text, row)
 	}
 	for _, f := range []string{"results.json", "accuracy-n2.png", "accuracy-n8.png"} {
@@ -110,6 +110,19 @@ func TestBenchEmulateWritesPlots(t *testing.T) {
 	assert.Len(t, res.Emulated, 8)
 }
 
+// TestBenchEmulateSweepsTheRules: --update-rules emulates async and ssp
+// once per rule, sync once, and names each job's rule.
+func TestBenchEmulateSweepsTheRules(t *testing.T) {
+	runs := emulateJSON(t, "--dataset", "synthetic", "--workers", "4", "--modes", "async,ssp,sync", "--staleness", "2", "--update-rules", "full,staleness,dcasgd",
+		"--epochs", "1", "--hidden", "16", "--compute", "1ms")
+	var got []string
+	for _, r := range runs {
+		got = append(got, strings.TrimSpace(r.Mode+" "+r.Update))
+		assert.Equal(t, 4, r.Workers)
+	}
+	assert.Equal(t, []string{"async full", "async staleness", "async dcasgd", "ssp full", "ssp staleness", "ssp dcasgd", "sync"}, got)
+}
+
 func TestBenchEmulateErrors(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, tc := range []struct{ args, want string }{
@@ -119,6 +132,9 @@ func TestBenchEmulateErrors(t *testing.T) {
 		{"--epochs 0", "want batch, epochs, servers >= 1"},
 		{"--replay /nonexistent --workers 2 --jitter 1", "--replay /nonexistent with --jitter, --workers: a replay follows the recorded run's"},
 		{"--replay /nonexistent", "--replay /nonexistent: no worker-*.pushes.json in it"},
+		{"--update-rules full,fast", `--update-rules: update rule "fast": unknown`},
+		{"--update-rules dcasgd --dc-lambda -1", "--dc-lambda -1: want a finite value >= 0"},
+		{"--replay /nonexistent --update-rules full,average", "a replay is one run; give one rule"},
 	} {
 		out, err := exec.CommandContext(ctx, shoalBin, append([]string{"bench", "emulate", "--dataset", "synthetic"}, strings.Fields(tc.args)...)...).CombinedOutput()
 		assert.Error(t, err, tc.args)

@@ -28,6 +28,7 @@ type benchPlanFlags struct {
 	modeList  string  // --modes, which parseBenchPlan reads into modes
 	apply     float64 // GB/s
 	layerFile string
+	update    flags.Update // --target's emulations
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
@@ -47,6 +48,7 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Plot, "plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
 	fs.Float64Var(&c.Target, "target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
 	fs.IntVar(&c.Epochs, "epochs", 3, "--target: epochs each emulated job trains for")
+	f.update.Register(fs)
 	fs.StringVar(&f.layerFile, "layers", "", "another model: a file of its tensors' sizes, floats one a line in parameter order (sim/models: vgg16.txt, resnet101.txt, inception_v3.txt); needs --compute")
 }
 
@@ -120,7 +122,15 @@ func (p *benchPlanFlags) check() error {
 		fast, _, err := arch.BuildFast(1)
 		return fast, err
 	}
-	c.NewJob = func() (harness.Job, error) { return p.job.emulation(c.Sim.Batch, c.Epochs, 0) }
+	upd, err := p.update.Config()
+	if err != nil {
+		return err
+	}
+	c.NewJob = func() (harness.Job, error) {
+		j, err := p.job.emulation(c.Sim.Batch, c.Epochs, 0)
+		j.Update = upd
+		return j, err
+	}
 	return nil
 }
 

@@ -85,6 +85,23 @@ func TestBenchPlanTimeToTarget(t *testing.T) {
 	assert.Len(t, epochs, 4)
 	assert.Equal(t, epochs["sync"], epochs["ring"], "the ring trains as sync does")
 
+	// --update-rule: the shards' rule of async and ssp's emulations.
+	out, err = exec.CommandContext(ctx, shoalBin, append(args, "--json", "--modes", "async,ssp,sync", "--update-rule", "staleness")...).Output()
+	require.NoError(t, err)
+	rules := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Mode   string
+			Target float64 `json:"target_accuracy"`
+			Update string  `json:"update_rule"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &row), l)
+		if row.Target != 0 {
+			rules[row.Mode] = row.Update
+		}
+	}
+	assert.Equal(t, map[string]string{"async": "staleness", "ssp": "staleness", "sync": ""}, rules)
+
 	for _, tc := range []struct{ args, want string }{
 		{"--target 1.5", "want a test accuracy in [0, 1)"},
 		{"--target 0.8 --layers ../../sim/models/vgg16.txt --compute 1s", "only Shoal's own models can be emulated"},

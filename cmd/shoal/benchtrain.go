@@ -39,6 +39,7 @@ type benchTrainFlags struct {
 	plan    planFlags
 	nic     flags.NIC
 	dataset flags.Data
+	update  flags.Update
 }
 
 func (f *benchTrainFlags) register(fs *flag.FlagSet) {
@@ -53,6 +54,7 @@ func (f *benchTrainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.RunTimeout, "run-timeout", 10*time.Minute, "the longest one run may take")
 	f.nic.Register(fs)
 	f.dataset.Register(fs)
+	f.update.Register(fs)
 	fs.Lookup("nic-gbps").DefValue, f.nic.Gbps = "1", 1
 }
 
@@ -72,6 +74,10 @@ func parseBenchTrain(args []string, stderr io.Writer) (harness.TrainConfig, erro
 	if err := cfg.Validate(); err != nil {
 		return *cfg, err
 	}
+	if _, err := f.update.Config(); err != nil {
+		return *cfg, err
+	}
+	cfg.UpdateArgs = f.update.Args()
 	var err error
 	if cfg.Plan, err = f.plan.plan(f.nic); err != nil {
 		return *cfg, err

@@ -245,7 +245,7 @@ var readmeRuns = map[string]readmeRun{
 	// checks the emulator).
 	"shoal bench emulate --workers 8,16,32,64 --modes async,ssp,sync --staleness 1,4,16 --jitter 0.5 --out emulated": {
 		add: []string{"--workers", "8", "--epochs", "1", "--staleness", "4"}, check: func(t *testing.T, dir, stdout string) {
-			for _, row := range []string{"async        N=8", "ssp    s=4   N=8", "sync         N=8"} {
+			for _, row := range []string{"async        staleness N=8", "ssp    s=4   average   N=8", "sync                   N=8"} {
 				assert.Contains(t, stdout, row)
 			}
 			assert.FileExists(t, filepath.Join(dir, "emulated", "accuracy-n8.png"))

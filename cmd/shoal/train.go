@@ -172,8 +172,15 @@ func (t *trainRun) end(stdout io.Writer, res *launch.JobResult) error {
 // and the data.
 func (t *trainRun) printHeader(stdout io.Writer) {
 	lr := fmt.Sprintf("lr %g", t.ocfg.LR)
-	if t.ring && t.allreduce.ScaleLR {
-		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr, warmed up over the first epoch)", t.ocfg.LR, t.workers)
+	if t.allreduce.ScaleLR {
+		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr: the live workers, warmed up over the first epoch unless --warmup-steps)", t.ocfg.LR, t.workers)
+	}
+	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg)
+	if rule != "" {
+		lr += ", " + rule
+	}
+	if warning != "" {
+		defer fmt.Fprintf(stdout, "warning: %s\n", warning)
 	}
 	where := t.where
 	if prec := t.precision(); prec != "" {
@@ -413,6 +420,9 @@ func (t *trainRun) checkRun() error {
 	if t.shard.CkptEvery < 0 {
 		return fmt.Errorf("--checkpoint-every %d: want >= 0 (0: only at the end)", t.shard.CkptEvery)
 	}
+	if _, err := t.shard.UpdateConfig(); err != nil {
+		return err
+	}
 	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err
 	}
@@ -471,6 +481,12 @@ func (t *trainRun) build() error {
 		return err
 	}
 	t.train, t.test = train, test
+	if t.allreduce.ScaleLR && !t.ring && t.optimizer.Warmup == 0 {
+		// The linear scaling rule's warm-up: an epoch of the shards' updates.
+		epoch := t.loop
+		epoch.Steps, epoch.Epochs = 0, 1
+		t.optimizer.Warmup = totalUpdates(train.Len(), t.workers, t.shard.Staleness, &epoch)
+	}
 	if t.optimizer.Decay != "none" && t.optimizer.DecaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
 		t.optimizer.DecaySteps = max(totalUpdates(train.Len(), t.workers, t.shard.Staleness, &t.loop)-t.optimizer.Warmup, 1)
@@ -506,7 +522,7 @@ func (t *trainRun) restartable() bool {
 func (t *trainRun) shardArgs(shard int, listen string, join []string, restart int) []string {
 	p := flags.DefaultPS()
 	p.Shard, p.Model, p.Opt, p.Log, p.NIC, p.Sec.Files = t.shard, t.arch, t.optimizer, t.logging, t.nic, t.sec.Files
-	p.Listen, p.Index, p.Mode, p.Workers, p.Events = listen, shard, t.loop.Mode.String(), t.workers, true
+	p.Listen, p.Index, p.Mode, p.Workers, p.Events, p.ScaleLR = listen, shard, t.loop.Mode.String(), t.workers, true, t.allreduce.ScaleLR
 	p.Metrics.Addr, p.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("ps-%d", shard), restart)
 	t.joinGossip(&p.Gossip, join)
 	return append([]string{"ps"}, p.Args()...)

@@ -146,3 +146,20 @@ func TestTheRunHasAGossipKeyOfItsOwn(t *testing.T) {
 	_, err = os.Stat(filepath.Dir(key))
 	assert.True(t, os.IsNotExist(err), "the run removes its key: %v", err)
 }
+
+// TestTheShardsGetTheUpdateRuleAndTheScalingRule: shoal train gives its
+// shards the update rule and --scale-lr with its warm-up, an epoch of
+// their updates (async: one per push).
+func TestTheShardsGetTheUpdateRuleAndTheScalingRule(t *testing.T) {
+	var stderr bytes.Buffer
+	tr, err := parseTrain([]string{"--dataset", "synthetic", "--hidden", "32", "--mode", "async", "--workers", "4", "--update-rule", "staleness", "--scale-lr"}, &stderr)
+	require.NoError(t, err, stderr.String())
+	steps := ((tr.train.Len()+3)/4 + 63) / 64 // a worker's steps in an epoch
+	args := tr.shardArgs(0, "127.0.0.1:0", nil, 0)
+	assert.Subset(t, args, []string{"--update-rule=staleness", "--scale-lr=true", "--workers=4", fmt.Sprintf("--warmup-steps=%d", 4*steps)})
+
+	_, err = parseTrain([]string{"--dataset", "synthetic", "--update-rule", "fast"}, &stderr)
+	assert.ErrorContains(t, err, `--update-rule: update rule "fast": unknown`)
+	_, err = parseTrain([]string{"--dataset", "synthetic", "--mode", "ring", "--update-rule", "full"}, &stderr)
+	assert.ErrorContains(t, err, "--update-rule")
+}
