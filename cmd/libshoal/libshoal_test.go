@@ -356,3 +356,42 @@ func TestHorovodOptimizerOptions(t *testing.T) {
 		assert.NotEqual(t, want, res[0].out["params"], "AdaSum gave the average's result")
 	})
 }
+
+// TestHorovodRun runs Horovod's horovod.run(func, args, np) through `import
+// shoal as horovod` (shoal.run: spawned ranks on this host): every rank's
+// result in rank order, a rank that raises failing the call, naming it, and
+// `import shoal` loading no grpc.
+func TestHorovodRun(t *testing.T) {
+	needTorch(t)
+	lib := library(t)
+	pyPath, err := filepath.Abs("../../clients/python")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, systemPython, "testdata/hvd_run.py", "3")
+	cmd.Env = append(os.Environ(), "SHOAL_LIBRARY="+lib, "PYTHONPATH="+pyPath, "SHOAL_COLLECTIVE_TIMEOUT=60", "OMP_NUM_THREADS=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var out struct {
+		Results []struct {
+			Rank, Size int
+			LocalRank  int `json:"local_rank"`
+			Sum        []float64
+		}
+		Failure      string
+		GrpcImported bool `json:"grpc_imported"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &out), stdout.String())
+	require.Len(t, out.Results, 3)
+	for r, res := range out.Results {
+		assert.Equal(t, r, res.Rank)
+		assert.Equal(t, 3, res.Size)
+		assert.Equal(t, r, res.LocalRank)
+		assert.Equal(t, []float64{12, 12, 12}, res.Sum, "rank %d: 2·(1+2+3)", r)
+	}
+	assert.Contains(t, out.Failure, "1 of 2 ranks failed (rank 1: exit 1)")
+	assert.Contains(t, out.Failure, "rank 1 fails on purpose")
+	assert.False(t, out.GrpcImported, "import shoal loaded grpc")
+}
