@@ -178,6 +178,13 @@ bench-fusion: build
 bench-allreduce: build
 	scripts/bench-allreduce.sh
 
+# shoal.torch (Horovod's PyTorch API) from Python against shoal bench
+# allreduce and PyTorch gloo (16 and 64 MiB, 2 and 4 ranks), and synthetic
+# training img/s against DDP over gloo, one run; writes the tables into
+# docs/BENCHMARKS.md. scripts/bench-torch.sh lists the knobs.
+bench-torch: build libshoal
+	scripts/bench-torch.sh
+
 # Shoal's training step against PyTorch's (python3-torch), one thread,
 # batch 64, alternating; writes the table into docs/BENCHMARKS.md.
 bench-compute: build
