@@ -4,7 +4,9 @@
 #   (a) hvd.allreduce_ from Python  (bench/peers/hvd_allreduce.py)
 #   (b) shoal bench allreduce       (the ring from Go, no Python)
 #   (c) torch.distributed gloo      (bench/peers/torch_allreduce.py)
-# for SIZES at each of NPS ranks, one after the other per N; then
+# for SIZES at each of NPS ranks, one after the other per N, REPEATS times
+# over (the table has each one's median busbw: on a 2-core machine shared
+# with other work one measurement of each is mostly noise); then
 #   (d) synthetic training img/s    (bench/peers/hvd_synthetic.py), shoal.torch's
 #       DistributedOptimizer against DistributedDataParallel over gloo, the
 #       same model, batch and threads, alternating ROUNDS times, at SYN_NP ranks;
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
 SIZES=${SIZES:-16MiB,64MiB}
 ITERS=${ITERS:-20}
+REPEATS=${REPEATS:-3}
 NPS=${NPS:-2 4}
 SYN_NP=${SYN_NP:-2}
 SYN_MODEL=${SYN_MODEL:-resnet18}
@@ -28,13 +31,16 @@ DOC=${DOC:-docs/BENCHMARKS.md}
 export SHOAL_LIBRARY=${SHOAL_LIBRARY:-$PWD/clients/python/shoal/torch/libshoal.so}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for np in $NPS; do
-	echo "np=$np: shoal.torch from Python" >&2
-	"$PY" bench/peers/hvd_allreduce.py --np "$np" --sizes "$SIZES" --iters "$ITERS" >"$out/python-$np.jsonl"
-	echo "np=$np: shoal bench allreduce" >&2
-	bin/shoal bench allreduce --np "$np" --sizes "$SIZES" --iters "$ITERS" --json >"$out/shoal-$np.jsonl"
-	echo "np=$np: torch gloo" >&2
-	"$PY" bench/peers/torch_allreduce.py --np "$np" --sizes "$SIZES" --iters "$ITERS" >"$out/gloo-$np.jsonl"
+cp /proc/loadavg "$out/load-start" 2>/dev/null || true
+for rep in $(seq "$REPEATS"); do
+	for np in $NPS; do
+		echo "repeat $rep, np=$np: shoal.torch from Python" >&2
+		"$PY" bench/peers/hvd_allreduce.py --np "$np" --sizes "$SIZES" --iters "$ITERS" >>"$out/python-$np.jsonl"
+		echo "repeat $rep, np=$np: shoal bench allreduce" >&2
+		bin/shoal bench allreduce --np "$np" --sizes "$SIZES" --iters "$ITERS" --json >>"$out/shoal-$np.jsonl"
+		echo "repeat $rep, np=$np: torch gloo" >&2
+		"$PY" bench/peers/torch_allreduce.py --np "$np" --sizes "$SIZES" --iters "$ITERS" >>"$out/gloo-$np.jsonl"
+	done
 done
 for round in $(seq "$ROUNDS"); do
 	for backend in shoal ddp; do
@@ -44,5 +50,6 @@ for round in $(seq "$ROUNDS"); do
 			--batch-size "$SYN_BATCH" $SYN_ARGS >>"$out/synthetic.jsonl"
 	done
 done
-cmd="make bench-torch (SIZES=$SIZES ITERS=$ITERS NPS='$NPS' SYN_NP=$SYN_NP SYN_MODEL=$SYN_MODEL SYN_BATCH=$SYN_BATCH SYN_ARGS='$SYN_ARGS' ROUNDS=$ROUNDS)"
+cp /proc/loadavg "$out/load-end" 2>/dev/null || true
+cmd="make bench-torch (SIZES=$SIZES ITERS=$ITERS REPEATS=$REPEATS NPS='$NPS' SYN_NP=$SYN_NP SYN_MODEL=$SYN_MODEL SYN_BATCH=$SYN_BATCH SYN_ARGS='$SYN_ARGS' ROUNDS=$ROUNDS)"
 "$PY" scripts/torch_table.py "$out" "$cmd" "$DOC"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Merges scripts/bench-torch.sh's results (python-N, shoal-N and gloo-N
-.jsonl, synthetic.jsonl) from a folder into markdown tables, prints them
+.jsonl, a line per size and repeat; synthetic.jsonl) from a folder into markdown tables, prints them
 and puts them into BENCHMARKS.md between the torch markers."""
 import datetime
 import glob
@@ -19,7 +19,13 @@ def load(path):
 
 
 def by_bytes(path):
-    return {r["bytes"]: r for r in load(path)} if os.path.exists(path) else {}
+    """Each size's records (one per repeat) as one: the median busbw, every
+    busbw, and whether all were correct."""
+    out = {}
+    for r in (load(path) if os.path.exists(path) else []):
+        out.setdefault(r["bytes"], []).append(r)
+    return {b: {"busbw_gbps": statistics.median(x["busbw_gbps"] for x in rs), "all": [x["busbw_gbps"] for x in rs],
+                "correct": all(x["correct"] for x in rs)} for b, rs in out.items()}
 
 
 def main(folder, command, doc):
@@ -31,7 +37,7 @@ def main(folder, command, doc):
             p, s, g = py[size], sh.get(size), gl.get(size)
 
             def bw(r):
-                return "%.2f" % r["busbw_gbps"] if r else "–"
+                return "%.2f (%s)" % (r["busbw_gbps"], ", ".join("%.2f" % x for x in r["all"])) if r else "–"
 
             def ratio(r):
                 return "%.2f×" % (p["busbw_gbps"] / r["busbw_gbps"]) if r else "–"
@@ -52,11 +58,21 @@ def main(folder, command, doc):
                 med["shoal"], ", ".join("%.2f" % x for x in rates["shoal"]),
                 med["ddp"], ", ".join("%.2f" % x for x in rates["ddp"]), med["shoal"] / med["ddp"]),
         ]
+    load = []
+    for when in ("start", "end"):
+        try:
+            with open(os.path.join(folder, "load-" + when)) as f:
+                load.append("%s at the %s" % (" ".join(f.read().split()[:3]), when))
+        except OSError:
+            pass
     table = "\n".join([
         "Command: `%s` at revision %s, %s." % (command, revision(), datetime.date.today()),
-        "Machine: %s. All measured in one run, one after the other." % machine(),
+        "Machine: %s. All measured in one run, one after the other%s." % (
+            machine(), "; load averages (1, 5, 15 min) " + ", ".join(load) if load else ""),
         "",
-        "| N | size | shoal.torch from Python busbw (GB/s) | shoal bench busbw (GB/s) | gloo busbw (GB/s) | "
+        "busbw in GB/s: the median over the repeats (each repeat's in brackets); the ratios are the medians'.",
+        "",
+        "| N | size | shoal.torch from Python busbw | shoal bench busbw | gloo busbw | "
         "Python / shoal bench | Python / gloo | all correct |",
         "|---|---|---|---|---|---|---|---|",
         *rows,
