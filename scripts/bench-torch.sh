@@ -29,8 +29,11 @@ DOC=${DOC:-docs/BENCHMARKS.md}
 "$PY" -c 'import torch.distributed, torchvision' 2>/dev/null || {
 	echo "bench-torch: $PY cannot import torch and torchvision: apt-get install python3-torch python3-torchvision" >&2; exit 1; }
 export SHOAL_LIBRARY=${SHOAL_LIBRARY:-$PWD/clients/python/shoal/torch/libshoal.so}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# the raw results stay in bench-out/torch/ (git-ignored): scripts/torch_table.py
+# bench-out/torch CMD DOC makes the tables again
+out=bench-out/torch
+rm -rf "$out"
+mkdir -p "$out"
 cp /proc/loadavg "$out/load-start" 2>/dev/null || true
 for rep in $(seq "$REPEATS"); do
 	for np in $NPS; do

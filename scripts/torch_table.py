@@ -58,17 +58,17 @@ def main(folder, command, doc):
                 med["shoal"], ", ".join("%.2f" % x for x in rates["shoal"]),
                 med["ddp"], ", ".join("%.2f" % x for x in rates["ddp"]), med["shoal"] / med["ddp"]),
         ]
-    load = []
+    loads = []
     for when in ("start", "end"):
         try:
             with open(os.path.join(folder, "load-" + when)) as f:
-                load.append("%s at the %s" % (" ".join(f.read().split()[:3]), when))
+                loads.append("%s at the %s" % (" ".join(f.read().split()[:3]), when))
         except OSError:
             pass
     table = "\n".join([
         "Command: `%s` at revision %s, %s." % (command, revision(), datetime.date.today()),
         "Machine: %s. All measured in one run, one after the other%s." % (
-            machine(), "; load averages (1, 5, 15 min) " + ", ".join(load) if load else ""),
+            machine(), "; load averages (1, 5, 15 min) " + ", ".join(loads) if loads else ""),
         "",
         "busbw in GB/s: the median over the repeats (each repeat's in brackets); the ratios are the medians'.",
         "",
