@@ -443,3 +443,28 @@ func TestHorovodMNIST(t *testing.T) {
 	}
 	assert.InDelta(t, accuracy[1], accuracy[2], 0.03, "2 ranks' test accuracy is not close to one rank's")
 }
+
+// TestHorovodSyncBatchNorm checks hvd.SyncBatchNorm on 2 and 3 ranks, each
+// with its share (uneven) of a batch, against torch's BatchNorm2d on the
+// whole batch: outputs, input gradients, running statistics after two
+// steps, the weight and bias gradients summed over the ranks, and eval
+// mode.
+func TestHorovodSyncBatchNorm(t *testing.T) {
+	needTorch(t)
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			res := runRanks(t, n, 3*time.Minute, "syncbn")
+			for r, rr := range res {
+				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+				diff, _ := rr.out["diff"].(map[string]any)
+				require.NotNil(t, diff, "rank %d: %s", r, rr.raw)
+				assert.Equal(t, 2.0, diff["batches_tracked"], "rank %d", r)
+				delete(diff, "batches_tracked")
+				for k, v := range diff {
+					assert.Less(t, v.(float64), 2e-5, "rank %d: %s differs from BatchNorm2d on the whole batch", r, k)
+				}
+				assert.Len(t, diff, 7, "rank %d: %v", r, diff)
+			}
+		})
+	}
+}
