@@ -14,12 +14,22 @@ PROTOS    := proto/shoalpb/ps.proto proto/shoalpb/collective.proto
 PY_PROTOS := shoal/ps.proto
 PYTHON_STUBS ?= yes
 
-.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-repeat bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults test-nocgo test-purego gpubin images test-cluster bench-cluster
+.PHONY: all build run test test-race lint generate verify-generate fuzz fuzz-short clean bench bench-quick bench-repeat bench-simulate bench-fusion bench-allreduce bench-compute bench-ps bench-faults bench-torch torchvision-data libshoal test-nocgo test-purego gpubin images test-cluster bench-cluster
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shoal
+
+# Fashion-MNIST laid out as torchvision's datasets.FashionMNIST reads it
+# (build/torchvision-data/FashionMNIST/raw/), from $(DATA_DIR), no network:
+# Horovod-style examples take it as --data-dir build/torchvision-data.
+torchvision-data:
+	scripts/torchvision-data.sh $(DATA_DIR) build/torchvision-data
+
+# shoal.torch's native library (Horovod's PyTorch API over Shoal's ring).
+libshoal:
+	$(GO) build -buildmode=c-shared -o clients/python/shoal/torch/libshoal.so ./cmd/libshoal
 
 # Installs the dataset if missing, builds, and trains the default: MLP,
 # one parameter server, two async workers.
@@ -167,6 +177,13 @@ bench-fusion: build
 # process counts, one run; writes the table into docs/BENCHMARKS.md.
 bench-allreduce: build
 	scripts/bench-allreduce.sh
+
+# shoal.torch (Horovod's PyTorch API) from Python against shoal bench
+# allreduce and PyTorch gloo (16 and 64 MiB, 2 and 4 ranks), and synthetic
+# training img/s against DDP over gloo, one run; writes the tables into
+# docs/BENCHMARKS.md. scripts/bench-torch.sh lists the knobs.
+bench-torch: build libshoal
+	scripts/bench-torch.sh
 
 # Shoal's training step against PyTorch's (python3-torch), one thread,
 # batch 64, alternating; writes the table into docs/BENCHMARKS.md.

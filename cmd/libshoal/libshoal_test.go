@@ -38,8 +38,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const systemPython = "/usr/bin/python3"
 
 // needTorch skips t, saying what is missing, unless /usr/bin/python3 can
-// import torch and numpy; with SHOAL_REQUIRE_PYTHON=1 it fails t instead.
-func needTorch(t *testing.T) {
+// import torch, numpy and the extra modules; with SHOAL_REQUIRE_PYTHON=1 it
+// fails t instead.
+func needTorch(t *testing.T, extra ...string) {
 	t.Helper()
 	var missing []string
 	if _, err := os.Stat(systemPython); err != nil {
@@ -47,7 +48,7 @@ func needTorch(t *testing.T) {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, m := range []string{"torch", "numpy"} {
+		for _, m := range append([]string{"torch", "numpy"}, extra...) {
 			probe := fmt.Sprintf("import importlib.util, sys; sys.exit(importlib.util.find_spec(%q) is None)", m)
 			if exec.CommandContext(ctx, systemPython, "-c", probe).Run() != nil {
 				missing = append(missing, m)
@@ -57,7 +58,11 @@ func needTorch(t *testing.T) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("%s lacks %s (apt-get install python3-torch python3-numpy)", systemPython, strings.Join(missing, ", "))
+	pkgs := "python3-torch python3-numpy"
+	for _, m := range extra {
+		pkgs += " python3-" + m
+	}
+	msg := fmt.Sprintf("%s lacks %s (apt-get install %s)", systemPython, strings.Join(missing, ", "), pkgs)
 	if os.Getenv("SHOAL_REQUIRE_PYTHON") == "1" {
 		t.Fatalf("SHOAL_REQUIRE_PYTHON=1, but %s", msg)
 	}
@@ -124,6 +129,12 @@ func runRanks(t *testing.T, n int, deadline time.Duration, args ...string) []ran
 // runRanksEnv is runRanks with more environment variables for every rank.
 func runRanksEnv(t *testing.T, n int, deadline time.Duration, env []string, args ...string) []rankResult {
 	t.Helper()
+	return runScript(t, n, deadline, env, "testdata/hvd_worker.py", args...)
+}
+
+// runScript is runRanksEnv with another Python script for every rank.
+func runScript(t *testing.T, n int, deadline time.Duration, env []string, script string, args ...string) []rankResult {
+	t.Helper()
 	lib := library(t)
 	pyPath, err := filepath.Abs("../../clients/python")
 	require.NoError(t, err)
@@ -134,7 +145,7 @@ func runRanksEnv(t *testing.T, n int, deadline time.Duration, env []string, args
 	var wg sync.WaitGroup
 	start := time.Now()
 	for r := range n {
-		cmd := exec.CommandContext(ctx, systemPython, append([]string{"testdata/hvd_worker.py"}, args...)...)
+		cmd := exec.CommandContext(ctx, systemPython, append([]string{script}, args...)...)
 		cmd.Env = append(os.Environ(), "SHOAL_LIBRARY="+lib, "PYTHONPATH="+pyPath, "SHOAL_MASTER="+master,
 			"SHOAL_RANK="+strconv.Itoa(r), "SHOAL_WORLD_SIZE="+strconv.Itoa(n), "SHOAL_LOCAL_RANK="+strconv.Itoa(r),
 			"SHOAL_LOCAL_SIZE="+strconv.Itoa(n), "SHOAL_JOB_ID="+t.Name(), "SHOAL_COLLECTIVE_TIMEOUT=90", "OMP_NUM_THREADS=1")
@@ -499,5 +510,106 @@ func TestHorovodTLSAndToken(t *testing.T) {
 	for r, rr := range res {
 		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
 		assert.Contains(t, rr.out["error"], "Unauthenticated", "rank %d", r)
+	}
+}
+
+// TestHorovodRun runs Horovod's horovod.run(func, args, np) through `import
+// shoal as horovod` (shoal.run: spawned ranks on this host): every rank's
+// result in rank order, a rank that raises failing the call, naming it, and
+// `import shoal` loading no grpc.
+func TestHorovodRun(t *testing.T) {
+	needTorch(t)
+	lib := library(t)
+	pyPath, err := filepath.Abs("../../clients/python")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, systemPython, "testdata/hvd_run.py", "3")
+	cmd.Env = append(os.Environ(), "SHOAL_LIBRARY="+lib, "PYTHONPATH="+pyPath, "SHOAL_COLLECTIVE_TIMEOUT=60", "OMP_NUM_THREADS=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var out struct {
+		Results []struct {
+			Rank, Size int
+			LocalRank  int `json:"local_rank"`
+			Sum        []float64
+		}
+		Failure      string
+		GrpcImported bool `json:"grpc_imported"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &out), stdout.String())
+	require.Len(t, out.Results, 3)
+	for r, res := range out.Results {
+		assert.Equal(t, r, res.Rank)
+		assert.Equal(t, 3, res.Size)
+		assert.Equal(t, r, res.LocalRank)
+		assert.Equal(t, []float64{12, 12, 12}, res.Sum, "rank %d: 2·(1+2+3)", r)
+	}
+	assert.Contains(t, out.Failure, "1 of 2 ranks failed (rank 1: exit 1)")
+	assert.Contains(t, out.Failure, "rank 1 fails on purpose")
+	assert.False(t, out.GrpcImported, "import shoal loaded grpc")
+}
+
+// fashionDir is where Debian's dataset-fashion-mnist installs the idx files.
+const fashionDir = "/usr/share/datasets/fashion-mnist"
+
+// TestHorovodMNIST trains clients/python/examples/hvd_mnist.py (Horovod's
+// API: DistributedSampler, DistributedOptimizer, broadcast_parameters,
+// lr scaled by the ranks) on a subset of Fashion-MNIST, laid out for
+// torchvision by scripts/torchvision-data.sh, for one epoch on one rank and
+// on two: the two ranks must end with the same weights, both runs must
+// learn, and the two ranks' test accuracy must be close to one rank's (3
+// points on this subset; the whole data set's figures are in
+// docs/BENCHMARKS.md).
+func TestHorovodMNIST(t *testing.T) {
+	needTorch(t, "torchvision")
+	if _, err := os.Stat(fashionDir + "/train-images-idx3-ubyte.gz"); err != nil {
+		t.Skipf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): %v", err)
+	}
+	data := t.TempDir()
+	out, err := exec.CommandContext(t.Context(), "../../scripts/torchvision-data.sh", fashionDir, data).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	args := []string{"--data-dir", data, "--epochs", "1", "--train-limit", "12000", "--test-limit", "2000", "--json"}
+	accuracy := map[int]float64{}
+	for _, n := range []int{1, 2} {
+		res := runScript(t, n, 3*time.Minute, nil, "../../clients/python/examples/hvd_mnist.py", args...)
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "%d ranks, rank %d: %s\n%s", n, r, rr.raw, rr.stderr)
+			assert.Equal(t, float64(n), rr.out["size"], "rank %d", r)
+			assert.Equal(t, res[0].out["weights_sha256"], rr.out["weights_sha256"], "%d ranks: rank %d's weights differ from rank 0's", n, r)
+			assert.Equal(t, res[0].out["accuracy"], rr.out["accuracy"], "%d ranks: rank %d", n, r)
+		}
+		acc, _ := res[0].out["accuracy"].(float64)
+		t.Logf("%d ranks: test accuracy %.2f%%, %.1f s", n, 100*acc, res[0].out["seconds"])
+		assert.Greater(t, acc, 0.55, "%d ranks did not learn", n)
+		accuracy[n] = acc
+	}
+	assert.InDelta(t, accuracy[1], accuracy[2], 0.03, "2 ranks' test accuracy is not close to one rank's")
+}
+
+// TestHorovodSyncBatchNorm checks hvd.SyncBatchNorm on 2 and 3 ranks, each
+// with its share (uneven) of a batch, against torch's BatchNorm2d on the
+// whole batch: outputs, input gradients, running statistics after two
+// steps, the weight and bias gradients summed over the ranks, and eval
+// mode.
+func TestHorovodSyncBatchNorm(t *testing.T) {
+	needTorch(t)
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			res := runRanks(t, n, 3*time.Minute, "syncbn")
+			for r, rr := range res {
+				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+				diff, _ := rr.out["diff"].(map[string]any)
+				require.NotNil(t, diff, "rank %d: %s", r, rr.raw)
+				assert.Equal(t, 2.0, diff["batches_tracked"], "rank %d", r)
+				delete(diff, "batches_tracked")
+				for k, v := range diff {
+					assert.Less(t, v.(float64), 2e-5, "rank %d: %s differs from BatchNorm2d on the whole batch", r, k)
+				}
+				assert.Len(t, diff, 7, "rank %d: %v", r, diff)
+			}
+		})
 	}
 }

@@ -13,6 +13,10 @@ generate`. The client (and with it grpc) and the torch helper
 (FlatParameters) are imported when first used, so `import shoal.torch`
 (Horovod's API over Shoal's native library) needs neither grpc nor the
 stubs.
+
+shoal.run(func, args, np=N) is Horovod's horovod.run on this host (see
+shoal/runner.py), so that a script's `import horovod` can become
+`import shoal as horovod`.
 """
 
 _CLIENT = ("MAX_PIECE_BYTES", "PLAN_VERSION", "Client", "PushResult", "ShoalError", "Tensor")
@@ -25,7 +29,10 @@ def __getattr__(name: str):
     if name == "FlatParameters":
         from shoal.torch_params import FlatParameters
         return FlatParameters
+    if name == "run":
+        from shoal.runner import run
+        return run
     raise AttributeError("module 'shoal' has no attribute %r" % name)
 
 
-__all__ = ["Client", "FlatParameters", "MAX_PIECE_BYTES", "PLAN_VERSION", "PushResult", "ShoalError", "Tensor"]
+__all__ = ["Client", "FlatParameters", "MAX_PIECE_BYTES", "PLAN_VERSION", "PushResult", "ShoalError", "Tensor", "run"]

@@ -14,6 +14,8 @@ train: a small model, SGD through DistributedOptimizer; argv[2] is the
 die:   rank argv[2] exits after one allreduce; the others go on and must fail.
 stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
        must fail at the collective timeout, before it is back.
+syncbn: hvd.SyncBatchNorm on each rank's share of a batch against torch's
+       BatchNorm2d on the whole batch; prints the largest differences.
 """
 
 import json
@@ -135,6 +137,49 @@ def stall(victim):
     return {"rank": r, "error": None}
 
 
+def syncbn():
+    """hvd.SyncBatchNorm on each rank's share of a batch (uneven shares)
+    against torch's BatchNorm2d on the whole batch: outputs, input
+    gradients, running statistics after two steps, the weight and bias
+    gradients summed over the ranks, and eval mode; returns the largest
+    differences."""
+    r, n = hvd.rank(), hvd.size()
+    g = torch.Generator().manual_seed(3)
+    counts = [2 + k for k in range(n)]
+    lo, hi = sum(counts[:r]), sum(counts[:r + 1])
+    ref, sbn = torch.nn.BatchNorm2d(4, momentum=0.3), hvd.SyncBatchNorm(4, momentum=0.3)
+    with torch.no_grad():
+        ref.weight.copy_(torch.randn(4, generator=g))
+        ref.bias.copy_(torch.randn(4, generator=g))
+        sbn.load_state_dict(ref.state_dict())
+    diff = {"y": 0.0, "dx": 0.0}
+    for step in range(2):
+        X = torch.randn(sum(counts), 4, 3, 5, generator=g) * 2 + 1
+        G = torch.randn(X.shape, generator=g)
+        for m in (ref, sbn):
+            m.zero_grad()
+        xr = X.clone().requires_grad_()
+        (ref(xr) * G).sum().backward()
+        xs = X[lo:hi].clone().requires_grad_()
+        ys = sbn(xs)
+        (ys * G[lo:hi]).sum().backward()
+        with torch.no_grad():
+            want = torch.nn.functional.batch_norm(X, None, None, ref.weight, ref.bias, True, 0.0, ref.eps)[lo:hi]
+        diff["y"] = max(diff["y"], (ys.detach() - want).abs().max().item())
+        diff["dx"] = max(diff["dx"], (xs.grad - xr.grad[lo:hi]).abs().max().item())
+    diff["running_mean"] = (sbn.running_mean - ref.running_mean).abs().max().item()
+    diff["running_var"] = (sbn.running_var - ref.running_var).abs().max().item()
+    diff["dweight"] = (hvd.allreduce(sbn.weight.grad, op=hvd.Sum) - ref.weight.grad).abs().max().item()
+    diff["dbias"] = (hvd.allreduce(sbn.bias.grad, op=hvd.Sum) - ref.bias.grad).abs().max().item()
+    diff["batches_tracked"] = int(sbn.num_batches_tracked)
+    ref.eval()
+    sbn.eval()
+    X = torch.randn(sum(counts), 4, 3, 5, generator=g)
+    with torch.no_grad():
+        diff["eval"] = (sbn(X[lo:hi]) - ref(X)[lo:hi]).abs().max().item()
+    return {"rank": r, "size": n, "diff": diff}
+
+
 def main():
     hvd.init()
     mode = sys.argv[1]
@@ -147,6 +192,8 @@ def main():
             out = die(int(sys.argv[2]))
         elif mode == "stall":
             out = stall(int(sys.argv[2]))
+        elif mode == "syncbn":
+            out = syncbn()
         else:
             raise SystemExit("unknown mode " + mode)
     except hvd.HorovodInternalError as e:

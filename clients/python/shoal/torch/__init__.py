@@ -21,8 +21,8 @@ broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer
 (hooks, fusion buckets, backward_passes_per_step, Compression.none/fp16/
 bf16, op Average/Sum/Adasum, gradient_predivide_factor), ops Average, Sum,
 Adasum, Min, Max, Product, and alltoall and reducescatter built on
-allgather and allreduce. Not yet: process sets,
-elastic, timeline, SyncBatchNorm, sparse gradients.
+allgather and allreduce, SyncBatchNorm (on CPU tensors too). Not yet:
+process sets, elastic, timeline, sparse gradients.
 """
 
 from shoal.torch._native import HorovodInternalError
@@ -38,3 +38,4 @@ from shoal.torch.mpi_ops import (
     poll, rank, reducescatter, rocm_built, shutdown, size, start_timeline, stop_timeline, synchronize,
 )
 from shoal.torch.optimizer import DistributedOptimizer
+from shoal.torch.sync_batch_norm import SyncBatchNorm
