@@ -178,6 +178,13 @@ var readmeRuns = map[string]readmeRun{
 			assert.Contains(t, stdout, "worker 0 of 4: 5 steps")
 			assert.Contains(t, stdout, "test: loss")
 		}},
+	// From Horovod to Shoal: the Horovod-style example on two ranks, on
+	// the ring and on two sync shards, on a subset of Fashion-MNIST laid
+	// out in the line's folder; the library built once by the test.
+	"make build libshoal torchvision-data": {dry: true, skip: "the test builds bin/shoal and libshoal.so itself, and lays the data out in each line's folder"},
+	"shoal run -np 2 /usr/bin/python3 clients/python/examples/hvd_mnist.py --epochs 1 --data-dir build/torchvision-data":                         horovodExample("ring"),
+	"shoal run -np 2 --mode sync --servers 2 /usr/bin/python3 clients/python/examples/hvd_mnist.py --epochs 1 --data-dir build/torchvision-data": horovodExample("sync"),
+
 	"mpirun -np 4 shoal worker --servers ps1:7070": {servers: 1, needs: "mpirun", needsWhy: "Open MPI is Debian's openmpi-bin",
 		subst: map[string]string{"ps1:7070": "{servers}"}, add: []string{"--steps", "5"},
 		check: func(t *testing.T, _, stdout string) {
@@ -898,5 +905,24 @@ func elasticRank(rank int) readmeRun {
 			if rank == 0 {
 				assert.Contains(t, stdout, "test: loss", "the ranks evaluate together; rank 0 prints it")
 			}
+		}}
+}
+
+// horovodExample runs README's shoal run line of the Horovod-style example
+// in mode on a subset, and checks that rank 0 printed its test accuracy.
+func horovodExample(mode string) readmeRun {
+	return readmeRun{needs: "torch", needsWhy: "the example is a PyTorch script: Debian's python3-torch and python3-torchvision", limit: 5 * time.Minute,
+		add:   []string{"--train-limit", "2000", "--test-limit", "500"},
+		subst: map[string]string{"clients/python/examples/hvd_mnist.py": repoPath("clients/python/examples/hvd_mnist.py"), "build/torchvision-data": "{dir}/tv"},
+		setup: func(t *testing.T, dir string) {
+			out, err := exec.Command(repoPath("scripts/torchvision-data.sh"), fashionDir, filepath.Join(dir, "tv")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		},
+		env: []string{"PYTHONPATH=" + repoPath("clients/python"), "SHOAL_LIBRARY={lib}", "OMP_NUM_THREADS=1", "SHOAL_COLLECTIVE_TIMEOUT=120"},
+		start: func(t *testing.T, _ context.Context, _ string) map[string]string {
+			return map[string]string{"{lib}": libshoal(t)}
+		},
+		check: func(t *testing.T, _, stdout string) {
+			assert.Contains(t, stdout, "[0]<stdout>:epoch 1: test loss", "mode %s", mode)
 		}}
 }

@@ -4,11 +4,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +33,8 @@ hvd.shutdown()
 // shoal run gives them alone, and allreduce 1s and 2s into 3s.
 func TestRunHorovodProgram(t *testing.T) {
 	needTorch(t)
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "libshoal.so")
+	lib := libshoal(t)
 	ctx := ctxT(t, 15*time.Minute)
-	out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", lib, "../libshoal").CombinedOutput()
-	require.NoError(t, err, "go build -buildmode=c-shared: %s", out)
 
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, shoalBin, "run", "-np", "2", systemPython, "-c", hvdAllreduce)
@@ -44,4 +44,31 @@ func TestRunHorovodProgram(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	slices.Sort(lines)
 	assert.Equal(t, []string{"[0]<stdout>:0 2 [3.0, 3.0, 3.0, 3.0]", "[1]<stdout>:1 2 [3.0, 3.0, 3.0, 3.0]"}, lines, "stderr:\n%s", &stderr)
+}
+
+var (
+	libOnce sync.Once
+	libPath string
+	libErr  error
+)
+
+// libshoal builds shoal.torch's library (cmd/libshoal, c-shared) once per
+// test binary and returns its path.
+func libshoal(t *testing.T) string {
+	t.Helper()
+	libOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "libshoal-")
+		if err != nil {
+			libErr = err
+			return
+		}
+		libPath = filepath.Join(dir, "libshoal.so")
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", libPath, "../libshoal").CombinedOutput(); err != nil {
+			libErr = fmt.Errorf("go build -buildmode=c-shared: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, libErr)
+	return libPath
 }
