@@ -42,6 +42,9 @@ type ComputeRecord struct {
 	// --metrics-addr and --timeline observes its own.
 	Metrics  bool `json:"metrics,omitempty"`
 	Timeline bool `json:"timeline,omitempty"`
+	// Round is the round of a sweep (--sweep) the record is of, from 1;
+	// 0 outside a sweep.
+	Round int `json:"round,omitempty"`
 }
 
 // Observer is what a worker observes of each step, when asked to; the
