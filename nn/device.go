@@ -87,6 +87,39 @@ type Device interface {
 	Close() error
 }
 
+// Capturer is implemented by a Device that can record the operations
+// queued between BeginCapture and EndCapture once, as a graph (a CUDA
+// graph), and queue the whole graph again with Replay: one launch for a
+// step's many kernels, where each launch costs the host microseconds
+// (the launch-bound steps of small batches). The model captures a step
+// once and replays it while the step's shape and buffers stay the same.
+// Calls are made by the goroutine that uses the Device.
+type Capturer interface {
+	// BeginCapture starts recording: the operations queued until
+	// EndCapture are recorded into a graph and not run. It returns an
+	// error and records nothing where the device cannot capture (a
+	// driver without graphs) or has an error pending.
+	BeginCapture() error
+	// EndCapture ends the recording and returns the graph. The graph ran
+	// none of its operations: its Uploads read, and its Downloads write,
+	// host memory of the graph's own, which Replay fills from and copies
+	// to the caller's slices. On error (an operation that cannot be
+	// captured, say) no graph is returned and the device is as it was
+	// before BeginCapture, none of the operations run.
+	EndCapture() (Graph, error)
+	// Replay queues g's operations: ups[i] is what the graph's i-th
+	// Upload copies to the device, and downs[i] receives at the next Sync
+	// what its i-th Download copies back, in the order they were queued
+	// at capture, each of the length it had then (a panic otherwise). The
+	// rules of Upload and Download hold for the slices.
+	Replay(g Graph, ups, downs [][]byte)
+	// Release frees g; it is not replayed again.
+	Release(g Graph)
+}
+
+// Graph is a graph a Capturer recorded; only that device uses it.
+type Graph any
+
 // Mem is a range of a device's memory: the device's own handle for an
 // allocation and a byte range in it. The zero Mem is nil.
 type Mem struct {

@@ -37,6 +37,7 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("TrainStep", func(t *testing.T) { testTrainStep(t, dev) })
 	t.Run("MixedPrecision", func(t *testing.T) { testMixed(t, dev) })
 	t.Run("LossScale", func(t *testing.T) { testLossScale(t, dev) })
+	t.Run("Graph", func(t *testing.T) { testGraphs(t, dev) })
 }
 
 // buf is device memory with its length, freed at the end of the test.
