@@ -68,6 +68,7 @@ func TestSweep(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d %s%v %d %s", r.Round, r.Model, r.Hidden, r.Batch, r.Precision))
 		assert.Positive(t, r.SamplesPerSec)
 		assert.Equal(t, "host", r.Backend)
+		assert.Equal(t, "off: host/cpu/gonum does not capture graphs", r.Graphs)
 		return nil
 	})
 	require.NoError(t, err)
