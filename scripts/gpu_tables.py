@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The tables of scripts/gpu-check.sh, in Markdown, from what its parts wrote.
 
-  gpu_tables.py compute SHOAL.jsonl TORCH.jsonl [--torch-note TEXT]
+  gpu_tables.py compute SHOAL.jsonl TORCH.jsonl [--shoal-eager EAGER.jsonl] [--torch-note TEXT]
       shoal bench compute --sweep beside bench/peers/torch_train.py --sweep:
       per model, batch and precision the median samples/s over the rounds of
       each side, their ratio, and issue 46's target for it (Shoal at least
       1.0x PyTorch eager at every batch and 1.5x at batch 64 in fp32; bf16 at
-      least autocast's). A side that did not run (no file, or an empty one)
-      leaves its column empty; --torch-note says why.
+      least autocast's), beside Shoal's steps op by op (--cuda-graphs=false)
+      where --shoal-eager gives them. A side that did not run (no file, or
+      an empty one) leaves its column empty; --torch-note says why.
   gpu_tables.py train FILE...
       shoal train --json results (the last JSON line of each file): samples/s,
       test accuracy and the mean step time split (compute, data, wait, pull,
@@ -62,35 +63,44 @@ def target(batch, precision):
     return None
 
 
-def compute_table(shoal_path, torch_path, torch_note=""):
-    shoal, torch = load_jsonl(shoal_path), load_jsonl(torch_path)
-    s, t = group(shoal), group(torch)
-    keys = sorted(set(s) | set(t), key=lambda k: (list(NAMES).index(k[0]) if k[0] in NAMES else 9, k[3] != "fp32", k[3], k[2]))
+def compute_table(shoal_path, torch_path, torch_note="", eager_path=""):
+    shoal, torch, eager = load_jsonl(shoal_path), load_jsonl(torch_path), load_jsonl(eager_path)
+    s, t, e = group(shoal), group(torch), group(eager)
+    keys = sorted(set(s) | set(t) | set(e),
+                  key=lambda k: (list(NAMES).index(k[0]) if k[0] in NAMES else 9, k[3] != "fp32", k[3], k[2]))
     lines = []
     backend = lambda recs: recs[0]["backend"] if recs else "not run"
-    lines.append(f"Shoal: {backend(shoal)}. PyTorch: {backend(torch)}{' (' + torch_note + ')' if torch_note else ''}.")
+    graphs = sorted({r.get("graphs", "?") for r in shoal})
+    lines.append(f"Shoal: {backend(shoal)}, CUDA graphs {' / '.join(graphs) or '?'}"
+                 f"{'; op by op (--cuda-graphs=false): ' + backend(eager) if eager else ''}. "
+                 f"PyTorch: {backend(torch)}{' (' + torch_note + ')' if torch_note else ''}.")
     if torch and "tf32" in torch[0]:
         lines.append(f"PyTorch's TF32 settings (its defaults, unchanged): {torch[0]['tf32']}.")
     lines += ["",
-              "| model | batch | precision | Shoal samples/s | PyTorch samples/s | PyTorch as | Shoal / PyTorch | target | met | rounds (Shoal; PyTorch) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| model | batch | precision | Shoal samples/s | Shoal op by op | PyTorch samples/s | PyTorch as | Shoal / PyTorch "
+              "| op by op / PyTorch | target | met | rounds (Shoal; op by op; PyTorch) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     missed = 0
+    med = lambda v: statistics.median(v) if v else None
+    fmt = lambda v: f"{v:,.0f}" if v is not None else "—"
+    ratio = lambda a, b: a / b if a and b else None
+    each = lambda v: ", ".join(f"{x:,.0f}" for x in v) or "—"
     for k in keys:
         model, hidden, batch, prec = k
         name = NAMES.get(model, model) + (" " + "-".join(["784", *map(str, hidden), "10"]) if hidden else "")
-        sv, tv = s.get(k, []), t.get(k, [])
-        sm = statistics.median(sv) if sv else None
-        tm = statistics.median(tv) if tv else None
-        ratio = sm / tm if sm and tm else None
+        sm, em, tm = med(s.get(k, [])), med(e.get(k, [])), med(t.get(k, []))
+        r, re_ = ratio(sm, tm), ratio(em, tm)
         want = target(batch, prec)
-        met = "" if ratio is None or want is None else ("yes" if ratio >= want else "**no**")
+        met = "" if r is None or want is None else ("yes" if r >= want else "**no**")
         missed += met == "**no**"
-        fmt = lambda v: f"{v:,.0f}" if v is not None else "—"
-        lines.append(f"| {name} | {batch} | {prec} | {fmt(sm)} | {fmt(tm)} | {PEER.get(prec, prec)} | "
-                     f"{f'**{ratio:.2f}×**' if ratio else '—'} | {f'≥ {want:.1f}×' if want else '—'} | {met} | "
-                     f"{', '.join(f'{v:,.0f}' for v in sv) or '—'}; {', '.join(f'{v:,.0f}' for v in tv) or '—'} |")
+        lines.append(f"| {name} | {batch} | {prec} | {fmt(sm)} | {fmt(em)} | {fmt(tm)} | {PEER.get(prec, prec)} | "
+                     f"{f'**{r:.2f}×**' if r else '—'} | {f'{re_:.2f}×' if re_ else '—'} | "
+                     f"{f'≥ {want:.1f}×' if want else '—'} | {met} | "
+                     f"{each(s.get(k, []))}; {each(e.get(k, []))}; {each(t.get(k, []))} |")
     lines.append("")
     lines.append(f"Points below their target: {missed}." if torch and shoal else "No ratio: one side did not run.")
+    lines.append("Shoal's step uploads its batch every step, as a training worker does; the PyTorch peer's batch "
+                 "stays on the GPU. Medians over the rounds.")
     return "\n".join(lines)
 
 
@@ -136,11 +146,12 @@ def main():
     c.add_argument("shoal")
     c.add_argument("torch")
     c.add_argument("--torch-note", default="")
+    c.add_argument("--shoal-eager", default="", help="shoal bench compute --cuda-graphs=false's records")
     t = sub.add_parser("train")
     t.add_argument("files", nargs="+")
     args = p.parse_args()
     if args.what == "compute":
-        print(compute_table(args.shoal, args.torch, args.torch_note))
+        print(compute_table(args.shoal, args.torch, args.torch_note, args.shoal_eager))
     else:
         print(train_table(args.files))
     return 0
