@@ -564,8 +564,8 @@ func (d *Device) BiasAct(y, b nn.Mem, n, ch, hw int, relu bool) {
 }
 
 // BiasGrad: see nn.Device.
-func (d *Device) BiasGrad(db, dy nn.Mem, n, ch, hw int) {
-	a := new(args).ptr(ptr("BiasGrad", db, ch)).ptr(ptr("BiasGrad", dy, n*ch*hw)).i(n).i(ch)
+func (d *Device) BiasGrad(db, dy, y nn.Mem, n, ch, hw int) {
+	a := new(args).ptr(ptr("BiasGrad", db, ch)).ptr(ptr("BiasGrad", dy, n*ch*hw)).ptr(ptr("BiasGrad", y, n*ch*hw)).i(n).i(ch)
 	if hw == 1 {
 		d.launch(kColSum, ch, blockThreads, a)
 		return

@@ -41,8 +41,11 @@ type Device interface {
 	// is hw = 1), and then applies a ReLU (max(v, 0), NaN kept) if relu.
 	BiasAct(y, b Mem, n, ch, hw int, relu bool)
 	// BiasGrad overwrites db[c] with the sum over the samples and the hw
-	// positions of dy's channel c (dy laid out as y of BiasAct).
-	BiasGrad(db, dy Mem, n, ch, hw int)
+	// positions of dy's channel c (dy laid out as y of BiasAct). With y
+	// set (y.Nil() false: a ReLU's output, laid out as dy) it first does
+	// ReLUBackward(dy, y) in place, in the same pass: the activation's
+	// backward and the bias gradient fused.
+	BiasGrad(db, dy, y Mem, n, ch, hw int)
 	// ReLUBackward sets dy[i] = 0 where y[i] <= 0 (y a ReLU's output).
 	ReLUBackward(dy, y Mem, n int)
 	// SoftmaxXent computes, for rows of classes logits z and int32

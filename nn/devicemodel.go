@@ -617,23 +617,18 @@ func (m *DeviceModel) backward(n int) {
 		dx := m.dacts[i]
 		switch l := ls[i].(type) {
 		case *dense:
-			if l.relu {
-				d.ReLUBackward(dy, y, n*l.nout)
-			}
+			// The ReLU's backward, in place, with the bias gradient.
+			d.BiasGrad(view(m.grads, l.b), dy, reluOut(l.relu, y), n, l.nout, 1)
 			g := m.half(m.outGrad(dy, n*l.nout), n*l.nout)
 			// The half copies of x and the weights are forward's.
 			m.gemm(true, false, l.nout, l.nin, n, g, l.nout, m.input(i, x, n*l.nin), l.nin, 0, view(m.grads, l.w), l.nin)
-			d.BiasGrad(view(m.grads, l.b), dy, n, l.nout, 1)
 			if needDx {
 				m.gemm(false, false, n, l.nin, l.nout, g, l.nout, m.weights(i, l.w), l.nin, 0, dx, l.nin)
 			}
 		case *conv2d:
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
 			isz, osz := l.ishp.size(), l.oshp.size()
-			if l.relu {
-				d.ReLUBackward(dy, y, n*osz)
-			}
-			d.BiasGrad(view(m.grads, l.b), dy, n, l.oshp.c, hw)
+			d.BiasGrad(view(m.grads, l.b), dy, reluOut(l.relu, y), n, l.oshp.c, hw)
 			g := m.half(m.outGrad(dy, n*osz), n*osz)
 			cols, w := m.input(i, m.cols[i], n*k*hw), m.weights(i, l.w)
 			for s := range n {
@@ -655,6 +650,15 @@ func (m *DeviceModel) backward(n int) {
 		case *flatten: // the same memory both ways; see ensure
 		}
 	}
+}
+
+// reluOut is a layer's output y when a ReLU made it (BiasGrad's y), else
+// nil.
+func reluOut(relu bool, y Mem) Mem {
+	if relu {
+		return y
+	}
+	return Mem{}
 }
 
 // outGrad returns a layer's output gradient dy (n elements) as an
