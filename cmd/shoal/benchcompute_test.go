@@ -188,9 +188,23 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
 		assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)
 		assert.Equal(t, prec, rec.Precision)
+		assert.Equal(t, "on", rec.Graphs, "the steps replayed as CUDA graphs")
 		if prec == "fp16" {
 			assert.Equal(t, float32(1<<16), rec.LossScale, "4 steps of a small model do not overflow")
 		}
+	}
+
+	// One process sweeps batches and precisions; --cuda-graphs=false
+	// launches op by op.
+	out := shoal("bench", "compute", "--device", "cuda", "--sweep", "mlp:4,8", "--precisions", "fp32,bf16", "--hidden", "16",
+		"--steps", "3", "--warmup", "1", "--cuda-graphs=false", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	for _, l := range lines {
+		var rec harness.ComputeRecord
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+		assert.Equal(t, "off: turned off", rec.Graphs)
+		assert.Equal(t, 1, rec.Round)
 	}
 
 	for _, tc := range []struct{ mode, precision string }{{"async", "fp32"}, {"ring", "fp32"}, {"sync", "bf16"}, {"ring", "fp16"}} {
