@@ -128,10 +128,10 @@ func TestGraphsOnTheEmulator(t *testing.T) {
 	assert.Equal(t, int64(3*2*3*3), graphLaunches(t, dir)-before)
 }
 
-// TestGraphsFallBack: where the driver refuses a capture, or lacks the
+// TestGraphsFallBackOnTheEmulator: where the driver refuses a capture, or lacks the
 // graph functions, or a capture breaks, the model says why once, turns
 // graphs off and computes what it would have op by op.
-func TestGraphsFallBack(t *testing.T) {
+func TestGraphsFallBackOnTheEmulator(t *testing.T) {
 	dir := emulator(t)
 	t.Setenv("SHOAL_CUDA_CACHE", t.TempDir())
 	d := emulatedDevice(t, dir)
@@ -197,9 +197,9 @@ func TestGraphsFallBack(t *testing.T) {
 	})
 }
 
-// TestReplayMisuse: a graph replayed with host memory of other lengths
+// TestReplayMisuseOnTheEmulator: a graph replayed with host memory of other lengths
 // panics; replayed twice without a Sync, it fails the device's next Sync.
-func TestReplayMisuse(t *testing.T) {
+func TestReplayMisuseOnTheEmulator(t *testing.T) {
 	dir := emulator(t)
 	t.Setenv("SHOAL_CUDA_CACHE", t.TempDir())
 	d := emulatedDevice(t, dir)
