@@ -10,17 +10,19 @@ import (
 	"github.com/shoalml/shoal/nn"
 )
 
-// Device chooses where a worker computes and in what: --device and
-// --precision.
+// Device chooses where a worker computes and in what: --device,
+// --precision and --cuda-graphs.
 type Device struct {
 	Choice    gpu.Choice
 	Precision nn.Precision
+	Graphs    bool
 }
 
 // Register adds the flags to fs.
 func (d *Device) Register(fs *flag.FlagSet) {
 	d.Choice, _ = gpu.ParseChoice("auto") // as --device auto parses, so that a rendered default parses back equal
 	fs.Var(&d.Choice, "device", "where the model computes: auto (the GPU of the worker's local rank, modulo the GPUs found, else the CPU), cpu, cuda (the local rank's GPU; an error without one) or cuda:N")
+	fs.BoolVar(&d.Graphs, "cuda-graphs", true, "on a GPU, capture each step once as a CUDA graph and replay it (one launch for its kernels, GEMMs and copies); false launches them one by one")
 	fs.Var(&d.Precision, "precision", "what a GPU's GEMMs multiply: fp32, bf16 (bfloat16 copies of the operands, on the tensor cores) or fp16 (float16, the loss scaled dynamically); weights, updates and the gradients sent stay fp32. bf16 and fp16 need a GPU")
 }
 
@@ -79,6 +81,7 @@ func (d *Device) OnGPU(spec nn.Spec, p gpu.Placement) (Placed, error) {
 	m, err := nn.NewOnDevice(spec, dev)
 	if err == nil {
 		err = m.SetPrecision(d.Precision)
+		m.SetGraphs(d.Graphs, nil)
 	}
 	if err != nil {
 		if m != nil {

@@ -245,6 +245,9 @@ func (w *Worker) buildModel(stderr io.Writer) error {
 		return fmt.Errorf("worker %d: %w", w.id.Rank, err)
 	}
 	w.model, w.closeModel = pm.Model, pm.Close
+	if dm, ok := pm.Model.(*nn.DeviceModel); ok {
+		dm.SetGraphs(w.Device.Graphs, w.log) // a capture that fails is said once
+	}
 	w.log.Info("compute device", "component", "worker", "rank", w.id.Rank, "local_rank", w.id.LocalRank, "device", pm.Where, "precision", w.Device.Precision.String(), "why", pm.Why)
 	if !w.Events {
 		// Said once at start to the person or launcher that ran it;

@@ -56,6 +56,16 @@ static CUresult shoal_cu_modload(void *f, void **m, const void *img) { return ((
 static CUresult shoal_cu_getfn(void *f, void **fn, void *m, const char *name) { return ((fn_getfn)f)(fn, m, name); }
 static CUresult shoal_cu_errstr(void *f, CUresult r, const char **s) { return ((fn_errstr)f)(r, s); }
 
+// CUDA graphs: stream capture, instantiation, launch (optional symbols).
+typedef CUresult (*fn_begincap)(void *, int);
+typedef CUresult (*fn_endcap)(void *, void **);
+typedef CUresult (*fn_instantiate)(void **, void *, unsigned long long);
+typedef CUresult (*fn_glaunch)(void *, void *);
+static CUresult shoal_cu_begincap(void *f, void *s, int mode) { return ((fn_begincap)f)(s, mode); }
+static CUresult shoal_cu_endcap(void *f, void *s, void **g) { return ((fn_endcap)f)(s, g); }
+static CUresult shoal_cu_instantiate(void *f, void **e, void *g) { return ((fn_instantiate)f)(e, g, 0); }
+static CUresult shoal_cu_glaunch(void *f, void *e, void *s) { return ((fn_glaunch)f)(e, s); }
+
 // shoal_cu_launch builds the kernel's parameter array from the packed
 // arguments args (each at offs[i]) on the C stack, so no Go pointer is
 // stored in memory that C reads.
@@ -77,6 +87,8 @@ typedef int (*fn_sgemm)(void *, int, int, int, int, int, const float *, const fl
 static int shoal_blas_create(void *f, void **h) { return ((fn_bcreate)f)(h); }
 static int shoal_blas_destroy(void *f, void *h) { return ((fn_bdestroy)f)(h); }
 static int shoal_blas_stream(void *f, void *h, void *s) { return ((fn_bstream)f)(h, s); }
+typedef int (*fn_bworkspace)(void *, CUdeviceptr, size_t);
+static int shoal_blas_workspace(void *f, void *h, CUdeviceptr p, size_t n) { return ((fn_bworkspace)f)(h, p, n); }
 static int shoal_blas_sgemm(void *f, void *h, int ta, int tb, int m, int n, int k, float alpha,
 		CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
 	return ((fn_sgemm)f)(h, ta, tb, m, n, k, &alpha, (const float *)a, lda, (const float *)b, ldb, &beta, (float *)c, ldc);
@@ -136,6 +148,12 @@ type libs struct {
 
 	cublasCreate, cublasDestroy, cublasSetStream, cublasSgemm, cublasGemmEx unsafe.Pointer
 
+	// Optional: nil where the library lacks them (see graphSymbols).
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch,
+	cuGraphExecDestroy, cuGraphDestroy, cublasSetWorkspace unsafe.Pointer
+	// graphsMissing names the graph functions the driver lacks.
+	graphsMissing []string
+
 	nvrtcVersion, nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetProgramLogSize,
 	nvrtcGetProgramLog, nvrtcGetCUBINSize, nvrtcGetCUBIN, nvrtcDestroyProgram,
 	nvrtcGetErrorString unsafe.Pointer
@@ -165,6 +183,15 @@ func (l *libs) cudaSymbols() []symbol {
 	}
 }
 
+// graphSymbols are the driver's CUDA graph functions, optional: a driver
+// without them runs every step's launches one by one. CUDA 13's names
+// (cuStreamBeginCapture is a macro for the _v2 that takes a capture mode).
+func (l *libs) graphSymbols() []symbol {
+	return []symbol{{"cuStreamBeginCapture_v2", &l.cuStreamBeginCapture}, {"cuStreamEndCapture", &l.cuStreamEndCapture},
+		{"cuGraphInstantiateWithFlags", &l.cuGraphInstantiate}, {"cuGraphLaunch", &l.cuGraphLaunch},
+		{"cuGraphExecDestroy", &l.cuGraphExecDestroy}, {"cuGraphDestroy", &l.cuGraphDestroy}}
+}
+
 func (l *libs) cublasSymbols() []symbol {
 	return []symbol{{"cublasCreate_v2", &l.cublasCreate}, {"cublasDestroy_v2", &l.cublasDestroy},
 		{"cublasSetStream_v2", &l.cublasSetStream}, {"cublasSgemm_v2", &l.cublasSgemm}, {"cublasGemmEx", &l.cublasGemmEx}}
@@ -179,8 +206,10 @@ func (l *libs) nvrtcSymbols() []symbol {
 }
 
 // opener returns the open function of a search: dlopen, then resolve every
-// symbol into syms, closing the library again if one is missing.
-func opener(syms []symbol) func(dl.Candidate) (string, error) {
+// symbol into syms, closing the library again if one is missing, and
+// those of optional that it has (the others are left nil and their names
+// appended to missing).
+func opener(syms, optional []symbol, missing *[]string) func(dl.Candidate) (string, error) {
 	return func(c dl.Candidate) (string, error) {
 		h, err := dl.Open(c.Arg)
 		if err != nil {
@@ -194,6 +223,11 @@ func opener(syms []symbol) func(dl.Candidate) (string, error) {
 			}
 			*s.p = p
 		}
+		for _, s := range optional {
+			if *s.p, err = h.Sym(s.name); err != nil {
+				*missing = append(*missing, s.name)
+			}
+		}
 		return h.Path(*syms[0].p), nil
 	}
 }
@@ -203,10 +237,10 @@ func load(e searchEnv) (*libs, error) {
 	l := &libs{}
 	cuda, nvrtc, cublasLt, cublas := e.searches()
 	var err error
-	if l.cudaPath, _, err = dl.Find(cuda, dl.FileExists, opener(l.cudaSymbols())); err != nil {
+	if l.cudaPath, _, err = dl.Find(cuda, dl.FileExists, opener(l.cudaSymbols(), l.graphSymbols(), &l.graphsMissing)); err != nil {
 		return nil, &LoadError{Library: "libcuda", Hint: "the NVIDIA driver's library; set " + EnvLibCUDA + " to its path", Err: err}
 	}
-	if l.nvrtcPath, _, err = dl.Find(nvrtc, dl.FileExists, opener(l.nvrtcSymbols())); err != nil {
+	if l.nvrtcPath, _, err = dl.Find(nvrtc, dl.FileExists, opener(l.nvrtcSymbols(), nil, nil)); err != nil {
 		return nil, &LoadError{Library: "libnvrtc", Hint: "CUDA's run-time compiler, from a CUDA toolkit or the nvidia-cuda-nvrtc wheel; set " + EnvCUDALibDir, Err: err}
 	}
 	// cuBLAS's own dependency first, from the same kind of folder; its
@@ -215,7 +249,7 @@ func load(e searchEnv) (*libs, error) {
 		_, err := dl.Open(c.Arg)
 		return c.Arg, err
 	})
-	if l.cublasPath, _, err = dl.Find(cublas, dl.FileExists, opener(l.cublasSymbols())); err != nil {
+	if l.cublasPath, _, err = dl.Find(cublas, dl.FileExists, opener(l.cublasSymbols(), []symbol{{"cublasSetWorkspace_v2", &l.cublasSetWorkspace}}, new([]string))); err != nil {
 		return nil, &LoadError{Library: "libcublas", Hint: "from a CUDA toolkit or the nvidia-cublas wheel; set " + EnvCUDALibDir, Err: err}
 	}
 	if r := C.shoal_cu_i(l.cuInit, 0); r != 0 {
@@ -518,4 +552,59 @@ func (l *libs) gemmHalf(h unsafe.Pointer, ta, tb bool, m, n, k int, alpha float3
 	}
 	return blasErr("cublasGemmEx", C.shoal_blas_gemmex(l.cublasGemmEx, h, blasOp(ta), blasOp(tb), C.int(m), C.int(n), C.int(k),
 		C.float(alpha), C.CUdeviceptr(a), half, C.int(lda), C.CUdeviceptr(b), half, C.int(ldb), C.float(beta), C.CUdeviceptr(c), cudaR32F, C.int(ldc)))
+}
+
+// The CUDA graph calls, for the executor (graph_cgo.go).
+
+// ErrNoGraphs is wrapped by the error of a capture the driver cannot
+// make: it lacks the graph functions.
+var ErrNoGraphs = errors.New("gpu: the CUDA driver has no graph functions")
+
+// graphsErr says why this driver cannot capture graphs, or nil.
+func (l *libs) graphsErr() error {
+	if len(l.graphsMissing) > 0 {
+		return fmt.Errorf("%w: %s lacks %s", ErrNoGraphs, l.cudaPath, strings.Join(l.graphsMissing, ", "))
+	}
+	return nil
+}
+
+// captureRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capturing thread
+// may still allocate (pinned memory for the graph's copies), which the
+// global and thread-local modes forbid.
+const captureRelaxed = 2
+
+func (l *libs) beginCapture(s unsafe.Pointer) error {
+	return l.cuErr(C.shoal_cu_begincap(l.cuStreamBeginCapture, s, captureRelaxed))
+}
+
+// endCapture ends the stream's capture; the graph is nil when the capture
+// failed (an invalidated capture still ends it).
+func (l *libs) endCapture(s unsafe.Pointer) (unsafe.Pointer, error) {
+	var g unsafe.Pointer
+	err := l.cuErr(C.shoal_cu_endcap(l.cuStreamEndCapture, s, &g))
+	return g, err
+}
+
+func (l *libs) instantiate(g unsafe.Pointer) (unsafe.Pointer, error) {
+	var e unsafe.Pointer
+	err := l.cuErr(C.shoal_cu_instantiate(l.cuGraphInstantiate, &e, g))
+	return e, err
+}
+
+func (l *libs) graphLaunch(e, s unsafe.Pointer) error {
+	return l.cuErr(C.shoal_cu_glaunch(l.cuGraphLaunch, e, s))
+}
+
+func (l *libs) graphExecDestroy(e unsafe.Pointer) { C.shoal_cu_p(l.cuGraphExecDestroy, e) }
+func (l *libs) graphDestroy(g unsafe.Pointer)     { C.shoal_cu_p(l.cuGraphDestroy, g) }
+
+// blasWorkspace gives cuBLAS n bytes at p as its workspace, where the
+// library has cublasSetWorkspace (false where it has not): cuBLAS's own
+// would be allocated inside a capture otherwise, and the same workspace
+// in eager and captured steps keeps their GEMMs the same.
+func (l *libs) blasWorkspace(h unsafe.Pointer, p uint64, n int) (bool, error) {
+	if l.cublasSetWorkspace == nil {
+		return false, nil
+	}
+	return true, blasErr("cublasSetWorkspace", C.shoal_blas_workspace(l.cublasSetWorkspace, h, C.CUdeviceptr(p), C.size_t(n)))
 }

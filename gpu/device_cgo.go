@@ -62,6 +62,12 @@ type Device struct {
 	stage   [][]byte   // pinned staging buffers
 	used    []int      // bytes used of each since the last Sync
 	pending []download // device-to-host copies to finish at Sync
+
+	// CUDA graphs (graph_cgo.go): the graph being captured, the graphs
+	// launched since the last Sync, and cuBLAS's workspace.
+	capture   *graph
+	replayed  []*graph
+	workspace uint64
 }
 
 // download is a queued copy into pinned memory, copied to dst at Sync.
@@ -134,11 +140,34 @@ func (d *Device) setUp() error {
 	if d.blas, err = d.l.blasCreate(d.stream); err != nil {
 		return err
 	}
+	if err := d.setWorkspace(); err != nil {
+		return err
+	}
 	cubin, err := d.kernels()
 	if err != nil {
 		return err
 	}
 	d.module, d.fns, err = d.l.loadModule(cubin, kernelNames)
+	return err
+}
+
+// blasWorkspaceBytes is cuBLAS's workspace: 32 MiB, what NVIDIA's cuBLAS
+// documentation advises for Hopper (4 MiB for earlier GPUs).
+const blasWorkspaceBytes = 32 << 20
+
+// setWorkspace gives cuBLAS a workspace of the device's own, where the
+// library can take one: cuBLAS would otherwise allocate its own while a
+// step is captured, and eager and captured steps then share one.
+func (d *Device) setWorkspace() error {
+	if d.l.cublasSetWorkspace == nil {
+		return nil
+	}
+	p, err := d.l.memAlloc(blasWorkspaceBytes)
+	if err != nil {
+		return fmt.Errorf("cuBLAS workspace: %w", err)
+	}
+	d.workspace = p
+	_, err = d.l.blasWorkspace(d.blas, p, blasWorkspaceBytes)
 	return err
 }
 
@@ -152,6 +181,9 @@ func (d *Device) tearDown() {
 	}
 	if d.blas != nil {
 		d.l.blasDestroy(d.blas)
+	}
+	if d.workspace != 0 {
+		_ = d.l.memFree(d.workspace)
 	}
 	if d.stream != nil {
 		d.l.streamDestroy(d.stream)
@@ -325,7 +357,13 @@ func (d *Device) Upload(dst nn.Mem, src []byte) {
 	}
 	p := ptr("Upload", dst, 0)
 	d.queue(func() error {
-		s, err := d.staging(len(src))
+		var s []byte
+		var err error
+		if d.capture != nil {
+			s, err = d.capture.pinned(d.l, len(src), &d.capture.ups)
+		} else {
+			s, err = d.staging(len(src))
+		}
 		if err != nil {
 			return err
 		}
@@ -344,6 +382,13 @@ func (d *Device) Download(dst []byte, src nn.Mem) {
 	}
 	p := ptr("Download", src, 0)
 	d.queue(func() error {
+		if d.capture != nil { // Replay says where the copy goes
+			s, err := d.capture.pinned(d.l, len(dst), &d.capture.downs)
+			if err != nil {
+				return err
+			}
+			return d.l.dtoh(s, p, d.stream)
+		}
 		s, err := d.staging(len(dst))
 		if err != nil {
 			return err
@@ -379,6 +424,10 @@ func (d *Device) Sync() error {
 			}
 		}
 		d.pending = d.pending[:0]
+		for _, g := range d.replayed {
+			g.launched = false
+		}
+		d.replayed = d.replayed[:0]
 		clear(d.used)
 		if d.sticky != nil {
 			d.err = d.sticky
@@ -515,8 +564,8 @@ func (d *Device) BiasAct(y, b nn.Mem, n, ch, hw int, relu bool) {
 }
 
 // BiasGrad: see nn.Device.
-func (d *Device) BiasGrad(db, dy nn.Mem, n, ch, hw int) {
-	a := new(args).ptr(ptr("BiasGrad", db, ch)).ptr(ptr("BiasGrad", dy, n*ch*hw)).i(n).i(ch)
+func (d *Device) BiasGrad(db, dy, y nn.Mem, n, ch, hw int) {
+	a := new(args).ptr(ptr("BiasGrad", db, ch)).ptr(ptr("BiasGrad", dy, n*ch*hw)).ptr(ptr("BiasGrad", y, n*ch*hw)).i(n).i(ch)
 	if hw == 1 {
 		d.launch(kColSum, ch, blockThreads, a)
 		return

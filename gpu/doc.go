@@ -54,6 +54,21 @@
 // and 719 lose the context and are sticky, so the model's Err (nn.Failer)
 // ends the worker with them.
 //
+// # CUDA graphs
+//
+// Device is an nn.Capturer: BeginCapture and EndCapture record what the
+// stream is given (cuStreamBeginCapture_v2 in relaxed mode, so that the
+// graph's own pinned buffers can be allocated while it records), and
+// Replay launches the whole graph at once (cuGraphLaunch), filling the
+// graph's upload buffers from the caller's slices first and copying its
+// download buffers out at Sync. A device model captures a step once and
+// replays it (nn/devicegraph.go): one launch for a step's kernels, GEMMs
+// and copies. The graph functions are optional symbols: a driver without
+// them is ErrNoGraphs, and the model then launches op by op, as it does
+// after any failed capture. cuBLAS is given a 32 MiB workspace of the
+// device's (cublasSetWorkspace, where it exists), for captured and eager
+// GEMMs alike.
+//
 // nn.NewOnDevice puts a model on a Device; nn/devicetest is the
 // conformance suite every Device passes (nn.HostDevice on the CPU, Device
 // where a GPU is found: SHOAL_REQUIRE_GPU=1 turns the skip into a
@@ -66,6 +81,7 @@
 // turn), cuBLAS as plain loops in double.
 // That checks everything on the Go side (loading, the executor, argument
 // packing, staging, the cuBLAS transpositions, the kernel cache, a lost
-// context) and the kernels' logic; what only a GPU shows (NVRTC itself,
-// real concurrency, the driver's asynchrony) it cannot.
+// context, graph capture and replay) and the kernels' logic; what only a
+// GPU shows (NVRTC itself, real concurrency, the driver's asynchrony, what
+// the driver accepts in a capture) it cannot.
 package gpu

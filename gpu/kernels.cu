@@ -127,14 +127,21 @@ extern "C" __global__ void shoal_relu_backward(float* dy, const float* y, int n)
 
 // shoal_col_sum overwrites out (cols) with the column sums of x
 // (rows×cols), the bias gradient, adding rows 0, 1, … in order from 0 as
-// nn's dense backward does (so the result is bit-identical). N = cols.
-extern "C" __global__ void shoal_col_sum(float* out, const float* x, int rows, int cols)
+// nn's dense backward does (so the result is bit-identical). Unless y is
+// null (a ReLU's output, rows×cols), x is first zeroed in place where y
+// is not > 0, as shoal_relu_backward: the ReLU's backward fused into the
+// sum, one pass over x instead of two. N = cols.
+extern "C" __global__ void shoal_col_sum(float* out, float* x, const float* y, int rows, int cols)
 {
 	SHOAL_FOR(c, cols)
 	{
 		float s = 0.0f;
-		for (int r = 0; r < rows; r++)
-			s += x[(long long)r * cols + c];
+		for (int r = 0; r < rows; r++) {
+			long long i = (long long)r * cols + c;
+			if (y != 0 && !(y[i] > 0.0f))
+				x[i] = 0.0f;
+			s += x[i];
+		}
 		out[c] = s;
 	}
 }
@@ -333,12 +340,23 @@ __device__ float sum32(const float* v, int n)
 	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+// relu_mask zeroes v[0:n] where y[0:n] is not > 0, as
+// shoal_relu_backward.
+__device__ void relu_mask(float* v, const float* y, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!(y[i] > 0.0f))
+			v[i] = 0.0f;
+}
+
 // shoal_channel_sum overwrites out (c) with the sum of each channel of x
 // (n×c×hw) over samples and positions, the convolution's bias gradient.
 // Bit-identical to nn's conv backward: each sample's plane summed as
-// sum32 does, the samples added in order from 0. Launched with grid = c,
+// sum32 does, the samples added in order from 0. Unless y is null (a
+// ReLU's output, n×c×hw), each plane of x is first zeroed in place where
+// y is not > 0 (the ReLU's backward, fused). Launched with grid = c,
 // block = 256 (any grid, any block size).
-extern "C" __global__ void shoal_channel_sum(float* out, const float* x, int n, int c, int hw)
+extern "C" __global__ void shoal_channel_sum(float* out, float* x, const float* y, int n, int c, int hw)
 {
 	__shared__ float part[1024]; // a plane sum per thread
 	for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -346,8 +364,12 @@ extern "C" __global__ void shoal_channel_sum(float* out, const float* x, int n, 
 		for (int s0 = 0; s0 < n; s0 += blockDim.x) {
 			int s = s0 + threadIdx.x;
 			__syncthreads(); // thread 0 may still be reading part
-			if (s < n)
-				part[threadIdx.x] = sum32(x + ((long long)s * c + ch) * hw, hw);
+			if (s < n) {
+				long long plane = ((long long)s * c + ch) * hw;
+				if (y != 0)
+					relu_mask(x + plane, y + plane, hw);
+				part[threadIdx.x] = sum32(x + plane, hw);
+			}
 			__syncthreads();
 			if (threadIdx.x == 0) {
 				int m = n - s0 < (int)blockDim.x ? n - s0 : (int)blockDim.x;

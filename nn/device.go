@@ -41,8 +41,11 @@ type Device interface {
 	// is hw = 1), and then applies a ReLU (max(v, 0), NaN kept) if relu.
 	BiasAct(y, b Mem, n, ch, hw int, relu bool)
 	// BiasGrad overwrites db[c] with the sum over the samples and the hw
-	// positions of dy's channel c (dy laid out as y of BiasAct).
-	BiasGrad(db, dy Mem, n, ch, hw int)
+	// positions of dy's channel c (dy laid out as y of BiasAct). With y
+	// set (y.Nil() false: a ReLU's output, laid out as dy) it first does
+	// ReLUBackward(dy, y) in place, in the same pass: the activation's
+	// backward and the bias gradient fused.
+	BiasGrad(db, dy, y Mem, n, ch, hw int)
 	// ReLUBackward sets dy[i] = 0 where y[i] <= 0 (y a ReLU's output).
 	ReLUBackward(dy, y Mem, n int)
 	// SoftmaxXent computes, for rows of classes logits z and int32
@@ -86,6 +89,39 @@ type Device interface {
 	// freed first.
 	Close() error
 }
+
+// Capturer is implemented by a Device that can record the operations
+// queued between BeginCapture and EndCapture once, as a graph (a CUDA
+// graph), and queue the whole graph again with Replay: one launch for a
+// step's many kernels, where each launch costs the host microseconds
+// (the launch-bound steps of small batches). The model captures a step
+// once and replays it while the step's shape and buffers stay the same.
+// Calls are made by the goroutine that uses the Device.
+type Capturer interface {
+	// BeginCapture starts recording: the operations queued until
+	// EndCapture are recorded into a graph and not run. It returns an
+	// error and records nothing where the device cannot capture (a
+	// driver without graphs) or has an error pending.
+	BeginCapture() error
+	// EndCapture ends the recording and returns the graph. The graph ran
+	// none of its operations: its Uploads read, and its Downloads write,
+	// host memory of the graph's own, which Replay fills from and copies
+	// to the caller's slices. On error (an operation that cannot be
+	// captured, say) no graph is returned and the device is as it was
+	// before BeginCapture, none of the operations run.
+	EndCapture() (Graph, error)
+	// Replay queues g's operations: ups[i] is what the graph's i-th
+	// Upload copies to the device, and downs[i] receives at the next Sync
+	// what its i-th Download copies back, in the order they were queued
+	// at capture, each of the length it had then (a panic otherwise). The
+	// rules of Upload and Download hold for the slices.
+	Replay(g Graph, ups, downs [][]byte)
+	// Release frees g; it is not replayed again.
+	Release(g Graph)
+}
+
+// Graph is a graph a Capturer recorded; only that device uses it.
+type Graph any
 
 // Mem is a range of a device's memory: the device's own handle for an
 // allocation and a byte range in it. The zero Mem is nil.

@@ -3,6 +3,7 @@ package nn
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 )
 
@@ -40,6 +41,7 @@ func NewOnDevice(spec Spec, dev Device) (*DeviceModel, error) {
 	}
 	host := m.(*net)
 	dm := &DeviceModel{host: host, dev: dev, scaler: newLossScaler()}
+	dm.SetGraphs(true, nil)
 	size := host.layout.Size()
 	if dm.params, err = dev.Alloc(4 * size); err != nil {
 		return nil, fmt.Errorf("nn: %s on %s: parameters: %w", host.arch, dev.Name(), err)
@@ -86,6 +88,16 @@ type DeviceModel struct {
 	scaler    lossScaler
 	found     Mem
 	hostFound []int32
+
+	// Steps as graphs (devicegraph.go): the captured ones (nil: seen
+	// once), why graphs are off ("" while on), how many replays, the
+	// log that hears why once, and the step's transfers, kept.
+	graphs             map[graphKey]Graph
+	graphsOff          string
+	replays            int
+	graphLog           *slog.Logger
+	upT, downT         []transfer
+	upHosts, downHosts [][]byte
 }
 
 var (
@@ -131,8 +143,9 @@ func (m *DeviceModel) LossScale() (scale float32, overflows int) {
 	return m.scaler.scale, m.scaler.overflows
 }
 
-// Close frees the model's device memory.
+// Close frees the model's device memory and graphs.
 func (m *DeviceModel) Close() {
+	m.releaseGraphs()
 	for _, b := range m.owned {
 		m.dev.Free(b)
 	}
@@ -158,7 +171,9 @@ func (m *DeviceModel) ensure(n int) error {
 	if n <= m.batch {
 		return nil
 	}
-	// Free the smaller set and allocate anew (keeping params and grads).
+	// Free the smaller set and allocate anew (keeping params and grads);
+	// the graphs hold the old buffers.
+	m.releaseGraphs()
 	for _, b := range m.owned[2:] {
 		m.dev.Free(b)
 	}
@@ -248,12 +263,14 @@ func (m *DeviceModel) ForwardBackward(params, grads, x []float32, labels []int32
 		clear(grads)
 		return 0, 0
 	}
-	if !m.start(params, x, labels) {
+	if !m.prepare(labels) {
 		return math.NaN(), 0
 	}
-	for forward := true; ; forward = false {
-		m.pass(n, forward)
-		m.dev.Download(F32Bytes(grads), m.grads)
+	m.resident = false
+	ups := m.uploads(x, labels, params)
+	downs := m.downloads(n, F32Bytes(grads), true)
+	m.step(m.key(opForwardBackward, n), ups, downs, func() { m.pass(n, true) })
+	for {
 		sum, correct, ok := m.finish(n)
 		if !ok {
 			return math.NaN(), 0
@@ -261,13 +278,49 @@ func (m *DeviceModel) ForwardBackward(params, grads, x []float32, labels []int32
 		if !m.again(sum) {
 			return m.mean(sum, n), correct
 		}
+		// Again at the smaller scale, op by op (an overflow is rare).
+		m.eager(nil, downs, func() { m.pass(n, false) })
 	}
+}
+
+// key is the graph key of a step of n samples in the model's precision.
+func (m *DeviceModel) key(op graphOp, n int) graphKey {
+	k := graphKey{op: op, n: n, precision: m.prec}
+	if m.prec == FP16 {
+		k.scale = m.scaler.scale
+	}
+	return k
+}
+
+// uploads lists a step's uploads: the batch, and params unless nil.
+func (m *DeviceModel) uploads(x []float32, labels []int32, params []float32) []transfer {
+	m.upT = append(m.upT[:0], transfer{F32Bytes(x), m.x}, transfer{I32Bytes(labels), m.labels})
+	if params != nil {
+		m.upT = append(m.upT, transfer{F32Bytes(params), m.params})
+	}
+	return m.upT
+}
+
+// downloads lists a step's downloads: the gradients unless grads is nil,
+// the per-sample losses and correct counts of n samples, and under FP16
+// the overflow flag when found.
+func (m *DeviceModel) downloads(n int, grads []byte, found bool) []transfer {
+	m.downT = m.downT[:0]
+	if grads != nil {
+		m.downT = append(m.downT, transfer{grads, m.grads})
+	}
+	m.downT = append(m.downT, transfer{F32Bytes(m.hostLoss[:n]), m.loss.Slice(0, n)}, transfer{I32Bytes(m.hostCorrect[:n]), m.correct.Slice(0, n)})
+	if found && m.prec == FP16 {
+		m.downT = append(m.downT, transfer{I32Bytes(m.hostFound), m.found})
+	}
+	return m.downT
 }
 
 // pass queues forward (unless the activations are there already: a pass
 // taken again at a smaller loss scale), the loss and backward of n
 // samples; under FP16 the loss is scaled and the gradients unscaled and
-// checked (see again). Backward leaves the activations as they are.
+// checked into the overflow flag (see again), which the caller
+// downloads. Backward leaves the activations as they are.
 func (m *DeviceModel) pass(n int, forward bool) {
 	if forward {
 		m.forward(n)
@@ -282,7 +335,6 @@ func (m *DeviceModel) pass(n int, forward bool) {
 	if m.prec == FP16 {
 		m.dev.Zero(m.found, 1)
 		m.dev.Unscale(m.grads, m.grads.Bytes()/4, float32(1/scale), m.found)
-		m.dev.Download(I32Bytes(m.hostFound), m.found)
 	}
 }
 
@@ -324,11 +376,14 @@ func (m *DeviceModel) Evaluate(params, x []float32, labels []int32) (float64, in
 	if n == 0 {
 		return 0, 0
 	}
-	if !m.start(params, x, labels) {
+	if !m.prepare(labels) {
 		return math.NaN(), 0
 	}
-	m.forward(n)
-	m.dev.SoftmaxXent(m.acts[len(m.host.layers)], m.labels, Mem{}, m.loss, m.correct, n, m.host.classes, 1)
+	m.resident = false
+	m.step(m.key(opEvaluate, n), m.uploads(x, labels, params), m.downloads(n, nil, false), func() {
+		m.forward(n)
+		m.dev.SoftmaxXent(m.acts[len(m.host.layers)], m.labels, Mem{}, m.loss, m.correct, n, m.host.classes, 1)
+	})
 	sum, correct, ok := m.finish(n)
 	if !ok {
 		return math.NaN(), 0
@@ -378,13 +433,18 @@ func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (fl
 	if n == 0 {
 		return 0, 0
 	}
-	if !m.upload(x, labels) {
+	if !m.prepare(labels) {
 		return math.NaN(), 0
 	}
 	update := func() { m.dev.SGDMomentum(m.params, m.mom, m.grads, m.params.Bytes()/4, lr, mu, 0, false) }
+	ups := m.uploads(x, labels, nil)
 	if m.prec != FP16 {
-		m.pass(n, true)
-		update()
+		key := m.key(opTrainStep, n)
+		key.lr, key.mu = lr, mu
+		m.step(key, ups, m.downloads(n, nil, false), func() {
+			m.pass(n, true)
+			update()
+		})
 		sum, correct, ok := m.finish(n)
 		if !ok {
 			return math.NaN(), 0
@@ -392,13 +452,15 @@ func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (fl
 		return sum / float64(n), correct
 	}
 	// FP16: the overflow check waits for the pass before the update.
-	for forward := true; ; forward = false {
-		m.pass(n, forward)
+	downs := m.downloads(n, nil, true)
+	m.step(m.key(opTrainPass, n), ups, downs, func() { m.pass(n, true) })
+	for {
 		sum, correct, ok := m.finish(n)
 		if !ok {
 			return math.NaN(), 0
 		}
 		if m.again(sum) {
+			m.eager(nil, downs, func() { m.pass(n, false) })
 			continue
 		}
 		if math.IsNaN(sum) || math.IsInf(sum, 0) || m.err != nil {
@@ -426,18 +488,8 @@ func (m *DeviceModel) Store(params []float32) error {
 	return m.err
 }
 
-// start checks the labels, sizes the buffers and queues the uploads.
-func (m *DeviceModel) start(params, x []float32, labels []int32) bool {
-	if !m.upload(x, labels) {
-		return false
-	}
-	m.resident = false
-	m.dev.Upload(m.params, F32Bytes(params))
-	return true
-}
-
-// upload checks the labels, sizes the buffers and queues the batch.
-func (m *DeviceModel) upload(x []float32, labels []int32) bool {
+// prepare checks the labels and sizes the buffers for them.
+func (m *DeviceModel) prepare(labels []int32) bool {
 	if m.err != nil {
 		return false
 	}
@@ -450,15 +502,12 @@ func (m *DeviceModel) upload(x []float32, labels []int32) bool {
 		m.err = fmt.Errorf("%w: %w", ErrDevice, err)
 		return false
 	}
-	m.dev.Upload(m.x, F32Bytes(x))
-	m.dev.Upload(m.labels, I32Bytes(labels))
 	return true
 }
 
-// finish downloads the per-sample results, waits for the device and sums.
+// finish waits for the device, whose downloads of the per-sample results
+// are queued, and sums them.
 func (m *DeviceModel) finish(n int) (float64, int, bool) {
-	m.dev.Download(F32Bytes(m.hostLoss[:n]), m.loss.Slice(0, n))
-	m.dev.Download(I32Bytes(m.hostCorrect[:n]), m.correct.Slice(0, n))
 	if err := m.dev.Sync(); err != nil {
 		m.err = fmt.Errorf("%w: %s: %w", ErrDevice, m.dev.Name(), err)
 		return 0, 0, false
@@ -568,23 +617,18 @@ func (m *DeviceModel) backward(n int) {
 		dx := m.dacts[i]
 		switch l := ls[i].(type) {
 		case *dense:
-			if l.relu {
-				d.ReLUBackward(dy, y, n*l.nout)
-			}
+			// The ReLU's backward, in place, with the bias gradient.
+			d.BiasGrad(view(m.grads, l.b), dy, reluOut(l.relu, y), n, l.nout, 1)
 			g := m.half(m.outGrad(dy, n*l.nout), n*l.nout)
 			// The half copies of x and the weights are forward's.
 			m.gemm(true, false, l.nout, l.nin, n, g, l.nout, m.input(i, x, n*l.nin), l.nin, 0, view(m.grads, l.w), l.nin)
-			d.BiasGrad(view(m.grads, l.b), dy, n, l.nout, 1)
 			if needDx {
 				m.gemm(false, false, n, l.nin, l.nout, g, l.nout, m.weights(i, l.w), l.nin, 0, dx, l.nin)
 			}
 		case *conv2d:
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
 			isz, osz := l.ishp.size(), l.oshp.size()
-			if l.relu {
-				d.ReLUBackward(dy, y, n*osz)
-			}
-			d.BiasGrad(view(m.grads, l.b), dy, n, l.oshp.c, hw)
+			d.BiasGrad(view(m.grads, l.b), dy, reluOut(l.relu, y), n, l.oshp.c, hw)
 			g := m.half(m.outGrad(dy, n*osz), n*osz)
 			cols, w := m.input(i, m.cols[i], n*k*hw), m.weights(i, l.w)
 			for s := range n {
@@ -606,6 +650,15 @@ func (m *DeviceModel) backward(n int) {
 		case *flatten: // the same memory both ways; see ensure
 		}
 	}
+}
+
+// reluOut is a layer's output y when a ReLU made it (BiasGrad's y), else
+// nil.
+func reluOut(relu bool, y Mem) Mem {
+	if relu {
+		return y
+	}
+	return Mem{}
 }
 
 // outGrad returns a layer's output gradient dy (n elements) as an

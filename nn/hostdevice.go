@@ -104,7 +104,10 @@ func (d *HostDevice) BiasAct(y, b Mem, n, ch, hw int, relu bool) {
 }
 
 // BiasGrad sums dy per channel.
-func (d *HostDevice) BiasGrad(db, dy Mem, n, ch, hw int) {
+func (d *HostDevice) BiasGrad(db, dy, y Mem, n, ch, hw int) {
+	if !y.Nil() {
+		d.ReLUBackward(dy, y, n*ch*hw)
+	}
 	out, x := f32("BiasGrad", db, ch), f32("BiasGrad", dy, n*ch*hw)
 	clear(out)
 	for s := range n {

@@ -1,100 +1,249 @@
 #!/usr/bin/env bash
-# Runs what issue 14 asks of a GPU machine, from the repository root of a
-# machine with a GPU, CUDA and a CUDA build of PyTorch but no Go, with the
-# binaries `make gpubin` built elsewhere (.gpubin/) carried there.
-# Everything it prints goes into OUT (default gpu-check-out/), one log per
-# step; a failed step is recorded and the next one runs.
+# Issue 46's GPU check in one call to the GPU machine (16 cores, CUDA 13, a
+# CUDA build of PyTorch, no Go, no network), from the binaries `make gpubin`
+# built elsewhere (.gpubin/, carried there). From the repository root:
 #
-#   1. shoal info                                  -> info.txt
-#   2. the CUDA conformance suite, required        -> gpu-test.txt
-#   3. shoal train --model mlp|cnn --epochs 3, on cuda and on cpu
-#                                                  -> train-<model>-<device>.json
-#   4. shoal bench compute beside PyTorch eager    -> BENCHMARKS.md (section compute-gpu)
-#   5. shoal train --device cuda --workers 4 in async, sync and ring
-#                                                  -> train4-<mode>.json
-#   6. mixed precision: shoal train --model mlp|cnn --epochs 3 in bf16 and
-#      fp16 (beside step 3's fp32 on cuda)         -> train-<model>-<precision>.json
-#      and bench compute --precision beside PyTorch autocast, MLP at batch
-#      1024 and 4096                               -> BENCHMARKS.md (sections compute-gpu-bf16, -fp16)
+#   scripts/gpu-check.sh                       every part
+#   scripts/gpu-check.sh --rerun-failed DIR    only the parts DIR's summary.txt
+#                                              lists as fail, timeout or notrun
+#                                              (DIR: what an earlier call brought
+#                                              back; its gpu-check.tgz is unpacked
+#                                              first, so the tables hold both calls)
+#   scripts/gpu-check.sh --only "info train-ring"
 #
-# DATA is the Fashion-MNIST folder (the idx .gz files; carry it, it is
-# 30 MB); without it steps 3 and 5 train on --dataset synthetic.
-# PYTHON is PyTorch's interpreter (default /opt/torch/.venv/bin/python).
-# STEPS selects steps: e.g. STEPS="1 2" for info and the suite only.
-# The device tool allows 10 minutes a command and about 15 minutes of
-# device time a session, the machine's start included: run it as two
-# calls (STEPS="1 2 3", then STEPS="4 5 6"), each with its own OUT.
-# Seen on an H100 with 16 cores (2026-11-26): step 1 took 1 s, step 2 23 s,
-# step 5 12 s, step 6's four trainings 52 s; step 4 starts 36 processes
-# (each CUDA's and PyTorch's start-up) and did not end within 150 s.
+# The parts, each under its own timeout (seconds, TIMEOUT_<part> with the
+# dashes as underscores overrides; the defaults add up to 7.5 minutes, so
+# that one hang cannot eat an 8-minute call):
+#
+#   info           shoal info (text and --json), nvidia-smi               20
+#   conformance    the CUDA conformance suite, SHOAL_REQUIRE_GPU=1
+#                  (gpu.test; the emulator's own tests skipped)          100
+#   compute-shoal  shoal bench compute --device cuda --sweep, ONE process:
+#                  $SWEEP in each of $PRECISIONS, $ROUNDS rounds, the
+#                  steps replayed as CUDA graphs                          90
+#   compute-shoal-eager  the same in fp32 with --cuda-graphs=false: the
+#                  graphs' share of the speed                             50
+#   compute-torch  bench/peers/torch_train.py --sweep, the same points in
+#                  ONE process: eager fp32, autocast bf16 and fp16        90
+#                  (skipped, saying why, where $PYTHON has no PyTorch or
+#                  its PyTorch sees no CUDA device)
+#   train-async    shoal train --device cuda --stats, 2 workers sharing   50
+#   train-ring     the GPU, async and ring, the default MLP, $TRAIN_ARGS
+#                  (default --epochs 3 on $DATA)                          50
+#
+# After every part it rewrites the summary and the tables, so a call cut
+# short still brings back what ran. Everything is written into WORK
+# (default gpu-check-work/): <part>.log (stderr), the parts' outputs,
+# summary.txt, compute.md and train.md. Where OUT is set (the device
+# tool's folder that comes back, at most 8 files), it gets summary.txt,
+# compute.md, train.md and gpu-check.tgz (all of WORK).
+#
+# Knobs (environment): SHOAL (default .gpubin/shoal, or .gpubin/shoal.gz
+# unpacked), GPU_TEST (.gpubin/gpu.test), PYTHON (default
+# /opt/torch/.venv/bin/python, else python3), DATA (the Fashion-MNIST
+# folder; default .gpubin/data where it exists, else --dataset synthetic),
+# SWEEP ("mlp:64,256,1024,4096 cnn:64,256"), HIDDEN (512,512), PRECISIONS
+# (fp32,bf16,fp16), ROUNDS (3), STEPS (200), WARMUP (20), TRAIN_ARGS,
+# CONFORMANCE_RUN and CONFORMANCE_SKIP (gpu.test's -test.run and
+# -test.skip), DEVICE (cuda).
+#
+# On the CUDA emulator (internal/cudaemu), to try the whole script on a
+# machine without a GPU: make gpu-check-emu (Makefile says what it sets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-check-out}
-DATA=${DATA:-}
-PYTHON=${PYTHON:-/opt/torch/.venv/bin/python}
-# The selection is read and then unset: bench-compute.sh (steps 4 and 6)
-# reads STEPS as the timed steps of each run, and on the H100 on
-# 2026-11-26 a selection of "6" leaked into it as 6 steps a run.
-CHECKS=${STEPS:-1 2 3 4 5 6}
-unset STEPS
-SHOAL=.gpubin/shoal
-mkdir -p "$OUT"
-# A gzipped binary (to fit the device tool's 64 MiB with the data) is unpacked.
-if [ -f "$SHOAL.gz" ] && [ ! -x "$SHOAL" ]; then
-	gunzip -c "$SHOAL.gz" >"$SHOAL" && chmod +x "$SHOAL"
+
+ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-torch train-async train-ring"
+usage() { sed -n '2,13p' "$0" >&2; exit 2; }
+parts=$ALL_PARTS
+prev=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	--rerun-failed) [ $# -ge 2 ] || usage; prev=$2; shift 2 ;;
+	--only) [ $# -ge 2 ] || usage; parts=$2; shift 2 ;;
+	-h | --help) usage ;;
+	*) echo "gpu-check: unknown argument $1" >&2; usage ;;
+	esac
+done
+for p in $parts; do
+	[[ " $ALL_PARTS " == *" $p "* ]] || { echo "gpu-check: no part $p (parts: $ALL_PARTS)" >&2; exit 2; }
+done
+
+WORK=${WORK:-gpu-check-work}
+OUT=${OUT:-}
+SHOAL=${SHOAL:-.gpubin/shoal}
+GPU_TEST=${GPU_TEST:-.gpubin/gpu.test}
+if [ -z "${PYTHON:-}" ]; then
+	PYTHON=/opt/torch/.venv/bin/python
+	[ -x "$PYTHON" ] || PYTHON=python3
 fi
-[ -x "$SHOAL" ] || { echo "gpu-check: $SHOAL not found: run make gpubin on the build machine and carry .gpubin" >&2; exit 1; }
+if [ -z "${DATA+x}" ]; then
+	DATA=""
+	[ -d .gpubin/data ] && DATA=.gpubin/data
+fi
+DEVICE=${DEVICE:-cuda}
+SWEEP=${SWEEP:-mlp:64,256,1024,4096 cnn:64,256}
+HIDDEN=${HIDDEN:-512,512}
+PRECISIONS=${PRECISIONS:-fp32,bf16,fp16}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-200}
+WARMUP=${WARMUP:-20}
+CONFORMANCE_RUN=${CONFORMANCE_RUN:-}
+CONFORMANCE_SKIP=${CONFORMANCE_SKIP:-Emulator|ALostContext}
+if [ -z "${TRAIN_ARGS+x}" ]; then
+	TRAIN_ARGS="--epochs 3 --dataset synthetic"
+	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
+fi
+declare -A limit=([info]=20 [conformance]=100 [compute-shoal]=90 [compute-shoal-eager]=50 [compute-torch]=90 [train-async]=50 [train-ring]=50)
+for p in $ALL_PARTS; do
+	v=TIMEOUT_${p//-/_}
+	[ -n "${!v:-}" ] && limit[$p]=${!v}
+done
+
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd) # the conformance part runs in gpu/
+declare -A status secs note
+for p in $ALL_PARTS; do status[$p]=notrun secs[$p]=0 note[$p]=""; done
+
+# --rerun-failed: the earlier call's results first, then only its failures.
+if [ -n "$prev" ]; then
+	[ -f "$prev/summary.txt" ] || { echo "gpu-check: --rerun-failed $prev: no $prev/summary.txt" >&2; exit 2; }
+	[ -f "$prev/gpu-check.tgz" ] && tar -xzf "$prev/gpu-check.tgz" -C "$WORK" --strip-components=1
+	parts=""
+	while read -r p st s n; do
+		[ -n "${status[$p]+x}" ] || continue
+		status[$p]=$st secs[$p]=$s note[$p]=${n:-}
+		case $st in fail | timeout | notrun) parts="$parts $p"; status[$p]=notrun ;; esac
+	done < <(sed -n '/^part /,$p' "$prev/summary.txt" | tail -n +2)
+	echo "gpu-check: rerunning:${parts:- nothing (no part failed)}" >&2
+fi
+
+# A gzipped binary (make gpubin's, to fit the device tool's 64 MiB) is
+# unpacked into WORK, not beside it: a later call would carry both.
+for v in SHOAL GPU_TEST; do
+	b=${!v}
+	if [ ! -x "$b" ] && [ -f "$b.gz" ]; then
+		mkdir -p "$WORK/bin"
+		gunzip -c "$b.gz" >"$WORK/bin/${b##*/}" && chmod +x "$WORK/bin/${b##*/}"
+		printf -v "$v" '%s' "$WORK/bin/${b##*/}"
+	fi
+done
 export SHOAL_REVISION=${SHOAL_REVISION:-$(cat .gpubin/REVISION 2>/dev/null || echo unknown)}
-export SHOAL_CUDA_CACHE=${SHOAL_CUDA_CACHE:-$OUT/cuda-cache}
+export SHOAL_CUDA_CACHE=${SHOAL_CUDA_CACHE:-$WORK/cuda-cache}
+export PYTHONUNBUFFERED=1
+started=$(date -u +%FT%TZ)
 
-data=(--dataset synthetic)
-[ -n "$DATA" ] && data=(--data "$DATA")
-status=0
-step() { # step NAME LOG COMMAND...: runs and records the command's exit status
-	local name=$1 log=$2
-	shift 2
-	echo "== $name: $*" | tee -a "$OUT/steps.txt" >&2
-	local t0=$SECONDS
-	"$@" >"$OUT/$log" 2>"$OUT/$log.stderr"
-	local rc=$?
-	echo "   exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt" >&2
-	[ $rc -eq 0 ] || status=1
+# run PART CMD...: CMD under the part's timeout, stdout to what the part
+# names, stderr to WORK/PART.log; records pass, fail or timeout.
+run() {
+	local p=$1
+	shift
+	local t0=$SECONDS rc
+	note[$p]=""
+	echo "== $p (at most ${limit[$p]} s): $*" | tee -a "$WORK/$p.log" >&2
+	timeout -k 5 "${limit[$p]}" "$@" 2>>"$WORK/$p.log"
+	rc=$?
+	secs[$p]=$((SECONDS - t0))
+	case $rc in
+	0) status[$p]=pass ;;
+	124 | 137) status[$p]=timeout note[$p]="killed after ${limit[$p]} s" ;;
+	*) status[$p]=fail note[$p]="exit $rc: $(grep -v '^==' "$WORK/$p.log" | tail -n 1 | cut -c1-160)" ;;
+	esac
+	echo "   $p: ${status[$p]} after ${secs[$p]} s ${note[$p]}" >&2
 }
-want() { [[ " $CHECKS " == *" $1 "* ]]; }
 
-want 1 && { step info info.txt "$SHOAL" info; nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1; }
-# In the package's folder, where its testdata is.
-want 2 && step "conformance suite" gpu-test.txt bash -c 'cd gpu && SHOAL_REQUIRE_GPU=1 exec ../.gpubin/gpu.test -test.v -test.count=1'
-if want 3; then
-	for model in mlp cnn; do
-		for device in cuda cpu; do
-			step "train $model on $device" "train-$model-$device.json" \
-				"$SHOAL" train --device "$device" --model "$model" --epochs 3 "${data[@]}" --json
-		done
-	done
+skip() { status[$1]=skip note[$1]=$2; echo "   $1: skipped: $2" >&2; }
+
+gpu_name() {
+	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 | grep . ||
+		echo "no nvidia-smi; shoal info: $(grep -m 1 '^devices:' "$WORK/info.txt" 2>/dev/null)"
+}
+
+# report rewrites the summary and the tables, and copies them to OUT.
+report() {
+	{
+		echo "gpu-check at revision $SHOAL_REVISION, started $started, now $(date -u +%FT%TZ)"
+		echo "gpu: $(gpu_name)${DEVICE:+ (--device $DEVICE)}; $(nproc) cores"
+		echo "sweep: $SWEEP (hidden $HIDDEN) in $PRECISIONS, $ROUNDS rounds of $WARMUP+$STEPS steps; train: $TRAIN_ARGS"
+		echo "part status seconds note"
+		for p in $ALL_PARTS; do echo "$p ${status[$p]} ${secs[$p]} ${note[$p]}"; done
+	} >"$WORK/summary.txt"
+	local tnote=""
+	[ "${status[compute-torch]}" = skip ] && tnote=${note[compute-torch]}
+	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py compute "$WORK/compute-shoal.jsonl" "$WORK/compute-torch.jsonl" \
+		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
+	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" \
+		>"$WORK/train.md" 2>>"$WORK/tables.log"
+	if [ -n "$OUT" ]; then
+		mkdir -p "$OUT"
+		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$OUT/" 2>/dev/null
+		tar -C "$(dirname "$WORK")" -czf "$OUT/gpu-check.tgz.part" --exclude=cuda-cache --exclude=bin "$(basename "$WORK")" &&
+			mv "$OUT/gpu-check.tgz.part" "$OUT/gpu-check.tgz"
+	fi
+}
+
+want() { [[ " $parts " == *" $1 "* ]]; }
+need() { # need BINARY PART: skips the part (as a failure) without the binary
+	[ -x "$1" ] && return 0
+	status[$2]=fail note[$2]="$1 not found: run make gpubin on the build machine and carry .gpubin"
+	echo "   $2: ${note[$2]}" >&2
+	return 1
+}
+
+report
+if want info; then
+	if need "$SHOAL" info; then
+		run info "$SHOAL" info >"$WORK/info.txt"
+		"$SHOAL" info --json >"$WORK/info.json" 2>/dev/null
+		nvidia-smi >"$WORK/nvidia-smi.txt" 2>&1
+	fi
+	report
 fi
-if want 4; then
-	cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
-	step "bench compute beside PyTorch eager" bench-compute.txt env DEVICE=cuda MODELS="mlp cnn" BATCHES="256 1024 4096" \
-		SHOAL="$SHOAL" PYTHON="$PYTHON" DOC="$OUT/BENCHMARKS.md" scripts/bench-compute.sh
+if want conformance; then
+	if need "$GPU_TEST" conformance; then
+		# In the package's folder, where its testdata is.
+		abs=$(cd "$(dirname "$GPU_TEST")" && pwd)/$(basename "$GPU_TEST")
+		args=(-test.v -test.count=1 -test.skip "$CONFORMANCE_SKIP")
+		[ -n "$CONFORMANCE_RUN" ] && args+=(-test.run "$CONFORMANCE_RUN")
+		run conformance env -C gpu SHOAL_REQUIRE_GPU=1 "$abs" "${args[@]}" >"$WORK/conformance.txt"
+	fi
+	report
 fi
-if want 5; then
-	for mode in async sync ring; do
-		step "train 4 workers on one GPU, $mode" "train4-$mode.json" \
-			"$SHOAL" train --device cuda --workers 4 --mode "$mode" --epochs 1 "${data[@]}" --json
-	done
+sweep=(--sweep "$SWEEP" --hidden "$HIDDEN" --precisions "$PRECISIONS" --rounds "$ROUNDS" --steps "$STEPS" --warmup "$WARMUP")
+if want compute-shoal; then
+	if need "$SHOAL" compute-shoal; then
+		run compute-shoal "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --json >"$WORK/compute-shoal.jsonl"
+	fi
+	report
 fi
-if want 6; then
-	for precision in bf16 fp16; do
-		for model in mlp cnn; do
-			step "train $model on cuda in $precision" "train-$model-$precision.json" \
-				"$SHOAL" train --device cuda --precision "$precision" --model "$model" --epochs 3 "${data[@]}" --json
-		done
-	done
-	[ -f "$OUT/BENCHMARKS.md" ] || cp docs/BENCHMARKS.md "$OUT/BENCHMARKS.md"
-	for precision in bf16 fp16; do
-		step "bench compute in $precision beside PyTorch autocast" "bench-compute-$precision.txt" env DEVICE=cuda PRECISION="$precision" \
-			MODELS=mlp BATCHES="1024 4096" SHOAL="$SHOAL" PYTHON="$PYTHON" DOC="$OUT/BENCHMARKS.md" scripts/bench-compute.sh
-	done
+if want compute-shoal-eager; then
+	if need "$SHOAL" compute-shoal-eager; then
+		run compute-shoal-eager "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --precisions fp32 --cuda-graphs=false \
+			--json >"$WORK/compute-shoal-eager.jsonl"
+	fi
+	report
 fi
-exit $status
+if want compute-torch; then
+	# No PyTorch, or one without CUDA (a CPU-only build): said, not a failure.
+	probe=$("$PYTHON" -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -n 1)
+	case $probe in
+	*" True") run compute-torch "$PYTHON" bench/peers/torch_train.py --device "$DEVICE" "${sweep[@]}" >"$WORK/compute-torch.jsonl" ;;
+	*" False") skip compute-torch "PyTorch ${probe% False} at $PYTHON sees no CUDA device" ;;
+	*) skip compute-torch "no PyTorch at $PYTHON: ${probe:0:120}" ;;
+	esac
+	report
+fi
+for mode in async ring; do
+	if want "train-$mode"; then
+		if need "$SHOAL" "train-$mode"; then
+			# shellcheck disable=SC2086 # TRAIN_ARGS is a list of flags
+			run "train-$mode" "$SHOAL" train --device "$DEVICE" --workers 2 --mode "$mode" $TRAIN_ARGS --stats --json >"$WORK/train-$mode.json"
+		fi
+		report
+	fi
+done
+
+cat "$WORK/summary.txt" >&2
+for p in $ALL_PARTS; do
+	case ${status[$p]} in fail | timeout) exit 1 ;; esac
+done
+exit 0

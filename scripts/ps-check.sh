@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What issue 10 still asks of a machine with cores to spare, from binaries
-# built elsewhere (make gpubin: .gpubin/shoal, .gpubin/rpc.test,
+# built elsewhere (make gpubin-ps: .gpubin/shoal, .gpubin/rpc.test,
 # .gpubin/ps.test and .gpubin/ps-purego.test, plain or gzipped; the Fashion-MNIST files in DATA) on a
 # machine with PyTorch but no Go, such as the device machine (16 cores).
 # The 2026-11-26 runs there (docs/BENCHMARKS.md, "On 16 cores") found the

@@ -42,6 +42,12 @@ type ComputeRecord struct {
 	// --metrics-addr and --timeline observes its own.
 	Metrics  bool `json:"metrics,omitempty"`
 	Timeline bool `json:"timeline,omitempty"`
+	// Round is the round of a sweep (--sweep) the record is of, from 1;
+	// 0 outside a sweep.
+	Round int `json:"round,omitempty"`
+	// Graphs, on a device, says whether the steps were replayed as CUDA
+	// graphs: "on", or "off: " and why.
+	Graphs string `json:"graphs,omitempty"`
 }
 
 // Observer is what a worker observes of each step, when asked to; the
@@ -264,8 +270,8 @@ func CPUModel(spec nn.Spec, backend string, threads int) (model nn.Model, where,
 
 // Complete fills in what Compute leaves to its caller: the model's hidden
 // widths (never null), the GEMM threads, where the model computed and
-// why, and in what precision; on a device in fp16, the loss scale it
-// ended at and its overflows.
+// why, and in what precision; on a device, whether its steps were CUDA
+// graphs, and in fp16 the loss scale it ended at and its overflows.
 func (rec *ComputeRecord) Complete(spec nn.Spec, threads int, where, why string, model nn.Model, precision nn.Precision) {
 	rec.Hidden = spec.Hidden
 	if rec.Hidden == nil {
@@ -275,6 +281,12 @@ func (rec *ComputeRecord) Complete(spec nn.Spec, threads int, where, why string,
 	rec.Backend, rec.Why, rec.Precision = where, why, precision.String()
 	if dm, ok := model.(*nn.DeviceModel); ok && precision == nn.FP16 {
 		rec.LossScale, rec.Overflows = dm.LossScale()
+	}
+	if dm, ok := model.(*nn.DeviceModel); ok {
+		rec.Graphs = "on"
+		if _, off := dm.Graphs(); off != "" {
+			rec.Graphs = "off: " + off
+		}
 	}
 }
 

@@ -18,7 +18,9 @@ backward pass and SGD-momentum update (lr 0.01, momentum 0.9) of --model on one
 batch of synthetic data, repeated; --warmup untimed steps, then --steps timed
 ones. Prints samples/s. On a GPU (--device) the weights and the momentum stay
 in the GPU's memory and the whole step runs there, as in PyTorch eager.
-bench/peers/torch_train.py is the same in PyTorch (with --device cuda on a GPU).`
+bench/peers/torch_train.py is the same in PyTorch (with --device cuda on a GPU).
+--sweep times several models and batches in one process (each point --rounds
+times, in each of --precisions), one line or JSON object per point.`
 
 // computeRecord is the object `shoal bench compute --json` prints (info_test
 // reads it).
@@ -34,6 +36,10 @@ type benchComputeFlags struct {
 	observe  bool // --metrics
 	timeline flags.Timeline
 	device   flags.Device
+
+	sweep      string // --sweep, with --precisions and --rounds
+	precisions string
+	rounds     int
 }
 
 func (f *benchComputeFlags) register(fs *flag.FlagSet) {
@@ -48,6 +54,9 @@ func (f *benchComputeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.observe, "metrics", false, "observe each step into Prometheus metrics, as shoal worker --metrics-addr does (to measure their cost)")
 	f.timeline.Register(fs)
 	f.device.Register(fs)
+	fs.StringVar(&f.sweep, "sweep", "", "models and their batches to time in turn, e.g. 'mlp:64,256,1024,4096 cnn:64,256' (instead of --model and --batch; --hidden is the MLP's)")
+	fs.StringVar(&f.precisions, "precisions", "", "with --sweep: the precisions to time each point in, e.g. fp32,bf16,fp16 (default: --precision)")
+	fs.IntVar(&f.rounds, "rounds", 1, "with --sweep: how many times to time each point (the rounds outermost)")
 }
 
 // benchComputeRun is one shoal bench compute, its flags checked: the
@@ -78,6 +87,9 @@ func parseBenchCompute(args []string, stderr io.Writer) (*benchComputeRun, error
 		return nil, err
 	}
 	b.cfg.Seed = b.arch.Seed
+	if b.sweep == "" && (b.precisions != "" || b.rounds != 1) {
+		return nil, fmt.Errorf("--precisions and --rounds: only with --sweep")
+	}
 	return b, nil
 }
 
@@ -86,7 +98,10 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	pm, err := b.buildModel()
+	if b.sweep != "" {
+		return b.runSweep(ctx, stdout)
+	}
+	pm, err := b.buildModel(b.spec)
 	if err != nil {
 		return err
 	}
@@ -98,17 +113,17 @@ func runBenchCompute(ctx context.Context, args []string, stdout, stderr io.Write
 	return b.report(stdout, rec, pm)
 }
 
-// buildModel builds the model to time: on the GPU --device places it on,
-// else on --backend's CPU GEMM path (the gonum one serial: threads is
+// buildModel builds spec's model to time: on the GPU --device places it
+// on, else on --backend's CPU GEMM path (the gonum one serial: threads is
 // then 1).
-func (b *benchComputeRun) buildModel() (flags.Placed, error) {
+func (b *benchComputeRun) buildModel(spec nn.Spec) (flags.Placed, error) {
 	if b.place.OnGPU() {
 		if b.backend != "auto" {
 			return flags.Placed{}, fmt.Errorf("--backend %s: a CPU GEMM path, but --device %s computes on cuda:%d", b.backend, b.device.Choice, b.place.Ordinal)
 		}
-		return b.device.OnGPU(b.spec, b.place)
+		return b.device.OnGPU(spec, b.place)
 	}
-	model, where, why, threads, err := harness.CPUModel(b.spec, b.backend, b.threads)
+	model, where, why, threads, err := harness.CPUModel(spec, b.backend, b.threads)
 	b.threads = threads
 	return flags.Placed{Model: model, Where: where, Why: why, Close: func() {}}, err
 }
@@ -145,4 +160,34 @@ func (b *benchComputeRun) report(stdout io.Writer, rec harness.ComputeRecord, pm
 	}
 	_, err := fmt.Fprint(stdout, rec.Text(flags.DescribeModel(pm.Model)))
 	return err
+}
+
+// runSweep is shoal bench compute --sweep: harness.Sweep over the points,
+// each record printed as it comes.
+func (b *benchComputeRun) runSweep(ctx context.Context, stdout io.Writer) error {
+	if b.timeline.Path != "" || b.observe {
+		return fmt.Errorf("--sweep: not with --metrics or --timeline")
+	}
+	cfg := harness.SweepConfig{Hidden: b.spec.Hidden, Rounds: b.rounds, Warmup: b.cfg.Warmup, Steps: b.cfg.Steps, Seed: b.cfg.Seed}
+	cfg.Precisions = []nn.Precision{b.device.Precision}
+	var err error
+	if b.precisions != "" {
+		if cfg.Precisions, err = harness.ParsePrecisions(b.precisions); err != nil {
+			return err
+		}
+	}
+	if cfg.Models, err = harness.ParseSweep(b.sweep); err != nil {
+		return err
+	}
+	build := func(spec nn.Spec) (harness.Built, error) {
+		pm, err := b.buildModel(spec)
+		return harness.Built{Model: pm.Model, Where: pm.Where, Why: pm.Why, Threads: b.threads, Close: pm.Close}, err
+	}
+	return harness.Sweep(ctx, cfg, build, func(rec harness.ComputeRecord) error {
+		if b.jsonOut {
+			return printJSONLine(stdout, rec)
+		}
+		_, err := fmt.Fprintf(stdout, "round %d: %s", rec.Round, rec.Text(rec.Model))
+		return err
+	})
 }

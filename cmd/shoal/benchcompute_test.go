@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,20 @@ func TestBenchCompute(t *testing.T) {
 		assert.Regexp(t, `^mlp 784-8-10, batch 2, 1 thread\(s\), cpu/gonum: \d+ samples/s \(1 steps in `, out.String())
 	})
 
+	t.Run("sweep", func(t *testing.T) {
+		var out bytes.Buffer
+		args := []string{"--sweep", "mlp:2,4 cnn:1", "--hidden", "8", "--rounds", "2", "--steps", "1", "--warmup", "0", "--backend", "gonum", "--json"}
+		require.NoError(t, runBenchCompute(context.Background(), args, &out, &bytes.Buffer{}))
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var rec harness.ComputeRecord
+			require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+			got = append(got, fmt.Sprintf("%d %s%v %d %s %s", rec.Round, rec.Model, rec.Hidden, rec.Batch, rec.Precision, rec.Backend))
+		}
+		assert.Equal(t, []string{"1 mlp[8] 2 fp32 cpu/gonum", "1 mlp[8] 4 fp32 cpu/gonum", "1 cnn[] 1 fp32 cpu/gonum",
+			"2 mlp[8] 2 fp32 cpu/gonum", "2 mlp[8] 4 fp32 cpu/gonum", "2 cnn[] 1 fp32 cpu/gonum"}, got)
+	})
+
 	t.Run("canceled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -87,6 +102,12 @@ func TestBenchComputeErrors(t *testing.T) {
 		{"stray argument", []string{"mlp"}, `unexpected argument "mlp"`},
 		{"bad device", []string{"--device", "gpu"}, `device "gpu": want auto, cpu, cuda or cuda:N`},
 		{"bad precision", []string{"--precision", "fp8"}, `precision "fp8": want fp32, bf16 or fp16`},
+		{"bad sweep", []string{"--sweep", "mlp:64,x"}, `--sweep "mlp:64,x": batch "x" of mlp`},
+		{"bad precisions", []string{"--sweep", "mlp:64", "--precisions", "fp32,fp4"}, `--precisions "fp32,fp4"`},
+		{"rounds without a sweep", []string{"--rounds", "3"}, "--precisions and --rounds: only with --sweep"},
+		{"sweep with a timeline", []string{"--sweep", "mlp:4", "--metrics"}, "--sweep: not with --metrics or --timeline"},
+		{"sweep in bf16 on the CPU", []string{"--sweep", "mlp:4", "--device", "cpu", "--precisions", "fp32,bf16"},
+			"--precisions bf16: mixed precision runs on a GPU, but mlp computes on cpu/"},
 		{"mixed precision on the CPU", []string{"--device", "cpu", "--precision", "bf16"},
 			"--precision bf16: mixed precision runs on a GPU, but --device cpu computes on the CPU (--device cpu); use --precision fp32 there"},
 	} {
@@ -167,9 +188,23 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
 		assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", rec.Backend)
 		assert.Equal(t, prec, rec.Precision)
+		assert.Equal(t, "on", rec.Graphs, "the steps replayed as CUDA graphs")
 		if prec == "fp16" {
 			assert.Equal(t, float32(1<<16), rec.LossScale, "4 steps of a small model do not overflow")
 		}
+	}
+
+	// One process sweeps batches and precisions; --cuda-graphs=false
+	// launches op by op.
+	out := shoal("bench", "compute", "--device", "cuda", "--sweep", "mlp:4,8", "--precisions", "fp32,bf16", "--hidden", "16",
+		"--steps", "3", "--warmup", "1", "--cuda-graphs=false", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	for _, l := range lines {
+		var rec harness.ComputeRecord
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+		assert.Equal(t, "off: turned off", rec.Graphs)
+		assert.Equal(t, 1, rec.Round)
 	}
 
 	for _, tc := range []struct{ mode, precision string }{{"async", "fp32"}, {"ring", "fp32"}, {"sync", "bf16"}, {"ring", "fp16"}} {

@@ -382,7 +382,8 @@ var readmeRuns = map[string]readmeRun{
 	"make bench-compute": {needs: "torch", needsWhy: "the script compares with PyTorch: Debian's python3-torch",
 		env:   []string{"SHOAL={bin}", "ROUNDS=1", "STEPS=5", "WARMUP=1", "DOC={dir}/BENCHMARKS.md"},
 		setup: copyBenchmarksDoc, check: benchmarksDocHas("`make bench-compute (DEVICE=cpu MODELS=\"mlp cnn\" BATCHES=\"64\" THREADS=1 STEPS=5 WARMUP=1 ROUNDS=1)`")},
-	"make gpubin": {skip: "builds three stripped binaries for a GPU machine (a minute of compiling)", dry: true},
+	"make gpubin":        {skip: "builds two stripped binaries for a GPU machine (a minute of compiling)", dry: true},
+	"make gpu-check-emu": {skip: "builds the binaries of make gpubin and the emulator, then runs scripts/gpu-check.sh on it (minutes)", dry: true},
 	// The GPU lines: where CUDA finds a GPU they run (a few steps), else
 	// they are skipped saying so (TestDeviceCUDAWithoutAGPU checks the
 	// error they give there).
@@ -399,6 +400,13 @@ var readmeRuns = map[string]readmeRun{
 		add: []string{"--steps", "5", "--warmup", "1"}, check: func(t *testing.T, _, stdout string) {
 			r := lastJSON(t, stdout)
 			assert.Contains(t, r["backend"], "cuda:")
+		}},
+	"shoal bench compute --device cuda --hidden 512,512 --sweep mlp:64,256,1024,4096 --precisions fp32,bf16 --rounds 3 --json": {
+		needs: "gpu", needsWhy: "--device cuda needs a CUDA GPU",
+		add: []string{"--steps", "2", "--warmup", "1"}, check: func(t *testing.T, _, stdout string) {
+			lines := strings.Split(strings.TrimSpace(stdout), "\n")
+			assert.Len(t, lines, 24, "4 batches in 2 precisions, 3 rounds")
+			assert.Contains(t, lastJSON(t, stdout)["backend"], "cuda:")
 		}},
 	"make bench-ps": {needs: "torch", needsWhy: "the script compares with PyTorch RPC: Debian's python3-torch",
 		env:   []string{"SHOAL={bin}", "BENCH_PS_ROUNDS=1", "BENCH_PS_STEPS=5", "BENCH_PS_TCP_ITERS=2", "DOC={dir}/BENCHMARKS.md"},

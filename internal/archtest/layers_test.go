@@ -50,6 +50,7 @@ var harnesses = map[string]bool{
 	"internal/composetest":      true,
 	"internal/archtest":         true,
 	"internal/cudaemu":          true,
+	"internal/cudaemu/emubuild": true,
 	"collective/collectivetest": true,
 	"nn/devicetest":             true,
 	"deploy":                    true,

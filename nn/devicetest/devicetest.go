@@ -37,6 +37,7 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("TrainStep", func(t *testing.T) { testTrainStep(t, dev) })
 	t.Run("MixedPrecision", func(t *testing.T) { testMixed(t, dev) })
 	t.Run("LossScale", func(t *testing.T) { testLossScale(t, dev) })
+	t.Run("Graph", func(t *testing.T) { testGraphs(t, dev) })
 }
 
 // buf is device memory with its length, freed at the end of the test.
@@ -256,12 +257,25 @@ func testBiasGrad(t *testing.T, dev nn.Device) {
 		n, ch, hw := sh[0], sh[1], sh[2]
 		dy := randVec(rng, n*ch*hw)
 		db := poisoned(t, dev, ch)
-		dev.BiasGrad(db.m, put(t, dev, dy).m, n, ch, hw)
+		dev.BiasGrad(db.m, put(t, dev, dy).m, nn.Mem{}, n, ch, hw)
 		want := make([]float64, ch)
 		for i, v := range dy {
 			want[(i/hw)%ch] += float64(v)
 		}
-		near(t, fmt.Sprintf("n=%d ch=%d hw=%d", n, ch, hw), want, get(t, dev, db), 1e-6*float64(n*hw+4))
+		name := fmt.Sprintf("n=%d ch=%d hw=%d", n, ch, hw)
+		near(t, name, want, get(t, dev, db), 1e-6*float64(n*hw+4))
+
+		// Fused with the ReLU's backward: what ReLUBackward then
+		// BiasGrad give, bit for bit, dy masked in place.
+		y := randVec(rng, n*ch*hw)
+		y[0] = 0
+		dy1, dy2, db1, db2 := put(t, dev, dy), put(t, dev, dy), poisoned(t, dev, ch), poisoned(t, dev, ch)
+		yd := put(t, dev, y)
+		dev.ReLUBackward(dy1.m, yd.m, n*ch*hw)
+		dev.BiasGrad(db1.m, dy1.m, nn.Mem{}, n, ch, hw)
+		dev.BiasGrad(db2.m, dy2.m, yd.m, n, ch, hw)
+		same(t, name+" fused: dy", get(t, dev, dy1), get(t, dev, dy2))
+		same(t, name+" fused: db", get(t, dev, db1), get(t, dev, db2))
 	}
 }
 

@@ -13,6 +13,11 @@
 // the work of such a thread. Streams are synchronous.
 // SHOAL_EMU_SYNC_ERROR=N makes every cuStreamSynchronize return N (700: a
 // lost context), to test how the Go side takes it.
+// CUDA graphs: a capture records the stream's operations (nodes) instead
+// of running them, a kernel's parameters copied by their sizes (which the
+// generated part gives), and cuGraphLaunch runs them in order;
+// synchronizing or launching a graph while capturing breaks the capture,
+// as the driver's do. SHOAL_EMU_NO_GRAPHS=1 refuses every capture.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +34,8 @@ shoal_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 struct shoal_emu_fn {
 	void (*wrapper)(void **);
 	int syncs;
+	int nparams;
+	size_t sizes[16]; // each parameter's, for a graph's copy of them
 };
 extern "C" shoal_emu_fn *shoal_emu_kernel(const char *name);
 
@@ -186,67 +193,77 @@ unsigned int shoal_emu_shfl(unsigned int v, int src, int down)
 	return from >= 0 && from < count ? slots[base + from] : v;
 }
 
-extern "C" {
+// ---- CUDA graphs: what a capture recorded, replayed in order ----
+namespace {
 
-// ---- The driver API ----
-CUresult cuInit(unsigned int) { return 0; }
-CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return ordinal == 0 ? 0 : 101; }
-CUresult cuDeviceGetName(char *s, int n, int) { snprintf(s, n, "Shoal CUDA emulator"); return 0; }
-CUresult cuDeviceGetAttribute(int *v, int attr, int)
+enum nodeKind { nodeKernel, nodeHtoD, nodeDtoH, nodeMemset, nodeSgemm, nodeGemmEx };
+
+struct node {
+	nodeKind kind;
+	// A kernel: its function, grid and block, and its parameters' copies.
+	void *f;
+	unsigned int dims[6];
+	int nparams;
+	void *params[16];
+	// A copy or memset: device address, host address, bytes or count, value.
+	CUdeviceptr d;
+	void *h;
+	size_t n;
+	unsigned int v;
+	// A GEMM: its arguments, alpha and beta by value.
+	int ta, tb, m, nn, k, lda, ldb, ldc, atype, btype, ctype, compute;
+	float alpha, beta;
+	const void *a, *b;
+	void *c;
+};
+
+struct graph {
+	node *nodes;
+	int n, cap;
+};
+
+// A stream: whether it is capturing, into which graph, and whether an
+// operation a capture cannot hold broke it. cuBLAS's handle points to its
+// stream: the library is loaded under four names, each copy with its
+// own globals, and the stream is what they share.
+struct stream {
+	bool capturing, broken;
+	graph *captured;
+};
+
+struct blasHandle {
+	stream *s;
+};
+
+node *record(stream *st, nodeKind kind)
 {
-	*v = attr == 75 ? 8 : attr == 76 ? 0 : 0; // compute capability 8.0
-	return 0;
+	graph *g = st->captured;
+	if (g->n == g->cap) {
+		g->cap = g->cap ? 2 * g->cap : 64;
+		g->nodes = (node *)realloc(g->nodes, g->cap * sizeof(node));
+	}
+	node *nd = &g->nodes[g->n++];
+	memset(nd, 0, sizeof *nd);
+	nd->kind = kind;
+	return nd;
 }
-CUresult cuDeviceTotalMem_v2(size_t *n, int) { *n = (size_t)1 << 30; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **c, int) { *c = (void *)1; return 0; }
-CUresult cuDevicePrimaryCtxRelease_v2(int) { return 0; }
-CUresult cuCtxSetCurrent(void *) { return 0; }
-CUresult cuStreamCreate(void **s, unsigned int) { *s = (void *)2; return 0; }
-CUresult cuStreamDestroy_v2(void *) { return 0; }
-CUresult cuStreamSynchronize(void *)
+
+void freeGraph(graph *g)
 {
-	const char *e = getenv("SHOAL_EMU_SYNC_ERROR");
-	return e ? atoi(e) : 0;
+	for (int i = 0; i < g->n; i++)
+		for (int p = 0; p < g->nodes[i].nparams; p++)
+			free(g->nodes[i].params[p]);
+	free(g->nodes);
+	free(g);
 }
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
-{
-	void *m = malloc(n ? n : 1);
-	*p = (CUdeviceptr)(uintptr_t)m;
-	return m ? 0 : 2;
-}
-CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
-CUresult cuMemHostAlloc(void **p, size_t n, unsigned int) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
-CUresult cuMemFreeHost(void *p) { free(p); return 0; }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *) { memcpy((void *)(uintptr_t)d, h, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *) { memcpy(h, (void *)(uintptr_t)d, n); return 0; }
-CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, void *)
-{
-	unsigned int *p = (unsigned int *)(uintptr_t)d;
-	for (size_t i = 0; i < n; i++)
-		p[i] = v;
-	return 0;
-}
-CUresult cuModuleLoadData(void **m, const void *image)
-{
-	if (memcmp(image, cubin, sizeof cubin) != 0)
-		return 200; // CUDA_ERROR_INVALID_IMAGE
-	*m = (void *)3;
-	return 0;
-}
-CUresult cuModuleUnload(void *) { return 0; }
-CUresult cuModuleGetFunction(void **f, void *, const char *name)
-{
-	*f = (void *)shoal_emu_kernel(name);
-	return *f ? 0 : 500; // CUDA_ERROR_NOT_FOUND
-}
-CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-			unsigned int bz, unsigned int, void *, void **params, void **)
+
+} // namespace
+
+// runKernel runs a kernel's grid, its blocks one after the other.
+static CUresult runKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+			  unsigned int bz, void **params)
 {
 	unsigned int n = bx * by * bz;
-	if (n == 0 || n > (unsigned int)maxThreads || gx * gy * gz == 0)
-		return 1; // CUDA_ERROR_INVALID_VALUE
 	static launchState s;
 	if (!s.fibers[0].stack)
 		for (int t = 0; t < maxThreads; t++)
@@ -269,9 +286,216 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 			}
 	return 0;
 }
+
+extern "C" {
+
+// How many times cuGraphLaunch ran a graph (package cudaemu's
+// GraphLaunchesSymbol).
+long long shoal_emu_graph_launches;
+
+int cublasSgemm_v2(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *a, int lda,
+		   const float *b, int ldb, const float *beta, float *c, int ldc);
+int cublasGemmEx(void *, int ta, int tb, int m, int n, int k, const void *alpha, const void *a, int atype, int lda,
+		 const void *b, int btype, int ldb, const void *beta, void *c, int ctype, int ldc, int compute, int);
+
+CUresult cuStreamBeginCapture_v2(void *hs, int)
+{
+	stream *s = (stream *)hs;
+	const char *e = getenv("SHOAL_EMU_NO_GRAPHS");
+	if (e && *e && strcmp(e, "0") != 0)
+		return 801; // CUDA_ERROR_NOT_SUPPORTED
+	if (!s || s->capturing)
+		return 401; // CUDA_ERROR_ILLEGAL_STATE
+	s->capturing = true;
+	s->broken = false;
+	s->captured = (graph *)calloc(1, sizeof(graph));
+	return 0;
+}
+CUresult cuStreamEndCapture(void *hs, void **g)
+{
+	stream *s = (stream *)hs;
+	if (!s || !s->capturing)
+		return 401;
+	s->capturing = false;
+	*g = NULL;
+	if (s->broken) {
+		freeGraph(s->captured);
+		return 901; // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	}
+	*g = s->captured;
+	return 0;
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long long)
+{
+	// The executable graph is the graph itself: nothing is compiled.
+	*exec = g;
+	return 0;
+}
+CUresult cuGraphLaunch(void *exec, void *hs)
+{
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		s->broken = true;
+		return 900; // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	}
+	graph *g = (graph *)exec;
+	shoal_emu_graph_launches++;
+	for (int i = 0; i < g->n; i++) {
+		node *nd = &g->nodes[i];
+		CUresult r = 0;
+		switch (nd->kind) {
+		case nodeKernel:
+			r = runKernel(nd->f, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->params);
+			break;
+		case nodeHtoD:
+			memcpy((void *)(uintptr_t)nd->d, nd->h, nd->n);
+			break;
+		case nodeDtoH:
+			memcpy(nd->h, (void *)(uintptr_t)nd->d, nd->n);
+			break;
+		case nodeMemset:
+			for (size_t j = 0; j < nd->n; j++)
+				((unsigned int *)(uintptr_t)nd->d)[j] = nd->v;
+			break;
+		case nodeSgemm:
+			r = cublasSgemm_v2(NULL, nd->ta, nd->tb, nd->m, nd->nn, nd->k, &nd->alpha, (const float *)nd->a, nd->lda,
+					   (const float *)nd->b, nd->ldb, &nd->beta, (float *)nd->c, nd->ldc);
+			break;
+		case nodeGemmEx:
+			r = cublasGemmEx(NULL, nd->ta, nd->tb, nd->m, nd->nn, nd->k, &nd->alpha, nd->a, nd->atype, nd->lda, nd->b,
+					 nd->btype, nd->ldb, &nd->beta, nd->c, nd->ctype, nd->ldc, nd->compute, -1);
+			break;
+		}
+		if (r)
+			return 719; // CUDA_ERROR_LAUNCH_FAILED
+	}
+	return 0;
+}
+CUresult cuGraphExecDestroy(void *) { return 0; } // the graph's own, freed with it
+CUresult cuGraphDestroy(void *g)
+{
+	freeGraph((graph *)g);
+	return 0;
+}
+
+// ---- The driver API ----
+CUresult cuInit(unsigned int) { return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return ordinal == 0 ? 0 : 101; }
+CUresult cuDeviceGetName(char *s, int n, int) { snprintf(s, n, "Shoal CUDA emulator"); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int)
+{
+	*v = attr == 75 ? 8 : attr == 76 ? 0 : 0; // compute capability 8.0
+	return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t *n, int) { *n = (size_t)1 << 30; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int) { *c = (void *)1; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int) { return 0; }
+CUresult cuCtxSetCurrent(void *) { return 0; }
+CUresult cuStreamCreate(void **s, unsigned int)
+{
+	*s = calloc(1, sizeof(stream));
+	return 0;
+}
+CUresult cuStreamDestroy_v2(void *s)
+{
+	free(s);
+	return 0;
+}
+CUresult cuStreamSynchronize(void *hs)
+{
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		s->broken = true;
+		return 900; // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	}
+	const char *e = getenv("SHOAL_EMU_SYNC_ERROR");
+	return e ? atoi(e) : 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	void *m = malloc(n ? n : 1);
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return m ? 0 : 2;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned int) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *hs)
+{
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		node *nd = record(s, nodeHtoD);
+		nd->d = d, nd->h = (void *)h, nd->n = n;
+		return 0;
+	}
+	memcpy((void *)(uintptr_t)d, h, n);
+	return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *hs)
+{
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		node *nd = record(s, nodeDtoH);
+		nd->d = d, nd->h = h, nd->n = n;
+		return 0;
+	}
+	memcpy(h, (void *)(uintptr_t)d, n);
+	return 0;
+}
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, void *hs)
+{
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		node *nd = record(s, nodeMemset);
+		nd->d = d, nd->v = v, nd->n = n;
+		return 0;
+	}
+	unsigned int *p = (unsigned int *)(uintptr_t)d;
+	for (size_t i = 0; i < n; i++)
+		p[i] = v;
+	return 0;
+}
+CUresult cuModuleLoadData(void **m, const void *image)
+{
+	if (memcmp(image, cubin, sizeof cubin) != 0)
+		return 200; // CUDA_ERROR_INVALID_IMAGE
+	*m = (void *)3;
+	return 0;
+}
+CUresult cuModuleUnload(void *) { return 0; }
+CUresult cuModuleGetFunction(void **f, void *, const char *name)
+{
+	*f = (void *)shoal_emu_kernel(name);
+	return *f ? 0 : 500; // CUDA_ERROR_NOT_FOUND
+}
+CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+			unsigned int bz, unsigned int, void *hs, void **params, void **)
+{
+	unsigned int n = bx * by * bz;
+	if (n == 0 || n > (unsigned int)maxThreads || gx * gy * gz == 0)
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	stream *s = (stream *)hs;
+	if (s && s->capturing) {
+		shoal_emu_fn *k = (shoal_emu_fn *)f;
+		node *nd = record(s, nodeKernel);
+		nd->f = f;
+		nd->dims[0] = gx, nd->dims[1] = gy, nd->dims[2] = gz, nd->dims[3] = bx, nd->dims[4] = by, nd->dims[5] = bz;
+		nd->nparams = k->nparams;
+		for (int i = 0; i < k->nparams; i++) {
+			nd->params[i] = malloc(k->sizes[i]);
+			memcpy(nd->params[i], params[i], k->sizes[i]);
+		}
+		return 0;
+	}
+	return runKernel(f, gx, gy, gz, bx, by, bz, params);
+}
+
 CUresult cuGetErrorName(CUresult r, const char **s)
 {
-	*s = r == 700 ? "CUDA_ERROR_ILLEGAL_ADDRESS" : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_EMULATOR";
+	*s = r == 700 ? "CUDA_ERROR_ILLEGAL_ADDRESS" : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : r == 801 ? "CUDA_ERROR_NOT_SUPPORTED" :
+	     r == 900 ? "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" : r == 901 ? "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED" : "CUDA_ERROR_EMULATOR";
 	return 0;
 }
 CUresult cuGetErrorString(CUresult r, const char **s)
@@ -281,12 +505,40 @@ CUresult cuGetErrorString(CUresult r, const char **s)
 }
 
 // ---- cuBLAS: column-major C = alpha·op(A)·op(B) + beta·C ----
-int cublasCreate_v2(void **h) { *h = (void *)4; return 0; }
-int cublasDestroy_v2(void *) { return 0; }
-int cublasSetStream_v2(void *, void *) { return 0; }
-int cublasSgemm_v2(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *a, int lda,
+int cublasCreate_v2(void **h)
+{
+	*h = calloc(1, sizeof(blasHandle));
+	return 0;
+}
+int cublasDestroy_v2(void *h)
+{
+	free(h);
+	return 0;
+}
+int cublasSetStream_v2(void *h, void *s)
+{
+	((blasHandle *)h)->s = (stream *)s;
+	return 0;
+}
+int cublasSetWorkspace_v2(void *, CUdeviceptr, size_t) { return 0; }
+
+// capturingStream is the handle's stream when it is capturing (a graph
+// replays its GEMMs with no handle).
+static stream *capturingStream(void *h)
+{
+	stream *s = h ? ((blasHandle *)h)->s : NULL;
+	return s && s->capturing ? s : NULL;
+}
+
+int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *a, int lda,
 		   const float *b, int ldb, const float *beta, float *c, int ldc)
 {
+	if (stream *s = capturingStream(h)) {
+		node *nd = record(s, nodeSgemm);
+		nd->ta = ta, nd->tb = tb, nd->m = m, nd->nn = n, nd->k = k, nd->lda = lda, nd->ldb = ldb, nd->ldc = ldc;
+		nd->alpha = *alpha, nd->beta = *beta, nd->a = a, nd->b = b, nd->c = c;
+		return 0;
+	}
 	for (int j = 0; j < n; j++)
 		for (int i = 0; i < m; i++) {
 			double s = 0;
@@ -328,11 +580,18 @@ static double emuElement(const void *p, int type, size_t i)
 // cublasGemmEx for what package gpu asks: A and B of one type (float,
 // half or bfloat16), C float, CUBLAS_COMPUTE_32F (68); anything else is
 // CUBLAS_STATUS_NOT_SUPPORTED (15).
-int cublasGemmEx(void *, int ta, int tb, int m, int n, int k, const void *alpha, const void *a, int atype, int lda,
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *a, int atype, int lda,
 		 const void *b, int btype, int ldb, const void *beta, void *c, int ctype, int ldc, int compute, int)
 {
 	if (atype != btype || (atype != 0 && atype != 2 && atype != 14) || ctype != 0 || compute != 68)
 		return 15;
+	if (stream *s = capturingStream(h)) {
+		node *nd = record(s, nodeGemmEx);
+		nd->ta = ta, nd->tb = tb, nd->m = m, nd->nn = n, nd->k = k, nd->lda = lda, nd->ldb = ldb, nd->ldc = ldc;
+		nd->atype = atype, nd->btype = btype, nd->ctype = ctype, nd->compute = compute;
+		nd->alpha = *(const float *)alpha, nd->beta = *(const float *)beta, nd->a = a, nd->b = b, nd->c = c;
+		return 0;
+	}
 	if (m == 0 || n == 0)
 		return 0;
 	// Each operand widened once, as far as it reaches: the last of its
