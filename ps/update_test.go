@@ -62,9 +62,9 @@ func TestUpdateRulesByHand(t *testing.T) {
 		rule Update
 		want []float32
 	}{
-		{UpdateFull, []float32{0 - 2 - 1, 1 - 2 - 2, 2 - 2 + 1, 3 - 2 - 0.5}},
+		{UpdateFull, []float32{0 - 2 - 1, 1 - 2 - 2, 2 + 1 - 2, 3 - 2 - 0.5}},
 		{UpdateAverage, []float32{0 - 0.5 - 0.25, 1 - 0.5 - 0.5, 2 - 0.5 + 0.25, 3 - 0.5 - 0.125}},
-		{UpdateStaleness, []float32{0 - 2 - 0.5, 1 - 2 - 1, 2 - 2 + 0.5, 3 - 2 - 0.25}},
+		{UpdateStaleness, []float32{0 - 2 - 0.5, 1 - 2 - 1, 2 + 0.5 - 2, 3 - 2 - 0.25}},
 		{UpdateDCASGD, []float32{-2 - 0, -1 + 2, 0 + 2, 1 - 0.25}},
 	} {
 		t.Run(tc.rule.String(), func(t *testing.T) {
