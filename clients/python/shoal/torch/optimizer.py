@@ -30,8 +30,8 @@ from shoal.torch.compression import Compression
 # A bucket's allreduce starts only once all of its gradients are ready, so
 # the bucket size bounds how much communication overlaps backward: with
 # Horovod's 64 MiB, a model under 64 MiB (resnet18's 47 MB) was one bucket
-# sent after backward, and trained at about 0.5-0.8x of 25 MiB's img/s on 2
-# cores (DDP's default bucket; 4 and 8 MiB did as well as 25).
+# sent after backward. 25 MiB is DDP's default (docs/BENCHMARKS.md, "Horovod's
+# PyTorch API", has the measurement).
 DEFAULT_FUSION_BYTES = 25 << 20
 
 
