@@ -107,6 +107,25 @@ func (c *cutTransport) Shutdown() error {
 	return err
 }
 
+// startCut starts a member named name over a cutTransport, with the
+// default detection changed by tune.
+func startCut(t *testing.T, name string, rank int, tune func(*Detection)) (*Membership, *cutTransport) {
+	t.Helper()
+	tr := newCutTransport(t)
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Meta = name, Meta{Role: RoleWorker, Rank: rank, GRPCAddr: "127.0.0.1:1"}
+	tune(&cfg.Detection)
+	// Missed probes would stretch the probe timeout up to this multiple;
+	// memberlist's Shutdown does not wait for a probe in flight, so a
+	// stretched one would outlive the test for goleak.
+	cfg.Detection.AwarenessMaxMultiplier = 1
+	cfg.transport, cfg.BindPort = tr, tr.GetAutoBindPort()
+	m, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m, tr
+}
+
 // TestAPartitionLongerThanGossipToTheDeadHeals: a node cut off long
 // enough for each side to declare the other dead, and for memberlist to
 // stop gossiping to the dead (GossipToTheDeadTime is made negligible
@@ -117,20 +136,10 @@ func TestAPartitionLongerThanGossipToTheDeadHeals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	start := func(name string, rank int) (*Membership, *cutTransport) {
-		tr := newCutTransport(t)
-		cfg := DefaultConfig()
-		cfg.Name, cfg.Meta = name, Meta{Role: RoleWorker, Rank: rank, GRPCAddr: "127.0.0.1:1"}
-		cfg.Detection.GossipToTheDeadTime = time.Nanosecond
-		cfg.Detection.ReconnectInterval = 100 * time.Millisecond
-		// Missed probes would stretch the probe timeout up to this
-		// multiple; memberlist's Shutdown does not wait for a probe in
-		// flight, so a stretched one would outlive the test for goleak.
-		cfg.Detection.AwarenessMaxMultiplier = 1
-		cfg.transport, cfg.BindPort = tr, tr.GetAutoBindPort()
-		m, err := New(cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = m.Close() })
-		return m, tr
+		return startCut(t, name, rank, func(d *Detection) {
+			d.GossipToTheDeadTime = time.Nanosecond
+			d.ReconnectInterval = 100 * time.Millisecond
+		})
 	}
 	a, _ := start("w0", 0)
 	b, _ := start("w1", 1)

@@ -31,15 +31,7 @@ func TestAStalledNodeIsNotDeclaredDead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	start := func(name string, rank int) (*Membership, *cutTransport) {
-		tr := newCutTransport(t)
-		cfg := DefaultConfig()
-		cfg.Name, cfg.Meta = name, Meta{Role: RoleWorker, Rank: rank, GRPCAddr: "127.0.0.1:1"}
-		cfg.Detection.AwarenessMaxMultiplier = 1 // see TestAPartitionLongerThanGossipToTheDeadHeals
-		cfg.transport, cfg.BindPort = tr, tr.GetAutoBindPort()
-		m, err := New(cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = m.Close() })
-		return m, tr
+		return startCut(t, name, rank, func(*Detection) {})
 	}
 	a, _ := start("w0", 0)
 	b, _ := start("w1", 1)

@@ -285,18 +285,23 @@ func TestHorovodOptimizerRingEquivalence(t *testing.T) {
 			for r, rr := range res {
 				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
 				assert.Equal(t, tc.wantBuckets, rr.out["buckets"], "rank %d's fusion buckets", r)
-				got := rr.out["params"].(map[string]any)
-				for name, w := range want {
-					wv, gv := floats(w), floats(got[name])
-					require.Len(t, gv, len(wv), "rank %d %s", r, name)
-					for i := range wv {
-						// float32 sums in another order over 12 steps:
-						// relative error 1e-5, absolute 1e-6 near zero.
-						assert.InDelta(t, wv[i], gv[i], math.Max(1e-5*math.Abs(wv[i]), 1e-6), "rank %d %s[%d]", r, name, i)
-					}
-				}
+				assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
 			}
 		})
+	}
+}
+
+// assertParamsNear checks rank r's parameters against want: float32 sums
+// in another order over 12 steps, relative error 1e-5, absolute 1e-6 near
+// zero.
+func assertParamsNear(t *testing.T, want, got map[string]any, r int) {
+	t.Helper()
+	for name, w := range want {
+		wv, gv := floats(w), floats(got[name])
+		require.Len(t, gv, len(wv), "rank %d %s", r, name)
+		for i := range wv {
+			assert.InDelta(t, wv[i], gv[i], math.Max(1e-5*math.Abs(wv[i]), 1e-6), "rank %d %s[%d]", r, name, i)
+		}
 	}
 }
 
@@ -444,14 +449,7 @@ func TestHorovodOptimizerPSEquivalence(t *testing.T) {
 		stats := rr.out["ps"].(map[string]any)
 		assert.Equal(t, 12.0, stats["steps"], "rank %d pushed every step", r)
 		assert.Equal(t, 0.0, rr.out["buckets"], "rank %d: no ring buckets on the parameter servers", r)
-		got := rr.out["params"].(map[string]any)
-		for name, w := range want {
-			wv, gv := floats(w), floats(got[name])
-			require.Len(t, gv, len(wv), "rank %d %s", r, name)
-			for i := range wv {
-				assert.InDelta(t, wv[i], gv[i], math.Max(1e-5*math.Abs(wv[i]), 1e-6), "rank %d %s[%d]", r, name, i)
-			}
-		}
+		assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
 	}
 }
 
