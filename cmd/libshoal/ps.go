@@ -53,8 +53,10 @@ func parseLayout(js *C.char) (nn.Layout, error) {
 	return l, nil
 }
 
+// floatSlice is n floats at p; nil for a nil pointer or n <= 0 (the
+// session then refuses the length, where unsafe.Slice would panic).
 func floatSlice(p unsafe.Pointer, n C.int64_t) []float32 {
-	if n == 0 {
+	if p == nil || n <= 0 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(p), int(n))
