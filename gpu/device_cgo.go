@@ -495,7 +495,9 @@ func (d *Device) GemmHalf(tA, tB bool, m, n, k int, alpha float32, a nn.Mem, lda
 // (the kernels loop over the rest).
 const (
 	blockThreads = 256
-	maxBlocks    = 65535
+	// colSumThreads is shoal_col_sum's block: 32 columns × 32 row slices.
+	colSumThreads = 1024
+	maxBlocks     = 65535
 )
 
 // args packs kernel arguments with their natural alignment.
@@ -566,8 +568,8 @@ func (d *Device) BiasAct(y, b nn.Mem, n, ch, hw int, relu bool) {
 // BiasGrad: see nn.Device.
 func (d *Device) BiasGrad(db, dy, y nn.Mem, n, ch, hw int) {
 	a := new(args).ptr(ptr("BiasGrad", db, ch)).ptr(ptr("BiasGrad", dy, n*ch*hw)).ptr(ptr("BiasGrad", y, n*ch*hw)).i(n).i(ch)
-	if hw == 1 {
-		d.launch(kColSum, ch, blockThreads, a)
+	if hw == 1 { // 32 columns a block, 32 row slices
+		d.launch(kColSum, (ch+31)/32*colSumThreads, colSumThreads, a)
 		return
 	}
 	// One block per channel.
@@ -595,15 +597,22 @@ func (d *Device) SGDMomentum(p, buf, g nn.Mem, n int, lr, mu, wd float32, nester
 }
 
 // Im2Col: see nn.Device.
-func (d *Device) Im2Col(x, col nn.Mem, c, h, w, kh, kw, pad, oh, ow int) {
-	a := new(args).ptr(ptr("Im2Col", x, c*h*w)).ptr(ptr("Im2Col", col, c*kh*kw*oh*ow)).i(c).i(h).i(w).i(kh).i(kw).i(pad).i(oh).i(ow)
-	d.launch(kIm2col, c*kh*kw*oh*ow, blockThreads, a)
+func (d *Device) Im2Col(x, col nn.Mem, n, c, h, w, kh, kw, pad, oh, ow int) {
+	size := c * kh * kw * n * oh * ow
+	a := new(args).ptr(ptr("Im2Col", x, n*c*h*w)).ptr(ptr("Im2Col", col, size)).i(n).i(c).i(h).i(w).i(kh).i(kw).i(pad).i(oh).i(ow)
+	d.launch(kIm2col, size, blockThreads, a)
 }
 
 // Col2Im: see nn.Device.
-func (d *Device) Col2Im(col, dx nn.Mem, c, h, w, kh, kw, pad, oh, ow int) {
-	a := new(args).ptr(ptr("Col2Im", col, c*kh*kw*oh*ow)).ptr(ptr("Col2Im", dx, c*h*w)).i(c).i(h).i(w).i(kh).i(kw).i(pad).i(oh).i(ow)
-	d.launch(kCol2im, c*h*w, blockThreads, a)
+func (d *Device) Col2Im(col, dx nn.Mem, n, c, h, w, kh, kw, pad, oh, ow int) {
+	a := new(args).ptr(ptr("Col2Im", col, c*kh*kw*n*oh*ow)).ptr(ptr("Col2Im", dx, n*c*h*w)).i(n).i(c).i(h).i(w).i(kh).i(kw).i(pad).i(oh).i(ow)
+	d.launch(kCol2im, n*c*h*w, blockThreads, a)
+}
+
+// SwapAxes: see nn.Device.
+func (d *Device) SwapAxes(dst, src nn.Mem, a, b, c int) {
+	p := new(args).ptr(ptr("SwapAxes", dst, a*b*c)).ptr(ptr("SwapAxes", src, a*b*c)).i(a).i(b).i(c)
+	d.launch(kSwapAxes, a*b*c, blockThreads, p)
 }
 
 // MaxPoolForward: see nn.Device.

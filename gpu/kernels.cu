@@ -126,23 +126,40 @@ extern "C" __global__ void shoal_relu_backward(float* dy, const float* y, int n)
 }
 
 // shoal_col_sum overwrites out (cols) with the column sums of x
-// (rows×cols), the bias gradient, adding rows 0, 1, … in order from 0 as
-// nn's dense backward does (so the result is bit-identical). Unless y is
-// null (a ReLU's output, rows×cols), x is first zeroed in place where y
-// is not > 0, as shoal_relu_backward: the ReLU's backward fused into the
-// sum, one pass over x instead of two. N = cols.
+// (rows×cols), the bias gradient. Each block takes 32 columns at a time,
+// one per lane; its blockDim.x/32 row slices each sum rows slice,
+// slice + slices, … in order, and then the slices' sums are added in
+// order: a fixed order, so every run and every graph replay gives the
+// same bits, within rounding of nn's row-by-row sum (one thread per
+// column summing every row, nn's order, took milliseconds at 4,096 rows).
+// Unless y is null (a ReLU's output, rows×cols), x is first zeroed in
+// place where y is not > 0, as shoal_relu_backward: the ReLU's backward
+// fused into the sum, one pass over x instead of two. Launched with a
+// block of a multiple of 32 threads, at most 1024; any grid.
 extern "C" __global__ void shoal_col_sum(float* out, float* x, const float* y, int rows, int cols)
 {
-	SHOAL_FOR(c, cols)
-	{
+	__shared__ float part[1024]; // a slice's sum per thread
+	int lane = threadIdx.x & 31, slice = threadIdx.x >> 5, slices = blockDim.x >> 5;
+	for (long long c0 = (long long)blockIdx.x * 32; c0 < cols; c0 += (long long)gridDim.x * 32) {
+		long long c = c0 + lane;
 		float s = 0.0f;
-		for (int r = 0; r < rows; r++) {
-			long long i = (long long)r * cols + c;
-			if (y != 0 && !(y[i] > 0.0f))
-				x[i] = 0.0f;
-			s += x[i];
+		if (c < cols) {
+			for (int r = slice; r < rows; r += slices) {
+				long long i = (long long)r * cols + c;
+				if (y != 0 && !(y[i] > 0.0f))
+					x[i] = 0.0f;
+				s += x[i];
+			}
 		}
-		out[c] = s;
+		__syncthreads(); // the previous columns' sums are read
+		part[threadIdx.x] = s;
+		__syncthreads();
+		if (slice == 0 && c < cols) {
+			float t = 0.0f;
+			for (int k = 0; k < slices; k++)
+				t += part[k * 32 + lane];
+			out[c] = t;
+		}
 	}
 }
 
@@ -247,48 +264,56 @@ extern "C" __global__ void shoal_unscale(float* g, int n, float s, int* found)
 
 // ---- Convolution ---------------------------------------------------------
 
-// shoal_im2col writes col ((c·kh·kw)×(oh·ow)), the receptive fields of one
-// sample x (c×h×w), stride 1, zero padding pad, as nn's im2col: row
-// (ci·kh+i)·kw+j, column oy·ow+ox holds x[ci][oy+i-pad][ox+j-pad], or 0
-// outside the image. N = c·kh·kw·oh·ow, one thread per entry of col.
-extern "C" __global__ void shoal_im2col(const float* x, float* col, int c, int h, int w, int kh, int kw, int pad,
-					int oh, int ow)
+// shoal_im2col writes col ((c·kh·kw)×(n·oh·ow)), the receptive fields of
+// n samples x (n×c×h×w), stride 1, zero padding pad, as nn's im2col per
+// sample with the samples side by side: row (ci·kh+i)·kw+j, column
+// s·oh·ow + oy·ow+ox holds sample s's x[ci][oy+i-pad][ox+j-pad], or 0
+// outside the image; so one GEMM convolves the batch. N = c·kh·kw·n·oh·ow,
+// one thread per entry of col.
+extern "C" __global__ void shoal_im2col(const float* x, float* col, int n, int c, int h, int w, int kh, int kw,
+					int pad, int oh, int ow)
 {
-	SHOAL_FOR(t, (long long)c * kh * kw * oh * ow)
+	long long cols = (long long)n * oh * ow;
+	SHOAL_FOR(t, (long long)c * kh * kw * cols)
 	{
-		int q = (int)t;
+		long long r = t / cols;
+		int q = (int)(t - r * cols);
 		int ox = q % ow;
 		q /= ow;
 		int oy = q % oh;
-		q /= oh;
-		int j = q % kw;
-		q /= kw;
-		int i = q % kh;
-		int ci = q / kh;
+		int s = q / oh;
+		int rr = (int)r;
+		int j = rr % kw;
+		rr /= kw;
+		int i = rr % kh;
+		int ci = rr / kh;
 		int iy = oy + i - pad, ix = ox + j - pad;
 		float v = 0.0f;
 		if (iy >= 0 && iy < h && ix >= 0 && ix < w)
-			v = x[(ci * h + iy) * w + ix];
+			v = x[(((long long)s * c + ci) * h + iy) * w + ix];
 		col[t] = v;
 	}
 }
 
-// shoal_col2im is the adjoint of shoal_im2col for one sample: it
-// OVERWRITES dx (c×h×w) with, per element, the sum of the entries of col
-// that im2col copied from it. (nn's col2im adds onto dx, which its caller
+// shoal_col2im is the adjoint of shoal_im2col: it OVERWRITES dx
+// (n×c×h×w) with, per element, the sum of the entries of col that
+// im2col copied from it. (nn's col2im adds onto dx, which its caller
 // clears first; this is that pair.) Each thread gathers one element's sum,
 // taps (i, j) in row-major order from 0, the order in which nn's col2im
-// adds them, so no atomics and the same bits. N = c·h·w.
-extern "C" __global__ void shoal_col2im(const float* col, float* dx, int c, int h, int w, int kh, int kw, int pad,
-					int oh, int ow)
+// adds them, so no atomics and the same bits. N = n·c·h·w.
+extern "C" __global__ void shoal_col2im(const float* col, float* dx, int n, int c, int h, int w, int kh, int kw,
+					int pad, int oh, int ow)
 {
-	SHOAL_FOR(t, (long long)c * h * w)
+	long long cols = (long long)n * oh * ow;
+	SHOAL_FOR(t, (long long)n * c * h * w)
 	{
-		int q = (int)t;
-		int ix = q % w;
+		long long q = t;
+		int ix = (int)(q % w);
 		q /= w;
-		int iy = q % h;
-		int ci = q / h;
+		int iy = (int)(q % h);
+		q /= h;
+		int ci = (int)(q % c);
+		int sm = (int)(q / c);
 		float s = 0.0f;
 		for (int i = 0; i < kh; i++) {
 			int oy = iy - i + pad;
@@ -298,10 +323,24 @@ extern "C" __global__ void shoal_col2im(const float* col, float* dx, int c, int 
 				int ox = ix - j + pad;
 				if (ox < 0 || ox >= ow)
 					continue;
-				s += col[(long long)((ci * kh + i) * kw + j) * (oh * ow) + oy * ow + ox];
+				s += col[(long long)((ci * kh + i) * kw + j) * cols + (long long)sm * oh * ow + oy * ow + ox];
 			}
 		}
 		dx[t] = s;
+	}
+}
+
+// shoal_swap_axes writes src (a×b×c) into dst as b×a×c: dst[j][i][k] =
+// src[i][j][k]. N = a·b·c, one thread per element of dst.
+extern "C" __global__ void shoal_swap_axes(float* dst, const float* src, int a, int b, int c)
+{
+	SHOAL_FOR(t, (long long)a * b * c)
+	{
+		long long q = t / c;
+		int k = (int)(t - q * c);
+		int i = (int)(q % a);
+		long long j = q / a;
+		dst[t] = src[((long long)i * b + j) * c + k];
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	kUnscale         = "shoal_unscale"
 	kIm2col          = "shoal_im2col"
 	kCol2im          = "shoal_col2im"
+	kSwapAxes        = "shoal_swap_axes"
 	kChannelBiasAct  = "shoal_channel_bias_act"
 	kChannelSum      = "shoal_channel_sum"
 	kMaxPoolForward  = "shoal_maxpool_forward"
@@ -43,6 +44,7 @@ var kernelNames = []string{
 	kUnscale,
 	kIm2col,
 	kCol2im,
+	kSwapAxes,
 	kChannelBiasAct,
 	kChannelSum,
 	kMaxPoolForward,

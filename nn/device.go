@@ -56,11 +56,18 @@ type Device interface {
 	// SGDMomentum is optim's momentum step (g = grad + wd·p; buf = μ·buf +
 	// g; p -= lr·(nesterov ? g + μ·buf : buf)), bit for bit.
 	SGDMomentum(p, buf, g Mem, n int, lr, mu, wd float32, nesterov bool)
-	// Im2Col unrolls one sample x (c×h×w) for a kh×kw convolution with
-	// zero padding pad and stride 1 into col ((c·kh·kw) × (oh·ow)); Col2Im
-	// overwrites dx with im2col's adjoint applied to col.
-	Im2Col(x, col Mem, c, h, w, kh, kw, pad, oh, ow int)
-	Col2Im(col, dx Mem, c, h, w, kh, kw, pad, oh, ow int)
+	// Im2Col unrolls n samples x (n×c×h×w) for a kh×kw convolution with
+	// zero padding pad and stride 1 into col ((c·kh·kw) × (n·oh·ow)): row
+	// (ci·kh+i)·kw+j, column s·oh·ow + oy·ow+ox holds sample s's
+	// x[ci][oy+i-pad][ox+j-pad], or 0 outside the image; so that one GEMM
+	// convolves the whole batch. Col2Im overwrites dx (n×c×h×w) with
+	// im2col's adjoint applied to col.
+	Im2Col(x, col Mem, n, c, h, w, kh, kw, pad, oh, ow int)
+	Col2Im(col, dx Mem, n, c, h, w, kh, kw, pad, oh, ow int)
+	// SwapAxes writes src, an a×b×c array, into dst as b×a×c:
+	// dst[j][i][k] = src[i][j][k] (a convolution's channel-major GEMM
+	// output to NCHW, and its gradient back).
+	SwapAxes(dst, src Mem, a, b, c int)
 	// MaxPoolForward takes the max of each k×k window (stride k) of n
 	// samples of c×h×w, writing y (n×c×(h/k)×(w/k)) and, in arg (int32),
 	// the index within the sample of each window's first maximum.

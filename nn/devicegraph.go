@@ -31,6 +31,7 @@ type graphKey struct {
 	n         int
 	scale     float32 // FP16's loss scale
 	lr, mu    float32 // TrainStep's
+	kept      bool    // TrainKept's: no uploads
 	precision Precision
 }
 

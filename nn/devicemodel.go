@@ -67,16 +67,19 @@ type DeviceModel struct {
 	loss, correct Mem
 	acts, dacts   []Mem // acts[i] is layer i's input; dacts[i] its gradient
 	cols          []Mem // per layer: im2col of the whole batch (conv)
-	dcol          []Mem // per layer: one sample's column gradient (conv)
+	dcol          []Mem // per layer: the batch's column gradient (conv, not the first layer)
+	chw           Mem   // a conv's output or its gradient, channel-major (oc × n·hw)
 	args          []Mem // per layer: max pool indices
 	hostLoss      []float32
 	hostCorrect   []int32
 	err           error
 
-	// The resident step's momentum buffer (see Load), and whether the
-	// device holds the weights the resident step trains.
+	// The resident step's momentum buffer (see Load), whether the
+	// device holds the weights the resident step trains, and the size of
+	// the batch KeepBatch left there (0: none).
 	mom      Mem
 	resident bool
+	kept     int
 
 	// Mixed precision (SetPrecision): per layer, the half copies of its
 	// weight tensor and of its GEMM input (a dense layer's x, a conv's
@@ -178,12 +181,13 @@ func (m *DeviceModel) ensure(n int) error {
 		m.dev.Free(b)
 	}
 	m.owned = m.owned[:2]
-	m.batch = 0
+	m.batch, m.kept = 0, 0
 	ls := m.host.layers
 	m.acts = make([]Mem, len(ls)+1)
 	m.dacts = make([]Mem, len(ls)+1)
 	m.cols = make([]Mem, len(ls))
 	m.dcol = make([]Mem, len(ls))
+	chw := 0
 	m.args = make([]Mem, len(ls))
 	var err error
 	get := func(k int) Mem {
@@ -216,12 +220,19 @@ func (m *DeviceModel) ensure(n int) error {
 		case *conv2d:
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
 			m.cols[i] = get(n * k * hw)
-			m.dcol[i] = get(k * hw)
+			if i > m.host.first {
+				m.dcol[i] = get(n * k * hw)
+			}
+			chw = max(chw, n*osz)
 		case *maxPool2D:
 			m.args[i] = get(n * osz)
 		}
 	}
 	m.dacts[len(ls)] = get(n * m.host.classes)
+	m.chw = Mem{}
+	if chw > 0 {
+		m.chw = get(chw)
+	}
 	m.hw, m.hin, m.hdy = nil, nil, Mem{}
 	if m.prec.Half() {
 		m.hw, m.hin = make([]Mem, len(ls)), make([]Mem, len(ls))
@@ -293,7 +304,9 @@ func (m *DeviceModel) key(op graphOp, n int) graphKey {
 }
 
 // uploads lists a step's uploads: the batch, and params unless nil.
+// The batch replaces a kept one.
 func (m *DeviceModel) uploads(x []float32, labels []int32, params []float32) []transfer {
+	m.kept = 0
 	m.upT = append(m.upT[:0], transfer{F32Bytes(x), m.x}, transfer{I32Bytes(labels), m.labels})
 	if params != nil {
 		m.upT = append(m.upT, transfer{F32Bytes(params), m.params})
@@ -436,11 +449,50 @@ func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (fl
 	if !m.prepare(labels) {
 		return math.NaN(), 0
 	}
+	return m.trainStep(n, m.uploads(x, labels, nil), lr, mu)
+}
+
+// KeepBatch uploads a batch once, for TrainKept: the steps of a
+// benchmark that, like its PyTorch peer, keeps one batch on the device
+// (a training worker uploads each batch: TrainStep). Any other step
+// (TrainStep, ForwardBackward, Evaluate) replaces the kept batch.
+func (m *DeviceModel) KeepBatch(x []float32, labels []int32) error {
+	n := len(labels)
+	if n == 0 || len(x) != n*m.host.in.size() {
+		return fmt.Errorf("nn: KeepBatch: %d inputs for %d labels of %d: want a non-empty batch", len(x), n, m.host.in.size())
+	}
+	if !m.prepare(labels) {
+		return m.err
+	}
+	for _, t := range m.uploads(x, labels, nil) {
+		m.dev.Upload(t.dev, t.host)
+	}
+	if err := m.dev.Sync(); err != nil {
+		m.err = fmt.Errorf("%w: %s: %w", ErrDevice, m.dev.Name(), err)
+		return m.err
+	}
+	m.kept = n
+	return nil
+}
+
+// TrainKept is TrainStep on the batch KeepBatch left on the device.
+func (m *DeviceModel) TrainKept(lr, mu float32) (float64, int) {
+	if !m.resident || m.kept == 0 {
+		panic("nn: TrainKept without Load and KeepBatch")
+	}
+	if m.err != nil {
+		return math.NaN(), 0
+	}
+	return m.trainStep(m.kept, nil, lr, mu)
+}
+
+// trainStep is TrainStep's step of n samples after the uploads ups
+// (none: the batch is on the device already).
+func (m *DeviceModel) trainStep(n int, ups []transfer, lr, mu float32) (float64, int) {
 	update := func() { m.dev.SGDMomentum(m.params, m.mom, m.grads, m.params.Bytes()/4, lr, mu, 0, false) }
-	ups := m.uploads(x, labels, nil)
 	if m.prec != FP16 {
 		key := m.key(opTrainStep, n)
-		key.lr, key.mu = lr, mu
+		key.lr, key.mu, key.kept = lr, mu, ups == nil
 		m.step(key, ups, m.downloads(n, nil, false), func() {
 			m.pass(n, true)
 			update()
@@ -453,7 +505,9 @@ func (m *DeviceModel) TrainStep(x []float32, labels []int32, lr, mu float32) (fl
 	}
 	// FP16: the overflow check waits for the pass before the update.
 	downs := m.downloads(n, nil, true)
-	m.step(m.key(opTrainPass, n), ups, downs, func() { m.pass(n, true) })
+	key := m.key(opTrainPass, n)
+	key.kept = ups == nil
+	m.step(key, ups, downs, func() { m.pass(n, true) })
 	for {
 		sum, correct, ok := m.finish(n)
 		if !ok {
@@ -586,16 +640,14 @@ func (m *DeviceModel) forward(n int) {
 			m.gemm(false, true, n, l.nout, l.nin, in, l.nin, w, l.nin, 0, y, l.nout)
 			d.BiasAct(y, view(m.params, l.b), n, l.nout, 1, l.relu)
 		case *conv2d:
+			// The batch's columns side by side, one GEMM for the whole
+			// batch (oc × n·hw), then NCHW.
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
-			isz, osz := l.ishp.size(), l.oshp.size()
-			for s := range n {
-				d.Im2Col(x.Slice(s*isz, isz), m.cols[i].Slice(s*k*hw, k*hw), l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
-			}
+			d.Im2Col(x, m.cols[i], n, l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
 			w := m.half(m.weights(i, l.w), l.w.Size())
 			cols := m.half(m.input(i, m.cols[i], n*k*hw), n*k*hw)
-			for s := range n {
-				m.gemm(false, false, l.oshp.c, hw, k, w, k, cols.slice(s*k*hw, k*hw), hw, 0, y.Slice(s*osz, osz), hw)
-			}
+			m.gemm(false, false, l.oshp.c, n*hw, k, w, k, cols, n*hw, 0, m.chw, n*hw)
+			d.SwapAxes(y, m.chw, l.oshp.c, n, hw)
 			d.BiasAct(y, view(m.params, l.b), n, l.oshp.c, hw, l.relu)
 		case *maxPool2D:
 			d.MaxPoolForward(x, y, m.args[i], n, l.ishp.c, l.ishp.h, l.ishp.w, l.k)
@@ -626,22 +678,18 @@ func (m *DeviceModel) backward(n int) {
 				m.gemm(false, false, n, l.nin, l.nout, g, l.nout, m.weights(i, l.w), l.nin, 0, dx, l.nin)
 			}
 		case *conv2d:
+			// dy channel-major (oc × n·hw), as forward's GEMM wrote it:
+			// one GEMM each for the weights' and the columns' gradients.
 			k, hw := l.ishp.c*l.kh*l.kw, l.oshp.h*l.oshp.w
-			isz, osz := l.ishp.size(), l.oshp.size()
+			osz := l.oshp.size()
 			d.BiasGrad(view(m.grads, l.b), dy, reluOut(l.relu, y), n, l.oshp.c, hw)
-			g := m.half(m.outGrad(dy, n*osz), n*osz)
+			d.SwapAxes(m.chw, dy, n, l.oshp.c, hw)
+			g := m.half(m.outGrad(m.chw, n*osz), n*osz)
 			cols, w := m.input(i, m.cols[i], n*k*hw), m.weights(i, l.w)
-			for s := range n {
-				dys := g.slice(s*osz, osz)
-				beta := float32(1)
-				if s == 0 {
-					beta = 0
-				}
-				m.gemm(false, true, l.oshp.c, k, hw, dys, hw, cols.slice(s*k*hw, k*hw), hw, beta, view(m.grads, l.w), k)
-				if needDx {
-					m.gemm(true, false, k, hw, l.oshp.c, w, k, dys, hw, 0, m.dcol[i], hw)
-					d.Col2Im(m.dcol[i], dx.Slice(s*isz, isz), l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
-				}
+			m.gemm(false, true, l.oshp.c, k, n*hw, g, n*hw, cols, n*hw, 0, view(m.grads, l.w), k)
+			if needDx {
+				m.gemm(true, false, k, n*hw, l.oshp.c, w, k, g, n*hw, 0, m.dcol[i], n*hw)
+				d.Col2Im(m.dcol[i], dx, n, l.ishp.c, l.ishp.h, l.ishp.w, l.kh, l.kw, l.pad, l.oshp.h, l.oshp.w)
 			}
 		case *maxPool2D:
 			if needDx {

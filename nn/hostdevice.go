@@ -172,16 +172,42 @@ func (d *HostDevice) SGDMomentum(p, buf, g Mem, n int, lr, mu, wd float32, neste
 	optim.StepMomentum(f32("SGDMomentum", p, n), f32("SGDMomentum", g, n), f32("SGDMomentum", buf, n), lr, wd, mu, nesterov)
 }
 
-// Im2Col runs the CPU layers' im2col.
-func (d *HostDevice) Im2Col(x, col Mem, c, h, w, kh, kw, pad, oh, ow int) {
-	im2col(f32("Im2Col", col, c*kh*kw*oh*ow), f32("Im2Col", x, c*h*w), shape{c, h, w}, shape{0, oh, ow}, kh, kw, pad)
+// Im2Col runs the CPU layers' im2col on each sample and lays the
+// samples' columns side by side.
+func (d *HostDevice) Im2Col(x, col Mem, n, c, h, w, kh, kw, pad, oh, ow int) {
+	k, hw, isz := c*kh*kw, oh*ow, c*h*w
+	cols, xs := f32("Im2Col", col, n*k*hw), f32("Im2Col", x, n*isz)
+	one := make([]float32, k*hw)
+	for s := range n {
+		im2col(one, xs[s*isz:(s+1)*isz], shape{c, h, w}, shape{0, oh, ow}, kh, kw, pad)
+		for r := range k {
+			copy(cols[r*n*hw+s*hw:r*n*hw+(s+1)*hw], one[r*hw:(r+1)*hw])
+		}
+	}
 }
 
-// Col2Im runs the CPU layers' col2im into a cleared dx.
-func (d *HostDevice) Col2Im(col, dx Mem, c, h, w, kh, kw, pad, oh, ow int) {
-	out := f32("Col2Im", dx, c*h*w)
+// Col2Im runs the CPU layers' col2im on each sample into a cleared dx.
+func (d *HostDevice) Col2Im(col, dx Mem, n, c, h, w, kh, kw, pad, oh, ow int) {
+	k, hw, isz := c*kh*kw, oh*ow, c*h*w
+	out, cols := f32("Col2Im", dx, n*isz), f32("Col2Im", col, n*k*hw)
 	clear(out)
-	col2im(out, f32("Col2Im", col, c*kh*kw*oh*ow), shape{c, h, w}, shape{0, oh, ow}, kh, kw, pad)
+	one := make([]float32, k*hw)
+	for s := range n {
+		for r := range k {
+			copy(one[r*hw:(r+1)*hw], cols[r*n*hw+s*hw:r*n*hw+(s+1)*hw])
+		}
+		col2im(out[s*isz:(s+1)*isz], one, shape{c, h, w}, shape{0, oh, ow}, kh, kw, pad)
+	}
+}
+
+// SwapAxes transposes the first two axes of an a×b×c array.
+func (d *HostDevice) SwapAxes(dst, src Mem, a, b, c int) {
+	out, in := f32("SwapAxes", dst, a*b*c), f32("SwapAxes", src, a*b*c)
+	for i := range a {
+		for j := range b {
+			copy(out[(j*a+i)*c:(j*a+i+1)*c], in[(i*b+j)*c:(i*b+j+1)*c])
+		}
+	}
 }
 
 // MaxPoolForward keeps each window's first maximum.

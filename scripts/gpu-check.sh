@@ -17,14 +17,17 @@
 #
 #   info           shoal info (text and --json), nvidia-smi               20
 #   conformance    the CUDA conformance suite, SHOAL_REQUIRE_GPU=1
-#                  (gpu.test; the emulator's own tests skipped)          100
+#                  (gpu.test; the emulator's own tests skipped)           70
 #   compute-shoal  shoal bench compute --device cuda --sweep, ONE process:
 #                  $SWEEP in each of $PRECISIONS, $ROUNDS rounds, the
-#                  steps replayed as CUDA graphs                          90
+#                  steps replayed as CUDA graphs, the batch kept on the
+#                  GPU (--batch-on-device) as the PyTorch peer keeps it   90
 #   compute-shoal-eager  the same in fp32 with --cuda-graphs=false: the
 #                  graphs' share of the speed                             50
+#   compute-shoal-upload  the same in fp32 with the batch uploaded each
+#                  step, as a training worker's step                      40
 #   compute-torch  bench/peers/torch_train.py --sweep, the same points in
-#                  ONE process: eager fp32, autocast bf16 and fp16        90
+#                  ONE process: eager fp32, autocast bf16 and fp16        80
 #                  (skipped, saying why, where $PYTHON has no PyTorch or
 #                  its PyTorch sees no CUDA device)
 #   train-async    shoal train --device cuda --stats, 2 workers sharing   50
@@ -52,7 +55,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-torch train-async train-ring"
+ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring"
 usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 parts=$ALL_PARTS
 prev=""
@@ -93,7 +96,7 @@ if [ -z "${TRAIN_ARGS+x}" ]; then
 	TRAIN_ARGS="--epochs 3 --dataset synthetic"
 	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
 fi
-declare -A limit=([info]=20 [conformance]=100 [compute-shoal]=90 [compute-shoal-eager]=50 [compute-torch]=90 [train-async]=50 [train-ring]=50)
+declare -A limit=([info]=20 [conformance]=70 [compute-shoal]=90 [compute-shoal-eager]=50 [compute-shoal-upload]=40 [compute-torch]=80 [train-async]=50 [train-ring]=50)
 for p in $ALL_PARTS; do
 	v=TIMEOUT_${p//-/_}
 	[ -n "${!v:-}" ] && limit[$p]=${!v}
@@ -170,7 +173,7 @@ report() {
 	local tnote=""
 	[ "${status[compute-torch]}" = skip ] && tnote=${note[compute-torch]}
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py compute "$WORK/compute-shoal.jsonl" "$WORK/compute-torch.jsonl" \
-		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
+		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --shoal-upload "$WORK/compute-shoal-upload.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" \
 		>"$WORK/train.md" 2>>"$WORK/tables.log"
 	if [ -n "$OUT" ]; then
@@ -211,14 +214,21 @@ fi
 sweep=(--sweep "$SWEEP" --hidden "$HIDDEN" --precisions "$PRECISIONS" --rounds "$ROUNDS" --steps "$STEPS" --warmup "$WARMUP")
 if want compute-shoal; then
 	if need "$SHOAL" compute-shoal; then
-		run compute-shoal "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --json >"$WORK/compute-shoal.jsonl"
+		run compute-shoal "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --batch-on-device --json >"$WORK/compute-shoal.jsonl"
 	fi
 	report
 fi
 if want compute-shoal-eager; then
 	if need "$SHOAL" compute-shoal-eager; then
 		run compute-shoal-eager "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --precisions fp32 --cuda-graphs=false \
-			--json >"$WORK/compute-shoal-eager.jsonl"
+			--batch-on-device --json >"$WORK/compute-shoal-eager.jsonl"
+	fi
+	report
+fi
+if want compute-shoal-upload; then
+	if need "$SHOAL" compute-shoal-upload; then
+		run compute-shoal-upload "$SHOAL" bench compute --device "$DEVICE" "${sweep[@]}" --precisions fp32 \
+			--json >"$WORK/compute-shoal-upload.jsonl"
 	fi
 	report
 fi

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The tables of scripts/gpu-check.sh, in Markdown, from what its parts wrote.
 
-  gpu_tables.py compute SHOAL.jsonl TORCH.jsonl [--shoal-eager EAGER.jsonl] [--torch-note TEXT]
+  gpu_tables.py compute SHOAL.jsonl TORCH.jsonl [--shoal-eager EAGER.jsonl] [--shoal-upload UPLOAD.jsonl]
+                 [--torch-note TEXT]
       shoal bench compute --sweep beside bench/peers/torch_train.py --sweep:
       per model, batch and precision the median samples/s over the rounds of
       each side, their ratio, and issue 46's target for it (Shoal at least
       1.0x PyTorch eager at every batch and 1.5x at batch 64 in fp32; bf16 at
       least autocast's), beside Shoal's steps op by op (--cuda-graphs=false)
-      where --shoal-eager gives them. A side that did not run (no file, or
+      where --shoal-eager gives them, and Shoal's steps uploading their batch
+      each step (as a training worker's do) where --shoal-upload gives them.
+      A side that did not run (no file, or
       an empty one) leaves its column empty; --torch-note says why.
   gpu_tables.py train FILE...
       shoal train --json results (the last JSON line of each file): samples/s,
@@ -63,10 +66,11 @@ def target(batch, precision):
     return None
 
 
-def compute_table(shoal_path, torch_path, torch_note="", eager_path=""):
+def compute_table(shoal_path, torch_path, torch_note="", eager_path="", upload_path=""):
     shoal, torch, eager = load_jsonl(shoal_path), load_jsonl(torch_path), load_jsonl(eager_path)
-    s, t, e = group(shoal), group(torch), group(eager)
-    keys = sorted(set(s) | set(t) | set(e),
+    upload = load_jsonl(upload_path)
+    s, t, e, u = group(shoal), group(torch), group(eager), group(upload)
+    keys = sorted(set(s) | set(t) | set(e) | set(u),
                   key=lambda k: (list(NAMES).index(k[0]) if k[0] in NAMES else 9, k[3] != "fp32", k[3], k[2]))
     lines = []
     backend = lambda recs: recs[0]["backend"] if recs else "not run"
@@ -77,9 +81,10 @@ def compute_table(shoal_path, torch_path, torch_note="", eager_path=""):
     if torch and "tf32" in torch[0]:
         lines.append(f"PyTorch's TF32 settings (its defaults, unchanged): {torch[0]['tf32']}.")
     lines += ["",
-              "| model | batch | precision | Shoal samples/s | Shoal op by op | PyTorch samples/s | PyTorch as | Shoal / PyTorch "
-              "| op by op / PyTorch | target | met | rounds (Shoal; op by op; PyTorch) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| model | batch | precision | Shoal samples/s | Shoal op by op | Shoal, batch uploaded each step "
+              "| PyTorch samples/s | PyTorch as | Shoal / PyTorch "
+              "| op by op / PyTorch | uploaded / PyTorch | target | met | rounds (Shoal; op by op; uploaded; PyTorch) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     missed = 0
     med = lambda v: statistics.median(v) if v else None
     fmt = lambda v: f"{v:,.0f}" if v is not None else "—"
@@ -88,19 +93,24 @@ def compute_table(shoal_path, torch_path, torch_note="", eager_path=""):
     for k in keys:
         model, hidden, batch, prec = k
         name = NAMES.get(model, model) + (" " + "-".join(["784", *map(str, hidden), "10"]) if hidden else "")
-        sm, em, tm = med(s.get(k, [])), med(e.get(k, [])), med(t.get(k, []))
-        r, re_ = ratio(sm, tm), ratio(em, tm)
+        sm, em, um, tm = med(s.get(k, [])), med(e.get(k, [])), med(u.get(k, [])), med(t.get(k, []))
+        r, re_, ru = ratio(sm, tm), ratio(em, tm), ratio(um, tm)
         want = target(batch, prec)
         met = "" if r is None or want is None else ("yes" if r >= want else "**no**")
         missed += met == "**no**"
-        lines.append(f"| {name} | {batch} | {prec} | {fmt(sm)} | {fmt(em)} | {fmt(tm)} | {PEER.get(prec, prec)} | "
-                     f"{f'**{r:.2f}×**' if r else '—'} | {f'{re_:.2f}×' if re_ else '—'} | "
+        lines.append(f"| {name} | {batch} | {prec} | {fmt(sm)} | {fmt(em)} | {fmt(um)} | {fmt(tm)} | {PEER.get(prec, prec)} | "
+                     f"{f'**{r:.2f}×**' if r else '—'} | {f'{re_:.2f}×' if re_ else '—'} | {f'{ru:.2f}×' if ru else '—'} | "
                      f"{f'≥ {want:.1f}×' if want else '—'} | {met} | "
-                     f"{each(s.get(k, []))}; {each(e.get(k, []))}; {each(t.get(k, []))} |")
+                     f"{each(s.get(k, []))}; {each(e.get(k, []))}; {each(u.get(k, []))}; {each(t.get(k, []))} |")
     lines.append("")
     lines.append(f"Points below their target: {missed}." if torch and shoal else "No ratio: one side did not run.")
-    lines.append("Shoal's step uploads its batch every step, as a training worker does; the PyTorch peer's batch "
-                 "stays on the GPU. Medians over the rounds.")
+    if shoal and all(r.get("batch_on_device") for r in shoal):
+        lines.append("Shoal's batch stays on the GPU (--batch-on-device), as the PyTorch peer's does, in the columns "
+                     "the target compares; the 'uploaded each step' column is a training worker's step, the batch's "
+                     "upload included. Medians over the rounds.")
+    else:
+        lines.append("Shoal's step uploads its batch every step, as a training worker does; the PyTorch peer's batch "
+                     "stays on the GPU. Medians over the rounds.")
     return "\n".join(lines)
 
 
@@ -147,11 +157,12 @@ def main():
     c.add_argument("torch")
     c.add_argument("--torch-note", default="")
     c.add_argument("--shoal-eager", default="", help="shoal bench compute --cuda-graphs=false's records")
+    c.add_argument("--shoal-upload", default="", help="shoal bench compute's records without --batch-on-device")
     t = sub.add_parser("train")
     t.add_argument("files", nargs="+")
     args = p.parse_args()
     if args.what == "compute":
-        print(compute_table(args.shoal, args.torch, args.torch_note, args.shoal_eager))
+        print(compute_table(args.shoal, args.torch, args.torch_note, args.shoal_eager, args.shoal_upload))
     else:
         print(train_table(args.files))
     return 0

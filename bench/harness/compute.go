@@ -48,6 +48,10 @@ type ComputeRecord struct {
 	// Graphs, on a device, says whether the steps were replayed as CUDA
 	// graphs: "on", or "off: " and why.
 	Graphs string `json:"graphs,omitempty"`
+	// BatchOnDevice says the batch was uploaded once and stayed on the
+	// device (--batch-on-device), as the PyTorch peer keeps its batch;
+	// otherwise every step uploads it, as a training worker does.
+	BatchOnDevice bool `json:"batch_on_device,omitempty"`
 }
 
 // Observer is what a worker observes of each step, when asked to; the
@@ -59,11 +63,13 @@ type Observer struct {
 
 // ComputeConfig is one timing of training steps on one synthetic batch:
 // Warmup untimed steps, then Steps timed ones, of Batch samples each, the
-// weights and the batch from Seed.
+// weights and the batch from Seed. On a device, BatchOnDevice uploads the
+// batch once instead of every step.
 type ComputeConfig struct {
 	Batch, Warmup, Steps int
 	Seed                 uint64
 	Observer             Observer
+	BatchOnDevice        bool
 }
 
 // DefaultComputeConfig is shoal bench compute's defaults.
@@ -90,6 +96,15 @@ func Compute(ctx context.Context, model nn.Model, cfg ComputeConfig) (ComputeRec
 	if err != nil {
 		return ComputeRecord{}, err
 	}
+	if cfg.BatchOnDevice {
+		if s.resident == nil {
+			return ComputeRecord{}, fmt.Errorf("--batch-on-device: %s computes on the CPU, where the batch is in memory already; it is for a model on a GPU (--device)", model.Name())
+		}
+		if err := s.resident.KeepBatch(s.x, s.labels); err != nil {
+			return ComputeRecord{}, err
+		}
+		s.kept = true
+	}
 	for range cfg.Warmup {
 		if err := s.step(ctx); err != nil {
 			return ComputeRecord{}, err
@@ -104,7 +119,7 @@ func Compute(ctx context.Context, model nn.Model, cfg ComputeConfig) (ComputeRec
 	secs := time.Since(start).Seconds()
 	return ComputeRecord{
 		Model: model.Name(), Batch: cfg.Batch, Parameters: len(s.params), Warmup: cfg.Warmup, Steps: cfg.Steps,
-		Seconds: secs, SamplesPerSec: float64(cfg.Batch*cfg.Steps) / secs,
+		Seconds: secs, SamplesPerSec: float64(cfg.Batch*cfg.Steps) / secs, BatchOnDevice: cfg.BatchOnDevice,
 	}, nil
 }
 
@@ -143,6 +158,7 @@ func CPUBackend(name string, threads int) (nn.Backend, string, error) {
 type computeStep struct {
 	model    nn.Model
 	resident *nn.DeviceModel // model, when it trains on a device
+	kept     bool            // the batch is on the device (KeepBatch)
 	params   []float32
 	grads    []float32
 	x        []float32
@@ -216,7 +232,12 @@ func (s *computeStep) step(ctx context.Context) error {
 	// on a busy machine (docs/BENCHMARKS.md).
 	runtime.Gosched()
 	if s.resident != nil {
-		loss, _ := s.resident.TrainStep(s.x, s.labels, float32(s.ocfg.LR), float32(s.ocfg.Momentum))
+		var loss float64
+		if s.kept {
+			loss, _ = s.resident.TrainKept(float32(s.ocfg.LR), float32(s.ocfg.Momentum))
+		} else {
+			loss, _ = s.resident.TrainStep(s.x, s.labels, float32(s.ocfg.LR), float32(s.ocfg.Momentum))
+		}
 		if math.IsNaN(loss) {
 			return fmt.Errorf("step on %s: loss is NaN: %w", s.resident.Device().Name(), s.resident.Err())
 		}

@@ -67,6 +67,7 @@ type SweepConfig struct {
 	Rounds        int
 	Warmup, Steps int
 	Seed          uint64
+	BatchOnDevice bool // see ComputeConfig
 }
 
 // Validate says what is wrong with cfg, in the flags' words.
@@ -147,7 +148,7 @@ func sweepPoints(ctx context.Context, cfg SweepConfig, sm SweepModel, spec nn.Sp
 		}
 	}
 	for _, batch := range sm.Batches {
-		rec, err := Compute(ctx, b.Model, ComputeConfig{Batch: batch, Warmup: cfg.Warmup, Steps: cfg.Steps, Seed: cfg.Seed})
+		rec, err := Compute(ctx, b.Model, ComputeConfig{Batch: batch, Warmup: cfg.Warmup, Steps: cfg.Steps, Seed: cfg.Seed, BatchOnDevice: cfg.BatchOnDevice})
 		if err != nil {
 			return fmt.Errorf("%s at batch %d in %s, round %d: %w", sm.Arch, batch, p, round, err)
 		}

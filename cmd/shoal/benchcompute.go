@@ -57,6 +57,7 @@ func (f *benchComputeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.sweep, "sweep", "", "models and their batches to time in turn, e.g. 'mlp:64,256,1024,4096 cnn:64,256' (instead of --model and --batch; --hidden is the MLP's)")
 	fs.StringVar(&f.precisions, "precisions", "", "with --sweep: the precisions to time each point in, e.g. fp32,bf16,fp16 (default: --precision)")
 	fs.IntVar(&f.rounds, "rounds", 1, "with --sweep: how many times to time each point (the rounds outermost)")
+	fs.BoolVar(&f.cfg.BatchOnDevice, "batch-on-device", false, "on a GPU, upload the batch once and keep it there, as bench/peers/torch_train.py keeps its own (default: every step uploads it, as a training worker does)")
 }
 
 // benchComputeRun is one shoal bench compute, its flags checked: the
@@ -168,7 +169,7 @@ func (b *benchComputeRun) runSweep(ctx context.Context, stdout io.Writer) error 
 	if b.timeline.Path != "" || b.observe {
 		return fmt.Errorf("--sweep: not with --metrics or --timeline")
 	}
-	cfg := harness.SweepConfig{Hidden: b.spec.Hidden, Rounds: b.rounds, Warmup: b.cfg.Warmup, Steps: b.cfg.Steps, Seed: b.cfg.Seed}
+	cfg := harness.SweepConfig{Hidden: b.spec.Hidden, Rounds: b.rounds, Warmup: b.cfg.Warmup, Steps: b.cfg.Steps, Seed: b.cfg.Seed, BatchOnDevice: b.cfg.BatchOnDevice}
 	cfg.Precisions = []nn.Precision{b.device.Precision}
 	var err error
 	if b.precisions != "" {

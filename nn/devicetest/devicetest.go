@@ -30,11 +30,13 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("SoftmaxXent", func(t *testing.T) { testSoftmaxXent(t, dev) })
 	t.Run("SGDMomentum", func(t *testing.T) { testSGDMomentum(t, dev) })
 	t.Run("Im2Col", func(t *testing.T) { testIm2Col(t, dev) })
+	t.Run("SwapAxes", func(t *testing.T) { testSwapAxes(t, dev) })
 	t.Run("MaxPool", func(t *testing.T) { testMaxPool(t, dev) })
 	t.Run("Half", func(t *testing.T) { testHalf(t, dev) })
 	t.Run("Unscale", func(t *testing.T) { testUnscale(t, dev) })
 	t.Run("Model", func(t *testing.T) { testModels(t, dev) })
 	t.Run("TrainStep", func(t *testing.T) { testTrainStep(t, dev) })
+	t.Run("KeptBatch", func(t *testing.T) { testKeptBatch(t, dev) })
 	t.Run("MixedPrecision", func(t *testing.T) { testMixed(t, dev) })
 	t.Run("LossScale", func(t *testing.T) { testLossScale(t, dev) })
 	t.Run("Graph", func(t *testing.T) { testGraphs(t, dev) })
@@ -397,26 +399,29 @@ func testSGDMomentum(t *testing.T, dev nn.Device) {
 
 func testIm2Col(t *testing.T, dev nn.Device) {
 	rng := rand.New(rand.NewPCG(13, 14))
-	for _, s := range [][6]int{{1, 1, 1, 1, 1, 0}, {3, 5, 7, 3, 3, 1}, {2, 16, 17, 3, 3, 1}, {1, 4, 4, 5, 5, 2}, {16, 14, 14, 3, 3, 1}, {1, 9, 3, 1, 3, 0}} {
-		c, h, w, kh, kw, pad := s[0], s[1], s[2], s[3], s[4], s[5]
+	for _, s := range [][7]int{{1, 1, 1, 1, 1, 1, 0}, {2, 3, 5, 7, 3, 3, 1}, {3, 2, 16, 17, 3, 3, 1}, {1, 1, 4, 4, 5, 5, 2}, {5, 16, 14, 14, 3, 3, 1}, {257, 1, 3, 3, 3, 3, 1}, {2, 1, 9, 3, 1, 3, 0}} {
+		n, c, h, w, kh, kw, pad := s[0], s[1], s[2], s[3], s[4], s[5], s[6]
 		oh, ow := h+2*pad-kh+1, w+2*pad-kw+1
-		name := fmt.Sprintf("c=%d %dx%d k=%dx%d pad=%d", c, h, w, kh, kw, pad)
-		x := randVec(rng, c*h*w)
-		col := poisoned(t, dev, c*kh*kw*oh*ow)
-		dev.Im2Col(put(t, dev, x).m, col.m, c, h, w, kh, kw, pad, oh, ow)
-		wantCol := make([]float64, c*kh*kw*oh*ow)
+		k, cols, isz := c*kh*kw, n*oh*ow, c*h*w
+		name := fmt.Sprintf("n=%d c=%d %dx%d k=%dx%d pad=%d", n, c, h, w, kh, kw, pad)
+		x := randVec(rng, n*isz)
+		col := poisoned(t, dev, k*cols)
+		dev.Im2Col(put(t, dev, x).m, col.m, n, c, h, w, kh, kw, pad, oh, ow)
+		wantCol := make([]float64, k*cols)
 		dcol := randVec(rng, len(wantCol))
-		wantDx := make([]float64, c*h*w)
-		for ci := range c {
-			for i := range kh {
-				for j := range kw {
-					for oy := range oh {
-						for ox := range ow {
-							at := ((ci*kh+i)*kw+j)*oh*ow + oy*ow + ox
-							iy, ix := oy+i-pad, ox+j-pad
-							if iy >= 0 && iy < h && ix >= 0 && ix < w {
-								wantCol[at] = float64(x[ci*h*w+iy*w+ix])
-								wantDx[ci*h*w+iy*w+ix] += float64(dcol[at])
+		wantDx := make([]float64, n*isz)
+		for si := range n {
+			for ci := range c {
+				for i := range kh {
+					for j := range kw {
+						for oy := range oh {
+							for ox := range ow {
+								at := ((ci*kh+i)*kw+j)*cols + si*oh*ow + oy*ow + ox
+								iy, ix := oy+i-pad, ox+j-pad
+								if iy >= 0 && iy < h && ix >= 0 && ix < w {
+									wantCol[at] = float64(x[si*isz+ci*h*w+iy*w+ix])
+									wantDx[si*isz+ci*h*w+iy*w+ix] += float64(dcol[at])
+								}
 							}
 						}
 					}
@@ -424,9 +429,28 @@ func testIm2Col(t *testing.T, dev nn.Device) {
 			}
 		}
 		near(t, name+" im2col", wantCol, get(t, dev, col), 0)
-		dx := poisoned(t, dev, c*h*w)
-		dev.Col2Im(put(t, dev, dcol).m, dx.m, c, h, w, kh, kw, pad, oh, ow)
+		dx := poisoned(t, dev, n*isz)
+		dev.Col2Im(put(t, dev, dcol).m, dx.m, n, c, h, w, kh, kw, pad, oh, ow)
 		near(t, name+" col2im", wantDx, get(t, dev, dx), 1e-6*float64(kh*kw))
+	}
+}
+
+func testSwapAxes(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, s := range [][3]int{{1, 1, 1}, {1, 7, 3}, {5, 1, 9}, {3, 4, 5}, {32, 17, 196}, {2, 257, 1}} {
+		a, b, c := s[0], s[1], s[2]
+		src := randVec(rng, a*b*c)
+		dst := poisoned(t, dev, a*b*c)
+		dev.SwapAxes(dst.m, put(t, dev, src).m, a, b, c)
+		want := make([]float64, len(src))
+		for i := range a {
+			for j := range b {
+				for k := range c {
+					want[(j*a+i)*c+k] = float64(src[(i*b+j)*c+k])
+				}
+			}
+		}
+		near(t, fmt.Sprintf("%dx%dx%d", a, b, c), want, get(t, dev, dst), 0)
 	}
 }
 
@@ -607,6 +631,49 @@ func testTrainStep(t *testing.T, dev nn.Device) {
 					t.Fatalf("weight %d after 3 steps: %v, want %v", i, got[i], want[i])
 				}
 			}
+		})
+	}
+}
+
+// testKeptBatch checks TrainKept against TrainStep on the same batch:
+// the same kernels in the same order, so the same bits, captured as a
+// graph or not.
+func testKeptBatch(t *testing.T, dev nn.Device) {
+	const lr, mu = 0.05, 0.9
+	for _, spec := range []nn.Spec{{Arch: "mlp", Hidden: []int{257, 31}}, {Arch: "cnn"}} {
+		t.Run(spec.Arch, func(t *testing.T) {
+			up, err := nn.NewOnDevice(spec, dev)
+			require.NoError(t, err)
+			defer up.Close()
+			kept, err := nn.NewOnDevice(spec, dev)
+			require.NoError(t, err)
+			defer kept.Close()
+			size := up.Layout().Size()
+			w := make([]float32, size)
+			up.Init(w, 4)
+			require.NoError(t, up.Load(w))
+			require.NoError(t, kept.Load(w))
+			rng := rand.New(rand.NewPCG(7, 8))
+			const batch = 17
+			x := randVec(rng, batch*up.InputSize())
+			labels := randomLabels(rng, up, batch)
+			require.Panics(t, func() { kept.TrainKept(lr, mu) }, "TrainKept before KeepBatch")
+			require.Error(t, kept.KeepBatch(x[1:], labels), "a batch whose inputs do not match its labels")
+			require.NoError(t, kept.KeepBatch(x, labels))
+			for step := range 4 { // the third and fourth replay a graph where the device has them
+				wantLoss, wantCorrect := up.TrainStep(x, labels, lr, mu)
+				gotLoss, gotCorrect := kept.TrainKept(lr, mu)
+				require.NoError(t, kept.Err())
+				require.Equal(t, wantLoss, gotLoss, "step %d loss", step)
+				require.Equal(t, wantCorrect, gotCorrect, "step %d correct", step)
+			}
+			want, got := make([]float32, size), make([]float32, size)
+			require.NoError(t, up.Store(want))
+			require.NoError(t, kept.Store(got))
+			same(t, "weights after 4 steps", want, got)
+			// Another batch replaces the kept one.
+			kept.TrainStep(x, labels, lr, mu)
+			require.Panics(t, func() { kept.TrainKept(lr, mu) }, "TrainKept after TrainStep")
 		})
 	}
 }
