@@ -12,37 +12,45 @@
 #   scripts/gpu-check.sh --only "info train-ring"
 #
 # The parts, each under its own timeout (seconds, TIMEOUT_<part> with the
-# dashes as underscores overrides; the defaults add up to 7.5 minutes, so
+# dashes as underscores overrides; the defaults add up to 7.4 minutes, so
 # that one hang cannot eat an 8-minute call):
 #
-#   info           shoal info (text and --json), nvidia-smi               20
+#   info           shoal info (text and --json), nvidia-smi               15
 #   conformance    the CUDA conformance suite, SHOAL_REQUIRE_GPU=1
-#                  (gpu.test; the emulator's own tests skipped)           70
+#                  (gpu.test; the emulator's own tests skipped)           40
 #   compute-shoal  shoal bench compute --device cuda --sweep, ONE process:
 #                  $SWEEP in each of $PRECISIONS, $ROUNDS rounds, the
 #                  steps replayed as CUDA graphs, the batch kept on the
-#                  GPU (--batch-on-device) as the PyTorch peer keeps it   90
+#                  GPU (--batch-on-device) as the PyTorch peer keeps it   75
 #   compute-shoal-eager  the same in fp32 with --cuda-graphs=false: the
-#                  graphs' share of the speed                             50
+#                  graphs' share of the speed                             40
 #   compute-shoal-upload  the same in fp32 with the batch uploaded each
-#                  step, as a training worker's step                      40
+#                  step, as a training worker's step                      35
 #   compute-torch  bench/peers/torch_train.py --sweep, the same points in
-#                  ONE process: eager fp32, autocast bf16 and fp16        80
+#                  ONE process: eager fp32, autocast bf16 and fp16        60
 #                  (skipped, saying why, where $PYTHON has no PyTorch or
 #                  its PyTorch sees no CUDA device)
-#   train-async    shoal train --device cuda --stats, 2 workers sharing   50
+#   train-async    shoal train --device cuda --stats, 2 workers sharing   40
 #   train-ring     the GPU, async and ring, the default MLP, $TRAIN_ARGS
-#                  (default --epochs 3 on $DATA)                          50
+#                  (default --epochs 3 on $DATA)                          40
+#   torch-hvd      shoal.torch with CUDA tensors (scripts/gpu-torch-hvd.sh,
+#                  .gpubin/libshoal.so): hvd.allreduce_ against gloo at 2
+#                  ranks, 16 and 64 MiB, and synthetic resnet18 training
+#                  with DistributedOptimizer against DDP over gloo        100
+#                  (skipped, saying why, as compute-torch is)
 #
 # After every part it rewrites the summary and the tables, so a call cut
 # short still brings back what ran. Everything is written into WORK
 # (default gpu-check-work/): <part>.log (stderr), the parts' outputs,
-# summary.txt, compute.md and train.md. Where OUT is set (the device
-# tool's folder that comes back, at most 8 files), it gets summary.txt,
-# compute.md, train.md and gpu-check.tgz (all of WORK).
+# summary.txt, compute.md, train.md and torch.md. Where OUT is set (the
+# device tool's folder that comes back, at most 8 files), it gets
+# summary.txt, compute.md, train.md, torch.md and gpu-check.tgz (all of
+# WORK).
 #
 # Knobs (environment): SHOAL (default .gpubin/shoal, or .gpubin/shoal.gz
-# unpacked), GPU_TEST (.gpubin/gpu.test), PYTHON (default
+# unpacked), GPU_TEST (.gpubin/gpu.test), LIBSHOAL (.gpubin/libshoal.so,
+# or its .gz unpacked), TORCH_HVD_ENV (settings for gpu-torch-hvd.sh,
+# e.g. "SIZES=1MiB ITERS=2"), PYTHON (default
 # /opt/torch/.venv/bin/python, else python3), DATA (the Fashion-MNIST
 # folder; default .gpubin/data where it exists, else --dataset synthetic),
 # SWEEP ("mlp:64,256,1024,4096 cnn:64,256"), HIDDEN (512,512), PRECISIONS
@@ -55,7 +63,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring"
+ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring torch-hvd"
 usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 parts=$ALL_PARTS
 prev=""
@@ -75,6 +83,7 @@ WORK=${WORK:-gpu-check-work}
 OUT=${OUT:-}
 SHOAL=${SHOAL:-.gpubin/shoal}
 GPU_TEST=${GPU_TEST:-.gpubin/gpu.test}
+LIBSHOAL=${LIBSHOAL:-.gpubin/libshoal.so}
 if [ -z "${PYTHON:-}" ]; then
 	PYTHON=/opt/torch/.venv/bin/python
 	[ -x "$PYTHON" ] || PYTHON=python3
@@ -96,7 +105,7 @@ if [ -z "${TRAIN_ARGS+x}" ]; then
 	TRAIN_ARGS="--epochs 3 --dataset synthetic"
 	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
 fi
-declare -A limit=([info]=20 [conformance]=70 [compute-shoal]=90 [compute-shoal-eager]=50 [compute-shoal-upload]=40 [compute-torch]=80 [train-async]=50 [train-ring]=50)
+declare -A limit=([info]=15 [conformance]=40 [compute-shoal]=75 [compute-shoal-eager]=40 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [torch-hvd]=100)
 for p in $ALL_PARTS; do
 	v=TIMEOUT_${p//-/_}
 	[ -n "${!v:-}" ] && limit[$p]=${!v}
@@ -122,9 +131,9 @@ fi
 
 # A gzipped binary (make gpubin's, to fit the device tool's 64 MiB) is
 # unpacked into WORK, not beside it: a later call would carry both.
-for v in SHOAL GPU_TEST; do
+for v in SHOAL GPU_TEST LIBSHOAL; do
 	b=${!v}
-	if [ ! -x "$b" ] && [ -f "$b.gz" ]; then
+	if [ ! -f "$b" ] && [ -f "$b.gz" ]; then
 		mkdir -p "$WORK/bin"
 		gunzip -c "$b.gz" >"$WORK/bin/${b##*/}" && chmod +x "$WORK/bin/${b##*/}"
 		printf -v "$v" '%s' "$WORK/bin/${b##*/}"
@@ -176,9 +185,11 @@ report() {
 		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --shoal-upload "$WORK/compute-shoal-upload.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" \
 		>"$WORK/train.md" 2>>"$WORK/tables.log"
+	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py torch "$WORK/torch-hvd.jsonl" --note "${note[torch-hvd]}" \
+		>"$WORK/torch.md" 2>>"$WORK/tables.log"
 	if [ -n "$OUT" ]; then
 		mkdir -p "$OUT"
-		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$OUT/" 2>/dev/null
+		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$WORK/torch.md" "$OUT/" 2>/dev/null
 		tar -C "$(dirname "$WORK")" -czf "$OUT/gpu-check.tgz.part" --exclude=cuda-cache --exclude=bin "$(basename "$WORK")" &&
 			mv "$OUT/gpu-check.tgz.part" "$OUT/gpu-check.tgz"
 	fi
@@ -251,6 +262,20 @@ for mode in async ring; do
 		report
 	fi
 done
+
+if want torch-hvd; then
+	probe=$("$PYTHON" -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -n 1)
+	if [ "$DEVICE" = cuda ] && [[ $probe != *" True" ]]; then
+		skip torch-hvd "no PyTorch with CUDA at $PYTHON: ${probe:0:120}"
+	elif [ ! -f "$LIBSHOAL" ]; then
+		status[torch-hvd]=fail note[torch-hvd]="$LIBSHOAL not found: run make gpubin on the build machine and carry .gpubin"
+	else
+		# shellcheck disable=SC2086 # TORCH_HVD_ENV is a list of settings
+		run torch-hvd env SHOAL_LIBRARY="$(cd "$(dirname "$LIBSHOAL")" && pwd)/$(basename "$LIBSHOAL")" PYTHON="$PYTHON" \
+			DEVICE="$DEVICE" ${TORCH_HVD_ENV:-} scripts/gpu-torch-hvd.sh >"$WORK/torch-hvd.jsonl"
+	fi
+	report
+fi
 
 cat "$WORK/summary.txt" >&2
 for p in $ALL_PARTS; do

@@ -12,6 +12,11 @@
       each step (as a training worker's do) where --shoal-upload gives them.
       A side that did not run (no file, or
       an empty one) leaves its column empty; --torch-note says why.
+  gpu_tables.py torch TORCH-HVD.jsonl [--note TEXT]
+      scripts/gpu-torch-hvd.sh's results: shoal.torch's allreduce from Python
+      against gloo's on the same tensors (busbw, their ratio; issue 40's
+      target is 1.5x gloo), and synthetic training img/s with shoal.torch's
+      DistributedOptimizer against DDP (target: at least DDP's).
   gpu_tables.py train FILE...
       shoal train --json results (the last JSON line of each file): samples/s,
       test accuracy and the mean step time split (compute, data, wait, pull,
@@ -114,6 +119,46 @@ def compute_table(shoal_path, torch_path, torch_note="", eager_path="", upload_p
     return "\n".join(lines)
 
 
+def torch_table(path, note=""):
+    recs = load_jsonl(path)
+    if not recs:
+        return "shoal.torch on the GPU: not run" + (f" ({note})." if note else ".")
+    lines = []
+    ar = {}
+    for r in recs:
+        if r.get("op") == "allreduce":
+            ar.setdefault((r["np"], r["bytes"]), {})[r["part"]] = r
+    if ar:
+        dev = next((r.get("device", "?") for r in recs if r.get("op") == "allreduce"), "?")
+        lines += [f"Allreduce from Python, tensors on {dev}; busbw in GB/s.", "",
+                  "| N | size | shoal.torch busbw | gloo busbw | shoal.torch / gloo | target | both correct |",
+                  "|---|---|---|---|---|---|---|"]
+        for (n, size), parts in sorted(ar.items()):
+            h, g = parts.get("hvd-allreduce"), parts.get("gloo-allreduce")
+            hb, gb = (h or {}).get("busbw_gbps"), (g or {}).get("busbw_gbps")
+            ratio = f"**{hb / gb:.2f}×**" if hb and gb else "—"
+            ok = all(x.get("correct") for x in (h, g) if x)
+            lines.append(f"| {n} | {size >> 20} MiB | {hb or 0:.2f} | {gb or 0:.2f} | {ratio} | ≥ 1.5× | {ok} |")
+        lines.append("")
+    syn = {r["backend"]: r for r in recs if "backend" in r}
+    if syn:
+        lines += ["| synthetic | model | N | batch per rank | img/s total | ± (95%) | per iteration |", "|---|---|---|---|---|---|---|"]
+        for b in ("shoal", "ddp"):
+            if b in syn:
+                r = syn[b]
+                lines.append(f"| {'shoal.torch DistributedOptimizer' if b == 'shoal' else 'DDP over gloo'} | {r['model']} | {r['np']} | "
+                             f"{r['batch_size']} | {r['img_per_sec_total']:,.1f} | {r['conf95_total']:,.1f} | "
+                             + ", ".join(f"{x:,.1f}" for x in r.get("per_iter", [])) + " |")
+        if "shoal" in syn and "ddp" in syn:
+            lines += ["", f"shoal.torch / DDP: **{syn['shoal']['img_per_sec_total'] / syn['ddp']['img_per_sec_total']:.2f}×** (target ≥ 1.0×)."]
+    errs = [f"{r['part']}: {r['error']}" for r in recs if "error" in r]
+    if errs:
+        lines += ["", "Did not run: " + "; ".join(errs) + "."]
+    if note:
+        lines += ["", note]
+    return "\n".join(lines)
+
+
 def last_json(path):
     last = None
     with open(path) as f:
@@ -160,9 +205,14 @@ def main():
     c.add_argument("--shoal-upload", default="", help="shoal bench compute's records without --batch-on-device")
     t = sub.add_parser("train")
     t.add_argument("files", nargs="+")
+    h = sub.add_parser("torch")
+    h.add_argument("results")
+    h.add_argument("--note", default="")
     args = p.parse_args()
     if args.what == "compute":
         print(compute_table(args.shoal, args.torch, args.torch_note, args.shoal_eager, args.shoal_upload))
+    elif args.what == "torch":
+        print(torch_table(args.results, args.note))
     else:
         print(train_table(args.files))
     return 0

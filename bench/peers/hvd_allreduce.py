@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Shoal's allreduce as a Python program sees it: shoal.torch's
-hvd.allreduce_ (in place, a float32 CPU tensor, op Sum: what
-DistributedOptimizer issues) from --np ranks spawned by shoal.run.
+hvd.allreduce_ (in place, a float32 tensor, op Sum: what
+DistributedOptimizer issues) from --np ranks spawned by shoal.run; the
+tensor on the CPU, or with --device cuda on the GPU (every rank on
+cuda:LOCAL_RANK mod the GPUs; the ring reduces a host copy).
 
 Prints one JSON object per size with the keys of `shoal bench allreduce
 --json` (op, np, bytes, seconds, algbw_gbps, busbw_gbps, correct,
@@ -35,23 +37,29 @@ def parse_sizes(text):
     return out
 
 
-def rank_main(sizes, iters, warmup):
+def rank_main(sizes, iters, warmup, device="cpu"):
     import torch
 
     import shoal.torch as hvd
     torch.set_num_threads(1)
     hvd.init()
     rank, n = hvd.rank(), hvd.size()
+    if device == "cuda":
+        device = "cuda:%d" % (hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     rows = []
     for size in sizes:
-        idx = torch.arange(size // 4, dtype=torch.float32).remainder_(7)
+        idx = torch.arange(size // 4, dtype=torch.float32, device=device).remainder_(7)
         buf = (rank + 1) * idx + rank
         for i in range(warmup):
             hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % size)
+        sync()
         hvd.barrier()
         start = time.perf_counter()
         for i in range(iters):
             hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % size)
+        sync()
         secs = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
         t = hvd.allreduce(secs, op=hvd.Max, name="bench.secs").item()
         buf = (rank + 1) * idx + rank
@@ -62,7 +70,7 @@ def rank_main(sizes, iters, warmup):
         rows.append({"op": "allreduce", "np": n, "bytes": size, "seconds": t, "algbw_gbps": alg,
                      "busbw_gbps": alg * 2 * (n - 1) / n, "correct": ok == 1.0,
                      "transport": "tcp" if os.environ.get("SHOAL_SHM") == "0" else "shm",
-                     "caller": "python shoal.torch"})
+                     "caller": "python shoal.torch", "device": str(buf.device)})
     hvd.shutdown()
     return rows
 
@@ -73,8 +81,9 @@ def main():
     p.add_argument("--sizes", default="16MiB,64MiB")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the tensor lives")
     args = p.parse_args()
-    rows = shoal.run(rank_main, args=(parse_sizes(args.sizes), args.iters, args.warmup), np=args.np)[0]
+    rows = shoal.run(rank_main, args=(parse_sizes(args.sizes), args.iters, args.warmup, args.device), np=args.np)[0]
     for r in rows:
         print(json.dumps(r), flush=True)
 

@@ -25,20 +25,37 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from peerlib import free_port  # noqa: E402
 
 
-def setup(args, rank, size):
+def setup(args, rank, size, local_rank):
     import torch
     import torch.nn.functional as F
     from torchvision import models
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = getattr(models, args.model)()
+    device = "cpu"
+    if args.device == "cuda":
+        device = "cuda:%d" % (local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = getattr(models, args.model)().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * size)
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, 1000, (args.batch_size,))
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    target = torch.randint(0, 1000, (args.batch_size,), device=device)
     return model, opt, data, target, F
 
 
+def synced(args, step):
+    """step, then on a GPU wait for it: the timings hold the GPU's work."""
+    if args.device != "cuda":
+        return step
+    import torch
+
+    def run():
+        step()
+        torch.cuda.synchronize()
+    return run
+
+
 def measure(args, step, rank, size):
+    step = synced(args, step)
     timeit.timeit(step, number=args.num_warmup_batches)
     rates = []
     for _ in range(args.num_iters):
@@ -51,7 +68,7 @@ def shoal_rank(args):
     import shoal.torch as hvd
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    model, opt, data, target, F = setup(args, rank, size)
+    model, opt, data, target, F = setup(args, rank, size, hvd.local_rank())
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
@@ -70,7 +87,7 @@ def ddp_rank(rank, args, port, out):
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.np)
-    model, opt, data, target, F = setup(args, rank, args.np)
+    model, opt, data, target, F = setup(args, rank, args.np, rank)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
 
     def step():
@@ -96,6 +113,8 @@ def main():
     p.add_argument("--num-iters", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model and batch live (cuda: rank r on cuda:r mod the GPUs; DDP still over gloo)")
     args = p.parse_args()
     if args.backend == "shoal":
         import shoal
@@ -112,7 +131,8 @@ def main():
     mean = sum(rates) / len(rates)
     sd = (sum((r - mean) ** 2 for r in rates) / len(rates)) ** 0.5
     print(json.dumps({"backend": args.backend, "np": args.np, "model": args.model, "batch_size": args.batch_size,
-                      "image_size": args.image_size, "threads": args.threads, "img_per_sec_per_rank": mean,
+                      "image_size": args.image_size, "threads": args.threads, "device": args.device,
+                      "img_per_sec_per_rank": mean,
                       "img_per_sec_total": mean * args.np, "conf95_total": 1.96 * sd * args.np,
                       "per_iter": rates}), flush=True)
 

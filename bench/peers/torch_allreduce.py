@@ -40,16 +40,23 @@ def run(rank, args, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.np)
     n_ranks = args.np
+    device = "cpu"
+    if args.device == "cuda":
+        device = "cuda:%d" % (rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     for size in parse_sizes(args.sizes):
         n = size // 4
-        idx = torch.arange(n, dtype=torch.float32).remainder_(7)
+        idx = torch.arange(n, dtype=torch.float32, device=device).remainder_(7)
         buf = (rank + 1) * idx + rank
         for _ in range(args.warmup):
             dist.all_reduce(buf)
+        sync()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(args.iters):
             dist.all_reduce(buf)
+        sync()
         secs = torch.tensor([(time.perf_counter() - start) / args.iters], dtype=torch.float64)
         dist.all_reduce(secs, op=dist.ReduceOp.MAX)
         buf = (rank + 1) * idx + rank
@@ -62,7 +69,7 @@ def run(rank, args, port):
             alg = size / t / 1e9
             print(json.dumps({"op": "allreduce", "np": n_ranks, "bytes": size, "seconds": t, "algbw_gbps": alg,
                               "busbw_gbps": alg * 2 * (n_ranks - 1) / n_ranks, "correct": ok.item() == 1.0,
-                              "transport": "gloo"}), flush=True)
+                              "transport": "gloo", "device": str(buf.device)}), flush=True)
     dist.destroy_process_group()
 
 
@@ -72,6 +79,8 @@ def main():
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the tensor lives (cuda: gloo's CUDA allreduce, rank r on cuda:r mod the GPUs)")
     args = p.parse_args()
     mp.spawn(run, args=(args, free_port()), nprocs=args.np, join=True)
 
