@@ -84,6 +84,9 @@ func (j *Job) Config(fs *flag.FlagSet, stdout, stderr io.Writer) (launch.Program
 	if j.Shard.Servers < 1 {
 		return launch.ProgramConfig{}, fmt.Errorf("--servers %d: want >= 1", j.Shard.Servers)
 	}
+	if err := j.Shard.CheckMode(j.mode, "-np", j.NP); err != nil {
+		return launch.ProgramConfig{}, err
+	}
 	if err := j.ps(0, "").checkCheckpoints(); err != nil {
 		return launch.ProgramConfig{}, err
 	}

@@ -169,6 +169,13 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
 	}
+	workers := p.Workers
+	if workers == 0 && m != consistency.Async {
+		workers = 1 // ps.Config's default in sync and ssp
+	}
+	if err := p.CheckMode(m, "--workers", workers); err != nil {
+		return err
+	}
 	if p.MaxWait <= 0 {
 		// The stream limit is computed from it too.
 		return fmt.Errorf("--max-wait %v: want > 0", p.MaxWait)

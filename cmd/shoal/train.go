@@ -423,6 +423,13 @@ func (t *trainRun) checkRun() error {
 	if _, err := t.shard.UpdateConfig(); err != nil {
 		return err
 	}
+	if !t.ring { // the ring's own check refuses every shard flag
+		// Here, not in the shards after they start: one line, before any
+		// process, rather than a shard's error and the launcher's.
+		if err := t.shard.CheckMode(t.loop.Mode, "--workers", t.workers); err != nil {
+			return err
+		}
+	}
 	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err
 	}
