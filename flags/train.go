@@ -13,8 +13,12 @@ import (
 
 // Train are the training-loop flags shared by worker and train.
 type Train struct {
-	ModeName       string           // --mode, which Validate parses into Mode
-	Mode           consistency.Mode // set by Validate
+	ModeName string           // --mode, which Validate parses into Mode
+	Mode     consistency.Mode // set by Validate
+	// ModeGiven: --mode was given. A worker not given it takes the
+	// servers' mode (node.Loop.TakeServersMode); a launcher that knows
+	// the mode sets it for its workers.
+	ModeGiven      bool
 	BackwardPasses int
 	Batch          int
 	Epochs         int
@@ -27,7 +31,8 @@ type Train struct {
 
 // Register adds the flags to fs.
 func (t *Train) Register(fs *flag.FlagSet) {
-	fs.StringVar(&t.ModeName, "mode", consistency.Async.String(), "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
+	optionalString(fs, &t.ModeName, &t.ModeGiven, "mode", consistency.Async.String(),
+		"how workers agree, the `mode`: async (Downpour SGD; the default), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server); a shoal worker not given it takes its servers' mode")
 	fs.IntVar(&t.BackwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
 	fs.IntVar(&t.Batch, "batch", 64, "batch size per worker")
 	fs.IntVar(&t.Epochs, "epochs", 3, "epochs to train")

@@ -541,7 +541,7 @@ func (t *trainRun) shardArgs(shard int, listen string, join []string, restart in
 func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []string {
 	w := flags.DefaultWorker()
 	w.Model, w.Data, w.Train, w.Log, w.NIC, w.Stats, w.Device, w.Calls = t.arch, t.dataset, t.loop, t.logging, t.nic, t.stats, t.device, t.calls
-	w.Train.ModeName, w.Sec.Files, w.Events = t.loop.Mode.String(), t.sec.Files, true
+	w.Train.ModeName, w.Train.ModeGiven, w.Sec.Files, w.Events = t.loop.Mode.String(), true, t.sec.Files, true
 	w.Ranks = flags.Rank{Rank: r, World: t.workers, LocalRank: r}
 	w.Eval = t.ring && t.testEval // ring ranks evaluate together; PS: the launcher does
 	w.Metrics.Addr, w.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("worker-%d", r), 0)
