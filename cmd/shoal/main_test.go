@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -175,6 +176,24 @@ func TestFlagsAModeIgnoresAreRefusedOnce(t *testing.T) {
 			assert.True(t, strings.HasPrefix(lines[0], "shoal: "+tc.want), "%s", out)
 			assert.NotContains(t, string(out), "[ps 0]", "refused before a shard started")
 		})
+	}
+}
+
+// TestHelpGroupsEveryRolesFlags: shoal train, ps, worker and run list
+// their flags under a heading of what each is for, none of them in an
+// ungrouped list (which the help falls back to where a flag was declared
+// without a flags.Section).
+func TestHelpGroupsEveryRolesFlags(t *testing.T) {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	new(trainRun).register(fs)
+	assert.Empty(t, flags.Unsectioned(fs), "shoal train: declare these flags with a flags.Section's Usage")
+	for _, role := range []string{"train", "ps", "worker", "run"} {
+		var stderr bytes.Buffer
+		require.ErrorIs(t, run(context.Background(), []string{role, "-h"}, nil, io.Discard, &stderr), flag.ErrHelp)
+		help := stderr.String()
+		assert.True(t, strings.Contains(help, "\nThe job (its mode, its processes, how long it trains):\n  -"), "shoal %s: the job's heading", role)
+		assert.False(t, strings.Contains(help, "\nFlags:\n"), "shoal %s: a list of flags without a section", role)
+		assert.False(t, strings.Contains(help, "\x00"), "shoal %s: a section's mark shown", role)
 	}
 }
 
