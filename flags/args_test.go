@@ -62,6 +62,28 @@ func TestWorkerArgsTakeTheLaunchersValues(t *testing.T) {
 	assert.Contains(t, args, "--lanes=4")
 	assert.Contains(t, args, "--servers=localhost:7070")
 	assert.Contains(t, args, "--world-size=-1")
+	assert.Contains(t, args, "--mode=", "a mode not given goes on not given: the worker takes its servers'")
+	w.Train.ModeName, w.Train.ModeGiven = "sync", true
+	assert.Contains(t, w.Args(), "--mode=sync")
+}
+
+// TestTrainKnowsWhetherTheModeWasGiven: --mode unset is async and not
+// given; given, even as async, it is the user's.
+func TestTrainKnowsWhetherTheModeWasGiven(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		given bool
+	}{{nil, false}, {[]string{"--mode", "async"}, true}, {[]string{"--mode=sync"}, true}, {[]string{"--mode="}, false}} {
+		var tr Train
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		tr.Register(fs)
+		require.NoError(t, fs.Parse(tc.args))
+		require.NoError(t, tr.Validate())
+		assert.Equal(t, tc.given, tr.ModeGiven, "%v", tc.args)
+		if !tc.given {
+			assert.Equal(t, "async", tr.Mode.String(), "%v: the default", tc.args)
+		}
+	}
 }
 
 func TestAMisspeltFlagGetsTheNearestName(t *testing.T) {

@@ -21,9 +21,9 @@ type Device struct {
 // Register adds the flags to fs.
 func (d *Device) Register(fs *flag.FlagSet) {
 	d.Choice, _ = gpu.ParseChoice("auto") // as --device auto parses, so that a rendered default parses back equal
-	fs.Var(&d.Choice, "device", "where the model computes: auto (the GPU of the worker's local rank, modulo the GPUs found, else the CPU), cpu, cuda (the local rank's GPU; an error without one) or cuda:N")
-	fs.BoolVar(&d.Graphs, "cuda-graphs", true, "on a GPU, capture each step once as a CUDA graph and replay it (one launch for its kernels, GEMMs and copies); false launches them one by one")
-	fs.Var(&d.Precision, "precision", "what a GPU's GEMMs multiply: fp32, bf16 (bfloat16 copies of the operands, on the tensor cores) or fp16 (float16, the loss scaled dynamically); weights, updates and the gradients sent stay fp32. bf16 and fp16 need a GPU")
+	fs.Var(&d.Choice, "device", SectionCompute.Usage("where the model computes: auto (the GPU of the worker's local rank, modulo the GPUs found, else the CPU), cpu, cuda (the local rank's GPU; an error without one) or cuda:N"))
+	fs.BoolVar(&d.Graphs, "cuda-graphs", true, SectionCompute.Usage("on a GPU, capture each step once as a CUDA graph and replay it (one launch for its kernels, GEMMs and copies); false launches them one by one"))
+	fs.Var(&d.Precision, "precision", SectionCompute.Usage("what a GPU's GEMMs multiply: fp32, bf16 (bfloat16 copies of the operands, on the tensor cores) or fp16 (float16, the loss scaled dynamically); weights, updates and the gradients sent stay fp32. bf16 and fp16 need a GPU"))
 }
 
 // Place says where the worker of localRank computes (gpu.Choice.Resolve

@@ -15,6 +15,11 @@
 // lanes a worker opens, a shard's parallel step) come from the packages
 // that own them (client.AutoLanes, ps.AutoParallelStep).
 //
+// Each flag is declared with its Section (what it is for: the job, the
+// model and data, the optimizer, the parameter servers, ...), which
+// groups a command's help (NewFlagSet) under one heading each; the role
+// contracts' flags all have one.
+//
 // The package parses and checks, and serves nothing. The one thing it
 // starts is the membership Gossip.Start joins, which node calls through
 // the config's Gossip and which the caller leaves. A group is not safe

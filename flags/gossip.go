@@ -25,11 +25,11 @@ type Gossip struct {
 
 // Register adds the flags to fs.
 func (g *Gossip) Register(fs *flag.FlagSet) {
-	fs.StringVar(&g.Addr, "gossip-addr", "", "membership: gossip on this HOST:PORT (UDP and TCP; port 0 picks a free one); with --join and no address, every interface on a free port. Empty and no --join: no membership")
-	fs.StringVar(&g.Join, "join", "", "membership: HOST:PORT gossip addresses of members already running, comma-separated (a server's, say); any one that answers is enough")
-	fs.StringVar(&g.KeyFile, "gossip-key-file", "", "membership: a file of exactly 32 random bytes, the AES-256 key that encrypts gossip ((umask 077; head -c 32 /dev/urandom > gossip.key)); every member needs the same")
-	fs.StringVar(&g.Detection, "gossip-detection", "auto", "membership: failure-detection timings: loopback (a dead process declared in about 1.3 s), lan (about 5 s), or auto (loopback when gossiping on a loopback address)")
-	fs.DurationVar(&g.Timeout, "join-timeout", 30*time.Second, "membership: how long to keep trying --join")
+	fs.StringVar(&g.Addr, "gossip-addr", "", SectionMembership.Usage("membership: gossip on this HOST:PORT (UDP and TCP; port 0 picks a free one); with --join and no address, every interface on a free port. Empty and no --join: no membership"))
+	fs.StringVar(&g.Join, "join", "", SectionMembership.Usage("membership: HOST:PORT gossip addresses of members already running, comma-separated (a server's, say); any one that answers is enough"))
+	fs.StringVar(&g.KeyFile, "gossip-key-file", "", SectionMembership.Usage("membership: a file of exactly 32 random bytes, the AES-256 key that encrypts gossip ((umask 077; head -c 32 /dev/urandom > gossip.key)); every member needs the same"))
+	fs.StringVar(&g.Detection, "gossip-detection", "auto", SectionMembership.Usage("membership: failure-detection timings: loopback (a dead process declared in about 1.3 s), lan (about 5 s), or auto (loopback when gossiping on a loopback address)"))
+	fs.DurationVar(&g.Timeout, "join-timeout", 30*time.Second, SectionMembership.Usage("membership: how long to keep trying --join"))
 }
 
 // On says whether gossip is on.

@@ -37,14 +37,14 @@ type Job struct {
 
 // Register adds the flags to fs.
 func (j *Job) Register(fs *flag.FlagSet) {
-	fs.IntVar(&j.NP, "np", 0, "number of ranks: copies of PROGRAM started on this host as ranks 0..N-1 (required)")
-	fs.StringVar(&j.ModeName, "mode", consistency.Ring.String(), "how the ranks train: ring (they allreduce among themselves, e.g. through shoal.torch, Horovod's API), or async, sync or ssp through --servers parameter-server shards that start first")
-	fs.DurationVar(&j.Startup, "startup-timeout", time.Minute, "async, sync, ssp: how long a shard may take to start")
+	fs.IntVar(&j.NP, "np", 0, SectionJob.Usage("number of ranks: copies of PROGRAM started on this host as ranks 0..N-1 (required)"))
+	fs.StringVar(&j.ModeName, "mode", consistency.Ring.String(), SectionJob.Usage("how the ranks train: ring (they allreduce among themselves, e.g. through shoal.torch, Horovod's API), or async, sync or ssp through --servers parameter-server shards that start first"))
+	fs.DurationVar(&j.Startup, "startup-timeout", time.Minute, SectionCommunication.Usage("async, sync, ssp: how long a shard may take to start"))
 	j.Shard.Register(fs)
 	j.Sec.Register(fs)
 	var o Opt
 	visit(func(fs *flag.FlagSet) { o.Register(fs, "none") }, func(fl *flag.Flag) {
-		fs.Var(refused{"--" + fl.Name}, fl.Name, "refused: the optimizer is PROGRAM's (the shards add each rank's update as it is)")
+		fs.Var(refused{"--" + fl.Name}, fl.Name, SectionOptimizer.Usage("refused: the optimizer is PROGRAM's (the shards add each rank's update as it is)"))
 	})
 }
 
@@ -83,6 +83,9 @@ func (j *Job) Config(fs *flag.FlagSet, stdout, stderr io.Writer) (launch.Program
 	}
 	if j.Shard.Servers < 1 {
 		return launch.ProgramConfig{}, fmt.Errorf("--servers %d: want >= 1", j.Shard.Servers)
+	}
+	if err := j.Shard.CheckMode(j.mode, "-np", j.NP); err != nil {
+		return launch.ProgramConfig{}, err
 	}
 	if err := j.ps(0, "").checkCheckpoints(); err != nil {
 		return launch.ProgramConfig{}, err

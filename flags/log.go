@@ -25,9 +25,9 @@ type Log struct {
 
 // Register adds the flags; level is --log-level's default.
 func (l *Log) Register(fs *flag.FlagSet, level string) {
-	fs.StringVar(&l.Level, "log-level", level, "log level: debug, info, warn or error")
-	fs.StringVar(&l.Format, "log-format", "text", "log format: text or json")
-	fs.DurationVar(&l.Stall, "stall-warning", 30*time.Second, "when a sync barrier, the SSP bound or an allreduce has waited this long, log (once per this interval) which workers or ranks it waits for, for which step, since when; 0: never")
+	fs.StringVar(&l.Level, "log-level", level, SectionOutput.Usage("log level: debug, info, warn or error"))
+	fs.StringVar(&l.Format, "log-format", "text", SectionOutput.Usage("log format: text or json"))
+	fs.DurationVar(&l.Stall, "stall-warning", 30*time.Second, SectionOutput.Usage("when a sync barrier, the SSP bound or an allreduce has waited this long, log (once per this interval) which workers or ranks it waits for, for which step, since when; 0: never"))
 }
 
 // Logger is the logger the flags describe, writing to w.

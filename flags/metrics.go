@@ -15,7 +15,7 @@ type Metrics struct {
 
 // Register adds the flag to fs.
 func (m *Metrics) Register(fs *flag.FlagSet) {
-	fs.StringVar(&m.Addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; port 0 picks one); empty: none")
+	fs.StringVar(&m.Addr, "metrics-addr", "", SectionOutput.Usage("serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; port 0 picks one); empty: none"))
 }
 
 // Timeline is --timeline, on shoal ps and shoal worker.
@@ -25,7 +25,7 @@ type Timeline struct {
 
 // Register adds the flag to fs.
 func (f *Timeline) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Path, "timeline", "", "write this process's per-step timeline to FILE as Chrome trace-event JSON (open it in ui.perfetto.dev or chrome://tracing); empty: none")
+	fs.StringVar(&f.Path, "timeline", "", SectionOutput.Usage("write this process's per-step timeline to FILE as Chrome trace-event JSON (open it in ui.perfetto.dev or chrome://tracing); empty: none"))
 }
 
 // Open starts the timeline of process (nil when --timeline is not set),

@@ -20,9 +20,9 @@ type Model struct {
 
 // Register adds the flags to fs.
 func (m *Model) Register(fs *flag.FlagSet) {
-	fs.StringVar(&m.Arch, "model", "mlp", "model: mlp or cnn")
-	fs.StringVar(&m.Hidden, "hidden", "256,128", "MLP hidden layer widths, comma-separated")
-	fs.Uint64Var(&m.Seed, "seed", 1, "seed of the initial weights and of the data order")
+	fs.StringVar(&m.Arch, "model", "mlp", SectionModel.Usage("model: mlp or cnn"))
+	fs.StringVar(&m.Hidden, "hidden", "256,128", SectionModel.Usage("MLP hidden layer widths, comma-separated"))
+	fs.Uint64Var(&m.Seed, "seed", 1, SectionModel.Usage("seed of the initial weights and of the data order"))
 }
 
 // Spec is the model the flags describe.
@@ -77,15 +77,15 @@ type Opt struct {
 
 // Register adds the flags; decay is the default of --lr-decay.
 func (o *Opt) Register(fs *flag.FlagSet, decay string) {
-	fs.StringVar(&o.Name, "optimizer", "momentum", "optimizer: "+strings.Join(optim.Algorithms(), ", "))
-	fs.Float64Var(&o.LR, "lr", 0.01, "learning rate")
-	fs.Float64Var(&o.Momentum, "momentum", 0.9, "momentum (momentum and nesterov optimizers)")
-	fs.Float64Var(&o.WeightDecay, "weight-decay", 0, "L2 weight decay")
-	fs.StringVar(&o.Decay, "lr-decay", decay, "learning-rate decay after warm-up: none, step, cosine or linear")
-	fs.Int64Var(&o.Warmup, "warmup-steps", 0, "updates over which the learning rate ramps up linearly")
-	fs.Int64Var(&o.DecaySteps, "decay-steps", 0, "updates of the decay: its period (step) or length (cosine, linear; shoal train: the whole run when 0)")
-	fs.Float64Var(&o.Gamma, "lr-gamma", 0.1, "step decay: factor applied every --decay-steps")
-	fs.Float64Var(&o.MinLR, "min-lr", 0, "the learning rate that cosine and linear decay end at")
+	fs.StringVar(&o.Name, "optimizer", "momentum", SectionOptimizer.Usage("optimizer: "+strings.Join(optim.Algorithms(), ", ")))
+	fs.Float64Var(&o.LR, "lr", 0.01, SectionOptimizer.Usage("learning rate"))
+	fs.Float64Var(&o.Momentum, "momentum", 0.9, SectionOptimizer.Usage("momentum (momentum and nesterov optimizers)"))
+	fs.Float64Var(&o.WeightDecay, "weight-decay", 0, SectionOptimizer.Usage("L2 weight decay"))
+	fs.StringVar(&o.Decay, "lr-decay", decay, SectionOptimizer.Usage("learning-rate decay after warm-up: none, step, cosine or linear"))
+	fs.Int64Var(&o.Warmup, "warmup-steps", 0, SectionOptimizer.Usage("updates over which the learning rate ramps up linearly"))
+	fs.Int64Var(&o.DecaySteps, "decay-steps", 0, SectionOptimizer.Usage("updates of the decay: its period (step) or length (cosine, linear; shoal train: the whole run when 0)"))
+	fs.Float64Var(&o.Gamma, "lr-gamma", 0.1, SectionOptimizer.Usage("step decay: factor applied every --decay-steps"))
+	fs.Float64Var(&o.MinLR, "min-lr", 0, SectionOptimizer.Usage("the learning rate that cosine and linear decay end at"))
 }
 
 // Config is the optimizer's config, checked.
@@ -111,8 +111,8 @@ type Data struct {
 
 // Register adds the flags to fs.
 func (d *Data) Register(fs *flag.FlagSet) {
-	fs.StringVar(&d.Dataset, "dataset", "fashion-mnist", "dataset: fashion-mnist or synthetic")
-	fs.StringVar(&d.Dir, "data", "/usr/share/datasets/fashion-mnist", "folder of the Fashion-MNIST idx files (plain or .gz)")
+	fs.StringVar(&d.Dataset, "dataset", "fashion-mnist", SectionModel.Usage("dataset: fashion-mnist or synthetic"))
+	fs.StringVar(&d.Dir, "data", "/usr/share/datasets/fashion-mnist", SectionModel.Usage("folder of the Fashion-MNIST idx files (plain or .gz)"))
 }
 
 // Load loads the training and test sets (the synthetic ones from seed).

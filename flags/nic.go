@@ -16,8 +16,8 @@ type NIC struct {
 
 // Register adds the flags to fs.
 func (n *NIC) Register(fs *flag.FlagSet) {
-	fs.Float64Var(&n.Gbps, "nic-gbps", 0, "model a NIC of this many Gbit/s per direction, shared by all of this process's connections (0: loopback as it is); for benchmarks")
-	fs.DurationVar(&n.RTT, "rtt", 0, "with --nic-gbps: round-trip time added between processes")
+	fs.Float64Var(&n.Gbps, "nic-gbps", 0, SectionCommunication.Usage("model a NIC of this many Gbit/s per direction, shared by all of this process's connections (0: loopback as it is); for benchmarks"))
+	fs.DurationVar(&n.RTT, "rtt", 0, SectionCommunication.Usage("with --nic-gbps: round-trip time added between processes"))
 }
 
 // Args renders the flags for a child process.
@@ -55,9 +55,9 @@ type Stats struct {
 
 // Register adds the flags to fs.
 func (s *Stats) Register(fs *flag.FlagSet) {
-	fs.BoolVar(&s.Times, "stats", false, "report per-step phase times and bytes moved (the benchmark harness's measurements)")
-	fs.Int64Var(&s.EvalEvery, "eval-every", 0, "rank 0 evaluates on the test set every N steps and reports it (0: only at the end)")
-	fs.Float64Var(&s.StopAt, "stop-at-accuracy", 0, "with --eval-every: stop the run once rank 0 measures this test accuracy (0 to 1; 0: never)")
+	fs.BoolVar(&s.Times, "stats", false, SectionOutput.Usage("report per-step phase times and bytes moved (the benchmark harness's measurements)"))
+	fs.Int64Var(&s.EvalEvery, "eval-every", 0, SectionModel.Usage("rank 0 evaluates on the test set every N steps and reports it (0: only at the end)"))
+	fs.Float64Var(&s.StopAt, "stop-at-accuracy", 0, SectionModel.Usage("with --eval-every: stop the run once rank 0 measures this test accuracy (0 to 1; 0: never)"))
 }
 
 // Validate checks the flags.

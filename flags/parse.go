@@ -13,13 +13,14 @@ import (
 var ErrUsage = errors.New("usage")
 
 // NewFlagSet returns a flag set of `shoal name` that reports errors
-// instead of exiting, its usage headed by synopsis.
+// instead of exiting, its usage headed by synopsis and its flags listed
+// by Section.
 func NewFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: shoal %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "Usage: shoal %s [flags]\n\n%s\n", name, synopsis)
+		printFlags(fs, stderr)
 	}
 	return fs
 }

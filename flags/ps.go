@@ -56,28 +56,28 @@ type PS struct {
 
 // Register registers shoal ps's flags.
 func (p *PS) Register(fs *flag.FlagSet) {
-	fs.BoolVar(&p.Events, "events", false, "write JSON events on stdout for a launcher")
-	fs.BoolVar(&p.ExitWhenDone, "exit-when-done", false, "with gossip on: exit 0 once every one of --workers workers has joined and none is left, one at least having left gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)")
-	fs.DurationVar(&p.ExitWait, "exit-wait", 30*time.Second, "with --exit-when-done: once every worker that joined has left, how long to wait for ranks of --workers that never joined (they failed before joining) before the run ends without them")
-	fs.DurationVar(&p.Drain, "drain-timeout", 5*time.Second, "on shutdown, wait this long for calls in flight")
-	fs.StringVar(&p.Listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, give --tls-cert, --tls-key, --tls-ca and --auth-token-file, or anyone who reaches it can read and change the model")
-	fs.BoolVar(&p.Insecure, "insecure", false, "serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)")
-	fs.IntVar(&p.Limits.Conns, "max-connections", rpc.DefaultLimits.Conns, "connections the shard holds open at once; one past it is closed at once (a worker holds two, and one more for each lane past the first: up to 5 with the workers' default --lanes on 8 or more CPUs, where the share has 4 chunks or more)")
-	fs.DurationVar(&p.Limits.ConnIdle, "conn-idle-timeout", rpc.DefaultLimits.ConnIdle, "close a connection that had no stream open this long (clients reconnect when they next call)")
-	fs.DurationVar(&p.Idle, "stream-idle-timeout", rpc.DefaultStreamIdle, "end a stream that leaves the shard waiting this long for the client's next message, or for room to send one")
+	fs.BoolVar(&p.Events, "events", false, SectionOutput.Usage("write JSON events on stdout for a launcher"))
+	fs.BoolVar(&p.ExitWhenDone, "exit-when-done", false, SectionMembership.Usage("with gossip on: exit 0 once every one of --workers workers has joined and none is left, one at least having left gracefully, as workers do at the end of their run (a docker-compose cluster ends with its run)"))
+	fs.DurationVar(&p.ExitWait, "exit-wait", 30*time.Second, SectionMembership.Usage("with --exit-when-done: once every worker that joined has left, how long to wait for ranks of --workers that never joined (they failed before joining) before the run ends without them"))
+	fs.DurationVar(&p.Drain, "drain-timeout", 5*time.Second, SectionCommunication.Usage("on shutdown, wait this long for calls in flight"))
+	fs.StringVar(&p.Listen, "listen", "127.0.0.1:7070", SectionJob.Usage("address to serve gRPC on (HOST:PORT; port 0 picks a free one); beyond loopback, e.g. :7070, give --tls-cert, --tls-key, --tls-ca and --auth-token-file, or anyone who reaches it can read and change the model"))
+	fs.BoolVar(&p.Insecure, "insecure", false, SectionSecurity.Usage("serve beyond loopback without the warning that there is no TLS or authentication (a private network you trust)"))
+	fs.IntVar(&p.Limits.Conns, "max-connections", rpc.DefaultLimits.Conns, SectionCommunication.Usage("connections the shard holds open at once; one past it is closed at once (a worker holds two, and one more for each lane past the first: up to 5 with the workers' default --lanes on 8 or more CPUs, where the share has 4 chunks or more)"))
+	fs.DurationVar(&p.Limits.ConnIdle, "conn-idle-timeout", rpc.DefaultLimits.ConnIdle, SectionCommunication.Usage("close a connection that had no stream open this long (clients reconnect when they next call)"))
+	fs.DurationVar(&p.Idle, "stream-idle-timeout", rpc.DefaultStreamIdle, SectionCommunication.Usage("end a stream that leaves the shard waiting this long for the client's next message, or for room to send one"))
 	p.NIC.Register(fs)
 	p.Gossip.Register(fs)
 	p.Sec.Register(fs)
 	p.Metrics.Register(fs)
 	p.Timeline.Register(fs)
-	fs.StringVar(&p.Mode, "mode", consistency.Async.String(), "consistency mode: async (Downpour), sync or ssp")
-	fs.IntVar(&p.Workers, "workers", 0, "the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)")
-	fs.DurationVar(&p.MaxWait, "max-wait", 10*time.Minute, "sync, ssp: the longest a call waits for other workers")
-	fs.IntVar(&p.Index, "shard", 0, "this server's shard index")
-	fs.BoolVar(&p.ScaleLR, "scale-lr", false, "multiply the learning rate by the live world size (the linear scaling rule; give its warm-up with --warmup-steps): in sync and ssp the live workers, in async --workers less those membership saw leave")
-	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), "streams open at once on one connection; a client's further streams wait")
-	fs.StringVar(&p.InitFrom, "init-from", "", "take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file")
-	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, "with --init-from: how long to wait for the file")
+	fs.StringVar(&p.Mode, "mode", consistency.Async.String(), SectionJob.Usage("consistency mode: async (Downpour), sync or ssp"))
+	fs.IntVar(&p.Workers, "workers", 0, SectionJob.Usage("the number of workers (ranks 0..N-1): sync and ssp wait for them, and pushes from other ranks are refused (default 1 in sync and ssp; in async, ranks up to 65535)"))
+	fs.DurationVar(&p.MaxWait, "max-wait", 10*time.Minute, SectionPS.Usage("sync, ssp: the longest a call waits for other workers"))
+	fs.IntVar(&p.Index, "shard", 0, SectionJob.Usage("this server's shard index"))
+	fs.BoolVar(&p.ScaleLR, "scale-lr", false, SectionOptimizer.Usage("multiply the learning rate by the live world size (the linear scaling rule; give its warm-up with --warmup-steps): in sync and ssp the live workers, in async --workers less those membership saw leave"))
+	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), SectionCommunication.Usage("streams open at once on one connection; a client's further streams wait"))
+	fs.StringVar(&p.InitFrom, "init-from", "", SectionModel.Usage("take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file"))
+	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, SectionModel.Usage("with --init-from: how long to wait for the file"))
 	p.Shard.Register(fs)
 	p.Model.Register(fs)
 	p.Opt.Register(fs, "none")
@@ -168,6 +168,13 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	m, err := consistency.Parse(p.Mode)
 	if err != nil {
 		return fmt.Errorf("--%w", err) // --mode "x": unknown (want ...)
+	}
+	workers := p.Workers
+	if workers == 0 && m != consistency.Async {
+		workers = 1 // ps.Config's default in sync and ssp
+	}
+	if err := p.CheckMode(m, "--workers", workers); err != nil {
+		return err
 	}
 	if p.MaxWait <= 0 {
 		// The stream limit is computed from it too.

@@ -29,18 +29,18 @@ type Ring struct {
 
 // Register adds the flags to fs.
 func (r *Ring) Register(fs *flag.FlagSet) {
-	fs.StringVar(&r.Master, "master", "", "ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there")
-	fs.StringVar(&r.Listen, "data-listen", "", "ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)")
-	fs.StringVar(&r.ReduceOp, "reduce-op", "average", "ring: how gradients combine: average, sum or adasum")
-	fs.StringVar(&r.Compression, "compression", "none", "gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32")
-	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, "ring: compare a hash of every rank's parameters every N steps (0: never)")
-	fs.BoolVar(&r.ScaleLR, "scale-lr", false, "multiply the learning rate by the live world size (the linear scaling rule), warming up over the first epoch unless --warmup-steps says otherwise: ring, every rank's by the ring's size, which an elastic ring's re-forms change; PS modes (shoal train), the shards' by the live workers (shoal ps --scale-lr)")
-	fs.BoolVar(&r.SharedMemory, "shared-memory", true, "ring: use shared memory between ranks on the same host")
-	fs.StringVar(&r.JobID, "job-id", "shoal", "ring: a name every rank of one job shares")
-	fs.BoolVar(&r.Elastic, "elastic", true, "ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run")
-	fs.IntVar(&r.MinWorkers, "min-workers", 1, "elastic ring: the fewest ranks it goes on with; below it the job waits --rejoin-timeout for ranks to join, then stops")
-	fs.DurationVar(&r.RejoinTimeout, "rejoin-timeout", 60*time.Second, "elastic ring: how long a re-form may take (a short ring waits this long for ranks to join)")
-	fs.IntVar(&r.FusionBytes, "fusion-bytes", 64<<10, "ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only")
+	fs.StringVar(&r.Master, "master", "", SectionRing.Usage("ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there"))
+	fs.StringVar(&r.Listen, "data-listen", "", SectionRing.Usage("ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)"))
+	fs.StringVar(&r.ReduceOp, "reduce-op", "average", SectionRing.Usage("ring: how gradients combine: average, sum or adasum"))
+	fs.StringVar(&r.Compression, "compression", "none", SectionCommunication.Usage("gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32"))
+	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, SectionRing.Usage("ring: compare a hash of every rank's parameters every N steps (0: never)"))
+	fs.BoolVar(&r.ScaleLR, "scale-lr", false, SectionOptimizer.Usage("multiply the learning rate by the live world size (the linear scaling rule), warming up over the first epoch unless --warmup-steps says otherwise: ring, every rank's by the ring's size, which an elastic ring's re-forms change; PS modes (shoal train), the shards' by the live workers (shoal ps --scale-lr)"))
+	fs.BoolVar(&r.SharedMemory, "shared-memory", true, SectionRing.Usage("ring: use shared memory between ranks on the same host"))
+	fs.StringVar(&r.JobID, "job-id", "shoal", SectionRing.Usage("ring: a name every rank of one job shares"))
+	fs.BoolVar(&r.Elastic, "elastic", true, SectionRing.Usage("ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run"))
+	fs.IntVar(&r.MinWorkers, "min-workers", 1, SectionRing.Usage("elastic ring: the fewest ranks it goes on with; below it the job waits --rejoin-timeout for ranks to join, then stops"))
+	fs.DurationVar(&r.RejoinTimeout, "rejoin-timeout", 60*time.Second, SectionRing.Usage("elastic ring: how long a re-form may take (a short ring waits this long for ranks to join)"))
+	fs.IntVar(&r.FusionBytes, "fusion-bytes", 64<<10, SectionRing.Usage("ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only"))
 }
 
 // Validate checks the elastic ring's flags.

@@ -18,10 +18,10 @@ type Sec struct {
 
 // Register adds the flags to fs.
 func (s *Sec) Register(fs *flag.FlagSet) {
-	fs.StringVar(&s.Files.Cert, "tls-cert", "", "this node's TLS certificate (PEM), presented to servers and clients alike (shoal certs writes one)")
-	fs.StringVar(&s.Files.Key, "tls-key", "", "the private key of --tls-cert (PEM)")
-	fs.StringVar(&s.Files.CA, "tls-ca", "", "the CA that signed every node's certificate (PEM): peers are checked against it, and servers ask clients for a certificate")
-	fs.StringVar(&s.Files.Token, "auth-token-file", "", "a file holding the job's token: servers refuse calls without it (Unauthenticated), clients send it (only over TLS or to loopback)")
+	fs.StringVar(&s.Files.Cert, "tls-cert", "", SectionSecurity.Usage("this node's TLS certificate (PEM), presented to servers and clients alike (shoal certs writes one)"))
+	fs.StringVar(&s.Files.Key, "tls-key", "", SectionSecurity.Usage("the private key of --tls-cert (PEM)"))
+	fs.StringVar(&s.Files.CA, "tls-ca", "", SectionSecurity.Usage("the CA that signed every node's certificate (PEM): peers are checked against it, and servers ask clients for a certificate"))
+	fs.StringVar(&s.Files.Token, "auth-token-file", "", SectionSecurity.Usage("a file holding the job's token: servers refuse calls without it (Unauthenticated), clients send it (only over TLS or to loopback)"))
 }
 
 // Throwaway makes a CA, node certificate and token in a new temporary

@@ -2,6 +2,7 @@ package flags
 
 import (
 	"flag"
+	"fmt"
 	"runtime"
 
 	"github.com/shoalml/shoal/consistency"
@@ -17,30 +18,56 @@ import (
 // shard (--shard, --listen, --workers) or that train keeps for itself
 // stay out.
 type Shard struct {
-	Servers      int
-	ChunkBytes   int
-	Backup       int
-	Staleness    int64
-	CkptDir      string
-	CkptEvery    int64
-	CkptErrors   string
-	Journal      bool
-	ParallelStep bool
-	Update       Update
+	Servers    int
+	ChunkBytes int
+	Backup     int
+	Staleness  int64
+	// stalenessGiven: --staleness was given (not a launcher's "unset"),
+	// which CheckMode refuses outside ssp.
+	stalenessGiven bool
+	CkptDir        string
+	CkptEvery      int64
+	CkptErrors     string
+	Journal        bool
+	ParallelStep   bool
+	Update         Update
 }
 
 // Register adds the flags to fs.
 func (f *Shard) Register(fs *flag.FlagSet) {
-	fs.IntVar(&f.Servers, "servers", 1, "number of parameter-server shards")
-	fs.IntVar(&f.ChunkBytes, "chunk-bytes", shard.DefaultChunkBytes, "bytes per chunk of the partition plan")
-	fs.IntVar(&f.Backup, "backup-workers", 0, "sync: apply a step once workers minus this many pushed it; drop the later pushes")
-	fs.Int64Var(&f.Staleness, "staleness", 1, "ssp: how many steps a worker may run ahead of the slowest (0 is sync)")
-	fs.StringVar(&f.CkptDir, "checkpoint-dir", "", "the shards checkpoint here and resume from the newest checkpoint at start")
-	fs.Int64Var(&f.CkptEvery, "checkpoint-every", 500, "with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)")
-	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)")
-	fs.BoolVar(&f.Journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
+	fs.IntVar(&f.Servers, "servers", 1, SectionJob.Usage("number of parameter-server shards"))
+	fs.IntVar(&f.ChunkBytes, "chunk-bytes", shard.DefaultChunkBytes, SectionPS.Usage("bytes per chunk of the partition plan"))
+	fs.IntVar(&f.Backup, "backup-workers", 0, SectionPS.Usage("sync: apply a step once workers minus this many pushed it; drop the later pushes"))
+	optionalInt64(fs, &f.Staleness, &f.stalenessGiven, "staleness", 1, SectionPS.Usage("ssp: how many `steps` a worker may run ahead of the slowest (0 is sync; default 1; refused in the other modes, which ignore it)"))
+	fs.StringVar(&f.CkptDir, "checkpoint-dir", "", SectionCheckpoints.Usage("the shards checkpoint here and resume from the newest checkpoint at start"))
+	fs.Int64Var(&f.CkptEvery, "checkpoint-every", 500, SectionCheckpoints.Usage("with --checkpoint-dir: checkpoint every N updates (also at shutdown; 0: only at shutdown)"))
+	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", SectionCheckpoints.Usage("a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)"))
+	fs.BoolVar(&f.Journal, "journal", false, SectionCheckpoints.Usage("with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)"))
 	f.Update.Register(fs)
-	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), "PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
+	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), SectionPS.Usage("PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)"))
+}
+
+// CheckMode refuses what the shards of a job in mode would ignore or
+// could not do, saying which flag and why: --staleness given outside ssp
+// (the default is not refused, only a bound a person gave), backup
+// workers outside sync, and in sync as many backup workers as there are
+// workers (counted by the flag workersFlag, n of them).
+func (f *Shard) CheckMode(mode consistency.Mode, workersFlag string, n int) error {
+	if f.stalenessGiven && mode != consistency.SSP {
+		return fmt.Errorf("--staleness %d: the bound of --mode ssp; --mode %s would ignore it: leave it out, or run --mode ssp", f.Staleness, mode)
+	}
+	if f.Staleness < 0 {
+		return fmt.Errorf("--staleness %d: want >= 0 (0 is sync)", f.Staleness)
+	}
+	switch {
+	case f.Backup < 0:
+		return fmt.Errorf("--backup-workers %d: want >= 0", f.Backup)
+	case f.Backup > 0 && mode != consistency.Sync:
+		return fmt.Errorf("--backup-workers %d: for --mode sync, whose steps wait for the workers but this many; --mode %s would ignore it: leave it out, or run --mode sync", f.Backup, mode)
+	case f.Backup > 0 && f.Backup >= n:
+		return fmt.Errorf("--backup-workers %d: want fewer than %s %d (a step waits for all workers but this many, so for one at least)", f.Backup, workersFlag, n)
+	}
+	return nil
 }
 
 // UpdateConfig is the shards' update rule, checked.

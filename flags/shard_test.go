@@ -100,3 +100,61 @@ func TestUpdateNote(t *testing.T) {
 		}
 	}
 }
+
+// TestShardCheckMode: a shard flag that the mode would ignore is refused
+// where it was given, naming the mode that takes it; the defaults, and a
+// launcher's rendering of them (--staleness=), pass in every mode.
+func TestShardCheckMode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		mode consistency.Mode
+		n    int
+		err  string
+	}{
+		{"the defaults in async", nil, consistency.Async, 2, ""},
+		{"the defaults in sync", nil, consistency.Sync, 1, ""},
+		{"the defaults in ssp", nil, consistency.SSP, 2, ""},
+		{"a bound in ssp", []string{"--staleness", "3"}, consistency.SSP, 2, ""},
+		{"a launcher's unset bound in async", []string{"--staleness="}, consistency.Async, 2, ""},
+		{"a bound in async", []string{"--staleness", "3"}, consistency.Async, 2,
+			"--staleness 3: the bound of --mode ssp; --mode async would ignore it: leave it out, or run --mode ssp"},
+		{"the default bound given in async", []string{"--staleness", "1"}, consistency.Async, 2, "--staleness 1: the bound of --mode ssp; --mode async"},
+		{"a bound in sync", []string{"--staleness", "0"}, consistency.Sync, 2, "--staleness 0: the bound of --mode ssp; --mode sync would ignore it"},
+		{"a negative bound", []string{"--staleness", "-1"}, consistency.SSP, 2, "--staleness -1: want >= 0"},
+		{"backups in sync", []string{"--backup-workers", "1"}, consistency.Sync, 2, ""},
+		{"backups in async", []string{"--backup-workers", "1"}, consistency.Async, 3,
+			"--backup-workers 1: for --mode sync, whose steps wait for the workers but this many; --mode async would ignore it: leave it out, or run --mode sync"},
+		{"backups in ssp", []string{"--backup-workers", "1"}, consistency.SSP, 3, "--mode ssp would ignore it"},
+		{"as many backups as workers", []string{"--backup-workers", "2"}, consistency.Sync, 2,
+			"--backup-workers 2: want fewer than --workers 2 (a step waits for all workers but this many, so for one at least)"},
+		{"negative backups", []string{"--backup-workers", "-1"}, consistency.Sync, 2, "--backup-workers -1: want >= 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f Shard
+			fs := flag.NewFlagSet("in", flag.ContinueOnError)
+			f.Register(fs)
+			require.NoError(t, fs.Parse(tc.args))
+			err := f.CheckMode(tc.mode, "--workers", tc.n)
+			if tc.err == "" {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, tc.err)
+			}
+		})
+	}
+}
+
+// TestShardArgsKeepAnUnsetBoundUnset: a launcher passes --staleness on
+// as not given unless it was, so that its shards refuse only what a
+// person gave.
+func TestShardArgsKeepAnUnsetBoundUnset(t *testing.T) {
+	var in Shard
+	fs := flag.NewFlagSet("in", flag.ContinueOnError)
+	in.Register(fs)
+	require.NoError(t, fs.Parse(nil))
+	assert.Contains(t, in.Args(), "--staleness=")
+	assert.Equal(t, int64(1), in.Staleness, "unset, the bound is the default")
+	require.NoError(t, fs.Parse([]string{"--staleness", "4"}))
+	assert.Contains(t, in.Args(), "--staleness=4")
+}

@@ -13,8 +13,12 @@ import (
 
 // Train are the training-loop flags shared by worker and train.
 type Train struct {
-	ModeName       string           // --mode, which Validate parses into Mode
-	Mode           consistency.Mode // set by Validate
+	ModeName string           // --mode, which Validate parses into Mode
+	Mode     consistency.Mode // set by Validate
+	// ModeGiven: --mode was given. A worker not given it takes the
+	// servers' mode (node.Loop.TakeServersMode); a launcher that knows
+	// the mode sets it for its workers.
+	ModeGiven      bool
 	BackwardPasses int
 	Batch          int
 	Epochs         int
@@ -27,15 +31,16 @@ type Train struct {
 
 // Register adds the flags to fs.
 func (t *Train) Register(fs *flag.FlagSet) {
-	fs.StringVar(&t.ModeName, "mode", consistency.Async.String(), "how workers agree: async (Downpour SGD), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server)")
-	fs.IntVar(&t.BackwardPasses, "backward-passes-per-step", 1, "average the gradients of N batches into each step")
-	fs.IntVar(&t.Batch, "batch", 64, "batch size per worker")
-	fs.IntVar(&t.Epochs, "epochs", 3, "epochs to train")
-	fs.Int64Var(&t.Steps, "steps", 0, "training steps per worker (overrides --epochs when > 0)")
-	fs.IntVar(&t.PushEvery, "push-every", 1, "async: push gradients every N steps (Downpour's n_push)")
-	fs.IntVar(&t.FetchEvery, "fetch-every", 1, "async: pull weights every N steps (Downpour's n_fetch)")
-	fs.DurationVar(&t.ProgressEvery, "progress-every", 250*time.Millisecond, "how often a worker reports its progress (0: after every step)")
-	fs.BoolVar(&t.Overlap, "overlap-push-pull", false, "async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)")
+	optionalString(fs, &t.ModeName, &t.ModeGiven, "mode", consistency.Async.String(),
+		SectionJob.Usage("how workers agree, the `mode`: async (Downpour SGD; the default), sync, ssp (bounded staleness) through parameter servers, or ring (allreduce, no server); a shoal worker not given it takes its servers' mode"))
+	fs.IntVar(&t.BackwardPasses, "backward-passes-per-step", 1, SectionJob.Usage("average the gradients of N batches into each step"))
+	fs.IntVar(&t.Batch, "batch", 64, SectionJob.Usage("batch size per worker"))
+	fs.IntVar(&t.Epochs, "epochs", 3, SectionJob.Usage("epochs to train"))
+	fs.Int64Var(&t.Steps, "steps", 0, SectionJob.Usage("training steps per worker (overrides --epochs when > 0)"))
+	fs.IntVar(&t.PushEvery, "push-every", 1, SectionPS.Usage("async: push gradients every N steps (Downpour's n_push)"))
+	fs.IntVar(&t.FetchEvery, "fetch-every", 1, SectionPS.Usage("async: pull weights every N steps (Downpour's n_fetch)"))
+	fs.DurationVar(&t.ProgressEvery, "progress-every", 250*time.Millisecond, SectionOutput.Usage("how often a worker reports its progress (0: after every step)"))
+	fs.BoolVar(&t.Overlap, "overlap-push-pull", false, SectionPS.Usage("async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)"))
 }
 
 // Validate checks the flags and parses --mode into Mode.
@@ -85,9 +90,9 @@ type Rank struct {
 
 // Register adds the flags to fs.
 func (f *Rank) Register(fs *flag.FlagSet) {
-	fs.IntVar(&f.Rank, "rank", -1, "this worker's rank (default: from the launcher's environment, else 0)")
-	fs.IntVar(&f.World, "world-size", -1, "number of workers (default: from the launcher's environment, else 1)")
-	fs.IntVar(&f.LocalRank, "local-rank", -1, "this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)")
+	fs.IntVar(&f.Rank, "rank", -1, SectionJob.Usage("this worker's rank (default: from the launcher's environment, else 0)"))
+	fs.IntVar(&f.World, "world-size", -1, SectionJob.Usage("number of workers (default: from the launcher's environment, else 1)"))
+	fs.IntVar(&f.LocalRank, "local-rank", -1, SectionJob.Usage("this worker's rank among those on its machine, which picks its GPU (default: from the launcher's environment, else 0)"))
 }
 
 // Identity is the worker's place in the job: from the launcher's

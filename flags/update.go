@@ -18,7 +18,7 @@ type Update struct {
 
 // Register adds the flags to fs.
 func (u *Update) Register(fs *flag.FlagSet) {
-	fs.StringVar(&u.Rule, "update-rule", ps.UpdateAuto.String(), "async, ssp: how a shard applies each push: full (Downpour: every push at the full learning rate; collapses at 8 workers of the default MLP), average (scaled by 1/N, N the workers), staleness (scaled by 1/τ, τ the shard's updates since it served the worker its weights), dcasgd (delay-compensated, g + λ·g⊙g⊙(w − w_bak), full rate; keeps a copy of the shard per worker), or auto: "+ps.DefaultAsyncUpdate.String()+" in async, average in ssp (docs/BENCHMARKS.md, \"Staleness emulation\")")
+	fs.StringVar(&u.Rule, "update-rule", ps.UpdateAuto.String(), SectionPS.Usage("async, ssp: how a shard applies each push: full (Downpour: every push at the full learning rate; collapses at 8 workers of the default MLP), average (scaled by 1/N, N the workers), staleness (scaled by 1/τ, τ the shard's updates since it served the worker its weights), dcasgd (delay-compensated, g + λ·g⊙g⊙(w − w_bak), full rate; keeps a copy of the shard per worker), or auto: "+ps.DefaultAsyncUpdate.String()+" in async, average in ssp (docs/BENCHMARKS.md, \"Staleness emulation\")"))
 	u.DC.Register(fs)
 }
 
@@ -47,8 +47,8 @@ type DC struct {
 
 // Register adds the flags to fs.
 func (d *DC) Register(fs *flag.FlagSet) {
-	fs.Float64Var(&d.Lambda, "dc-lambda", ps.DefaultDCLambda, "--update-rule dcasgd: the constant λ of the correction")
-	fs.Int64Var(&d.MaxMiB, "dc-max-mib", ps.DefaultDCMaxBytes>>20, "--update-rule dcasgd: the most MiB a shard may keep for its copies of what it served each worker (workers × the shard's floats × 4 bytes); a shard that needs more does not start")
+	fs.Float64Var(&d.Lambda, "dc-lambda", ps.DefaultDCLambda, SectionPS.Usage("--update-rule dcasgd: the constant λ of the correction"))
+	fs.Int64Var(&d.MaxMiB, "dc-max-mib", ps.DefaultDCMaxBytes>>20, SectionPS.Usage("--update-rule dcasgd: the most MiB a shard may keep for its copies of what it served each worker (workers × the shard's floats × 4 bytes); a shard that needs more does not start"))
 }
 
 // Config is rule with the flags, checked.

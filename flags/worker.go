@@ -30,9 +30,9 @@ type Calls struct {
 
 // Register adds the flags to fs.
 func (c *Calls) Register(fs *flag.FlagSet) {
-	fs.DurationVar(&c.CallTimeout, "call-timeout", 60*time.Second, "deadline of each pull and push, or each collective call (ring)")
-	fs.IntVar(&c.Lanes, "lanes", 0, fmt.Sprintf("PS modes: split each push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..%d); 0: %d where this machine has %d or more CPUs, else 1",
-		client.MaxLanes, client.AutoLanes(client.ManyCores), client.ManyCores))
+	fs.DurationVar(&c.CallTimeout, "call-timeout", 60*time.Second, SectionCommunication.Usage("deadline of each pull and push, or each collective call (ring)"))
+	fs.IntVar(&c.Lanes, "lanes", 0, SectionCommunication.Usage(fmt.Sprintf("PS modes: split each push-pull to a server over up to this many connections (at most one per chunk of the server's; 1..%d); 0: %d where this machine has %d or more CPUs, else 1",
+		client.MaxLanes, client.AutoLanes(client.ManyCores), client.ManyCores)))
 }
 
 // CheckLanes checks --lanes: 1..client.MaxLanes, or 0 for
@@ -100,19 +100,18 @@ func DefaultWorker() *Worker {
 }
 
 // Register registers shoal worker's flags: its own, then the groups it
-// shares with train and the server (one flat list, as the help sorts
-// them).
+// shares with train and the server (the help lists them by Section).
 func (w *Worker) Register(fs *flag.FlagSet) {
-	fs.StringVar(&w.Save, "save", "", "ring: rank 0 writes the final parameters to this .safetensors file")
-	fs.StringVar(&w.RecordPushes, "record-pushes", "", "async, ssp: write every push's step, clock and staleness, as shard 0 saw them, to this JSON file at the end (shoal bench emulate --replay replays the run from the workers' files)")
-	fs.IntVar(&w.Threads, "threads", runtime.NumCPU(), "GEMM threads of this worker (shoal train gives each of its workers its share of the cores)")
-	fs.StringVar(&w.CPUs, "cpus", "", "bind this worker's threads to these CPUs, a list such as 0-3,8 (Linux; shoal train --bind gives each of its workers cores of its own)")
-	fs.StringVar(&w.Servers, "servers", "localhost:7070", "parameter server addresses, comma-separated, in shard order")
+	fs.StringVar(&w.Save, "save", "", SectionOutput.Usage("ring: rank 0 writes the final parameters to this .safetensors file"))
+	fs.StringVar(&w.RecordPushes, "record-pushes", "", SectionOutput.Usage("async, ssp: write every push's step, clock and staleness, as shard 0 saw them, to this JSON file at the end (shoal bench emulate --replay replays the run from the workers' files)"))
+	fs.IntVar(&w.Threads, "threads", runtime.NumCPU(), SectionCompute.Usage("GEMM threads of this worker (shoal train gives each of its workers its share of the cores)"))
+	fs.StringVar(&w.CPUs, "cpus", "", SectionCompute.Usage("bind this worker's threads to these CPUs, a list such as 0-3,8 (Linux; shoal train --bind gives each of its workers cores of its own)"))
+	fs.StringVar(&w.Servers, "servers", "localhost:7070", SectionJob.Usage("parameter server addresses, comma-separated, in shard order"))
 	w.Ranks.Register(fs)
-	fs.BoolVar(&w.Events, "events", false, "write JSON events on stdout for a launcher")
-	fs.BoolVar(&w.Eval, "eval", true, "evaluate the final weights on the test set (rank 0; in ring mode every rank its share)")
-	fs.DurationVar(&w.Connect, "connect-timeout", 60*time.Second, "how long to wait for the servers to answer")
-	fs.DurationVar(&w.RetryFor, "retry-for", 60*time.Second, "how long a pull or push that finds a server unavailable (restarting, or cut off) is tried again before the worker gives up")
+	fs.BoolVar(&w.Events, "events", false, SectionOutput.Usage("write JSON events on stdout for a launcher"))
+	fs.BoolVar(&w.Eval, "eval", true, SectionModel.Usage("evaluate the final weights on the test set (rank 0; in ring mode every rank its share)"))
+	fs.DurationVar(&w.Connect, "connect-timeout", 60*time.Second, SectionCommunication.Usage("how long to wait for the servers to answer"))
+	fs.DurationVar(&w.RetryFor, "retry-for", 60*time.Second, SectionCommunication.Usage("how long a pull or push that finds a server unavailable (restarting, or cut off) is tried again before the worker gives up"))
 	w.Calls.Register(fs)
 	w.NIC.Register(fs)
 	w.Stats.Register(fs)
@@ -265,7 +264,7 @@ func (w *Worker) buildModel(stderr io.Writer) error {
 func (w *Worker) config() (node.WorkerConfig, error) {
 	t := w.Train
 	cfg := node.WorkerConfig{ID: w.id, Logger: w.log, Model: w.model, ModelName: DescribeModel(w.model), Train: w.train, Test: w.test, Seed: w.Model.Seed,
-		Loop: node.Loop{Mode: t.Mode, Batch: t.Batch, Epochs: t.Epochs, Steps: t.Steps, BackwardPasses: t.BackwardPasses, PushEvery: t.PushEvery, FetchEvery: t.FetchEvery,
+		Loop: node.Loop{Mode: t.Mode, TakeServersMode: !t.ModeGiven, Batch: t.Batch, Epochs: t.Epochs, Steps: t.Steps, BackwardPasses: t.BackwardPasses, PushEvery: t.PushEvery, FetchEvery: t.FetchEvery,
 			Overlap: t.Overlap, ProgressEvery: t.ProgressEvery},
 		Stats: node.Stats{Times: w.Stats.Times, EvalEvery: w.Stats.EvalEvery, StopAt: w.Stats.StopAt}, Stall: w.Log.Stall,
 		Events: w.Events, Eval: w.Eval, CPUs: w.boundTo, CallTimeout: w.Calls.CallTimeout, Creds: w.Sec.Creds, NIC: w.NIC.Config(), GossipBind: w.Gossip.BindAddr(), MetricsAddr: w.Metrics.Addr,

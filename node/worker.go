@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -294,10 +295,15 @@ func (w *psWorker) dial(ctx context.Context, nic *netshape.NIC) (*client.Client,
 }
 
 // check refuses servers that hold another model, run another mode or
-// expect another world size.
+// expect another world size; a worker not told its mode takes theirs.
 func (w *psWorker) check(info client.Info) error {
 	if err := checkLayout(w.Model, w.ModelName, info); err != nil {
 		return err
+	}
+	if info.Mode != w.Loop.Mode && w.Loop.TakeServersMode {
+		if err := w.takeMode(info.Mode); err != nil {
+			return err
+		}
 	}
 	switch {
 	case info.Mode != w.Loop.Mode:
@@ -305,6 +311,23 @@ func (w *psWorker) check(info client.Info) error {
 	case info.Mode != consistency.Async && info.Workers != w.ID.WorldSize:
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.ID.WorldSize, info.Workers, w.ID.WorldSize)
 	}
+	return nil
+}
+
+// takeMode makes the servers' mode m the worker's, which was not given
+// one, and says so; a loop that m cannot run (pushes or pulls thinned
+// out, or overlapped, outside async; pushes recorded in sync) is refused.
+func (w *psWorker) takeMode(m consistency.Mode) error {
+	l := &w.Loop
+	if m != consistency.Async && (l.PushEvery != 1 || l.FetchEvery != 1 || l.Overlap) {
+		return fmt.Errorf("the servers run mode %s, which pulls and pushes every step: --push-every %d, --fetch-every %d and --overlap-push-pull are for --mode async (leave them out, or start the servers with --mode async)",
+			m, l.PushEvery, l.FetchEvery)
+	}
+	if m == consistency.Sync && w.PS.RecordPushes != "" {
+		return errors.New("--record-pushes: the servers run mode sync, and only async and ssp runs are recorded")
+	}
+	w.Logger.Warn("no --mode given: taking the servers' mode", "component", "worker", "rank", w.ID.Rank, "mode", m)
+	l.Mode, l.TakeServersMode = m, false
 	return nil
 }
 

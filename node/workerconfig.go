@@ -62,7 +62,11 @@ type WorkerConfig struct {
 
 // Loop is the training loop's shape.
 type Loop struct {
-	Mode                  consistency.Mode
+	Mode consistency.Mode
+	// TakeServersMode: Mode is a default, not the user's (no --mode): in
+	// a parameter-server mode the worker takes the servers' mode, saying
+	// so, where the rest of the loop allows it.
+	TakeServersMode       bool
 	Batch, Epochs         int
 	Steps                 int64
 	BackwardPasses        int

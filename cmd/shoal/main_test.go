@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -140,6 +141,59 @@ func TestCommandLineErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
+	}
+}
+
+// TestFlagsAModeIgnoresAreRefusedOnce: a shard flag given in a mode that
+// ignores it (--staleness outside ssp, --backup-workers outside sync) or
+// that the mode cannot do (as many backup workers as workers) is refused
+// in one line naming the mode that takes it, by shoal train before any
+// process starts (not by a shard and again by the launcher that read its
+// last words), and alike by shoal ps and shoal run.
+func TestFlagsAModeIgnoresAreRefusedOnce(t *testing.T) {
+	job := []string{"--dataset", "synthetic", "--hidden", "8", "--steps", "1", "--threads", "1", "--test=false"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a bound in async", append([]string{"train", "--mode", "async", "--staleness", "3"}, job...),
+			"--staleness 3: the bound of --mode ssp; --mode async would ignore it: leave it out, or run --mode ssp"},
+		{"a bound in sync", append([]string{"train", "--mode", "sync", "--staleness", "0"}, job...), "--staleness 0: the bound of --mode ssp; --mode sync would ignore it"},
+		{"backups in async", append([]string{"train", "--mode", "async", "--backup-workers", "1", "--workers", "3"}, job...),
+			"--backup-workers 1: for --mode sync, whose steps wait for the workers but this many; --mode async would ignore it"},
+		{"as many backups as workers", append([]string{"train", "--mode", "sync", "--backup-workers", "2", "--workers", "2"}, job...),
+			"--backup-workers 2: want fewer than --workers 2"},
+		{"a shard's bound in async", []string{"ps", "--mode", "async", "--staleness", "2"}, "--staleness 2: the bound of --mode ssp; --mode async would ignore it"},
+		{"a shard's backups in ssp", []string{"ps", "--mode", "ssp", "--workers", "3", "--backup-workers", "1"}, "--backup-workers 1: for --mode sync"},
+		{"shoal run's bound in sync", []string{"run", "-np", "2", "--mode", "sync", "--staleness", "2", "true"}, "--staleness 2: the bound of --mode ssp; --mode sync would ignore it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := exec.CommandContext(ctxT(t, time.Minute), shoalBin, tc.args...).CombinedOutput()
+			require.Error(t, err, "%s", out)
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			assert.Len(t, lines, 1, "one line says it:\n%s", out)
+			assert.True(t, strings.HasPrefix(lines[0], "shoal: "+tc.want), "%s", out)
+			assert.NotContains(t, string(out), "[ps 0]", "refused before a shard started")
+		})
+	}
+}
+
+// TestHelpGroupsEveryRolesFlags: shoal train, ps, worker and run list
+// their flags under a heading of what each is for, none of them in an
+// ungrouped list (which the help falls back to where a flag was declared
+// without a flags.Section).
+func TestHelpGroupsEveryRolesFlags(t *testing.T) {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	new(trainRun).register(fs)
+	assert.Empty(t, flags.Unsectioned(fs), "shoal train: declare these flags with a flags.Section's Usage")
+	for _, role := range []string{"train", "ps", "worker", "run"} {
+		var stderr bytes.Buffer
+		require.ErrorIs(t, run(context.Background(), []string{role, "-h"}, nil, io.Discard, &stderr), flag.ErrHelp)
+		help := stderr.String()
+		assert.True(t, strings.Contains(help, "\nThe job (its mode, its processes, how long it trains):\n  -"), "shoal %s: the job's heading", role)
+		assert.False(t, strings.Contains(help, "\nFlags:\n"), "shoal %s: a list of flags without a section", role)
+		assert.False(t, strings.Contains(help, "\x00"), "shoal %s: a section's mark shown", role)
 	}
 }
 

@@ -342,20 +342,20 @@ func parseTrain(args []string, stderr io.Writer) (*trainRun, error) {
 }
 
 // register registers shoal train's flags: its own, then those it shares
-// with the worker and the server (one flat list, as the help sorts them).
+// with the worker and the server (the help lists them by flags.Section).
 func (t *trainRun) register(fs *flag.FlagSet) {
-	fs.IntVar(&t.workers, "workers", 2, "number of worker processes")
-	fs.IntVar(&t.threads, "threads", 0, "GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1")
-	fs.StringVar(&t.bind, "bind", "auto", "bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none")
+	fs.IntVar(&t.workers, "workers", 2, flags.SectionJob.Usage("number of worker processes"))
+	fs.IntVar(&t.threads, "threads", 0, flags.SectionCompute.Usage("GEMM threads of each worker, and its Go runtime's share (GOMAXPROCS, at most the cores) in the PS modes; 0 gives each worker the cores divided by --workers, at least 1"))
+	fs.StringVar(&t.bind, "bind", "auto", flags.SectionCompute.Usage("bind each worker to --threads cores of its own, as MPI launchers bind their ranks: auto (where the workers take the CPUs this process may use, fewer than --threads left over), cores (wherever they fit; an error where they do not), none"))
 	t.calls.Register(fs)
-	fs.StringVar(&t.save, "save", "", "write the final parameters to this .safetensors file")
-	fs.BoolVar(&t.jsonOut, "json", false, "end with one JSON line summarising the run")
-	fs.BoolVar(&t.metrics, "metrics", false, "every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed")
-	fs.StringVar(&t.record, "record-pushes", "", "async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json (an earlier run's there are removed first); shoal bench emulate --replay DIR replays the run in one process")
-	fs.StringVar(&t.timeline, "timeline", "", "every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)")
-	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, "how long a server may take to start")
-	fs.BoolVar(&t.testEval, "test", true, "evaluate the final weights on the test set (benchmarks of large models turn it off)")
-	fs.BoolVar(&t.tls, "tls", false, "servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it")
+	fs.StringVar(&t.save, "save", "", flags.SectionOutput.Usage("write the final parameters to this .safetensors file"))
+	fs.BoolVar(&t.jsonOut, "json", false, flags.SectionOutput.Usage("end with one JSON line summarising the run"))
+	fs.BoolVar(&t.metrics, "metrics", false, flags.SectionOutput.Usage("every server and worker serves Prometheus metrics on a loopback port of its own; the addresses are printed"))
+	fs.StringVar(&t.record, "record-pushes", "", flags.SectionOutput.Usage("async, ssp: every worker writes every push's step, clock and staleness, as shard 0 saw them, into DIR/worker-<rank>.pushes.json (an earlier run's there are removed first); shoal bench emulate --replay DIR replays the run in one process"))
+	fs.StringVar(&t.timeline, "timeline", "", flags.SectionOutput.Usage("every server and worker writes its per-step timeline into DIR (Chrome trace-event JSON), merged at the end into DIR/timeline.json on one clock (open it in ui.perfetto.dev or chrome://tracing)"))
+	fs.DurationVar(&t.startup, "startup-timeout", 60*time.Second, flags.SectionCommunication.Usage("how long a server may take to start"))
+	fs.BoolVar(&t.testEval, "test", true, flags.SectionModel.Usage("evaluate the final weights on the test set (benchmarks of large models turn it off)"))
+	fs.BoolVar(&t.tls, "tls", false, flags.SectionSecurity.Usage("servers and workers (ring: the rendezvous and the TCP links) talk mutual TLS and check a bearer token, from a CA and token made for this run and removed after it"))
 	t.shard.Register(fs)
 	t.nic.Register(fs)
 	t.stats.Register(fs)
@@ -422,6 +422,13 @@ func (t *trainRun) checkRun() error {
 	}
 	if _, err := t.shard.UpdateConfig(); err != nil {
 		return err
+	}
+	if !t.ring { // the ring's own check refuses every shard flag
+		// Here, not in the shards after they start: one line, before any
+		// process, rather than a shard's error and the launcher's.
+		if err := t.shard.CheckMode(t.loop.Mode, "--workers", t.workers); err != nil {
+			return err
+		}
 	}
 	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err
@@ -534,7 +541,7 @@ func (t *trainRun) shardArgs(shard int, listen string, join []string, restart in
 func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []string {
 	w := flags.DefaultWorker()
 	w.Model, w.Data, w.Train, w.Log, w.NIC, w.Stats, w.Device, w.Calls = t.arch, t.dataset, t.loop, t.logging, t.nic, t.stats, t.device, t.calls
-	w.Train.ModeName, w.Sec.Files, w.Events = t.loop.Mode.String(), t.sec.Files, true
+	w.Train.ModeName, w.Train.ModeGiven, w.Sec.Files, w.Events = t.loop.Mode.String(), true, t.sec.Files, true
 	w.Ranks = flags.Rank{Rank: r, World: t.workers, LocalRank: r}
 	w.Eval = t.ring && t.testEval // ring ranks evaluate together; PS: the launcher does
 	w.Metrics.Addr, w.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("worker-%d", r), 0)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shoalml/shoal/flags"
+	"github.com/shoalml/shoal/internal/lockedio"
 	"github.com/shoalml/shoal/launch"
 )
 
@@ -59,6 +60,42 @@ func TestWorkerStopsOnTheStdinItIsHanded(t *testing.T) {
 		t.Fatal("the worker did not stop on the stop line of its stdin")
 	}
 	assert.True(t, out.next(t, ctx, launch.Done).Stopped)
+}
+
+// TestWorkerTakesTheServersMode runs a sync parameter server and workers
+// in this process: a worker given no --mode trains in the servers' mode
+// and says so; one given another mode, or async's flags the servers'
+// mode cannot run, is refused, saying why.
+func TestWorkerTakesTheServersMode(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := ctxT(t, time.Minute)
+	psCtx, stopPS := context.WithCancel(ctx)
+	psOut := newEventWriter()
+	psDone := make(chan error, 1)
+	go func() {
+		psDone <- run(psCtx, []string{"ps", "--listen", "127.0.0.1:0", "--events", "--hidden", "16", "--mode", "sync", "--workers", "1"}, nil, psOut, io.Discard)
+	}()
+	defer func() {
+		stopPS()
+		assert.NoError(t, <-psDone, "ps")
+	}()
+	addr := psOut.next(t, ctx, launch.Listening).Addr
+	worker := func(args ...string) (string, error) {
+		stderr := lockedio.NewBuffer()
+		err := run(ctx, append([]string{"worker", "--servers", addr, "--hidden", "16", "--dataset", "synthetic", "--batch", "16", "--steps", "3",
+			"--rank", "0", "--world-size", "1", "--threads", "1", "--eval=false"}, args...), nil, io.Discard, stderr)
+		return stderr.String(), err
+	}
+
+	_, err := worker("--mode", "async")
+	require.ErrorContains(t, err, "--mode async: the servers run mode sync", "a mode given is the user's: refused where it differs")
+	_, err = worker("--push-every", "2")
+	require.ErrorContains(t, err, "the servers run mode sync, which pulls and pushes every step: --push-every 2, --fetch-every 1 and --overlap-push-pull are for --mode async")
+
+	stderr, err := worker()
+	require.NoError(t, err, "no --mode: the servers' (stderr: %s)", stderr)
+	assert.Contains(t, stderr, `msg="no --mode given: taking the servers' mode"`)
+	assert.Contains(t, stderr, "mode=sync")
 }
 
 // eventWriter is a child's stdout in this process: each Write is one
