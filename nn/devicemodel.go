@@ -582,15 +582,6 @@ func view(v Mem, t Tensor) Mem { return v.Slice(t.Offset, t.Size()) }
 // its half copy.
 type operand struct{ f, h Mem }
 
-// slice returns elements [off, off+n) of both.
-func (o operand) slice(off, n int) operand {
-	s := operand{f: o.f.Slice(off, n)}
-	if !o.h.Nil() {
-		s.h = o.h.Halves(off, n)
-	}
-	return s
-}
-
 // gemm is Device.Gemm on the float32 operands, or GemmHalf on their half
 // copies under mixed precision.
 func (m *DeviceModel) gemm(tA, tB bool, rows, cols, k int, a operand, lda int, b operand, ldb int, beta float32, c Mem, ldc int) {
