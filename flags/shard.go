@@ -27,6 +27,7 @@ type Shard struct {
 	Journal      bool
 	ParallelStep bool
 	Update       Update
+	Outer        Outer
 }
 
 // Register adds the flags to fs.
@@ -40,6 +41,7 @@ func (f *Shard) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", "a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)")
 	fs.BoolVar(&f.Journal, "journal", false, "with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)")
 	f.Update.Register(fs)
+	f.Outer.Register(fs)
 	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), "PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)")
 }
 
