@@ -309,6 +309,10 @@ func (w *psWorker) check(info client.Info) error {
 		return fmt.Errorf("--mode %s: the servers run mode %s", w.Loop.Mode, info.Mode)
 	case info.Mode != consistency.Async && info.Workers != w.ID.WorldSize:
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.ID.WorldSize, info.Workers, w.ID.WorldSize)
+	case info.LocalSteps != w.Loop.LocalSteps:
+		// A gradient through an outer optimizer, or a pseudo-gradient
+		// through a gradient's, trains on silently wrong.
+		return fmt.Errorf("--local-steps %d: the servers apply pushes of %d local steps (0: gradients); start both with the same --local-steps", w.Loop.LocalSteps, info.LocalSteps)
 	}
 	return nil
 }
