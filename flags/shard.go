@@ -51,14 +51,20 @@ func (f *Shard) UpdateConfig() (ps.UpdateConfig, error) { return f.Update.Config
 // UpdateNote is how the shards of a job in mode, of workers workers and
 // optimizer opt, apply each push, in words ("" where the mode has no
 // rule: sync, ring), and why that is known to be unstable ("" where it is
-// not, or the flags do not parse).
-func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config) (rule, warning string) {
+// not, or the flags do not parse). With localSteps > 0 the shards'
+// optimizer is the outer one (--outer-optimizer), not opt.
+func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config, localSteps int) (rule, warning string) {
 	u, err := f.UpdateConfig()
 	if err != nil || !mode.UsesServers() || mode.Synchronous(f.Staleness) {
 		return "", ""
 	}
+	if localSteps > 0 {
+		if opt, err = f.Outer.Config(); err != nil {
+			return "", ""
+		}
+	}
 	rule = "update rule " + u.Resolve(mode).Rule.String()
-	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u}.UnstableWarning()
+	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u, LocalSteps: localSteps}.UnstableWarning()
 }
 
 // Args is the group as a shard's argv: every flag, with f's value.

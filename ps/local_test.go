@@ -156,3 +156,17 @@ func TestLocalStepsConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncOuterMomentumWarns: async mode with an outer optimizer with
+// momentum is said to be unstable; outer SGD and sync are not.
+func TestAsyncOuterMomentumWarns(t *testing.T) {
+	nesterov := optim.DefaultConfig()
+	nesterov.Algorithm, nesterov.LR, nesterov.Momentum = optim.Nesterov, 0.7, 0.9
+	cfg := Config{Mode: consistency.Async, Workers: 4, LocalSteps: 10, Optimizer: nesterov}
+	assert.Contains(t, cfg.UnstableWarning(), "outer optimizer nesterov with momentum 0.9 in async mode is known to be unstable")
+	cfg.Mode = consistency.Sync
+	assert.Empty(t, cfg.UnstableWarning(), "sync averages first: the paper's setting")
+	cfg.Mode, cfg.Optimizer = consistency.Async, optim.DefaultConfig()
+	cfg.Optimizer.LR = 1
+	assert.Empty(t, cfg.UnstableWarning(), "outer sgd")
+}

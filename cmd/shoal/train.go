@@ -175,7 +175,7 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	if t.allreduce.ScaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr: the live workers, warmed up over the first epoch unless --warmup-steps)", t.ocfg.LR, t.workers)
 	}
-	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg)
+	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg, t.loop.LocalSteps.H)
 	if rule != "" {
 		lr += ", " + rule
 	}
