@@ -19,7 +19,7 @@ type LocalSteps struct {
 
 // Register adds the flag to fs.
 func (l *LocalSteps) Register(fs *flag.FlagSet) {
-	fs.IntVar(&l.H, "local-steps", 0, "sync, async: low-communication training (DiLoCo): each worker takes this many steps with an optimizer of its own (--optimizer, --lr, …) on its own weights, then pushes the pseudo-gradient (the weights it pulled minus its own) and pulls the new weights in one round trip; the servers apply the pseudo-gradients with the outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum). Each worker sends about 1/N of the bytes. 0: push every step's gradient")
+	fs.IntVar(&l.H, "local-steps", 0, "sync, async: low-communication training (DiLoCo): each worker takes this many steps with an optimizer of its own (--optimizer, --lr, …) on its own weights, then pushes the pseudo-gradient (the weights it pulled minus its own) and pulls the new weights in one round trip; the servers apply the pseudo-gradients with the outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum). Each worker sends about 1/H of the bytes, H this count. 0: push every step's gradient")
 }
 
 // Validate checks the flag for mode.
