@@ -405,6 +405,26 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 	}
 }
 
+// TestLocalStepsThroughTheCommandLine: the DiLoCo flags reach the
+// workers (inner optimizer, its cosine decay over the worker's steps)
+// and the shards (outer optimizer): one local step with outer SGD at lr 1
+// saves sync's weights (N=2, S=2), and so do one worker's 5 local steps
+// (its pseudo-gradient makes the global weights its own).
+func TestLocalStepsThroughTheCommandLine(t *testing.T) {
+	common := []string{"--mode", "sync", "--dataset", "synthetic", "--hidden", "32", "--steps", "50", "--optimizer", "sgd", "--lr", "0.1", "--batch", "16",
+		"--outer-optimizer", "sgd", "--outer-lr", "1"}
+	for _, tc := range []struct{ workers, servers, h int }{{2, 2, 1}, {1, 2, 5}} {
+		t.Run(fmt.Sprintf("N=%d S=%d H=%d", tc.workers, tc.servers, tc.h), func(t *testing.T) {
+			run := append(common, "--workers", fmt.Sprint(tc.workers), "--servers", fmt.Sprint(tc.servers))
+			want := trainSave(t, run...)
+			got := trainSave(t, append(run, "--local-steps", fmt.Sprint(tc.h))...)
+			rel := testcluster.RelErr(got, want)
+			t.Logf("relative error %.2e", rel)
+			assert.LessOrEqual(t, rel, 1e-5)
+		})
+	}
+}
+
 // TestEveryShardCountTrains: sync and SSP runs of the default model over
 // 3 and 8 servers train to the end (with plan v1 the default MLP was one
 // chunk, and shards without one held the barrier shut), and the servers
