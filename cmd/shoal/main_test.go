@@ -108,6 +108,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"local steps with push-every", []string{"worker", "--dataset", "synthetic", "--local-steps", "10", "--push-every", "2"}, "--local-steps 10: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull"},
 		{"negative local steps", []string{"ps", "--mode", "sync", "--local-steps", "-1"}, "--local-steps -1: want 1..1048576, or 0 to push every step's gradient"},
 		{"a bad outer optimizer", []string{"ps", "--mode", "sync", "--local-steps", "10", "--outer-lr", "-1"}, "--outer-optimizer, --outer-lr, --outer-momentum: lr -1"},
+		{"scale-lr with local steps", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--local-steps", "10", "--scale-lr"}, "--scale-lr with --local-steps 10: "},
 		{"outer flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--outer-lr", "1"}, "--outer-lr: for the parameter-server modes"},
 		{"recording a sync run", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--record-pushes", "rec"}, "--record-pushes: only async and ssp runs are recorded (have --mode sync)"},
 		{"recording a ring worker", []string{"worker", "--dataset", "synthetic", "--mode", "ring", "--record-pushes", "rec.json"}, "--record-pushes: only async and ssp runs are recorded (have --mode ring)"},

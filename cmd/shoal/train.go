@@ -415,6 +415,9 @@ func (t *trainRun) checkRun() error {
 	if t.startup <= 0 {
 		return fmt.Errorf("--startup-timeout %v: want > 0", t.startup)
 	}
+	if h := t.loop.LocalSteps.H; h > 0 && t.allreduce.ScaleLR {
+		return fmt.Errorf("--scale-lr with --local-steps %d: the servers average the pseudo-gradients (or scale them by the update rule), and the outer learning rate is not scaled by the world size: leave out --scale-lr", h)
+	}
 	if t.calls.CallTimeout <= 0 {
 		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.calls.CallTimeout)
 	}
