@@ -181,7 +181,10 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	}
 	if h := t.loop.LocalSteps.H; h > 0 {
 		o := t.shard.Outer
-		lr += fmt.Sprintf(" on each worker for %d local steps, then the pseudo-gradients through outer %s lr %g momentum %g", h, o.Name, o.LR, o.Momentum)
+		lr += fmt.Sprintf(" on each worker for %d local steps, then the pseudo-gradients through outer %s lr %g", h, o.Name, o.LR)
+		if o.Name == optim.Momentum || o.Name == optim.Nesterov {
+			lr += fmt.Sprintf(" momentum %g", o.Momentum)
+		}
 	}
 	if warning != "" {
 		defer fmt.Fprintf(stdout, "warning: %s\n", warning)
