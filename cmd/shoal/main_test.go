@@ -426,6 +426,25 @@ func TestLocalStepsThroughTheCommandLine(t *testing.T) {
 	}
 }
 
+// TestLocalStepsSendFewerBytes: --stats counts what each worker sent; with
+// H = 5 local steps it is at least H/2 times less per step than sync's
+// (the bar), and train prints it per sample.
+func TestLocalStepsSendFewerBytes(t *testing.T) {
+	sent := func(extra ...string) (float64, string) {
+		args := append([]string{"train", "--dataset", "synthetic", "--hidden", "32", "--mode", "sync", "--workers", "2", "--steps", "40", "--stats", "--json"}, extra...)
+		out, err := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		b, ok := lastJSON(t, string(out))["bytes_sent_per_step"].(float64)
+		require.True(t, ok, "%s", out)
+		return b, string(out)
+	}
+	sync, _ := sent()
+	local, out := sent("--local-steps", "5")
+	t.Logf("bytes sent per step: sync %.0f, 5 local steps %.0f", sync, local)
+	assert.GreaterOrEqual(t, sync/local, 2.5)
+	assert.Contains(t, out, "traffic: each worker sent ")
+}
+
 // TestEveryShardCountTrains: sync and SSP runs of the default model over
 // 3 and 8 servers train to the end (with plan v1 the default MLP was one
 // chunk, and shards without one held the barrier shut), and the servers
