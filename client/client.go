@@ -39,9 +39,11 @@ type Info struct {
 	Plan      shard.Plan
 	Mode      consistency.Mode
 	Optimizer string
-	// Workers, BackupWorkers and Staleness are the mode's parameters.
+	// Workers, BackupWorkers and Staleness are the mode's parameters;
+	// LocalSteps the H of low-communication training (0: none).
 	Workers, BackupWorkers int
 	Staleness              int64
+	LocalSteps             int
 	// Clocks holds each shard's clock when Dial asked.
 	Clocks Clocks
 }
@@ -196,9 +198,9 @@ func (c *Client) handshake(ctx context.Context) error {
 		if p.GetVersion() != first.Plan.Version || p.GetVectorLength() != first.Plan.VectorLength || p.GetServers() != first.Plan.Servers || p.GetChunkFloats() != first.Plan.ChunkFloats {
 			return fmt.Errorf("client: server %s has plan %v, server %s has %v", c.addrs[i], p, c.addrs[0], first.Plan)
 		}
-		if in.Mode != first.Mode || in.Workers != first.Workers || in.BackupWorkers != first.BackupWorkers || in.Staleness != first.Staleness {
-			return fmt.Errorf("client: server %s runs mode %s (workers %d, backup %d, staleness %d), server %s mode %s (workers %d, backup %d, staleness %d)",
-				c.addrs[i], in.Mode, in.Workers, in.BackupWorkers, in.Staleness, c.addrs[0], first.Mode, first.Workers, first.BackupWorkers, first.Staleness)
+		if in.Mode != first.Mode || in.Workers != first.Workers || in.BackupWorkers != first.BackupWorkers || in.Staleness != first.Staleness || in.LocalSteps != first.LocalSteps {
+			return fmt.Errorf("client: server %s runs mode %s (workers %d, backup %d, staleness %d, local steps %d), server %s mode %s (workers %d, backup %d, staleness %d, local steps %d)",
+				c.addrs[i], in.Mode, in.Workers, in.BackupWorkers, in.Staleness, in.LocalSteps, c.addrs[0], first.Mode, first.Workers, first.BackupWorkers, first.Staleness, first.LocalSteps)
 		}
 		c.info.Clocks = append(c.info.Clocks, in.Clock)
 	}
@@ -208,6 +210,7 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, mode, first.Optimizer
 	c.info.Workers, c.info.BackupWorkers, c.info.Staleness = int(first.Workers), int(first.BackupWorkers), first.Staleness
+	c.info.LocalSteps = int(first.LocalSteps)
 	for _, t := range first.Layout {
 		tt := Tensor{Name: t.Name, Offset: int(t.Offset)}
 		for _, d := range t.Shape {

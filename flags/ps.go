@@ -27,6 +27,7 @@ type PS struct {
 	Index      int // --shard
 	ScaleLR    bool
 	MaxStreams uint // --max-streams-per-conn, which Config checks into Limits
+	LocalSteps LocalSteps
 
 	Listen string
 	Events bool
@@ -78,6 +79,7 @@ func (p *PS) Register(fs *flag.FlagSet) {
 	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), SectionCommunication.Usage("streams open at once on one connection; a client's further streams wait"))
 	fs.StringVar(&p.InitFrom, "init-from", "", SectionModel.Usage("take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file"))
 	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, SectionModel.Usage("with --init-from: how long to wait for the file"))
+	p.LocalSteps.Register(fs)
 	p.Shard.Register(fs)
 	p.Model.Register(fs)
 	p.Opt.Register(fs, "none")
@@ -184,7 +186,13 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := p.LocalSteps.Validate(m); err != nil {
+		return err
+	}
 	ocfg, err := p.Opt.Config()
+	if p.LocalSteps.H > 0 {
+		ocfg, err = p.Outer.Config()
+	}
 	if err != nil {
 		return err
 	}
@@ -192,7 +200,7 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd, ScaleLR: p.ScaleLR,
+	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd, ScaleLR: p.ScaleLR, LocalSteps: p.LocalSteps.H,
 		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
 		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
 	if p.InitFrom != "" {

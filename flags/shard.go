@@ -31,6 +31,7 @@ type Shard struct {
 	Journal        bool
 	ParallelStep   bool
 	Update         Update
+	Outer          Outer
 }
 
 // Register adds the flags to fs.
@@ -44,6 +45,7 @@ func (f *Shard) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CkptErrors, "checkpoint-errors", "fail", SectionCheckpoints.Usage("a checkpoint that cannot be written during the run: fail (the shard stops, exit 1, and a shoal train run with it) or warn (log it and serve on)"))
 	fs.BoolVar(&f.Journal, "journal", false, SectionCheckpoints.Usage("with --checkpoint-dir: append every update to a journal there before applying it, and replay it at start, so a killed shard loses no acknowledged update (costs a write of the shard's gradient per update)"))
 	f.Update.Register(fs)
+	f.Outer.Register(fs)
 	fs.BoolVar(&f.ParallelStep, "parallel-step", ps.AutoParallelStep(runtime.NumCPU()), SectionPS.Usage("PS modes: update a shard's chunks in parallel, up to GOMAXPROCS at once, each going out in the replies of async push-pulls once updated (on by default where this machine has 8 or more CPUs; see docs/BENCHMARKS.md)"))
 }
 
@@ -76,14 +78,20 @@ func (f *Shard) UpdateConfig() (ps.UpdateConfig, error) { return f.Update.Config
 // UpdateNote is how the shards of a job in mode, of workers workers and
 // optimizer opt, apply each push, in words ("" where the mode has no
 // rule: sync, ring), and why that is known to be unstable ("" where it is
-// not, or the flags do not parse).
-func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config) (rule, warning string) {
+// not, or the flags do not parse). With localSteps > 0 the shards'
+// optimizer is the outer one (--outer-optimizer), not opt.
+func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config, localSteps int) (rule, warning string) {
 	u, err := f.UpdateConfig()
 	if err != nil || !mode.UsesServers() || mode.Synchronous(f.Staleness) {
 		return "", ""
 	}
+	if localSteps > 0 {
+		if opt, err = f.Outer.Config(); err != nil {
+			return "", ""
+		}
+	}
 	rule = "update rule " + u.Resolve(mode).Rule.String()
-	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u}.UnstableWarning()
+	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u, LocalSteps: localSteps}.UnstableWarning()
 }
 
 // Args is the group as a shard's argv: every flag, with f's value.

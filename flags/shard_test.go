@@ -91,7 +91,7 @@ func TestUpdateNote(t *testing.T) {
 		{"full", consistency.Ring, 8, "", false},
 	} {
 		f := Shard{Staleness: 1, Update: Update{Rule: tc.rule, DC: DC{Lambda: 0.04, MaxMiB: 1}}}
-		note, warning := f.UpdateNote(tc.mode, tc.workers, opt)
+		note, warning := f.UpdateNote(tc.mode, tc.workers, opt, 0)
 		assert.Equal(t, tc.note, note, "%s %s %d", tc.rule, tc.mode, tc.workers)
 		if tc.warns {
 			assert.Contains(t, warning, "is known to be unstable", "%s %s %d", tc.rule, tc.mode, tc.workers)

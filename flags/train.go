@@ -27,6 +27,7 @@ type Train struct {
 	FetchEvery     int
 	Overlap        bool
 	ProgressEvery  time.Duration
+	LocalSteps     LocalSteps
 }
 
 // Register adds the flags to fs.
@@ -40,6 +41,7 @@ func (t *Train) Register(fs *flag.FlagSet) {
 	fs.IntVar(&t.PushEvery, "push-every", 1, SectionPS.Usage("async: push gradients every N steps (Downpour's n_push)"))
 	fs.IntVar(&t.FetchEvery, "fetch-every", 1, SectionPS.Usage("async: pull weights every N steps (Downpour's n_fetch)"))
 	fs.DurationVar(&t.ProgressEvery, "progress-every", 250*time.Millisecond, SectionOutput.Usage("how often a worker reports its progress (0: after every step)"))
+	t.LocalSteps.Register(fs)
 	fs.BoolVar(&t.Overlap, "overlap-push-pull", false, SectionPS.Usage("async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)"))
 }
 
@@ -59,6 +61,12 @@ func (t *Train) Validate() error {
 	}
 	if t.Overlap && (t.Mode != consistency.Async || t.PushEvery != 1 || t.FetchEvery != 1) {
 		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.Mode, t.PushEvery, t.FetchEvery)
+	}
+	if err := t.LocalSteps.Validate(t.Mode); err != nil {
+		return err
+	}
+	if t.LocalSteps.H > 0 && (t.PushEvery != 1 || t.FetchEvery != 1 || t.Overlap) {
+		return fmt.Errorf("--local-steps %d: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull", t.LocalSteps.H)
 	}
 	if t.ProgressEvery < 0 {
 		return fmt.Errorf("--progress-every %v: want >= 0", t.ProgressEvery)

@@ -17,6 +17,7 @@ import (
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/metrics"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
@@ -46,6 +47,9 @@ type psWorker struct {
 	// metrics, with MetricsAddr, takes the strategy's counters.
 	metrics   *metrics.Worker
 	usedLanes int // the most lanes a push-pull to one server goes over
+	// inner is the optimizer of the local steps (Loop.LocalSteps), made
+	// once: its state outlives a rejoin.
+	inner *optim.Optimizer
 }
 
 // psStrategy is a parameter-server strategy and what it counts. The
@@ -89,6 +93,7 @@ func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.C
 	if err != nil {
 		return fmt.Errorf("worker %d: joining the servers: %w", w.ID.Rank, err)
 	}
+	startStep *= w.stepsPerClock() // the shards count outer steps
 	if startStep > 0 {
 		w.Logger.Warn("joining a run under way", "component", "worker", "rank", w.ID.Rank, "step", startStep)
 	}
@@ -189,7 +194,7 @@ func (w *psWorker) runSteps(ctx, runCtx context.Context, servers *client.Client,
 // strategy's counts.
 func (w *psWorker) trainRejoining(ctx context.Context, servers *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
 	var st psStrategy
-	r := psclient.Rejoining{Client: servers, JoinTimeout: w.PS.Connect, Logger: w.Logger, Strategy: func() (worker.Strategy, error) {
+	r := psclient.Rejoining{Client: servers, JoinTimeout: w.PS.Connect, Logger: w.Logger, StepsPerClock: w.stepsPerClock(), Strategy: func() (worker.Strategy, error) {
 		var err error
 		if st, err = w.strategy(servers); err != nil {
 			return nil, err
@@ -310,6 +315,10 @@ func (w *psWorker) check(info client.Info) error {
 		return fmt.Errorf("--mode %s: the servers run mode %s", w.Loop.Mode, info.Mode)
 	case info.Mode != consistency.Async && info.Workers != w.ID.WorldSize:
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.ID.WorldSize, info.Workers, w.ID.WorldSize)
+	case info.LocalSteps != w.Loop.LocalSteps:
+		// A gradient through an outer optimizer, or a pseudo-gradient
+		// through a gradient's, trains on silently wrong.
+		return fmt.Errorf("--local-steps %d: the servers apply pushes of %d local steps (0: gradients); start both with the same --local-steps", w.Loop.LocalSteps, info.LocalSteps)
 	}
 	return nil
 }
@@ -344,8 +353,30 @@ func (w *psWorker) warnLanes() {
 	}
 }
 
-// strategy is the worker's parameter-server strategy for its mode.
+// stepsPerClock is how many of the worker's steps one step of the
+// shards' clock is: Loop.LocalSteps, or 1.
+func (w *psWorker) stepsPerClock() int64 { return int64(max(w.Loop.LocalSteps, 1)) }
+
+// strategy is the worker's parameter-server strategy for its mode, with
+// Loop.LocalSteps wrapped in worker.Local.
 func (w *psWorker) strategy(servers *client.Client) (psStrategy, error) {
+	st, err := w.modeStrategy(servers)
+	if err != nil || w.Loop.LocalSteps == 0 {
+		return st, err
+	}
+	if w.inner == nil {
+		if w.inner, err = optim.New(w.PS.Inner, w.Model.Layout().Size()); err != nil {
+			return psStrategy{}, fmt.Errorf("the local steps' optimizer: %w", err)
+		}
+	}
+	if st.strategy, err = worker.NewLocal(st.strategy, w.inner, w.Loop.LocalSteps); err != nil {
+		return psStrategy{}, err
+	}
+	return st, nil
+}
+
+// modeStrategy is the worker's parameter-server strategy for its mode.
+func (w *psWorker) modeStrategy(servers *client.Client) (psStrategy, error) {
 	shards := servers.Info().Plan.Servers
 	if w.Loop.Mode == consistency.Sync {
 		s := worker.NewSync(psclient.New(servers), int64(w.ID.Rank), shards)

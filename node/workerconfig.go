@@ -73,6 +73,9 @@ type Loop struct {
 	PushEvery, FetchEvery int
 	Overlap               bool
 	ProgressEvery         time.Duration
+	// LocalSteps, when > 0, takes that many steps of PSConfig.Inner on
+	// the worker between pushes of the pseudo-gradient (worker.Local).
+	LocalSteps int
 }
 
 // Stats are a worker's statistics for the benchmark harness: step times,
@@ -96,6 +99,8 @@ type PSConfig struct {
 	Encoding pb.Encoding
 	// RecordPushes is the file the pushes go to ("" none).
 	RecordPushes string
+	// Inner is the worker's own optimizer with Loop.LocalSteps.
+	Inner optim.Config
 }
 
 // RingConfig is how a worker trains as a rank of a ring.

@@ -44,7 +44,12 @@ func (o *Optimizer) StepBound(p, s, g float64) (p2, s2, peak float64) {
 		s2 = (s + g1*g1) * widen
 		step = lr * max(1, tiny/eps) * widen * widen
 		peak = max(g1, g1*g1, s2, lr*g1, step)
-	case algAdam:
+	case algAdam, algAdamW:
+		if o.alg == algAdamW {
+			// AdamW scales p by 1 − lr·wd first (g1 above also counts
+			// wd·p, which only loosens the bound).
+			p *= max(1, math.Abs(1-lr*c.WeightDecay)) * widen
+		}
 		t := float64(o.steps + 1)
 		bc1 := 1 - math.Pow(c.Beta1, t)
 		stepSize := lr / bc1

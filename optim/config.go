@@ -13,6 +13,7 @@ const (
 	Nesterov = "nesterov" // SGD with Nesterov momentum (PyTorch SGD, nesterov=True)
 	Adagrad  = "adagrad"  // PyTorch Adagrad with lr_decay 0 and initial accumulator 0
 	Adam     = "adam"     // PyTorch Adam (amsgrad off, weight decay coupled as L2)
+	AdamW    = "adamw"    // PyTorch AdamW (amsgrad off, weight decay decoupled: p *= 1 − lr·wd first)
 )
 
 // Default hyper-parameters, those of torch.optim where it has one.
@@ -54,7 +55,7 @@ func errorf(kind error, format string, args ...any) error {
 // zero value is a legal setting (Momentum, Beta1, Beta2, WeightDecay) are taken as given, so a
 // Config literal that leaves them out gets 0, not the PyTorch default.
 type Config struct {
-	// Algorithm is one of SGD, Momentum, Nesterov, Adagrad, Adam.
+	// Algorithm is one of SGD, Momentum, Nesterov, Adagrad, Adam, AdamW.
 	Algorithm string
 	// LR is the base learning rate, > 0 and finite. Schedule scales it per step.
 	LR float64
@@ -88,7 +89,7 @@ func DefaultConfig() Config {
 
 // Algorithms returns the accepted Algorithm names, in a fixed order. The slice is a fresh copy.
 func Algorithms() []string {
-	return []string{SGD, Momentum, Nesterov, Adagrad, Adam}
+	return []string{SGD, Momentum, Nesterov, Adagrad, Adam, AdamW}
 }
 
 type algorithm int
@@ -99,6 +100,7 @@ const (
 	algNesterov
 	algAdagrad
 	algAdam
+	algAdamW
 )
 
 func parseAlgorithm(name string) (algorithm, bool) {
@@ -113,6 +115,8 @@ func parseAlgorithm(name string) (algorithm, bool) {
 		return algAdagrad, true
 	case Adam:
 		return algAdam, true
+	case AdamW:
+		return algAdamW, true
 	}
 	return 0, false
 }
@@ -163,7 +167,7 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.Epsilon == 0 {
 		switch c.Algorithm {
-		case Adam:
+		case Adam, AdamW:
 			c.Epsilon = DefaultAdamEpsilon
 		case Adagrad:
 			c.Epsilon = DefaultAdagradEpsilon

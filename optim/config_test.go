@@ -25,7 +25,7 @@ func TestDefaultConfig(t *testing.T) {
 
 func TestAlgorithms(t *testing.T) {
 	algs := optim.Algorithms()
-	assert.Equal(t, []string{"sgd", "momentum", "nesterov", "adagrad", "adam"}, algs)
+	assert.Equal(t, []string{"sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"}, algs)
 	algs[0] = "changed"
 	assert.Equal(t, "sgd", optim.Algorithms()[0], "Algorithms must return a fresh slice")
 }

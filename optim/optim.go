@@ -44,7 +44,7 @@ func New(cfg Config, n int) (*Optimizer, error) {
 	switch alg {
 	case algMomentum, algNesterov, algAdagrad:
 		o.buf = make([]float32, n)
-	case algAdam:
+	case algAdam, algAdamW:
 		o.m = make([]float32, n)
 		o.v = make([]float32, n)
 	}
@@ -104,11 +104,11 @@ func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 	case algAdagrad:
 		// clr = lr / (1 + (t-1)·lr_decay) with lr_decay 0 is lr itself.
 		stepAdagrad(dst, params, grads, o.buf, float32(lr), wd, float32(c.Epsilon))
-	case algAdam:
+	case algAdam, algAdamW:
 		t := float64(o.steps)
 		bc1 := 1 - math.Pow(c.Beta1, t)
 		bc2 := 1 - math.Pow(c.Beta2, t)
-		stepAdam(dst, params, grads, o.m, o.v, adamScalars{
+		k := adamScalars{
 			stepSize: float32(lr / bc1),
 			bc2Sqrt:  float32(math.Sqrt(bc2)),
 			weight:   float32(1 - c.Beta1),
@@ -116,7 +116,14 @@ func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 			oneMinB2: float32(1 - c.Beta2),
 			eps:      float32(c.Epsilon),
 			wd:       wd,
-		})
+			decay:    1,
+		}
+		if o.alg == algAdamW {
+			// PyTorch's AdamW: param.mul_(1 - lr * weight_decay), then
+			// Adam without the L2 term.
+			k.wd, k.decay = 0, float32(1-lr*c.WeightDecay)
+		}
+		stepAdam(dst, params, grads, o.m, o.v, k)
 	}
 	return nil
 }
@@ -229,10 +236,11 @@ type adamScalars struct {
 	beta2    float32
 	oneMinB2 float32 // 1 − β2
 	eps      float32
-	wd       float32
+	wd       float32 // coupled (L2) weight decay: Adam's
+	decay    float32 // decoupled weight decay, 1 − lr·wd: AdamW's (1: none)
 }
 
-// stepAdam: g = grad + wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
+// stepAdam (AdamW: p *= decay first, and no wd in g): g = grad + wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
 // p -= (lr/bias1)·m / (sqrt(v)/sqrt(bias2) + eps).
 // m is updated with PyTorch's lerp (m + w·(g−m), or g − (g−m)·(1−w) when w >= 0.5), which is
 // β1·m + (1−β1)·g up to rounding.
@@ -259,6 +267,10 @@ func stepAdam(d, p, grad, m, v []float32, k adamScalars) {
 		vi := float32(v[i]*k.beta2) + float32(float32(k.oneMinB2*g)*g)
 		v[i] = vi
 		denom := float32(float32(math.Sqrt(float64(vi)))/k.bc2Sqrt) + k.eps
-		d[i] = p[i] - float32(float32(k.stepSize*mi)/denom)
+		pi := p[i]
+		if k.decay != 1 {
+			pi = float32(pi * k.decay)
+		}
+		d[i] = pi - float32(float32(k.stepSize*mi)/denom)
 	}
 }

@@ -103,7 +103,7 @@ func newReference(cfg optim.Config, n int) *reference {
 	eps := cfg.Epsilon
 	if eps == 0 {
 		switch cfg.Algorithm {
-		case optim.Adam:
+		case optim.Adam, optim.AdamW:
 			eps = 1e-8
 		case optim.Adagrad:
 			eps = 1e-10
@@ -123,6 +123,12 @@ func (r *reference) step(p, grad []float64) {
 	}
 	for i := range p {
 		g := grad[i] + c.WeightDecay*p[i]
+		if c.Algorithm == optim.AdamW {
+			// Decoupled (torch.optim.AdamW): the weight decays, the
+			// gradient does not carry it.
+			g = grad[i]
+			p[i] *= 1 - lr*c.WeightDecay
+		}
 		switch c.Algorithm {
 		case optim.SGD:
 			p[i] -= lr * g
@@ -141,7 +147,7 @@ func (r *reference) step(p, grad []float64) {
 		case optim.Adagrad:
 			r.sum[i] += g * g
 			p[i] -= lr * g / (math.Sqrt(r.sum[i]) + r.eps)
-		case optim.Adam:
+		case optim.Adam, optim.AdamW:
 			r.m[i] = c.Beta1*r.m[i] + (1-c.Beta1)*g
 			r.v[i] = c.Beta2*r.v[i] + (1-c.Beta2)*g*g
 			bias1 := 1 - math.Pow(c.Beta1, t)
@@ -195,6 +201,12 @@ func TestAgainstReference(t *testing.T) {
 		{"adam/schedule", with(config(optim.Adam, 1e-3, 0), func(c *optim.Config) {
 			c.Schedule = optim.Schedule{WarmupSteps: 2, Decay: optim.DecayCosine, DecaySteps: 3}
 		})},
+		{"adamw", config(optim.AdamW, 1e-3, 0)},
+		{"adamw/wd", config(optim.AdamW, 1e-3, 0.1)},
+		{"adamw/wd large", config(optim.AdamW, 1e-2, 5)},
+		{"adamw/schedule", with(config(optim.AdamW, 1e-3, 0.1), func(c *optim.Config) {
+			c.Schedule = optim.Schedule{WarmupSteps: 2, Decay: optim.DecayCosine, DecaySteps: 3}
+		})},
 	}
 	const n, steps = 257, 6
 	for _, tt := range tests {
@@ -218,7 +230,7 @@ func TestAgainstReference(t *testing.T) {
 				assertClose(t, ref.buf, st.Slots[optim.SlotMomentumBuffer], float32Rel, 0.1, "momentum_buffer")
 			case optim.Adagrad:
 				assertClose(t, ref.sum, st.Slots[optim.SlotSum], float32Rel, 1e-3, "sum")
-			case optim.Adam:
+			case optim.Adam, optim.AdamW:
 				assertClose(t, ref.m, st.Slots[optim.SlotExpAvg], float32Rel, 1e-2, "exp_avg")
 				assertClose(t, ref.v, st.Slots[optim.SlotExpAvgSq], float32Rel, 1e-5, "exp_avg_sq")
 			}
@@ -425,4 +437,23 @@ func TestSetLRScale(t *testing.T) {
 	require.NoError(t, o.Restore(st))
 	assert.InDelta(t, 0.2, o.LR(), 1e-12, "the scale is not state")
 	assert.Panics(t, func() { o.SetLRScale(0) })
+}
+
+// TestAdamWDecouplesWeightDecay: without weight decay AdamW is Adam bit
+// for bit; with it, the two differ (Adam adds wd·p to the gradient, AdamW
+// shrinks the weight).
+func TestAdamWDecouplesWeightDecay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p0 := randomVector(rng, 64, 1)
+	grads := [][]float32{randomVector(rng, 64, 0.1), randomVector(rng, 64, 0.1)}
+	run := func(alg string, wd float64) []float32 {
+		o := newOpt(t, config(alg, 1e-2, wd), len(p0))
+		p := slices.Clone(p0)
+		for _, g := range grads {
+			require.NoError(t, o.Step(p, g))
+		}
+		return p
+	}
+	assert.Equal(t, run(optim.Adam, 0), run(optim.AdamW, 0))
+	assert.NotEqual(t, run(optim.Adam, 0.1), run(optim.AdamW, 0.1))
 }

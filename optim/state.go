@@ -21,7 +21,7 @@ func (o *Optimizer) slotNames() []string {
 		return []string{SlotMomentumBuffer}
 	case algAdagrad:
 		return []string{SlotSum}
-	case algAdam:
+	case algAdam, algAdamW:
 		return []string{SlotExpAvg, SlotExpAvgSq}
 	}
 	return nil

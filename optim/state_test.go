@@ -28,6 +28,7 @@ func TestStateRoundTrip(t *testing.T) {
 		optim.Nesterov: {"momentum_buffer"},
 		optim.Adagrad:  {"sum"},
 		optim.Adam:     {"exp_avg", "exp_avg_sq"},
+		optim.AdamW:    {"exp_avg", "exp_avg_sq"},
 	}
 	for _, alg := range optim.Algorithms() {
 		t.Run(alg, func(t *testing.T) {

@@ -20,6 +20,14 @@ func (a asyncApplier) checkStepLocked(in Push, last int64) error {
 		return refuse(RejectedStep, fmt.Errorf("%w: push for step %d from worker %d: more than %d steps past its last push (step %d); a worker pushes at most every %d steps",
 			ErrInvalidArgument, in.Step, in.WorkerID, MaxStepGap, last, MaxStepGap))
 	}
+	if a.s.cfg.LocalSteps > 0 && in.Clock > a.s.clock {
+		// A pseudo-gradient is the way from weights the shard served to
+		// the worker's own: from weights of a later clock, none could be.
+		// (Gradients are taken at their word: a lying clock only makes a
+		// push staler.)
+		return refuse(RejectedStep, fmt.Errorf("%w: pseudo-gradient from worker %d (its step %d) computed from the weights of outer step %d: the shard is at outer step %d; a worker pushes the way from weights it pulled",
+			ErrInvalidArgument, in.WorkerID, in.Step, in.Clock, a.s.clock))
+	}
 	return nil
 }
 

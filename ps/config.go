@@ -37,6 +37,19 @@ type Config struct {
 	BackupWorkers int
 	// Staleness is SSP's bound s.
 	Staleness int64
+	// LocalSteps, when > 0, makes the run low-communication (DiLoCo,
+	// Douillard et al. 2023): each worker takes LocalSteps steps with an
+	// optimizer of its own and then pushes the pseudo-gradient θ_pulled −
+	// θ_local, and Optimizer is the outer optimizer that applies it
+	// (Nesterov, lr 0.7, momentum 0.9 in the paper; SGD at lr 1 without
+	// momentum makes the weights the mean of the workers'). The mode
+	// applies a pseudo-gradient as it applies a gradient: sync collects
+	// one from every live worker per outer step (the barrier, backup
+	// workers, membership) and applies their mean; async applies each as
+	// it arrives, as the update rule says. Async then also refuses a push
+	// computed from weights of a clock the shard has not reached. Sync and
+	// async only; not with ScaleLR. 0: the workers push gradients.
+	LocalSteps int
 	// Update is how async and SSP apply each push (update.go); its zero
 	// value is each mode's default. Sync ignores it.
 	Update UpdateConfig
@@ -143,6 +156,9 @@ func (c Config) validate() error {
 	if c.Staleness < 0 {
 		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
 	}
+	if err := c.validateLocalSteps(); err != nil {
+		return err
+	}
 	if err := c.Update.validate(); err != nil {
 		return err
 	}
@@ -150,6 +166,24 @@ func (c Config) validate() error {
 		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)
 	}
 	return c.Optimizer.Validate()
+}
+
+// MaxLocalSteps bounds Config.LocalSteps.
+const MaxLocalSteps = 1 << 20
+
+// validateLocalSteps checks LocalSteps against the mode and ScaleLR.
+func (c Config) validateLocalSteps() error {
+	switch {
+	case c.LocalSteps == 0:
+		return nil
+	case c.LocalSteps < 0 || c.LocalSteps > MaxLocalSteps:
+		return fmt.Errorf("local steps %d: want 1..%d (0: workers push gradients)", c.LocalSteps, MaxLocalSteps)
+	case c.Mode != consistency.Sync && c.Mode != consistency.Async:
+		return fmt.Errorf("local steps %d: only %s and %s mode apply pseudo-gradients, this is %s", c.LocalSteps, consistency.Sync, consistency.Async, c.Mode)
+	case c.ScaleLR:
+		return fmt.Errorf("local steps %d: the outer optimizer's learning rate is not scaled by the world size (the pseudo-gradients are averaged, or scaled by the update rule); leave out scale-lr", c.LocalSteps)
+	}
+	return nil
 }
 
 // synchronous reports whether pushes go through the barrier: sync, and

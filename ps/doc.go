@@ -24,6 +24,10 @@
 // served the worker (ViewFor, SnapshotFor, a push-pull's read), never
 // from the worker's word alone. Config.ScaleLR multiplies the learning
 // rate by the live world size at each update (the linear scaling rule).
+// Config.LocalSteps (DiLoCo) makes the pushes pseudo-gradients of H local
+// steps and the optimizer the outer one; sync and async apply them with
+// their own applier unchanged, and async refuses one from an outer step
+// the shard has not reached.
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/optim"
 )
 
 // Update is the rule by which an async or SSP shard turns one worker's
@@ -143,8 +144,22 @@ func DCBytes(workers, floats int) int64 { return int64(workers) * int64(floats) 
 // diverged at 64 with momentum 0.5 (1.28) and lost 2.3 points to sync at
 // 32 (0.64), and trained above sync at 8 and 16 with momentum 0.5 (0.16,
 // 0.32); DC-ASGD diverged where full rate did, sooner.
+//
+// With LocalSteps in async mode, an outer optimizer with momentum is
+// known to be unstable: each worker's pseudo-gradient takes a momentum
+// step of its own, so a round of N of them compounds N (Liu et al.,
+// "Asynchronous Local-SGD Training for Language Modeling", 2024, found
+// the same and delay the momentum). On the default MLP, 4 workers of 10
+// local steps under outer Nesterov (lr 0.7, momentum 0.9) fell to 10%
+// test accuracy with the default rule and to 22% with average, where
+// outer SGD at lr 1 with average ended level with sync
+// (docs/BENCHMARKS.md, "Low-communication training").
 func (c Config) UnstableWarning() string {
 	c = c.withDefaults()
+	if c.LocalSteps > 0 && c.Mode == consistency.Async && (c.Optimizer.Algorithm == optim.Momentum || c.Optimizer.Algorithm == optim.Nesterov) && c.Optimizer.Momentum > 0 {
+		return fmt.Sprintf("outer optimizer %s with momentum %g in async mode is known to be unstable: every pseudo-gradient takes a momentum step of its own as it arrives (the default MLP fell to chance at 4 workers of 10 local steps); use --outer-optimizer sgd --outer-lr 1 with --update-rule average, or --mode sync",
+			c.Optimizer.Algorithm, c.Optimizer.Momentum)
+	}
 	if !c.Mode.UsesServers() || c.synchronous() || c.Update.Rule != UpdateFull && c.Update.Rule != UpdateDCASGD || c.Workers >= MaxWorkers {
 		return ""
 	}

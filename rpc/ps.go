@@ -165,6 +165,7 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		BackupWorkers: int32(cfg.BackupWorkers),
 		Staleness:     cfg.Staleness,
 		Floats:        int64(s.core.Floats()),
+		LocalSteps:    int32(cfg.LocalSteps),
 	}
 	st := s.core.Stats()
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps,

@@ -100,9 +100,26 @@ func (j *job) psStep(w *simWorker) {
 	w.cpu.run(j.e, f+b, func() {
 		w.compute += f + b
 		w.stepCompute = f + b
+		if j.localStep(w) {
+			// Within a round: the next step computes at once.
+			j.stepDone(w)
+			j.psStep(w)
+			return
+		}
 		j.push(w)
 	})
 }
+
+// localStep says whether w's current step ends inside a round of local
+// steps (Config.LocalSteps), with nothing to push.
+func (j *job) localStep(w *simWorker) bool {
+	h := j.cfg.LocalSteps
+	return h > 1 && (w.step+1)%h != 0 && !j.lastStep(w)
+}
+
+// round is the shards' step w's push belongs to: its step, or with local
+// steps its round.
+func (j *job) round(w *simWorker) int64 { return int64(w.step / max(j.cfg.LocalSteps, 1)) }
 
 // lastStep says whether w is on its last step, whose push fetches no
 // weights: the shards only acknowledge it.
@@ -264,7 +281,7 @@ func (j *job) syncPushed(s *simShard, w *simWorker) {
 		// The last push is acknowledged at once; it waits for no reply.
 		j.ack(w)
 	}
-	if int64(w.step) < s.clock {
+	if j.round(w) < s.clock {
 		if last {
 			return
 		}

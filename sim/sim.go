@@ -68,6 +68,11 @@ type Config struct {
 	// the cores did to it.
 	CPUPerByte float64
 	HostCores  int
+	// LocalSteps (sync, async), when > 1, is low-communication training
+	// (shoal train --local-steps): a worker pushes and pulls once every
+	// LocalSteps steps (and on its last), computing alone in between; the
+	// shards' clock counts those rounds. 0 and 1: every step.
+	LocalSteps int
 	// Overlap (async): each step's push and the next step's pull go at
 	// once, as shoal train --overlap-push-pull sends them; the pull gets
 	// the weights the shard has when it comes, the push applied or not.
@@ -149,6 +154,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: staleness %d, want >= 0", c.Staleness)
 	case len(c.Start) > c.Workers:
 		return fmt.Errorf("sim: %d start times for %d workers, want at most one each", len(c.Start), c.Workers)
+	case c.LocalSteps < 0:
+		return fmt.Errorf("sim: %d local steps, want >= 0", c.LocalSteps)
+	case c.LocalSteps > 1 && c.Mode != consistency.Sync && c.Mode != consistency.Async:
+		return fmt.Errorf("sim: local steps in %s mode: only sync and async take them", c.Mode)
+	case c.LocalSteps > 1 && c.Overlap:
+		return errors.New("sim: local steps with overlapped push and pull: a worker of local steps pushes once a round")
 	case c.Overlap && c.Mode != consistency.Async:
 		return fmt.Errorf("sim: overlapped push and pull in %s mode: only async overlaps them", c.Mode)
 	}

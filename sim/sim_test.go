@@ -260,6 +260,9 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"a layer work too many":   func(c *sim.Config) { c.LayerWork = []float64{1, 2} },
 		"a negative layer work":   func(c *sim.Config) { c.LayerWork = []float64{-1} },
 		"no layer work at all":    func(c *sim.Config) { c.LayerWork = []float64{0} },
+		"negative local steps":    func(c *sim.Config) { c.LocalSteps = -1 },
+		"local steps in ssp":      func(c *sim.Config) { c.Mode, c.LocalSteps = consistency.SSP, 10 },
+		"local steps overlapped":  func(c *sim.Config) { c.Mode, c.LocalSteps, c.Overlap = consistency.Async, 10, true },
 	} {
 		cfg := good
 		mut(&cfg)
@@ -293,4 +296,33 @@ func TestReadLayers(t *testing.T) {
 		}
 		assert.Equal(t, 4*floats, sum, file)
 	}
+}
+
+// TestLocalStepsPushOnceARound: with H local steps a worker pushes and
+// pulls once every H steps, so it sends 1/H of the bytes per step, and a
+// round is H computes and one exchange: in sync, 4 workers on one shard
+// at 1 Gbit/s, a step of compute plus a tenth of the exchange.
+func TestLocalStepsPushOnceARound(t *testing.T) {
+	const m, c = 8 << 20, 0.001
+	for _, mode := range []consistency.Mode{consistency.Sync, consistency.Async} {
+		every := run(t, job(mode, 4, 1, m, c))
+		cfg := job(mode, 4, 1, m, c)
+		cfg.LocalSteps = 10
+		local := run(t, cfg)
+		assert.InEpsilon(t, every.BytesSent/10, local.BytesSent, 1e-9, "%s", mode)
+		if mode == consistency.Sync {
+			exchange := every.StepSeconds - c
+			assert.InEpsilon(t, c+exchange/10, local.StepSeconds, 0.1, "step %.4fs, every step's %.4fs", local.StepSeconds, every.StepSeconds)
+		} else {
+			// Async's pushes meet at the shard's NIC in another pattern;
+			// a round still carries one exchange.
+			assert.Less(t, local.StepSeconds, every.StepSeconds/5)
+		}
+	}
+	// A run whose length is no multiple of H ends with a shorter round,
+	// pushed too: 25 steps of H = 10 are 3 pushes.
+	cfg := job(consistency.Sync, 2, 1, 1<<20, c)
+	cfg.Steps, cfg.LocalSteps = 25, 10
+	r := run(t, cfg)
+	assert.InEpsilon(t, 3*float64(1<<20)/25, r.BytesSent, 1e-9)
 }

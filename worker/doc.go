@@ -4,9 +4,11 @@
 // the weights: through parameter servers (Async: Downpour SGD and SSP;
 // Sync), which it reaches through ParameterServers (package
 // worker/psclient adapts Shoal's client to it), or by ring allreduce
-// (Ring). EarlyStop ends a run at a target test accuracy.
+// (Ring). Local wraps a parameter-server strategy for low-communication
+// training (DiLoCo): H steps of an inner optimizer on the worker's own
+// weights, then the pseudo-gradient through the wrapped strategy. EarlyStop ends a run at a target test accuracy.
 //
-// Strategies (async.go, sync.go, allreduce.go) implement Strategy and, as
+// Strategies (async.go, sync.go, allreduce.go, local.go) implement Strategy and, as
 // they need, the optional capabilities a Worker looks for: WaitReporter,
 // LastStepper, Starter, Reducer, Overlapper. They are exported, so a
 // strategy can be written outside this package.

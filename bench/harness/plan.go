@@ -48,6 +48,10 @@ type PlanConfig struct {
 	Target float64
 	Epochs int
 	NewJob func() (Job, error)
+	// LocalSteps, when > 0, adds to every sync and async setup the same
+	// with that many local steps (DiLoCo, shoal train --local-steps), as
+	// the mode "sync-hH" or "async-hH"; --target does not emulate them.
+	LocalSteps int
 }
 
 // floats is the model's size in float32s.
@@ -71,7 +75,7 @@ func Plan(ctx context.Context, cfg PlanConfig, stdout io.Writer) error {
 	if !cfg.JSON {
 		fmt.Fprintf(stdout, "shoal bench plan: %s (%.1f MB), %d workers of batch %d, NICs of %g Gbit/s, latency %v; compute %.2f ms a step, optimizer %.2f GB/s; simulated, %d steps each\n",
 			cfg.ModelName, float64(floats)*4/1e6, base.Workers, base.Batch, cfg.Net.NICGbps, cfg.Net.Latency, c*1e3, base.ApplyBytesPerSec/1e9, base.Steps)
-		fmt.Fprintf(stdout, "%-6s %7s %10s %12s %10s %14s\n", "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
+		fmt.Fprintf(stdout, "%-*s %7s %10s %12s %10s %14s\n", cfg.modeWidth(), "mode", "servers", "step ms", "samples/s", "efficiency", "MB/worker/step")
 	}
 	rows, err := cfg.simulate(base, stdout)
 	if err != nil {
@@ -134,9 +138,34 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 				return nil, err
 			}
 			rows = append(rows, row)
+			if cfg.LocalSteps > 0 && (m == consistency.Sync || m == consistency.Async) {
+				local := base
+				local.LocalSteps = cfg.LocalSteps
+				if row, err = cfg.simulateOne(local, m, s, stdout); err != nil {
+					return nil, err
+				}
+				rows = append(rows, row)
+			}
 		}
 	}
 	return rows, nil
+}
+
+// modeWidth is the table's mode column: wider for the local steps' labels.
+func (cfg PlanConfig) modeWidth() int {
+	if cfg.LocalSteps > 0 {
+		return 12
+	}
+	return 6
+}
+
+// modeLabel is a setup's mode in the table: the mode, with its local
+// steps (sc.LocalSteps > 0) as "-hH".
+func modeLabel(m consistency.Mode, sc sim.Config) string {
+	if sc.LocalSteps > 0 {
+		return fmt.Sprintf("%s-h%d", m, sc.LocalSteps)
+	}
+	return m.String()
 }
 
 // simulateOne runs base in mode m with s servers and prints the setup.
@@ -147,11 +176,11 @@ func (cfg PlanConfig) simulateOne(base sim.Config, m consistency.Mode, s int, st
 	if err != nil {
 		return PlanRow{}, fmt.Errorf("%s with %d servers: %w", m, s, err)
 	}
-	row := PlanRow{Mode: m.String(), Servers: s, Result: r}
+	row := PlanRow{Mode: modeLabel(m, sc), Servers: s, Result: r}
 	if cfg.JSON {
 		return row, json.NewEncoder(stdout).Encode(row)
 	}
-	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", m, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+	fmt.Fprintf(stdout, "%-*s %7s %10.2f %12.0f %9.1f%% %14.2f\n", cfg.modeWidth(), row.Mode, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
 		(r.BytesSent+r.BytesReceived)/1e6)
 	return row, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -29,6 +30,7 @@ type benchPlanFlags struct {
 	apply     float64 // GB/s
 	layerFile string
 	update    flags.Update // --target's emulations
+	local     flags.LocalSteps
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
@@ -44,6 +46,7 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Sim.Staleness, "staleness", 1, "ssp: the bound")
 	fs.IntVar(&c.Sim.BackupWorkers, "backup-workers", 0, "sync: backup workers")
 	fs.IntVar(&c.Sim.Steps, "steps", 10, "steps simulated per worker")
+	f.local.Register(fs) // each sync and async setup again with it, as sync-hH and async-hH
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per setup")
 	fs.StringVar(&c.Plot, "plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
 	fs.Float64Var(&c.Target, "target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
@@ -72,6 +75,12 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 	var err error
 	if c.Modes, err = harness.ParseModes(p.modeList); err != nil {
 		return *c, err
+	}
+	if err := p.local.Validate(consistency.Sync); err != nil {
+		return *c, err
+	}
+	if c.LocalSteps = p.local.H; c.LocalSteps > 0 && c.Target > 0 {
+		return *c, fmt.Errorf("--local-steps %d with --target: the emulator has no local steps; simulate without --target", c.LocalSteps)
 	}
 	if c.Counts, err = harness.ServerCounts(c.ServerList, c.Sim.Workers); err != nil {
 		return *c, err

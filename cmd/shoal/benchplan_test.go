@@ -50,6 +50,33 @@ func TestBenchPlan(t *testing.T) {
 	assert.Contains(t, string(out), "--modes")
 }
 
+// TestBenchPlanLocalSteps: --local-steps adds each sync and async setup
+// again with local steps, whose traffic per step is 1/H of the other's;
+// --target, which cannot emulate them, is refused with it.
+func TestBenchPlanLocalSteps(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	args := []string{"bench", "plan", "--workers", "8", "--nic-gbps", "1", "--compute", "2ms", "--apply-gbps", "4", "--servers", "2",
+		"--modes", "sync,async,ssp", "--local-steps", "10", "--steps", "20", "--json"}
+	out, err := exec.CommandContext(ctx, shoalBin, args...).Output()
+	require.NoError(t, err)
+	sent := map[string]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Mode   string
+			Result struct{ BytesSent float64 }
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &row), l)
+		sent[row.Mode] = row.Result.BytesSent
+	}
+	require.Len(t, sent, 5, "sync, sync-h10, async, async-h10, ssp: %v", sent)
+	assert.InEpsilon(t, sent["sync"]/10, sent["sync-h10"], 1e-9)
+	assert.InEpsilon(t, sent["async"]/10, sent["async-h10"], 1e-9)
+
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--local-steps", "10", "--target", "0.8").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--local-steps 10 with --target: the emulator has no local steps")
+}
+
 // TestBenchPlanTimeToTarget: --target emulates each mode's fastest setup
 // and times its epochs to the target at its simulated speed; the ring is
 // emulated as sync, so both need the same epochs.

@@ -105,6 +105,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{"a server's flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--staleness", "-5", "--servers", "3"},
 			"--servers, --staleness: for the parameter-server modes (async, sync, ssp); --mode ring has no servers and would ignore it: leave it out"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},
+		{"local steps in ssp", []string{"train", "--dataset", "synthetic", "--mode", "ssp", "--local-steps", "10"}, "--local-steps 10: for --mode sync or async (the shards apply the pseudo-gradients), have --mode ssp"},
+		{"local steps with push-every", []string{"worker", "--dataset", "synthetic", "--local-steps", "10", "--push-every", "2"}, "--local-steps 10: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull"},
+		{"negative local steps", []string{"ps", "--mode", "sync", "--local-steps", "-1"}, "--local-steps -1: want 1..1048576, or 0 to push every step's gradient"},
+		{"a bad outer optimizer", []string{"ps", "--mode", "sync", "--local-steps", "10", "--outer-lr", "-1"}, "--outer-optimizer, --outer-lr, --outer-momentum: lr -1"},
+		{"scale-lr with local steps", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--local-steps", "10", "--scale-lr"}, "--scale-lr with --local-steps 10: "},
+		{"outer flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--outer-lr", "1"}, "--outer-lr: for the parameter-server modes"},
 		{"recording a sync run", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--record-pushes", "rec"}, "--record-pushes: only async and ssp runs are recorded (have --mode sync)"},
 		{"recording a ring worker", []string{"worker", "--dataset", "synthetic", "--mode", "ring", "--record-pushes", "rec.json"}, "--record-pushes: only async and ssp runs are recorded (have --mode ring)"},
 		{"unknown device", []string{"train", "--device", "tpu"}, `device "tpu": want auto, cpu, cuda or cuda:N with N >= 0`},
@@ -452,6 +458,45 @@ func TestSyncEquivalenceThroughTheCommandLine(t *testing.T) {
 			assert.LessOrEqual(t, rel, 1e-5)
 		})
 	}
+}
+
+// TestLocalStepsThroughTheCommandLine: the DiLoCo flags reach the
+// workers (inner optimizer, its cosine decay over the worker's steps)
+// and the shards (outer optimizer): one local step with outer SGD at lr 1
+// saves sync's weights (N=2, S=2), and so do one worker's 5 local steps
+// (its pseudo-gradient makes the global weights its own).
+func TestLocalStepsThroughTheCommandLine(t *testing.T) {
+	common := []string{"--mode", "sync", "--dataset", "synthetic", "--hidden", "32", "--steps", "50", "--optimizer", "sgd", "--lr", "0.1", "--batch", "16",
+		"--outer-optimizer", "sgd", "--outer-lr", "1"}
+	for _, tc := range []struct{ workers, servers, h int }{{2, 2, 1}, {1, 2, 5}} {
+		t.Run(fmt.Sprintf("N=%d S=%d H=%d", tc.workers, tc.servers, tc.h), func(t *testing.T) {
+			run := append(common, "--workers", fmt.Sprint(tc.workers), "--servers", fmt.Sprint(tc.servers))
+			want := trainSave(t, run...)
+			got := trainSave(t, append(run, "--local-steps", fmt.Sprint(tc.h))...)
+			rel := testcluster.RelErr(got, want)
+			t.Logf("relative error %.2e", rel)
+			assert.LessOrEqual(t, rel, 1e-5)
+		})
+	}
+}
+
+// TestLocalStepsSendFewerBytes: --stats counts what each worker sent; with
+// H = 5 local steps it is at least H/2 times less per step than sync's
+// (the issue's bar), and train prints it per sample.
+func TestLocalStepsSendFewerBytes(t *testing.T) {
+	sent := func(extra ...string) (float64, string) {
+		args := append([]string{"train", "--dataset", "synthetic", "--hidden", "32", "--mode", "sync", "--workers", "2", "--steps", "40", "--stats", "--json"}, extra...)
+		out, err := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		b, ok := lastJSON(t, string(out))["bytes_sent_per_step"].(float64)
+		require.True(t, ok, "%s", out)
+		return b, string(out)
+	}
+	sync, _ := sent()
+	local, out := sent("--local-steps", "5")
+	t.Logf("bytes sent per step: sync %.0f, 5 local steps %.0f", sync, local)
+	assert.GreaterOrEqual(t, sync/local, 2.5)
+	assert.Contains(t, out, "traffic: each worker sent ")
 }
 
 // TestEveryShardCountTrains: sync and SSP runs of the default model over

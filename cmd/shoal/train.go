@@ -175,9 +175,16 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	if t.allreduce.ScaleLR {
 		lr = fmt.Sprintf("lr %g × %d workers (--scale-lr: the live workers, warmed up over the first epoch unless --warmup-steps)", t.ocfg.LR, t.workers)
 	}
-	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg)
+	rule, warning := t.shard.UpdateNote(t.loop.Mode, t.workers, t.ocfg, t.loop.LocalSteps.H)
 	if rule != "" {
 		lr += ", " + rule
+	}
+	if h := t.loop.LocalSteps.H; h > 0 {
+		o := t.shard.Outer
+		lr += fmt.Sprintf(" on each worker for %d local steps, then the pseudo-gradients through outer %s lr %g", h, o.Name, o.LR)
+		if o.Name == optim.Momentum || o.Name == optim.Nesterov {
+			lr += fmt.Sprintf(" momentum %g", o.Momentum)
+		}
 	}
 	if warning != "" {
 		defer fmt.Fprintf(stdout, "warning: %s\n", warning)
@@ -411,6 +418,9 @@ func (t *trainRun) checkRun() error {
 	if t.startup <= 0 {
 		return fmt.Errorf("--startup-timeout %v: want > 0", t.startup)
 	}
+	if h := t.loop.LocalSteps.H; h > 0 && t.allreduce.ScaleLR {
+		return fmt.Errorf("--scale-lr with --local-steps %d: the servers average the pseudo-gradients (or scale them by the update rule), and the outer learning rate is not scaled by the world size: leave out --scale-lr", h)
+	}
 	if t.calls.CallTimeout <= 0 {
 		return fmt.Errorf("--call-timeout %v: want > 0 (every call has a deadline)", t.calls.CallTimeout)
 	}
@@ -520,7 +530,9 @@ const maxRestarts = 3
 // either a journal (no update lost, every mode) or async mode (where a
 // lost update is like a dropped push).
 func (t *trainRun) restartable() bool {
-	return t.shard.CkptDir != "" && (t.shard.Journal || t.loop.Mode == consistency.Async)
+	// With local steps a restarted async shard without a journal would
+	// refuse the pseudo-gradients from the clocks it lost.
+	return t.shard.CkptDir != "" && (t.shard.Journal || t.loop.Mode == consistency.Async && t.loop.LocalSteps.H == 0)
 }
 
 // shardArgs is shard's argv: the shard contract (flags.PS) filled from
@@ -530,6 +542,7 @@ func (t *trainRun) shardArgs(shard int, listen string, join []string, restart in
 	p := flags.DefaultPS()
 	p.Shard, p.Model, p.Opt, p.Log, p.NIC, p.Sec.Files = t.shard, t.arch, t.optimizer, t.logging, t.nic, t.sec.Files
 	p.Listen, p.Index, p.Mode, p.Workers, p.Events, p.ScaleLR = listen, shard, t.loop.Mode.String(), t.workers, true, t.allreduce.ScaleLR
+	p.LocalSteps = t.loop.LocalSteps
 	p.Metrics.Addr, p.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("ps-%d", shard), restart)
 	t.joinGossip(&p.Gossip, join)
 	return append([]string{"ps"}, p.Args()...)
@@ -557,6 +570,9 @@ func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []
 	}
 	if !t.ring {
 		w.Servers, w.Ring.Compression = strings.Join(servers, ","), t.allreduce.Compression
+		if t.loop.LocalSteps.H > 0 {
+			w.Opt = t.optimizer // the inner optimizer, stepped by the worker itself
+		}
 		t.joinGossip(&w.Gossip, gossip)
 		return append([]string{"worker"}, w.Args()...)
 	}
@@ -641,6 +657,10 @@ func (t *trainRun) report(stdout io.Writer, sum *launch.Result, ev worker.Evalua
 	if sum.Dropped > 0 {
 		fmt.Fprintf(stdout, "backup workers: %d late pushes dropped\n", sum.Dropped)
 	}
+	if sum.StepTime != nil {
+		fmt.Fprintf(stdout, "traffic: each worker sent %.0f and received %.0f bytes per step, %.0f and %.0f per sample\n",
+			sum.BytesSentPerStep, sum.BytesReceivedPerStep, sum.BytesSentPerStep/float64(t.batchPerWorker()*t.loop.BackwardPasses), sum.BytesReceivedPerStep/float64(t.batchPerWorker()*t.loop.BackwardPasses))
+	}
 	if sum.StoppedAtTarget {
 		fmt.Fprintf(stdout, "stopped early: rank 0 measured test accuracy >= %g after %d steps\n", t.stats.StopAt, sum.Steps)
 	}
@@ -703,16 +723,17 @@ func (t *trainRun) mergeTimelines(stdout io.Writer) error {
 	return nil
 }
 
-// totalUpdates is how many optimizer steps each server takes in a run:
-// one per step in sync mode, else one per push (every worker pushes once
-// per push-every steps).
+// totalUpdates is how many steps the run's --optimizer takes: one per
+// step in sync mode, and on each worker with --local-steps (the inner
+// optimizer), else one per push (every worker pushes once per push-every
+// steps).
 func totalUpdates(n, workers int, staleness int64, tf *flags.Train) int64 {
 	steps := tf.Steps
 	if steps == 0 {
 		perRank := (n + workers - 1) / workers
 		steps = int64(tf.Epochs) * int64((perRank+tf.Batch-1)/tf.Batch)
 	}
-	if tf.Mode.Synchronous(staleness) {
+	if tf.Mode.Synchronous(staleness) || tf.LocalSteps.H > 0 {
 		return steps
 	}
 	return int64(workers) * ((steps + int64(tf.PushEvery) - 1) / int64(tf.PushEvery))

@@ -331,7 +331,11 @@ type InfoResponse struct {
 	LiveWorkers []int64 `protobuf:"varint,13,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	// stall, when pulls wait for other workers (a sync barrier, the SSP
 	// bound), says for whom; absent when none waits.
-	Stall         *Stall `protobuf:"bytes,14,opt,name=stall,proto3" json:"stall,omitempty"`
+	Stall *Stall `protobuf:"bytes,14,opt,name=stall,proto3" json:"stall,omitempty"`
+	// local_steps, when > 0, says the workers push pseudo-gradients after
+	// that many local steps (DiLoCo) and optimizer is the outer optimizer;
+	// 0: they push gradients.
+	LocalSteps    int32 `protobuf:"varint,15,opt,name=local_steps,json=localSteps,proto3" json:"local_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,6 +466,13 @@ func (x *InfoResponse) GetStall() *Stall {
 		return x.Stall
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetLocalSteps() int32 {
+	if x != nil {
+		return x.LocalSteps
+	}
+	return 0
 }
 
 // Stall is what a shard's waiting pulls wait for.
@@ -1218,7 +1229,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\xcf\x03\n" +
+	"\vInfoRequest\"\xf0\x03\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -1234,7 +1245,9 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05stats\x18\v \x01(\v2\x0f.shoal.v1.StatsR\x05stats\x12\x16\n" +
 	"\x06floats\x18\f \x01(\x03R\x06floats\x12!\n" +
 	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\x12%\n" +
-	"\x05stall\x18\x0e \x01(\v2\x0f.shoal.v1.StallR\x05stall\"u\n" +
+	"\x05stall\x18\x0e \x01(\v2\x0f.shoal.v1.StallR\x05stall\x12\x1f\n" +
+	"\vlocal_steps\x18\x0f \x01(\x05R\n" +
+	"localSteps\"u\n" +
 	"\x05Stall\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x18\n" +
 	"\aworkers\x18\x02 \x03(\x03R\aworkers\x12(\n" +

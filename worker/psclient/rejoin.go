@@ -32,6 +32,9 @@ type Rejoining struct {
 	Strategy func() (worker.Strategy, error)
 	// Logger is where the rejoins are logged; nil discards.
 	Logger *slog.Logger
+	// StepsPerClock is how many of the worker's steps one step of the
+	// shards' clock is (worker.Local's H); 0 is 1.
+	StepsPerClock int64
 }
 
 // TrainRejoining runs the worker's steps against the servers from
@@ -72,6 +75,7 @@ func (r Rejoining) TrainRejoining(ctx context.Context, cfg worker.Config, model 
 		if cfg.StartStep, err = Join(ctx, r.Client, cfg.Rank, r.JoinTimeout); err != nil {
 			return res, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
 		}
+		cfg.StartStep *= max(r.StepsPerClock, 1)
 		log.Warn("joined again", "component", "worker", "rank", cfg.Rank, "step", cfg.StartStep, "missed", cfg.StartStep-res.Steps)
 	}
 }

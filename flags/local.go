@@ -1,0 +1,62 @@
+package flags
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/shoalml/shoal/consistency"
+	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
+)
+
+// LocalSteps is --local-steps, low-communication training (DiLoCo):
+// registered by the workers' Train group and by shoal ps, which both
+// need it, declared here once.
+type LocalSteps struct {
+	H int
+}
+
+// Register adds the flag to fs.
+func (l *LocalSteps) Register(fs *flag.FlagSet) {
+	fs.IntVar(&l.H, "local-steps", 0, SectionPS.Usage("sync, async: low-communication training (DiLoCo): each worker takes this many steps with an optimizer of its own (--optimizer, --lr, …) on its own weights, then pushes the pseudo-gradient (the weights it pulled minus its own) and pulls the new weights in one round trip; the servers apply the pseudo-gradients with the outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum). Each worker sends about 1/H of the bytes, H this count. 0: push every step's gradient"))
+}
+
+// Validate checks the flag for mode.
+func (l *LocalSteps) Validate(mode consistency.Mode) error {
+	switch {
+	case l.H == 0:
+		return nil
+	case l.H < 0 || l.H > ps.MaxLocalSteps:
+		return fmt.Errorf("--local-steps %d: want 1..%d, or 0 to push every step's gradient", l.H, ps.MaxLocalSteps)
+	case mode != consistency.Sync && mode != consistency.Async:
+		return fmt.Errorf("--local-steps %d: for --mode sync or async (the shards apply the pseudo-gradients), have --mode %s", l.H, mode)
+	}
+	return nil
+}
+
+// Outer is the outer optimizer of low-communication training: what the
+// shards apply the pseudo-gradients with (--local-steps). Part of the
+// Shard group; the DiLoCo paper's defaults.
+type Outer struct {
+	Name     string
+	LR       float64
+	Momentum float64
+}
+
+// Register adds the flags to fs.
+func (o *Outer) Register(fs *flag.FlagSet) {
+	fs.StringVar(&o.Name, "outer-optimizer", optim.Nesterov, SectionOptimizer.Usage("with --local-steps: the servers' optimizer of the pseudo-gradients, in place of --optimizer: "+strings.Join(optim.Algorithms(), ", ")+" (sgd at --outer-lr 1 without momentum makes the weights the mean of the workers')"))
+	fs.Float64Var(&o.LR, "outer-lr", 0.7, SectionOptimizer.Usage("with --local-steps: the outer optimizer's learning rate (constant)"))
+	fs.Float64Var(&o.Momentum, "outer-momentum", 0.9, SectionOptimizer.Usage("with --local-steps: the outer optimizer's momentum (momentum, nesterov)"))
+}
+
+// Config is the outer optimizer's config, checked.
+func (o *Outer) Config() (optim.Config, error) {
+	c := optim.DefaultConfig()
+	c.Algorithm, c.LR, c.Momentum = o.Name, o.LR, o.Momentum
+	if err := c.Validate(); err != nil {
+		return optim.Config{}, fmt.Errorf("--outer-optimizer, --outer-lr, --outer-momentum: %w", err)
+	}
+	return c, nil
+}
