@@ -137,6 +137,14 @@ func TestFiveHundredHostileStreams(t *testing.T) {
 	}
 	before, memBefore := steps("before"), rss()
 
+	// The hostile streams are worker 1's, joined by the attacker: a
+	// stream of a caller without the worker's session is refused at its
+	// header, and these must get as far as the server's idle limit.
+	joinConn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer joinConn.Close()
+	joined, err := pb.NewParameterServerClient(joinConn).JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 1, PlanVersion: shard.Version})
+	require.NoError(t, err)
 	ended := make(chan error, 500)
 	for range 10 {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -145,7 +153,7 @@ func TestFiveHundredHostileStreams(t *testing.T) {
 		for range 50 {
 			stream, err := pb.NewParameterServerClient(conn).Push(ctx)
 			require.NoError(t, err)
-			require.NoError(t, stream.Send(&pb.PushPiece{Header: &pb.PushHeader{WorkerId: 1, PlanVersion: shard.Version, Ranges: []*pb.Range{{Offset: 0, Length: int64(n)}}}}))
+			require.NoError(t, stream.Send(&pb.PushPiece{Header: &pb.PushHeader{WorkerId: 1, Session: joined.Session, PlanVersion: shard.Version, Ranges: []*pb.Range{{Offset: 0, Length: int64(n)}}}}))
 			go func() {
 				var resp pb.PushResponse
 				ended <- stream.RecvMsg(&resp)
