@@ -90,6 +90,13 @@ type Client struct {
 	push [][]shard.Range
 	// lanes holds, per shard with more than one lane, each lane's ranges.
 	lanes [][][]shard.Range
+	// smu guards sessions: per worker id joined through this Client, its
+	// session on each shard (session.go).
+	smu      sync.Mutex
+	sessions map[int64]*workerSession
+	// bmu serialises the joins asWorker makes, so that concurrent calls
+	// that find a shard without their session join it once.
+	bmu sync.Mutex
 }
 
 // Dial connects to the servers at addrs, which must be the shards of one
@@ -121,7 +128,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 			return nil, fmt.Errorf("client: server address %d of %d, %q: %w", i+1, len(addrs), a, err)
 		}
 	}
-	c := &Client{opts: o, addrs: addrs}
+	c := &Client{opts: o, addrs: addrs, sessions: map[int64]*workerSession{}}
 	dialOpts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// Reconnect to a restarted server within the retry budget (gRPC's

@@ -110,6 +110,8 @@ func TestDialRetriesUnavailable(t *testing.T) {
 func TestRetriedPushIsAppliedOnce(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 8, 2, 4, 0.5)...)
 	cl := dial(t, c)
+	_, err := cl.JoinWorker(ctxT(t), 7)
+	require.NoError(t, err)
 	// Shard 0 applies the push but the reply is lost; the client retries.
 	c.Shard(0).LoseReplies(1)
 	grads := []float32{2, 2, 2, 2, 2, 2, 2, 2}
@@ -373,6 +375,8 @@ func TestFloat16OverflowIsRefused(t *testing.T) {
 func TestPushPullAcrossShards(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 10, 3, 4, 0.5)...)
 	cl := dial(t, c)
+	_, err := cl.JoinWorker(ctxT(t), 7)
+	require.NoError(t, err)
 	c.Shard(1).LoseReplies(1)
 	grads := []float32{2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
 	params := make([]float32, 10)
@@ -417,7 +421,18 @@ func TestJoinWorkerAgreesOnOneStep(t *testing.T) {
 	for _, core := range cores {
 		require.True(t, core.WorkerGone(1))
 	}
-	_, err := cores[0].Push(ctxT(t), ps.Push{WorkerID: 2, Ranges: cores[0].Ranges(), Grads: make([]float32, cores[0].Floats())})
+	// Workers 0 and 2 push with sessions bound for them on each shard
+	// (Rebind admits nothing: the test sets the membership up itself).
+	sessions := make([]map[int64]ps.Session, len(cores))
+	for i, core := range cores {
+		sessions[i] = map[int64]ps.Session{}
+		for _, w := range []int64{0, 2} {
+			var err error
+			sessions[i][w], err = core.Rebind(w)
+			require.NoError(t, err)
+		}
+	}
+	_, err := cores[0].Push(ctxT(t), ps.Push{WorkerID: 2, Session: sessions[0][2], Ranges: cores[0].Ranges(), Grads: make([]float32, cores[0].Floats())})
 	require.NoError(t, err)
 
 	step, err := dial(t, c).JoinWorker(ctxT(t), 1)
@@ -427,7 +442,7 @@ func TestJoinWorkerAgreesOnOneStep(t *testing.T) {
 	pushes := map[int][]int64{0: {0}, 1: {2, 0}}
 	for i, core := range cores {
 		for _, w := range pushes[i] {
-			_, err := core.Push(ctxT(t), ps.Push{WorkerID: w, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+			_, err := core.Push(ctxT(t), ps.Push{WorkerID: w, Session: sessions[i][w], Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
 			require.NoError(t, err)
 		}
 		assert.Equal(t, int64(1), core.Clock(), "shard %d", i)
@@ -482,6 +497,8 @@ func TestPushPullInLanes(t *testing.T) {
 				for s, k := range cl.Lanes() { // 29 floats in chunks of 2: 15 chunks
 					assert.Equal(t, min(lanes, len(c.Shard(s).Core.Ranges())), k, "shard %d", s)
 				}
+				_, err := cl.JoinWorker(ctxT(t), 7)
+				require.NoError(t, err)
 				c.Shard(0).LoseReplies(1)
 				params := make([]float32, n)
 				res, err := cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 7, Step: 3, Grads: grads}, Pull: true, Dst: params})

@@ -10,9 +10,15 @@
 // retried with exponential backoff for WithRetryFor's time (60 s); pushes
 // are safe to retry because a server applies (worker, step) at most once.
 //
+// JoinWorker binds a worker id to the Client on every shard: each returns
+// a session, which the Client keeps and sends with that worker's pushes
+// and pulls (session.go). Where a shard holds none (it restarted), the
+// Client binds the worker there again and repeats the call; where it
+// holds another client's, the call fails with PermissionDenied (NotYours).
+//
 // Files: client.go (Dial, the handshake, shard addresses), options.go,
 // pull.go, push.go, pushpull.go (with the lanes of WithLanes), retry.go,
-// members.go (JoinWorker), stall.go. The arguments and results of the
+// members.go (JoinWorker), session.go, stall.go. The arguments and results of the
 // calls are package pscall's, shared with package worker.
 //
 // A Client is safe for concurrent use by several goroutines. It does not

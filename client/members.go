@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/shoalml/shoal/proto/shoalpb"
-	"github.com/shoalml/shoal/shard"
 )
 
 // JoinWorker tells every shard that worker starts (or starts again after
@@ -17,19 +13,22 @@ import (
 // (ps.Server.Join says how each mode chooses it). Shards may first name
 // different steps (a push that reached one and not yet another): it asks
 // again, not before the latest named, until they agree. In sync mode the
-// worker's first pull then waits for that step.
-func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
+// worker's first pull then waits for that step. Each shard binds worker
+// to this Client with a session, which the Client keeps and sends with
+// the worker's pushes and pulls; a join elsewhere (a restarted worker,
+// another client) ends it.
+func (c *Client) JoinWorker(ctx context.Context, worker int64, opts ...JoinOption) (int64, error) {
+	o := joinOptions{pushEvery: 1}
+	for _, f := range opts {
+		f(&o)
+	}
 	steps := make([]int64, len(c.stubs))
 	var at int64
 	for round := 1; ; round++ {
 		err := c.fanOut(func(s int) error {
-			return c.retry(ctx, fmt.Sprintf("client: join worker %d at server %s", worker, c.addrs[s]), func(ctx context.Context) error {
-				resp, err := c.stubs[s].JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: worker, PlanVersion: shard.Version, NotBefore: at})
-				if err == nil {
-					steps[s] = resp.Step
-				}
-				return err
-			})
+			var err error
+			steps[s], err = c.joinShard(ctx, worker, s, at, o.pushEvery, false)
+			return err
 		})
 		if err != nil {
 			return 0, err
@@ -50,25 +49,7 @@ func (c *Client) JoinWorker(ctx context.Context, worker int64) (int64, error) {
 // it. Such a worker is alive, and joins again: JoinWorker, then on from
 // the step it names. It looks through wrapped and joined errors, since
 // any one shard's answer is enough.
-func NotMember(err error) bool {
-	if err == nil {
-		return false
-	}
-	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
-		for _, d := range s.GRPCStatus().Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == pb.ErrorDomain && info.Reason == pb.ReasonNotMember {
-				return true
-			}
-		}
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return NotMember(u.Unwrap())
-	case interface{ Unwrap() []error }:
-		return slices.ContainsFunc(u.Unwrap(), NotMember)
-	}
-	return false
-}
+func NotMember(err error) bool { return hasReason(err, pb.ReasonNotMember) }
 
 // maxJoinRounds bounds JoinWorker's rounds: each moves the step forward,
 // and shards move on only as steps complete, so two or three suffice.

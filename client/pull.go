@@ -26,7 +26,8 @@ func (c *Client) Pull(ctx context.Context, dst []float32) (Clocks, error) {
 
 // PullFor reads the weights args.WorkerID needs into dst (len
 // Plan.VectorLen), waiting as args.Steps say, and returns each shard's
-// clock.
+// clock. A pull as a worker (WorkerID >= 0) carries its session, as a
+// push does (session.go).
 func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clocks, error) {
 	if len(dst) != c.info.Plan.VectorLen {
 		return nil, fmt.Errorf("client: pull into %d floats, the vector has %d", len(dst), c.info.Plan.VectorLen)
@@ -37,14 +38,16 @@ func (c *Client) PullFor(ctx context.Context, args PullArgs, dst []float32) (Clo
 	clocks := make(Clocks, len(c.stubs))
 	held := make([]time.Duration, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		req := &pb.PullRequest{PlanVersion: shard.Version, WorkerId: args.WorkerID}
-		if args.Steps != nil {
-			req.Step = args.Steps[s]
-		}
-		return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
-			var err error
-			clocks[s], err = c.pullShard(ctx, s, req, dst, &held[s])
-			return err
+		return c.asWorker(ctx, args.WorkerID, s, func(session []byte) error {
+			req := &pb.PullRequest{PlanVersion: shard.Version, WorkerId: args.WorkerID, Session: session}
+			if args.Steps != nil {
+				req.Step = args.Steps[s]
+			}
+			return c.retry(ctx, "pull from "+c.addrs[s], func(ctx context.Context) error {
+				var err error
+				clocks[s], err = c.pullShard(ctx, s, req, dst, &held[s])
+				return err
+			})
 		})
 	})
 	if err != nil {

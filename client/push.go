@@ -26,10 +26,12 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 		if args.Skips(s) {
 			return nil
 		}
-		return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
-			var err error
-			replies[s], err = c.pushShard(ctx, s, args)
-			return err
+		return c.asWorker(ctx, args.WorkerID, s, func(session []byte) error {
+			return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
+				var err error
+				replies[s], err = c.pushShard(ctx, s, args, session)
+				return err
+			})
 		})
 	})
 	return pushResult(replies), err
@@ -67,20 +69,21 @@ func pushResult(replies []*pb.PushResponse) PushResult {
 	return res
 }
 
-func (c *Client) pushShard(ctx context.Context, s int, args PushArgs) (*pb.PushResponse, error) {
+func (c *Client) pushShard(ctx context.Context, s int, args PushArgs, session []byte) (*pb.PushResponse, error) {
 	stream, err := c.pushStubs[s].Push(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.sendGrads(stream, c.push[s], c.header(s, args), args.Grads); err != nil {
+	if err := c.sendGrads(stream, c.push[s], c.header(s, args, session), args.Grads); err != nil {
 		return nil, err
 	}
 	return stream.CloseAndRecv()
 }
 
-// header opens shard s's part of a push.
-func (c *Client) header(s int, args PushArgs) *pb.PushHeader {
-	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding}
+// header opens shard s's part of a push, carrying the worker's session
+// there.
+func (c *Client) header(s int, args PushArgs, session []byte) *pb.PushHeader {
+	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding, Session: session}
 	if args.Clocks != nil {
 		h.Clock = args.Clocks[s]
 	}

@@ -67,27 +67,29 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 		if args.Skips(s) {
 			return nil
 		}
-		h := c.header(s, args.PushArgs)
-		h.Pull = args.Pull
-		if args.Pull && args.Steps != nil {
-			h.PullStep = args.Steps[s]
-		}
 		var dst []float32
 		if args.Pull {
 			dst = args.Dst
 		}
-		return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
-			var clock int64
-			var err error
-			if c.lanes[s] != nil {
-				clock, replies[s], err = c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
-			} else {
-				clock, replies[s], err = c.pushPullStream(ctx, c.pushStubs[s], s, nil, h, args.Grads, dst, &held[s])
+		return c.asWorker(ctx, args.WorkerID, s, func(session []byte) error {
+			h := c.header(s, args.PushArgs, session)
+			h.Pull = args.Pull
+			if args.Pull && args.Steps != nil {
+				h.PullStep = args.Steps[s]
 			}
-			if err == nil && args.Pull {
-				res.PullClocks[s] = clock
-			}
-			return err
+			return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
+				var clock int64
+				var err error
+				if c.lanes[s] != nil {
+					clock, replies[s], err = c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
+				} else {
+					clock, replies[s], err = c.pushPullStream(ctx, c.pushStubs[s], s, nil, h, args.Grads, dst, &held[s])
+				}
+				if err == nil && args.Pull {
+					res.PullClocks[s] = clock
+				}
+				return err
+			})
 		})
 	})
 	if err != nil {
@@ -139,7 +141,7 @@ func (c *Client) pushPullLanes(ctx context.Context, s int, h *pb.PushHeader, gra
 	for l, ranges := range lanes {
 		wg.Go(func() {
 			hl := &pb.PushHeader{WorkerId: h.WorkerId, Step: h.Step, Clock: h.Clock, PlanVersion: h.PlanVersion, Encoding: h.Encoding,
-				Pull: h.Pull, PullStep: h.PullStep, Lane: uint32(l), Lanes: uint32(len(lanes)), Attempt: attempt}
+				Pull: h.Pull, PullStep: h.PullStep, Lane: uint32(l), Lanes: uint32(len(lanes)), Attempt: attempt, Session: h.Session}
 			for _, r := range ranges {
 				hl.Ranges = append(hl.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 			}

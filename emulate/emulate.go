@@ -181,6 +181,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		g := &gate{t: t, w: r}
+		// The emulated workers are the shard's own callers: each is bound
+		// to its id without a join, which would change what the schedule
+		// drives.
+		if g.session, err = srv.Rebind(int64(r)); err != nil {
+			return Result{}, fmt.Errorf("emulate: worker %d: %w", r, err)
+		}
 		var s worker.Strategy
 		if cfg.Sim.Mode == consistency.Sync {
 			s = worker.NewSync(g, int64(r), 1)

@@ -126,8 +126,9 @@ func (t *turns) failure(errs []error) error {
 
 // gate is worker w's ParameterServers: the shard, in turn.
 type gate struct {
-	t *turns
-	w int
+	t       *turns
+	w       int
+	session ps.Session // w's on the shard
 }
 
 var _ worker.ParameterServers = (*gate)(nil)
@@ -181,7 +182,7 @@ func (g *gate) push(ctx context.Context, args worker.PushArgs) (worker.PushResul
 	if err := t.take(ctx, sim.Op{Worker: g.w, Step: args.Step}); err != nil {
 		return worker.PushResult{}, err
 	}
-	res, err := t.srv.Push(ctx, ps.Push{WorkerID: args.WorkerID, Step: args.Step, Clock: args.Clocks[0], Ranges: t.ranges, Grads: args.Grads})
+	res, err := t.srv.Push(ctx, ps.Push{WorkerID: args.WorkerID, Session: g.session, Step: args.Step, Clock: args.Clocks[0], Ranges: t.ranges, Grads: args.Grads})
 	if ps.RefusedFor(err) == ps.RejectedMagnitude {
 		// The weights have grown to where the shard refuses what could
 		// take them past its bound: the job has diverged, as surely as a

@@ -41,7 +41,9 @@ func TestARefusedMagnitudeIsDivergence(t *testing.T) {
 	defer srv.Close()
 	tr := &turns{srv: srv, ranges: srv.Ranges(), ops: []sim.Op{{Worker: 0, Step: 0}}, live: 1, asks: map[int]sim.Op{}, steps: 1, evalAt: 100}
 	tr.cond = sync.NewCond(&tr.mu)
-	g := &gate{t: tr, w: 0}
+	sess, err := srv.Rebind(0)
+	require.NoError(t, err)
+	g := &gate{t: tr, w: 0, session: sess}
 	_, err = g.Push(context.Background(), worker.PushArgs{WorkerID: 0, Step: 0, Clocks: []int64{0}, Grads: []float32{1e38, 1}})
 	assert.ErrorIs(t, err, worker.ErrDiverged)
 	assert.ErrorContains(t, err, "refused whole")

@@ -22,9 +22,12 @@ type Event struct {
 	Gossip string `json:"gossip,omitempty"`
 	// member: a worker joined, rejoined, left or died (Change) at the
 	// shard's step Steps; Live workers go on
+	// (Role RingRole, Change Reformed: an elastic ring re-formed with
+	// the same members, for Reason)
 	Role   string `json:"role,omitempty"`
 	Change string `json:"change,omitempty"`
 	Live   int    `json:"live,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	// progress, done
 	Rank       int                   `json:"rank,omitempty"`
 	Epoch      int                   `json:"epoch,omitempty"`
@@ -66,6 +69,15 @@ const (
 	Measured  = "result"    // a benchmark measurement (Result)
 	Member    = "member"    // shard 0 saw a worker's membership change
 	Metrics   = "metrics"   // a process (Role, Rank) serves Prometheus metrics at Addr
+)
+
+// A member event's Role and Change for an elastic ring's re-form that
+// kept its members: no worker died, left or joined, the ring was formed
+// again (a collective broke or timed out, say), and its steps since the
+// last generation's start were kept only where they completed.
+const (
+	RingRole = "ring"
+	Reformed = "reformed"
 )
 
 // Emit writes e to w as one line.

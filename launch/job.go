@@ -475,6 +475,9 @@ func (j *job) memberChanged(e Event) {
 	}
 	me := MembershipEvent{Role: e.Role, Rank: e.Rank, Change: e.Change, Step: e.Steps, Live: e.Live,
 		Seconds: time.Since(j.start).Seconds(), Cause: j.cause[e.Rank]}
+	if e.Change == Reformed {
+		me.Cause = e.Reason // the ring's, not a rank's
+	}
 	j.tally.Result.MembershipEvents = append(j.tally.Result.MembershipEvents, me)
 	j.board.ClearBar()
 	fmt.Fprintln(j.cfg.Stdout, me.String())
@@ -556,6 +559,9 @@ func (j *job) summarise(ctx context.Context) (*JobResult, error) {
 // died at step 413 (signal: killed); 3 workers go on".
 func (e MembershipEvent) String() string {
 	s := fmt.Sprintf("%s %d %s at step %d", e.Role, e.Rank, e.Change, e.Step)
+	if e.Change == Reformed {
+		s = fmt.Sprintf("the %s re-formed with the same members at step %d", e.Role, e.Step)
+	}
 	if e.Cause != "" {
 		s += " (" + e.Cause + ")"
 	}

@@ -124,3 +124,20 @@ func TestJobConfigValidates(t *testing.T) {
 	_, err := RunJob(context.Background(), JobConfig{Exe: "shoal", Workers: 0})
 	assert.ErrorContains(t, err, "0 workers, want >= 1")
 }
+
+// TestARingReformIsAMembershipEvent: a ring's re-form with the same
+// members, as its new rank 0 reports it, is one of the run's membership
+// events (membership_events), with its reason as the cause, and is
+// printed as the re-form it is.
+func TestARingReformIsAMembershipEvent(t *testing.T) {
+	var out bytes.Buffer
+	cfg := DefaultJobConfig("shoal", &out, io.Discard)
+	j := &job{cfg: &cfg, tally: &Tally{Result: cfg.Result}, board: NewBoard(&out, 3, false), cause: map[int]string{}, done: map[int]bool{}, start: time.Now()}
+	j.memberChanged(Event{Event: Member, Role: RingRole, Change: Reformed, Steps: 40, Live: 3, Reason: "collective: peer 2: connection reset"})
+	j.memberChanged(Event{Event: Member, Role: "worker", Rank: 1, Change: "joined", Steps: 0, Live: 3}) // the run's start: no change
+
+	evs := j.tally.Result.MembershipEvents
+	require.Len(t, evs, 1)
+	assert.Equal(t, MembershipEvent{Role: RingRole, Change: Reformed, Step: 40, Live: 3, Seconds: evs[0].Seconds, Cause: "collective: peer 2: connection reset"}, evs[0])
+	assert.Equal(t, "the ring re-formed with the same members at step 40 (collective: peer 2: connection reset); 3 workers go on\n", out.String())
+}

@@ -64,17 +64,21 @@ type Result struct {
 
 // MembershipEvent is one membership change during a run.
 type MembershipEvent struct {
-	Role   string `json:"role"`
-	Rank   int    `json:"rank"`
-	Change string `json:"change"` // died, left, rejoined
+	Role string `json:"role"`
+	Rank int    `json:"rank"`
+	// Change: died, left, rejoined, restarted (a server), or reformed
+	// (Role "ring": an elastic ring formed again with the same members;
+	// Rank 0, Cause the reason its rank 0 gave).
+	Change string `json:"change"`
 	// Step is how many steps the worker had pushed to shard 0 when it
-	// saw the change; Live how many workers go on.
+	// saw the change (a ring: the steps its new generation starts from);
+	// Live how many workers go on.
 	Step int64 `json:"step"`
 	Live int   `json:"live"`
 	// Seconds since training started.
 	Seconds float64 `json:"seconds"`
 	// Cause is how the process ended, where the launcher saw it end
-	// (e.g. "signal killed").
+	// (e.g. "signal killed"); for a ring re-formed, why.
 	Cause string `json:"cause,omitempty"`
 }
 

@@ -79,12 +79,23 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	require.NoError(t, err)
 	m.Attach(s)
 	ctx := context.Background()
+	sessions := map[int64]ps.Session{}
+	for w := range int64(2) {
+		j, err := s.Join(w, 0, 1)
+		require.NoError(t, err)
+		sessions[w] = j.Session
+	}
 	push := func(w, step int64, g float32) error {
 		grads := make([]float32, 8)
 		grads[0] = g
-		_, err := s.Push(ctx, ps.Push{WorkerID: w, Step: step, Clock: s.Clock(), Ranges: s.Ranges(), Grads: grads})
+		_, err := s.Push(ctx, ps.Push{WorkerID: w, Session: sessions[w], Step: step, Clock: s.Clock(), Ranges: s.Ranges(), Grads: grads})
 		return err
 	}
+	held := sessions[0]
+	sessions[0] = ps.Session{}
+	require.Error(t, push(0, 0, 1), "worker 0 without its session")
+	require.Error(t, s.CheckPull(0, ps.Session{}), "a pull as worker 0 without its session")
+	sessions[0] = held
 	require.NoError(t, push(0, 0, 1))
 	require.NoError(t, push(0, 1, 1))
 	require.Error(t, push(1, 0, float32(math.NaN())))
@@ -97,7 +108,7 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	require.NoError(t, push(1, 0, 1))
 	require.NoError(t, push(1, 1, 1))
 	s.WorkerGone(1)
-	_, err = s.Join(1, 0)
+	_, err = s.Join(1, 0, 1)
 	require.NoError(t, err)
 
 	fams := scrape(t, reg)
@@ -107,6 +118,9 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "non-finite"}))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "worker"}))
 	assert.Equal(t, 0.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "magnitude"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "session"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "session"}))
+	assert.Equal(t, 0.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "worker"}))
 	assert.Equal(t, 4.0, value(fams, "shoal_ps_push_staleness_steps", shard0))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_pull_wait_seconds", shard0))
 	assert.Equal(t, 2.0, value(fams, "shoal_ps_live_workers", shard0))

@@ -208,12 +208,18 @@ func startElastic(ctx context.Context, r ringRun) (*elasticService, error) {
 
 // generationEvents tells the launcher, from the new rank 0 of each
 // generation after the first, which members left and which joined (or
-// came back).
+// came back); a re-form that kept the same members (a ring broken or
+// interrupted with nobody gone) is one "reformed" event with the reason,
+// so that every re-form shows in the run's membership events.
 func (r ringRun) generationEvents() func(elastic.Generation) {
 	var seen []int // every member any generation held, to tell a rejoin
 	return func(g elastic.Generation) {
 		defer func() { seen = append(seen, g.Members...) }()
 		if g.Number == 1 || !r.Events || g.Rank != 0 {
+			return
+		}
+		if len(g.Left) == 0 && len(g.Joined) == 0 {
+			launch.Emit(r.out, launch.Event{Event: launch.Member, Role: launch.RingRole, Change: launch.Reformed, Steps: g.Step, Live: len(g.Members), Reason: g.Reason})
 			return
 		}
 		for _, id := range g.Left {

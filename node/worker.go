@@ -89,7 +89,7 @@ func (w *psWorker) run(ctx context.Context, stdin io.Reader) error {
 func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.Client, nic *netshape.NIC) error {
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
-	startStep, err := psclient.Join(ctx, servers, w.ID.Rank, w.PS.Connect)
+	startStep, err := psclient.Join(ctx, servers, w.ID.Rank, w.Loop.PushEvery, w.PS.Connect)
 	if err != nil {
 		return fmt.Errorf("worker %d: joining the servers: %w", w.ID.Rank, err)
 	}
@@ -194,7 +194,7 @@ func (w *psWorker) runSteps(ctx, runCtx context.Context, servers *client.Client,
 // strategy's counts.
 func (w *psWorker) trainRejoining(ctx context.Context, servers *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
 	var st psStrategy
-	r := psclient.Rejoining{Client: servers, JoinTimeout: w.PS.Connect, Logger: w.Logger, StepsPerClock: w.stepsPerClock(), Strategy: func() (worker.Strategy, error) {
+	r := psclient.Rejoining{Client: servers, JoinTimeout: w.PS.Connect, PushEvery: w.Loop.PushEvery, Logger: w.Logger, StepsPerClock: w.stepsPerClock(), Strategy: func() (worker.Strategy, error) {
 		var err error
 		if st, err = w.strategy(servers); err != nil {
 			return nil, err

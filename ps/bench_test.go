@@ -58,7 +58,7 @@ func BenchmarkPush(b *testing.B) {
 			b.SetBytes(4 * n)
 			ctx := context.Background()
 			for b.Loop() {
-				if _, err := srv.Push(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads, Scan: scanned}); err != nil {
+				if _, err := srv.Push(ctx, signed(srv, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads, Scan: scanned})); err != nil {
 					b.Fatal(err)
 				}
 				step++
@@ -94,7 +94,7 @@ func BenchmarkPushRead(b *testing.B) {
 			b.SetBytes(4 * n)
 			ctx := context.Background()
 			for step := int64(0); b.Loop(); step++ {
-				if _, err := srv.PushRead(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads}, read); err != nil {
+				if _, err := srv.PushRead(ctx, signed(srv, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: grads}), read); err != nil {
 					b.Fatal(err)
 				}
 				if reply == "held-across" { // let go of the push before's

@@ -43,7 +43,7 @@ func ckptPush(t *testing.T, s *Server, step int64) {
 	}
 	var rs []shard.Range
 	rs = append(rs, s.Ranges()...)
-	_, err := s.Push(context.Background(), Push{WorkerID: 1, Step: step, Ranges: rs, Grads: g})
+	_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: step, Ranges: rs, Grads: g}))
 	require.NoError(t, err)
 }
 
@@ -67,12 +67,33 @@ func TestCheckpointResumeContinuesExactly(t *testing.T) {
 	}
 	assert.Equal(t, readAll(t, a), readAll(t, b))
 	// The dedup record survived: a retry of step 5 is a duplicate.
-	res, err := b.Push(context.Background(), Push{WorkerID: 1, Step: 3, Ranges: b.Ranges(), Grads: make([]float32, b.Floats())})
+	res, err := b.Push(context.Background(), signed(b, Push{WorkerID: 1, Step: 3, Ranges: b.Ranges(), Grads: make([]float32, b.Floats())}))
 	require.NoError(t, err)
 	assert.True(t, res.Duplicate)
 	files, err := b.listCheckpoints()
 	require.NoError(t, err)
 	assert.Len(t, files, checkpointKeep, "older checkpoints are removed")
+}
+
+// TestAResumedShardHoldsNoSessionAndTrustsItsRecord: a shard restarted
+// from its checkpoint holds no session (it answers a worker's push with
+// ErrNoSession, on which the worker joins it again), and the record it
+// resumed with is the worker's own: the join names the step after its
+// last push, however few pushes this shard has taken since.
+func TestAResumedShardHoldsNoSessionAndTrustsItsRecord(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	for step := range int64(4) {
+		ckptPush(t, a, step)
+	}
+	b, err := ckptServer(t, dir, 2, "w")
+	require.NoError(t, err)
+	_, err = b.Push(context.Background(), Push{WorkerID: 1, Session: a.sessions[1], Step: 4, Ranges: b.Ranges(), Grads: make([]float32, b.Floats())})
+	require.ErrorIs(t, err, ErrNoSession)
+	j, err := b.Join(1, 0, 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), j.Step, "after the last push the checkpoint holds")
 }
 
 func TestCorruptCheckpointFallsBackToAnOlderOne(t *testing.T) {

@@ -40,6 +40,14 @@
 // back and names the step it begins at; the barrier keeps, per worker, the
 // first step it takes part in.
 //
+// Sessions (session.go): Join binds the worker id to its caller with a
+// session, which every later push (Push.Session) and worker pull
+// (CheckPull) must carry; a new join replaces it, and a call without the
+// current one is refused (ErrNoSession, ErrWrongSession) and counted. A
+// join names no step past what the id's earlier sessions' pushes could
+// have reached, so another client's pushes cannot make a worker skip its
+// own steps.
+//
 // Durability (checkpoint.go, journal.go): with a CheckpointDir a shard
 // checkpoints every CheckpointEvery updates and resumes from the newest
 // usable checkpoint; with Journal it also appends every update to a
@@ -54,5 +62,6 @@
 // (ChunkRead.Hold) until it is done: the shard then writes the next
 // update of the chunk into another buffer (copy-on-write).
 //
-// Example (example_test.go) serves reads of a shard and applies a push.
+// Example (example_test.go) serves reads of a shard, joins a worker and
+// applies its push.
 package ps

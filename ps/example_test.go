@@ -12,8 +12,8 @@ import (
 )
 
 // Shard 0 of a vector of 8 floats split over two servers in chunks of 2:
-// it owns every other chunk, serves reads of them, and applies a worker's
-// gradient for all of them with plain SGD.
+// it owns every other chunk, serves reads of them, admits a worker, and
+// applies its gradient for all of them with plain SGD.
 func Example() {
 	var l nn.Layout
 	l.Add("w", 8)
@@ -38,8 +38,14 @@ func Example() {
 	}
 	fmt.Println("read", second, dst, "at clock", clock)
 
+	// A worker joins first: the shard names its first step and binds the
+	// worker id to it with a session, which each of its pushes carries.
 	// A push carries the gradient of every owned chunk, concatenated.
-	res, err := s.Push(context.Background(), ps.Push{WorkerID: 1, Step: 0, Clock: clock, Ranges: s.Ranges(), Grads: []float32{1, 1, 2, 2}})
+	joined, err := s.Join(1, 0, 1)
+	if err != nil {
+		panic(err)
+	}
+	res, err := s.Push(context.Background(), ps.Push{WorkerID: 1, Session: joined.Session, Step: joined.Step, Clock: clock, Ranges: s.Ranges(), Grads: []float32{1, 1, 2, 2}})
 	if err != nil {
 		panic(err)
 	}

@@ -30,7 +30,7 @@ func FuzzPush(f *testing.F) {
 			grads[i] = math.Float32frombits(binary.LittleEndian.Uint32(gradBytes[4*i:]))
 		}
 		before := readAll(t, s)
-		_, err := s.Push(context.Background(), Push{WorkerID: 1, Step: 1, Ranges: rs, Grads: grads})
+		_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: 1, Ranges: rs, Grads: grads}))
 		if err != nil {
 			after := readAll(t, s)
 			for i := range before {

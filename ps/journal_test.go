@@ -200,7 +200,7 @@ func TestAFullDiskStopsTheShardWithoutAPanic(t *testing.T) {
 	s.jour.f, s.jour.w = full, bufio.NewWriter(full)
 	s.mu.Unlock()
 	for step := int64(1); step <= 2; step++ {
-		_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: step, Clock: s.Clock(), Ranges: whole, Grads: fill(1)})
+		_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: step, Clock: s.Clock(), Ranges: whole, Grads: fill(1)}))
 		require.ErrorIs(t, err, ErrJournal)
 		assert.ErrorContains(t, err, "no space left on device")
 	}
@@ -247,7 +247,7 @@ func FuzzReadJournalRecord(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Push(context.Background(), Push{Ranges: whole, Grads: fill(1)}); err != nil {
+	if _, err := s.Push(context.Background(), signed(s, Push{Ranges: whole, Grads: fill(1)})); err != nil {
 		f.Fatal(err)
 	}
 	files, err := s.listJournals()

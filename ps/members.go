@@ -93,21 +93,48 @@ func (s *Server) enterLiveLocked(w int64) {
 // yet another): a client asks every shard, then asks again with notBefore
 // the latest step named, until all agree (client.JoinWorker). A sync
 // shard waits for w from the step it last named on. w must be one of
-// 0..Workers-1 in sync and SSP.
-func (s *Server) Join(w, notBefore int64) (int64, error) {
+// 0..Workers-1 (in async, 0..MaxWorkers-1 without Workers).
+//
+// The join binds w to its caller: Joined.Session, which every later push
+// and pull for w must carry, and which replaces the session of any
+// earlier join of w (session.go). pushEvery is how many steps apart the
+// worker pushes (Downpour's n_push; 0 is 1, at most MaxStepGap): a step
+// its earlier sessions' pushes could not have reached at that rate is
+// not where it begins (reinLocked).
+func (s *Server) Join(w, notBefore, pushEvery int64) (Joined, error) {
 	if err := s.checkWorker(w); err != nil {
-		return 0, err
+		return Joined{}, err
 	}
 	if notBefore < 0 || notBefore > maxStep {
-		return 0, fmt.Errorf("%w: join of worker %d not before step %d: want 0..%d", ErrInvalidArgument, w, notBefore, int64(maxStep))
+		return Joined{}, fmt.Errorf("%w: join of worker %d not before step %d: want 0..%d", ErrInvalidArgument, w, notBefore, int64(maxStep))
+	}
+	if pushEvery == 0 {
+		pushEvery = 1
+	}
+	if pushEvery < 0 || pushEvery > MaxStepGap {
+		return Joined{}, fmt.Errorf("%w: join of worker %d pushing every %d steps: want 1..%d (0: 1)", ErrInvalidArgument, w, pushEvery, MaxStepGap)
+	}
+	sess, err := newSession()
+	if err != nil {
+		return Joined{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reinLocked(w, pushEvery)
 	next := notBefore
 	if last, ok := s.lastStep[w]; ok {
 		next = max(next, last+1)
 	}
-	return s.mode.joinLocked(w, next), nil
+	step := s.mode.joinLocked(w, next)
+	s.sessions[w], s.sessionBase[w], s.sessionPushes[w] = sess, step, 0
+	return Joined{Step: step, Session: sess}, nil
+}
+
+// Joined is what Join tells a worker: the step it begins at and its
+// session.
+type Joined struct {
+	Step    int64
+	Session Session
 }
 
 // maxStep bounds the steps a join names, far beyond any run, so that step

@@ -29,7 +29,7 @@ func TestAWorkerThatDiesMidStepIsLeftOut(t *testing.T) {
 
 	// The dead worker's pushes are refused and change nothing.
 	before := values(t, s)
-	_, err := s.Push(context.Background(), Push{WorkerID: 2, Step: 2, Clock: 2, Ranges: whole, Grads: fill(9)})
+	_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 2, Step: 2, Clock: 2, Ranges: whole, Grads: fill(9)}))
 	require.ErrorIs(t, err, ErrNotMember)
 	assert.ErrorContains(t, err, "worker 2 died or left")
 	assert.Equal(t, before, values(t, s))
@@ -46,7 +46,7 @@ func TestADeathBeforeAnyPushTakesEffectAtOnce(t *testing.T) {
 func TestSyncJoin(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 3, 0, 0)
 	for w := range int64(3) {
-		step, err := s.Join(w, 0)
+		step, err := joinStep(s, w, 0)
 		require.NoError(t, err)
 		assert.Equal(t, int64(0), step, "a fresh run begins at step 0")
 	}
@@ -57,10 +57,10 @@ func TestSyncJoin(t *testing.T) {
 
 	// Worker 2 comes back while step 1 is in progress: it enters at step 2.
 	push(t, s, 0, 1, 1, 1)
-	step, err := s.Join(2, 0)
+	step, err := joinStep(s, 2, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), step)
-	_, err = s.Push(context.Background(), Push{WorkerID: 2, Step: 1, Clock: 1, Ranges: whole, Grads: fill(9)})
+	_, err = s.Push(context.Background(), signed(s, Push{WorkerID: 2, Step: 1, Clock: 1, Ranges: whole, Grads: fill(9)}))
 	require.ErrorIs(t, err, ErrInvalidArgument, "its push for the step it did not enter")
 	assert.ErrorContains(t, err, "it joined for step 2 on")
 	push(t, s, 1, 1, 1, 1)
@@ -79,7 +79,7 @@ func TestSyncJoinAtAStepBoundaryEntersAtOnce(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	require.True(t, s.WorkerGone(1))
 	push(t, s, 0, 0, 0, 1)
-	step, err := s.Join(1, 0)
+	step, err := joinStep(s, 1, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), step, "no push of step 1 yet: it enters now")
 	push(t, s, 1, 1, 1, 1)
@@ -93,7 +93,7 @@ func TestSyncJoinAfterPushingBeginsAtTheNextStep(t *testing.T) {
 	// and already pushed the step in progress.
 	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 1, 0, 0, 1)
-	step, err := s.Join(1, 0)
+	step, err := joinStep(s, 1, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), step)
 }
@@ -118,7 +118,7 @@ func TestSSPMembership(t *testing.T) {
 	assert.Equal(t, before[0]-1, values(t, s)[0])
 
 	// Worker 2 returns where the slowest live worker is, not at step 0.
-	step, err := s.Join(2, 0)
+	step, err := joinStep(s, 2, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), step)
 	require.NoError(t, s.WaitToRead(canceled(), 0, 3), "its place counts as pushed up to there")
@@ -127,12 +127,12 @@ func TestSSPMembership(t *testing.T) {
 
 func TestAsyncJoinContinuesAfterTheLastPush(t *testing.T) {
 	s := newModeServer(t, consistency.Async, 1, 0, 0)
-	step, err := s.Join(0, 0)
+	step, err := joinStep(s, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), step)
 	push(t, s, 0, 0, 0, 1)
 	push(t, s, 0, 1, 1, 1)
-	step, err = s.Join(0, 0)
+	step, err = joinStep(s, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), step, "a restarted worker's pushes must not be taken for duplicates")
 	assert.False(t, s.WorkerGone(0), "async keeps no live set")
@@ -140,7 +140,7 @@ func TestAsyncJoinContinuesAfterTheLastPush(t *testing.T) {
 
 func TestJoinRefusesAnUnknownWorker(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 2, 0, 0)
-	_, err := s.Join(2, 0)
+	_, err := joinStep(s, 2, 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
@@ -154,13 +154,13 @@ func TestSyncJoinAgreesAcrossShards(t *testing.T) {
 	require.True(t, a.WorkerGone(1))
 	require.True(t, b.WorkerGone(1))
 	push(t, a, 2, 0, 0, 1) // worker 2's push of step 0 reached shard a only
-	stepA, err := a.Join(1, 0)
+	stepA, err := joinStep(a, 1, 0)
 	require.NoError(t, err)
-	stepB, err := b.Join(1, 0)
+	stepB, err := joinStep(b, 1, 0)
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 0}, []int64{stepA, stepB}, "a has a push in progress, b none")
 	for _, s := range []*Server{a, b} {
-		step, err := s.Join(1, 1)
+		step, err := joinStep(s, 1, 1)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), step)
 	}
@@ -183,7 +183,7 @@ func TestJoinLaterReleasesAStepThatWaitedForTheWorker(t *testing.T) {
 	// is admitted for a later step no longer holds the current one.
 	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 0, 0, 0, 1)
-	step, err := s.Join(1, 1)
+	step, err := joinStep(s, 1, 1)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), step)
 	assert.Equal(t, int64(1), s.Clock(), "step 0 went on with worker 0's push")
@@ -201,7 +201,7 @@ func TestJoinPastTheStepGapPushes(t *testing.T) {
 			for step := range int64(MaxStepGap + 10) {
 				push(t, s, 0, step, step, 0)
 			}
-			at, err := s.Join(1, 0)
+			at, err := joinStep(s, 1, 0)
 			require.NoError(t, err)
 			require.Greater(t, at, int64(MaxStepGap))
 			before := s.Clock()

@@ -43,7 +43,7 @@ func fill(v float32) []float32 { return []float32{v, v, v, v} }
 // push sends worker w's gradient g for step, computed at clock.
 func push(t *testing.T, s *Server, w, step, clock int64, g float32) PushResult {
 	t.Helper()
-	res, err := s.Push(context.Background(), Push{WorkerID: w, Step: step, Clock: clock, Ranges: whole, Grads: fill(g)})
+	res, err := s.Push(context.Background(), signed(s, Push{WorkerID: w, Step: step, Clock: clock, Ranges: whole, Grads: fill(g)}))
 	require.NoError(t, err)
 	return res
 }
@@ -95,7 +95,7 @@ func TestSyncBadPushes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.push.Ranges, tc.push.Grads = whole, fill(1)
-			_, err := s.Push(context.Background(), tc.push)
+			_, err := s.Push(context.Background(), signed(s, tc.push))
 			require.ErrorIs(t, err, tc.isErr)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Equal(t, before, values(t, s))
@@ -104,7 +104,7 @@ func TestSyncBadPushes(t *testing.T) {
 	}
 	// A second push for the same step from the same worker.
 	push(t, s, 0, 6, 1, 1)
-	_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: 7, Clock: 1, Ranges: whole, Grads: fill(1)})
+	_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: 7, Clock: 1, Ranges: whole, Grads: fill(1)}))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "already pushed step 1")
 }
@@ -112,13 +112,13 @@ func TestSyncBadPushes(t *testing.T) {
 func TestSyncFuturePushWaits(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 2, 0, 0)
 	push(t, s, 0, 0, 0, 1)
-	_, err := s.Push(canceled(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+	_, err := s.Push(canceled(), signed(s, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)}))
 	require.ErrorIs(t, err, ErrWaitTimeout)
 	assert.Contains(t, err.Error(), "waiting for worker(s) 1")
 
 	done := make(chan PushResult, 1)
 	go func() {
-		res, _ := s.Push(context.Background(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+		res, _ := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)}))
 		done <- res
 	}()
 	push(t, s, 1, 0, 0, 1)
@@ -142,7 +142,7 @@ func TestSyncPushSentTwiceWhileItWaits(t *testing.T) {
 	replies := make(chan reply, 2)
 	for range 2 {
 		go func() {
-			res, err := s.Push(context.Background(), Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+			res, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)}))
 			replies <- reply{res, err}
 		}()
 	}
@@ -182,7 +182,7 @@ func TestWaitSaysWhyItEnded(t *testing.T) {
 			}{
 				{"sync pull", func(ctx context.Context, sync, _ *Server) error { return sync.WaitToRead(ctx, 0, 1) }},
 				{"sync push for the next step", func(ctx context.Context, sync, _ *Server) error {
-					_, err := sync.Push(ctx, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)})
+					_, err := sync.Push(ctx, signed(sync, Push{WorkerID: 0, Step: 1, Clock: 1, Ranges: whole, Grads: fill(1)}))
 					return err
 				}},
 				{"ssp pull", func(ctx context.Context, _, ssp *Server) error { return ssp.WaitToRead(ctx, 0, 2) }},
@@ -254,7 +254,7 @@ func TestSSPBound(t *testing.T) {
 	err := s.WaitToRead(canceled(), 0, 2)
 	require.ErrorIs(t, err, ErrWaitTimeout)
 	assert.Contains(t, err.Error(), "slowest worker(s) [1] pushed 0 steps")
-	_, err = s.Push(context.Background(), Push{WorkerID: 0, Step: 2, Ranges: whole, Grads: fill(1)})
+	_, err = s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: 2, Ranges: whole, Grads: fill(1)}))
 	require.ErrorIs(t, err, ErrInvalidArgument, "a push more than s ahead")
 
 	released := make(chan error, 1)
@@ -312,11 +312,11 @@ func TestForgedStepsCannotStallAnyMode(t *testing.T) {
 		for _, step := range []int64{1 << 40, -5000} {
 			t.Run(fmt.Sprintf("%v/step %d", mode, step), func(t *testing.T) {
 				s := newModeServer(t, mode, 1, 0, 2)
-				_, err := s.Push(context.Background(), Push{WorkerID: 0, Step: step, Clock: 0, Ranges: whole, Grads: fill(1)})
+				_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: step, Clock: 0, Ranges: whole, Grads: fill(1)}))
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				assert.Equal(t, int64(0), s.Clock(), "the forged push changed nothing")
 				for real := int64(0); real < 2; real++ {
-					res, err := s.Push(context.Background(), Push{WorkerID: 0, Step: real, Clock: real, Ranges: whole, Grads: fill(1)})
+					res, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: real, Clock: real, Ranges: whole, Grads: fill(1)}))
 					require.NoError(t, err, "the worker's real push for step %d", real)
 					assert.False(t, res.Duplicate, "step %d", real)
 				}
@@ -361,7 +361,7 @@ func TestPushPullPerMode(t *testing.T) {
 			go func() {
 				var r result
 				step := pullStep - 1
-				r.res, r.err = s.PushPull(context.Background(), Push{WorkerID: 0, Step: step, Clock: min(step, 0), Ranges: whole, Grads: fill(1)}, pullStep,
+				r.res, r.err = s.PushPull(context.Background(), signed(s, Push{WorkerID: 0, Step: step, Clock: min(step, 0), Ranges: whole, Grads: fill(1)}), pullStep,
 					func(_ PushResult, c ChunkRead) { r.clock, r.vals = c.Clock, append(r.vals, c.Values...) },
 					func() error { close(waiting); return nil })
 				done <- r

@@ -55,6 +55,12 @@ type Server struct {
 	changed chan struct{}
 	// lastStep is the last step accepted per worker, for deduplication.
 	lastStep map[int64]int64
+	// sessions are the workers' sessions (session.go): the one each
+	// worker id's latest Join issued. sessionBase is the step that
+	// session began at and sessionPushes the pushes it has had taken.
+	sessions      map[int64]Session
+	sessionBase   map[int64]int64
+	sessionPushes map[int64]int64
 	// progress counts, per worker, the steps it pushed (ssp).
 	progress map[int64]int64
 	// live are the workers sync and ssp wait for, in order (members.go).
@@ -102,7 +108,10 @@ type Stats struct {
 	// RejectedBy counts the rejected pushes by reason (RejectedShape,
 	// RejectedNonFinite, …; "other" for any the shard did not tag).
 	RejectedBy map[string]int64
-	Pulls      int64
+	// RejectedPullsBy counts the refused pulls of workers by reason
+	// (RejectedSession, RejectedWorker: CheckPull).
+	RejectedPullsBy map[string]int64
+	Pulls           int64
 	// ShortSteps counts sync steps applied with fewer pushes than
 	// expected because workers left during the step (WorkerGone); each
 	// is the mean over the pushes that arrived.
@@ -150,6 +159,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, gone: map[int64]bool{}, lrScale: 1,
+		sessions: map[int64]Session{}, sessionBase: map[int64]int64{}, sessionPushes: map[int64]int64{},
 		changed: make(chan struct{}), failed: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -207,6 +217,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 			return nil, fmt.Errorf("parameter server: journal: %w", err)
 		}
 	}
+	s.baseSessionsLocked()
 	return s, nil
 }
 
@@ -234,6 +245,7 @@ func (s *Server) Stats() Stats {
 	st := s.stats
 	st.Staleness = maps.Clone(st.Staleness)
 	st.RejectedBy = maps.Clone(st.RejectedBy)
+	st.RejectedPullsBy = maps.Clone(st.RejectedPullsBy)
 	return st
 }
 
@@ -354,6 +366,9 @@ func (s *Server) serveLocked(w int64, journal bool) {
 // Push is one gradient from a worker.
 type Push struct {
 	WorkerID int64
+	// Session is the worker's, from its Join (session.go); a push
+	// without it is refused.
+	Session Session
 	// Step is the worker's step; (WorkerID, Step) is applied at most once.
 	Step int64
 	// Clock is the shard clock of the values the gradient was computed
@@ -384,7 +399,8 @@ type PushResult struct {
 
 // Push checks a gradient and applies it as the mode says. A bad range, a
 // wrong length, a non-finite value, an unknown worker or a step from the
-// far future is an ErrInvalidArgument and changes nothing. In sync mode a
+// far future is an ErrInvalidArgument, a session that is not the worker's
+// an ErrNoSession or ErrWrongSession, and changes nothing. In sync mode a
 // push for the step after the current one waits (bounded by ctx) for the
 // current one to be applied.
 func (s *Server) Push(ctx context.Context, in Push) (PushResult, error) {
@@ -418,13 +434,10 @@ func (s *Server) PushRead(ctx context.Context, in Push, read ChunkReader) (PushR
 		s.stats.Pulls++
 		s.mu.Unlock()
 	}
-	if err != nil && errors.Is(err, ErrInvalidArgument) {
-		reason := RejectedOther
-		var r *rejection
-		if errors.As(err, &r) {
-			reason = r.reason
-		}
+	if reason := RefusedFor(err); reason != "" {
 		s.CountRefused(reason)
+	} else if errors.Is(err, ErrInvalidArgument) {
+		s.CountRefused(RejectedOther)
 	}
 	if err == nil && !res.Duplicate {
 		s.maybeCheckpoint()
@@ -488,6 +501,9 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if s.jourErr != nil {
 		return PushResult{}, s.jourErr
 	}
+	if err := s.checkSessionLocked(in.WorkerID, in.Session); err != nil {
+		return PushResult{}, &rejection{RejectedSession, err}
+	}
 	if err := s.mode.checkLiveLocked(in.WorkerID); err != nil {
 		return PushResult{}, err
 	}
@@ -520,10 +536,14 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 // MaxStepGap bounds how far past a worker's last push (or past step 0,
 // for its first) an async push's step may be, and a sync push's past the
 // shard's step or the worker's last push, whichever is later: Downpour's
-// --push-every is at most this, and a forged push cannot mark more than
-// this many of the worker's real pushes as duplicates. (The barrier holds
-// the clock a sync push names, not the worker's own step count, which the
-// duplicate check reads; SSP's bound holds steps to the slowest worker's.)
+// --push-every is at most this. Only the worker's own session may push
+// for it (session.go), so the bound guards against a worker's own bug,
+// not against other clients; and a join takes back whatever an earlier
+// session's pushes could not have reached (reinLocked), so steps another
+// client pushed past the worker's do not make it skip its own. (The
+// barrier holds the clock a sync push names, not the worker's own step
+// count, which the duplicate check reads; SSP's bound holds steps to the
+// slowest worker's.)
 const MaxStepGap = 1024
 
 // applyLocked applies one push (async, ssp), whose largest magnitude is
@@ -551,7 +571,7 @@ func (s *Server) applyLocked(in Push, gmax float64, n int, read ChunkReader, pro
 		after = func(ch *chunk) { read(res, s.chunkRead(ch, res.Clock)) }
 	}
 	s.stepLocked(grads, gmax, after)
-	s.lastStep[in.WorkerID] = in.Step
+	s.acceptLocked(in.WorkerID, in.Step)
 	s.clock++
 	s.stats.Pushes++
 	s.stats.Staleness.Add(min(staleness, StalenessBuckets-1))

@@ -73,7 +73,7 @@ func ones(n int) []float32 {
 
 func TestPushAppliesOptimizer(t *testing.T) {
 	s := newTestServer(t, 10, 1, 0, 4)
-	res, err := s.Push(context.Background(), Push{WorkerID: 1, Step: 0, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)})
+	res, err := s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: 0, Ranges: []shard.Range{{Off: 0, Len: 10}}, Grads: ones(10)}))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), res.Clock)
 	got := readAll(t, s)
@@ -110,7 +110,7 @@ func TestPushRejectsAndLeavesValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, 10, 1, 0, 4)
 			before := readAll(t, s)
-			_, err := s.Push(context.Background(), tc.push)
+			_, err := s.Push(context.Background(), signed(s, tc.push))
 			require.Error(t, err)
 			assert.True(t, errors.Is(err, ErrInvalidArgument), "%v", err)
 			assert.Contains(t, err.Error(), tc.want)
@@ -140,11 +140,11 @@ var reasonOf = map[string]string{
 func TestAForgedFutureStepCannotStopTheRun(t *testing.T) {
 	s := newTestServer(t, 8, 1, 0, 4)
 	p := Push{WorkerID: 0, Step: math.MaxInt64, Ranges: []shard.Range{{Off: 0, Len: 8}}, Grads: ones(8)}
-	_, err := s.Push(context.Background(), p)
+	_, err := s.Push(context.Background(), signed(s, p))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	for _, step := range []int64{0, MaxStepGap} {
 		p.Step = step
-		res, err := s.Push(context.Background(), p)
+		res, err := s.Push(context.Background(), signed(s, p))
 		require.NoError(t, err)
 		assert.False(t, res.Duplicate, "step %d", step)
 	}
@@ -156,10 +156,10 @@ func TestPushOfAnotherShardsChunk(t *testing.T) {
 	// Shard 1 of 2 owns chunks 1 and 3 ([4,8) and [12,16)) of 16 floats.
 	s := newTestServer(t, 16, 2, 1, 4)
 	assert.Equal(t, []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, s.Ranges())
-	_, err := s.Push(context.Background(), Push{Ranges: []shard.Range{{Off: 0, Len: 4}}, Grads: ones(4)})
+	_, err := s.Push(context.Background(), signed(s, Push{Ranges: []shard.Range{{Off: 0, Len: 4}}, Grads: ones(4)}))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "chunk 0 is owned by shard 0, this is shard 1")
-	_, err = s.Push(context.Background(), Push{Ranges: []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, Grads: ones(8)})
+	_, err = s.Push(context.Background(), signed(s, Push{Ranges: []shard.Range{{Off: 4, Len: 4}, {Off: 12, Len: 4}}, Grads: ones(8)}))
 	require.NoError(t, err)
 	assert.Equal(t, []float32{3.5, 4.5, 5.5, 6.5, 11.5, 12.5, 13.5, 14.5}, readAll(t, s))
 }
@@ -167,17 +167,17 @@ func TestPushOfAnotherShardsChunk(t *testing.T) {
 func TestDuplicatePushIsAppliedOnce(t *testing.T) {
 	s := newTestServer(t, 8, 1, 0, 4)
 	p := Push{WorkerID: 3, Step: 5, Ranges: []shard.Range{{Off: 0, Len: 8}}, Grads: ones(8)}
-	_, err := s.Push(context.Background(), p)
+	_, err := s.Push(context.Background(), signed(s, p))
 	require.NoError(t, err)
 	after := readAll(t, s)
-	res, err := s.Push(context.Background(), p) // a retry after a lost reply
+	res, err := s.Push(context.Background(), signed(s, p)) // a retry after a lost reply
 	require.NoError(t, err)
 	assert.True(t, res.Duplicate)
 	assert.Equal(t, after, readAll(t, s))
 	assert.Equal(t, int64(1), s.Clock())
 	// Another worker's step 5 is a different push.
 	p.WorkerID = 4
-	res, err = s.Push(context.Background(), p)
+	res, err = s.Push(context.Background(), signed(s, p))
 	require.NoError(t, err)
 	assert.False(t, res.Duplicate)
 	assert.Equal(t, int64(2), s.Clock())
@@ -187,7 +187,7 @@ func TestStalenessHistogram(t *testing.T) {
 	s := newTestServer(t, 4, 1, 0, 4)
 	r := []shard.Range{{Off: 0, Len: 4}}
 	for step := range int64(3) {
-		_, err := s.Push(context.Background(), Push{WorkerID: 1, Step: step, Clock: 0, Ranges: r, Grads: ones(4)})
+		_, err := s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: step, Clock: 0, Ranges: r, Grads: ones(4)}))
 		require.NoError(t, err)
 	}
 	st := s.Stats()
@@ -245,7 +245,7 @@ func TestConcurrentPushAndPull(t *testing.T) {
 			for step := range int64(steps) {
 				_, err := s.Read(shard.Range{Off: 0, Len: n}, buf)
 				assert.NoError(t, err)
-				_, err = s.Push(context.Background(), Push{WorkerID: int64(w), Step: step, Ranges: []shard.Range{{Off: 0, Len: n}}, Grads: ones(n)})
+				_, err = s.Push(context.Background(), signed(s, Push{WorkerID: int64(w), Step: step, Ranges: []shard.Range{{Off: 0, Len: n}}, Grads: ones(n)}))
 				assert.NoError(t, err)
 			}
 		})
@@ -321,7 +321,7 @@ func TestPushRead(t *testing.T) {
 		reads = append(reads, got{res, c.Range, append([]float32(nil), c.Values...)})
 	}
 	push := Push{WorkerID: 3, Step: 0, Ranges: s.Ranges(), Grads: ones(s.Floats())}
-	res, err := s.PushRead(context.Background(), push, read)
+	res, err := s.PushRead(context.Background(), signed(s, push), read)
 	require.NoError(t, err)
 	require.Len(t, reads, len(s.Ranges()))
 	var all []float32
@@ -335,7 +335,7 @@ func TestPushRead(t *testing.T) {
 	assert.Equal(t, float32(4-0.5), all[0], "chunk [4,8) starts at 4, one SGD step of lr 0.5")
 
 	reads = nil
-	res, err = s.PushRead(context.Background(), push, read)
+	res, err = s.PushRead(context.Background(), signed(s, push), read)
 	require.NoError(t, err)
 	assert.True(t, res.Duplicate)
 	require.Len(t, reads, len(s.Ranges()))
@@ -349,7 +349,7 @@ func TestPushRead(t *testing.T) {
 	syncSrv, err := New(Config{Mode: consistency.Sync, Plan: plan, Layout: l, Optimizer: ocfg, Workers: 1}, make([]float32, 8))
 	require.NoError(t, err)
 	reads = nil
-	_, err = syncSrv.PushRead(context.Background(), Push{WorkerID: 0, Ranges: syncSrv.Ranges(), Grads: ones(8)}, read)
+	_, err = syncSrv.PushRead(context.Background(), signed(syncSrv, Push{WorkerID: 0, Ranges: syncSrv.Ranges(), Grads: ones(8)}), read)
 	require.NoError(t, err)
 	assert.Empty(t, reads, "sync mode reads after its barrier, not in the push")
 	assert.Equal(t, int64(1), syncSrv.Clock())
@@ -380,7 +380,7 @@ func TestHugeGradientIsRefusedWhole(t *testing.T) {
 				require.NoError(t, err)
 				ctx := context.Background()
 				push := func(step int64, g []float32) error {
-					_, err := srv.Push(ctx, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: g})
+					_, err := srv.Push(ctx, signed(srv, Push{WorkerID: 0, Step: step, Clock: srv.Clock(), Ranges: srv.Ranges(), Grads: g}))
 					return err
 				}
 				require.NoError(t, push(0, filled(4000, 0.1)))
@@ -452,7 +452,7 @@ func TestAsyncWorkerIDs(t *testing.T) {
 	srv, err := New(Config{Mode: consistency.Async, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig(), Workers: 2}, make([]float32, 8))
 	require.NoError(t, err)
 	for w, want := range map[int64]string{0: "", 1: "", 2: "worker 2: this shard expects workers 0..1"} {
-		_, err := srv.Push(context.Background(), Push{WorkerID: w, Ranges: srv.Ranges(), Grads: ones(8)})
+		_, err := srv.Push(context.Background(), signed(srv, Push{WorkerID: w, Ranges: srv.Ranges(), Grads: ones(8)}))
 		if want == "" {
 			require.NoError(t, err, "worker %d", w)
 		} else {
@@ -508,7 +508,7 @@ func TestParallelStepIsTheSerialStep(t *testing.T) {
 					var mu sync.Mutex
 					var order []int
 					reads[i] = map[int][]float32{}
-					_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, c ChunkRead) {
+					_, err := s.PushRead(context.Background(), signed(s, Push{WorkerID: 0, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}), func(_ PushResult, c ChunkRead) {
 						r, vals := c.Range, c.Values
 						// The parallel step reads each chunk from the
 						// goroutine that updated it.
@@ -568,16 +568,16 @@ func TestPushScannedByTheCaller(t *testing.T) {
 	sc.Add(g[:4])
 	sc.Add(g[4:])
 	require.Equal(t, 8, sc.Floats())
-	_, err := scanned.Push(context.Background(), Push{WorkerID: 1, Ranges: scanned.Ranges(), Grads: g, Scan: &sc})
+	_, err := scanned.Push(context.Background(), signed(scanned, Push{WorkerID: 1, Ranges: scanned.Ranges(), Grads: g, Scan: &sc}))
 	require.NoError(t, err)
-	_, err = plain.Push(context.Background(), Push{WorkerID: 1, Ranges: plain.Ranges(), Grads: g})
+	_, err = plain.Push(context.Background(), signed(plain, Push{WorkerID: 1, Ranges: plain.Ranges(), Grads: g}))
 	require.NoError(t, err)
 	assert.Equal(t, readAll(t, plain), readAll(t, scanned))
 
 	huge := []float32{1, 1, 1, 1, 1, 3e38, 1, 1}
 	var hs Scan
 	hs.Add(huge)
-	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 1, Ranges: scanned.Ranges(), Grads: huge, Scan: &hs})
+	_, err = scanned.Push(context.Background(), signed(scanned, Push{WorkerID: 1, Step: 1, Ranges: scanned.Ranges(), Grads: huge, Scan: &hs}))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, "reaches 3e+38 (at index 5)")
 
@@ -585,7 +585,7 @@ func TestPushScannedByTheCaller(t *testing.T) {
 	before := readAll(t, scanned)
 	var partial Scan
 	partial.Add(nan[3:])
-	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &partial})
+	_, err = scanned.Push(context.Background(), signed(scanned, Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &partial}))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, "index 2 is NaN")
 	var lanes, lane0, lane1 Scan
@@ -593,7 +593,7 @@ func TestPushScannedByTheCaller(t *testing.T) {
 	lane1.Add(nan[4:])
 	lanes.Merge(4, lane1)
 	lanes.Merge(0, lane0)
-	_, err = scanned.Push(context.Background(), Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &lanes})
+	_, err = scanned.Push(context.Background(), signed(scanned, Push{WorkerID: 1, Step: 2, Ranges: scanned.Ranges(), Grads: nan, Scan: &lanes}))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, "index 2 is NaN", "from the merged scan")
 	assert.Equal(t, before, readAll(t, scanned))
@@ -620,7 +620,7 @@ func TestHeldValuesDoNotChange(t *testing.T) {
 			held := map[int][]float32{} // chunk offset: the held slice
 			copies := map[int][]float32{}
 			var releases []func()
-			_, err = s.PushRead(context.Background(), Push{WorkerID: 1, Ranges: s.Ranges(), Grads: grads}, func(_ PushResult, c ChunkRead) {
+			_, err = s.PushRead(context.Background(), signed(s, Push{WorkerID: 1, Ranges: s.Ranges(), Grads: grads}), func(_ PushResult, c ChunkRead) {
 				mu.Lock()
 				defer mu.Unlock()
 				held[c.Range.Off], copies[c.Range.Off] = c.Values, slices.Clone(c.Values)
@@ -629,7 +629,7 @@ func TestHeldValuesDoNotChange(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, held, plan.NumChunks())
 			for step := int64(1); step <= 3; step++ {
-				_, err = s.Push(context.Background(), Push{WorkerID: 1, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads})
+				_, err = s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: step, Clock: step, Ranges: s.Ranges(), Grads: grads}))
 				require.NoError(t, err)
 			}
 			now := readAll(t, s)
@@ -646,7 +646,7 @@ func TestHeldValuesDoNotChange(t *testing.T) {
 				bufs[i] = s.chunks[i].buf
 				assert.Equal(t, int32(1), bufs[i].refs.Load(), "chunk %d", i)
 			}
-			_, err = s.Push(context.Background(), Push{WorkerID: 1, Step: 4, Clock: 4, Ranges: s.Ranges(), Grads: grads})
+			_, err = s.Push(context.Background(), signed(s, Push{WorkerID: 1, Step: 4, Clock: 4, Ranges: s.Ranges(), Grads: grads}))
 			require.NoError(t, err)
 			for i := range s.chunks {
 				assert.Same(t, bufs[i], s.chunks[i].buf, "chunk %d: updated into another buffer with no reader holding it", i)

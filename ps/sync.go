@@ -64,7 +64,7 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 	if in.Clock < s.clock {
 		if s.cfg.BackupWorkers > 0 {
 			// A straggler: the step went ahead with the others.
-			s.lastStep[in.WorkerID] = in.Step
+			s.acceptLocked(in.WorkerID, in.Step)
 			s.stats.Dropped++
 			return PushResult{Clock: s.clock, Dropped: true}, nil
 		}
@@ -87,7 +87,7 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 	} else {
 		a.barPrev[in.WorkerID] = nil
 	}
-	s.lastStep[in.WorkerID] = in.Step
+	s.acceptLocked(in.WorkerID, in.Step)
 	s.stats.Pushes++
 	s.stats.Staleness.Add(0)
 	if a.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {

@@ -72,7 +72,7 @@ func TestUpdateRulesByHand(t *testing.T) {
 			require.Equal(t, int64(0), serve(t, s, 0))
 			assert.Equal(t, int64(0), push(t, s, 1, 0, 0, 1).Staleness)
 			assert.Equal(t, int64(1), push(t, s, 2, 0, 0, 1).Staleness)
-			res, err := s.Push(context.Background(), Push{WorkerID: 0, Step: 0, Clock: 0, Ranges: whole, Grads: g0})
+			res, err := s.Push(context.Background(), signed(s, Push{WorkerID: 0, Step: 0, Clock: 0, Ranges: whole, Grads: g0}))
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), res.Staleness)
 			assert.Equal(t, tc.want, values(t, s))
@@ -119,7 +119,7 @@ func TestALyingWorkerCannotLowerItsStaleness(t *testing.T) {
 
 	// The push-pull's read serves worker 0 at clock 4; a claim older
 	// than that counts.
-	_, err := s.PushRead(context.Background(), Push{WorkerID: 0, Step: 1, Clock: 3, Ranges: whole, Grads: fill(1)}, func(PushResult, ChunkRead) {})
+	_, err := s.PushRead(context.Background(), signed(s, Push{WorkerID: 0, Step: 1, Clock: 3, Ranges: whole, Grads: fill(1)}), func(PushResult, ChunkRead) {})
 	require.NoError(t, err)
 	push(t, s, 1, 1, 4, 1)
 	assert.Equal(t, int64(1), s.upd.staleness(s.Clock(), Push{WorkerID: 0, Clock: 5}), "served at 4, one update since")
@@ -219,12 +219,12 @@ func ruleScript(t *testing.T, s *Server, from, to int) {
 		func() { serve(t, s, 0) },
 		func() { serve(t, s, 1) },
 		func() {
-			_, err := s.PushRead(context.Background(), Push{WorkerID: 1, Step: 0, Clock: 0, Ranges: whole, Grads: []float32{1, 2, 3, 4}}, read)
+			_, err := s.PushRead(context.Background(), signed(s, Push{WorkerID: 1, Step: 0, Clock: 0, Ranges: whole, Grads: []float32{1, 2, 3, 4}}), read)
 			require.NoError(t, err)
 		},
 		func() { push(t, s, 2, 0, 0, -1) },
 		func() {
-			_, err := s.PushRead(context.Background(), Push{WorkerID: 1, Step: 1, Clock: 1, Ranges: whole, Grads: []float32{0.5, -1, 2, 1}}, read)
+			_, err := s.PushRead(context.Background(), signed(s, Push{WorkerID: 1, Step: 1, Clock: 1, Ranges: whole, Grads: []float32{0.5, -1, 2, 1}}), read)
 			require.NoError(t, err)
 		},
 		func() { serve(t, s, 2) }, // a serve alone, journaled
@@ -339,7 +339,7 @@ func TestScaleLRFollowsTheLiveWorldSize(t *testing.T) {
 		s.WorkerGone(3)
 		push(t, s, 0, 1, 1, 1)
 		assert.Equal(t, float32(0-4-3), values(t, s)[0], "lr 1×3 once worker 3 is gone")
-		_, err := s.Join(3, 0)
+		_, err := joinStep(s, 3, 0)
 		require.NoError(t, err)
 		push(t, s, 0, 2, 2, 1)
 		assert.Equal(t, float32(0-4-3-4), values(t, s)[0], "lr 1×4 once it joined again")

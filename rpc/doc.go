@@ -17,8 +17,16 @@
 // nothing), then the values after it are streamed back, the push's result
 // on the first piece.
 //
+// A push's header is checked before anything is allocated: the plan, the
+// worker id, the worker's session (ps.Server.CheckSession: only the
+// caller that joined as the worker pushes for it, and a lane without the
+// session touches no push in progress), then the ranges. A pull as a
+// worker is admitted by ps.Server.CheckPull.
+//
 // Only this package maps errors to codes: ps.ErrInvalidArgument →
-// InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, ps.ErrStale →
+// InvalidArgument, ps.ErrWrongPlan → FailedPrecondition, ps.ErrNoSession →
+// FailedPrecondition with reason NO_SESSION (the client binds the worker
+// again), ps.ErrWrongSession → PermissionDenied, ps.ErrStale →
 // Aborted, ps.ErrJournal → Unavailable (the shard stops; its restart takes
 // the push again), a canceled context → Canceled (also while waiting for
 // other workers), and ps.ErrWaitTimeout or an expired context →

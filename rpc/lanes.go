@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -186,9 +187,14 @@ func (s *psService) gatherLocked(h *pb.PushHeader) (*gather, error) {
 
 // refuseLane fails the push that the lane h opens, which its header
 // made the shard refuse before it joined: the other lanes learn at once.
-// A header that names no lane of a worker of this job changes nothing.
+// A header that names no lane of a worker of this job, or that does not
+// carry the worker's session (it is not the worker's lane), changes
+// nothing.
 func (s *psService) refuseLane(h *pb.PushHeader, err error) {
 	if h == nil || h.Lanes < 2 || h.Lanes > MaxLanes || h.Lane >= h.Lanes || s.core.CheckWorker(h.WorkerId) != nil {
+		return
+	}
+	if sess, serr := ps.SessionOf(h.Session); serr != nil || s.core.CheckSession(h.WorkerId, sess) != nil {
 		return
 	}
 	s.gmu.Lock()
@@ -204,6 +210,10 @@ func (s *psService) refuseLane(h *pb.PushHeader, err error) {
 
 // sameHeader checks that a lane's header agrees with the first lane's.
 func sameHeader(first, h *pb.PushHeader) error {
+	if !bytes.Equal(first.Session, h.Session) {
+		return invalid("push-pull of worker %d, step %d: lane %d carries another session than lane %d: want the same header on every lane but for ranges and lane (the worker joined again between its lanes?)",
+			h.WorkerId, h.Step, h.Lane, first.Lane)
+	}
 	if first.Lanes != h.Lanes || first.Clock != h.Clock || first.Pull != h.Pull || first.PullStep != h.PullStep || first.PlanVersion != h.PlanVersion {
 		return invalid("push-pull of worker %d, step %d: lane %d says lanes %d, clock %d, pull %v for step %d; lane %d said lanes %d, clock %d, pull %v for step %d: want the same header on every lane but for ranges and lane",
 			h.WorkerId, h.Step, h.Lane, h.Lanes, h.Clock, h.Pull, h.PullStep, first.Lane, first.Lanes, first.Clock, first.Pull, first.PullStep)
@@ -293,7 +303,8 @@ func (g *gather) laneOf(p int) int {
 // consistent view in every mode.
 func (s *psService) commit(ctx context.Context, g *gather) {
 	h := g.h
-	in := ps.Push{WorkerID: g.worker, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats], Scan: &g.scan}
+	sess, _ := ps.SessionOf(h.Session) // checked as each lane's header arrived
+	in := ps.Push{WorkerID: g.worker, Session: sess, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats], Scan: &g.scan}
 	queues := make([]*replyQueue, g.lanes)
 	for l := range queues {
 		queues[l] = &replyQueue{out: g.outs[l]}

@@ -36,6 +36,9 @@ type lane struct {
 	// joined, when not nil, is closed once the shard holds the lane (its
 	// headers arrived).
 	joined chan struct{}
+	// session, when not nil, is the worker's (else the dial's AsWorkers
+	// gives it).
+	session []byte
 }
 
 // laneReply is what one lane got back.
@@ -48,7 +51,7 @@ type laneReply struct {
 
 func (l lane) header(pull bool) *pb.PushHeader {
 	h := header(l.step, l.ranges...)
-	h.WorkerId, h.Clock, h.Lane, h.Lanes, h.Pull, h.Attempt = l.worker, l.clock, uint32(l.lane), uint32(l.lanes), pull, l.attempt
+	h.WorkerId, h.Clock, h.Lane, h.Lanes, h.Pull, h.Attempt, h.Session = l.worker, l.clock, uint32(l.lane), uint32(l.lanes), pull, l.attempt, l.session
 	return h
 }
 
@@ -357,7 +360,7 @@ func TestLanesThatStopReadingEndCleanly(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, n, 1, chunk, 1e-3)...)
 	// Static 64 KiB windows (no BDP growth): a reply the client does not
 	// read stops the shard's sender after a piece or two.
-	conn, err := grpc.NewClient(c.Addrs()[0], c.DialOption(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(c.Addrs()[0], c.DialOption(), c.AsWorkers(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	require.NoError(t, err)
 	defer conn.Close()
@@ -387,6 +390,10 @@ func TestLanesThatStopReadingEndCleanly(t *testing.T) {
 	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithLanes(2))
 	require.NoError(t, err)
 	defer cl.Close()
+	// Worker 1 again, through a client of its own (a restarted worker).
+	start, err := cl.JoinWorker(ctxT(t), 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), start)
 	dst := make([]float32, n)
 	_, err = cl.PushPull(ctxT(t), client.PushPullArgs{PushArgs: client.PushArgs{WorkerID: 1, Step: 1, Grads: make([]float32, n)}, Pull: true, Dst: dst})
 	require.NoError(t, err, "the next push-pull")

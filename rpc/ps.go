@@ -113,11 +113,11 @@ func toStatus(err error) error {
 	case errors.Is(err, ps.ErrInvalidArgument):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ps.ErrNotMember):
-		st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: pb.ReasonNotMember, Domain: pb.ErrorDomain})
-		if derr != nil {
-			return status.Error(codes.FailedPrecondition, err.Error())
-		}
-		return st.Err()
+		return withReason(codes.FailedPrecondition, err, pb.ReasonNotMember)
+	case errors.Is(err, ps.ErrNoSession):
+		return withReason(codes.FailedPrecondition, err, pb.ReasonNoSession)
+	case errors.Is(err, ps.ErrWrongSession):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, ps.ErrWrongPlan):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ps.ErrStale):
@@ -133,6 +133,16 @@ func toStatus(err error) error {
 		return err
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// withReason is err as a status of code with Shoal's ErrorInfo reason,
+// which a client acts on (pb.ReasonNotMember, …).
+func withReason(code codes.Code, err error, reason string) error {
+	st, derr := status.New(code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: pb.ErrorDomain})
+	if derr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
 }
 
 // refuse counts a push this adapter refused before the shard saw it
@@ -169,7 +179,7 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 	}
 	st := s.core.Stats()
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps,
-		RejectedBy: st.RejectedBy}
+		RejectedBy: st.RejectedBy, RejectedPullsBy: st.RejectedPullsBy}
 	resp.LiveWorkers = s.core.LiveWorkers()
 	if stall, ok := s.core.Stall(); ok {
 		resp.Stall = &pb.Stall{Step: stall.Step, Workers: stall.Workers, SinceUnixNanos: stall.Since.UnixNano(), Pulls: int32(stall.Pulls)}
@@ -191,16 +201,25 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 	return resp, nil
 }
 
-// JoinWorker admits a worker that starts or starts again (ps.Server.Join).
+// JoinWorker admits a worker that starts or starts again and binds its
+// id to the caller with a new session (ps.Server.Join); with rebind, it
+// only binds an id the shard holds no session for (ps.Server.Rebind).
 func (s *psService) JoinWorker(ctx context.Context, req *pb.JoinWorkerRequest) (*pb.JoinWorkerResponse, error) {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return nil, toStatus(err)
 	}
-	step, err := s.core.Join(req.WorkerId, req.NotBefore)
+	if req.Rebind {
+		sess, err := s.core.Rebind(req.WorkerId)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &pb.JoinWorkerResponse{Step: s.core.StepsPushed(req.WorkerId), Clock: s.core.Clock(), Session: sess[:]}, nil
+	}
+	j, err := s.core.Join(req.WorkerId, req.NotBefore, req.PushEvery)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.JoinWorkerResponse{Step: step, Clock: s.core.Clock()}, nil
+	return &pb.JoinWorkerResponse{Step: j.Step, Clock: s.core.Clock(), Session: j.Session[:]}, nil
 }
 
 func describeOptimizer(c optim.Config) string {
@@ -245,6 +264,15 @@ func (s *psService) pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
 func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
 		return toStatus(err)
+	}
+	// A pull as a worker is waited for and served as that worker: only
+	// with its session (a reader that is no worker, -1, needs none).
+	sess, err := ps.SessionOf(req.Session)
+	if err == nil {
+		err = s.core.CheckPull(req.WorkerId, sess)
+	}
+	if err != nil {
+		return toStatus(fmt.Errorf("pull for worker %d: %w", req.WorkerId, err))
 	}
 	// Headers go out before any wait: the caller knows the shard has the
 	// pull (a test orders a push after this; held_micros counts from here).
@@ -580,9 +608,21 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 	if err := pr.s.core.CheckPlan(h.PlanVersion); err != nil {
 		return toStatus(err)
 	}
-	in := ps.Push{WorkerID: h.WorkerId, Step: h.Step, Clock: h.Clock, Ranges: make([]shard.Range, len(h.Ranges))}
+	// Only the worker's session pushes for it: checked before anything
+	// is allocated or any lane joins, so that a caller without it cannot
+	// make the shard hold a gradient, nor fail the worker's own lanes.
+	if err := pr.s.core.CheckWorker(h.WorkerId); err != nil {
+		return pr.s.refuse(ps.RejectedWorker, toStatus(err))
+	}
+	sess, err := ps.SessionOf(h.Session)
+	if err == nil {
+		err = pr.s.core.CheckSession(h.WorkerId, sess)
+	}
+	if err != nil {
+		return pr.s.refuse(ps.RejectedSession, toStatus(fmt.Errorf("push for worker %d, step %d: %w", h.WorkerId, h.Step, err)))
+	}
+	in := ps.Push{WorkerID: h.WorkerId, Session: sess, Step: h.Step, Clock: h.Clock, Ranges: make([]shard.Range, len(h.Ranges))}
 	for i, r := range h.Ranges {
-		var err error
 		if in.Ranges[i], err = toRange(r); err != nil {
 			return pr.s.refuse(ps.RejectedShape, toStatus(err))
 		}

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func dial(t *testing.T, c *testcluster.Cluster, i int) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(c.Addrs()[i], c.DialOption(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Addrs()[i], c.DialOption(), c.AsWorkers(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
@@ -44,10 +44,10 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// pullAll reads every value shard 0 owns.
+// pullAll reads every value shard 0 owns, as a reader that is no worker.
 func pullAll(t *testing.T, ps pb.ParameterServerClient) []float32 {
 	t.Helper()
-	stream, err := ps.Pull(ctxT(t), &pb.PullRequest{})
+	stream, err := ps.Pull(ctxT(t), &pb.PullRequest{WorkerId: -1})
 	require.NoError(t, err)
 	_, vals := recvPieces(t, stream.Recv)
 	return vals
@@ -464,8 +464,10 @@ func TestInfo(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Cores(t, 10, 2, 4, 0.5)...)
 	// Three pushes computed from clock 0: stalenesses 0, 1 and 2.
 	core := c.Shard(1).Core
+	sess, err := core.Rebind(0)
+	require.NoError(t, err)
 	for step := range int64(3) {
-		_, err := core.Push(ctxT(t), ps.Push{WorkerID: 0, Step: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+		_, err := core.Push(ctxT(t), ps.Push{WorkerID: 0, Session: sess, Step: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
 		require.NoError(t, err)
 	}
 	info, err := pb.NewParameterServerClient(dial(t, c, 1)).Info(ctxT(t), &pb.InfoRequest{})
@@ -518,10 +520,15 @@ func syncCluster(t *testing.T) (*testcluster.Cluster, pb.ParameterServerClient) 
 }
 
 func sendPush(ctx context.Context, t *testing.T, cl pb.ParameterServerClient, worker, step, clock int64) error {
+	return sendPushAs(ctx, t, cl, worker, step, clock, nil)
+}
+
+// sendPushAs is sendPush with the worker's session (nil: AsWorkers's).
+func sendPushAs(ctx context.Context, t *testing.T, cl pb.ParameterServerClient, worker, step, clock int64, session []byte) error {
 	stream, err := cl.Push(ctx)
 	require.NoError(t, err)
 	h := header(step, [2]int64{0, 8})
-	h.WorkerId, h.Clock = worker, clock
+	h.WorkerId, h.Clock, h.Session = worker, clock, session
 	_ = stream.Send(&pb.PushPiece{Header: h, Grads: floats(1, 1, 1, 1, 1, 1, 1, 1)})
 	_, err = stream.CloseAndRecv()
 	return err
@@ -617,6 +624,7 @@ func TestJoinWorkerAndTheLiveSet(t *testing.T) {
 	resp, err := cl.JoinWorker(ctxT(t), &pb.JoinWorkerRequest{WorkerId: 1, PlanVersion: shard.Version})
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), resp.Step)
+	assert.Len(t, resp.Session, ps.SessionBytes, "the join binds worker 1 to this caller")
 
 	require.NoError(t, sendPush(ctxT(t), t, cl, 0, 0, 0))
 	require.True(t, core.WorkerGone(1))
@@ -626,7 +634,7 @@ func TestJoinWorkerAndTheLiveSet(t *testing.T) {
 	assert.Equal(t, int64(1), info.Stats.ShortSteps, "step 0 went on without worker 1")
 
 	before := pullAll(t, cl)
-	err = sendPush(ctxT(t), t, cl, 1, 1, 1)
+	err = sendPushAs(ctxT(t), t, cl, 1, 1, 1, resp.Session)
 	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "worker 1 died or left")
 	assert.Equal(t, before, pullAll(t, cl), "a push from a worker that left changes nothing")

@@ -42,7 +42,7 @@ func serveCore(t testing.TB, core *ps.Server, drain time.Duration, opts ...grpc.
 	done := make(chan error, 1)
 	go func() { done <- rpc.Serve(ctx, g, health, lis, drain) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), testcluster.AsWorkers())
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn, cancel, done

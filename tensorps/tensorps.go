@@ -143,7 +143,7 @@ func Open(ctx context.Context, cfg Config, layout nn.Layout) (*Session, error) {
 		c.Close()
 		return nil, err
 	}
-	if s.start, err = psclient.Join(ctx, c, cfg.Rank, cfg.ConnectTimeout); err != nil {
+	if s.start, err = psclient.Join(ctx, c, cfg.Rank, 1, cfg.ConnectTimeout); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("rank %d: joining the parameter servers: %w", cfg.Rank, err)
 	}

@@ -158,8 +158,19 @@ func TestABackupStragglerDoesNotPushPastTheEnd(t *testing.T) {
 			cfg.Mode, cfg.Workers, cfg.BackupWorkers, cfg.MaxWait = consistency.Sync, workers, 1, 10*time.Second
 			cores := testcluster.CoresWith(t, cfg, model.Layout(), make([]float32, model.Layout().Size()), 2, 512)
 			c := testcluster.Start(t, cores...)
+			// The others push into the shards directly, each bound to its
+			// id there (Rebind admits nothing).
+			sessions := map[*ps.Server]map[int64]ps.Session{}
 			push := func(core *ps.Server, w, step int64) {
-				_, err := core.Push(context.Background(), ps.Push{WorkerID: w, Step: step, Clock: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
+				if sessions[core] == nil {
+					sessions[core] = map[int64]ps.Session{}
+				}
+				if _, ok := sessions[core][w]; !ok {
+					var err error
+					sessions[core][w], err = core.Rebind(w)
+					require.NoError(t, err)
+				}
+				_, err := core.Push(context.Background(), ps.Push{WorkerID: w, Session: sessions[core][w], Step: step, Clock: step, Ranges: core.Ranges(), Grads: make([]float32, core.Floats())})
 				require.NoError(t, err)
 			}
 			// A run of 2 steps; worker 1 is the straggler. The others

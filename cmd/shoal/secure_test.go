@@ -22,6 +22,8 @@ import (
 	"github.com/shoalml/shoal/client"
 	"github.com/shoalml/shoal/launch"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
+	"github.com/shoalml/shoal/secure"
 	"github.com/shoalml/shoal/shard"
 )
 
@@ -137,6 +139,14 @@ func TestFiveHundredHostileStreams(t *testing.T) {
 	}
 	before, memBefore := steps("before"), rss()
 
+	// The hostile streams are worker 1's, joined by the attacker: a
+	// stream of a caller without the worker's session is refused at its
+	// header, and these must get as far as the server's idle limit.
+	joinConn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer joinConn.Close()
+	joined, err := pb.NewParameterServerClient(joinConn).JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 1, PlanVersion: shard.Version})
+	require.NoError(t, err)
 	ended := make(chan error, 500)
 	for range 10 {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -145,7 +155,7 @@ func TestFiveHundredHostileStreams(t *testing.T) {
 		for range 50 {
 			stream, err := pb.NewParameterServerClient(conn).Push(ctx)
 			require.NoError(t, err)
-			require.NoError(t, stream.Send(&pb.PushPiece{Header: &pb.PushHeader{WorkerId: 1, PlanVersion: shard.Version, Ranges: []*pb.Range{{Offset: 0, Length: int64(n)}}}}))
+			require.NoError(t, stream.Send(&pb.PushPiece{Header: &pb.PushHeader{WorkerId: 1, Session: joined.Session, PlanVersion: shard.Version, Ranges: []*pb.Range{{Offset: 0, Length: int64(n)}}}}))
 			go func() {
 				var resp pb.PushResponse
 				ended <- stream.RecvMsg(&resp)
@@ -185,4 +195,61 @@ func TestElasticRingKeepsTheTokenOnLoopback(t *testing.T) {
 	require.Error(t, err, "%s", out)
 	assert.Contains(t, string(out), "elastic: the Elastic service: --auth-token-file without --tls-cert on ")
 	assert.Contains(t, string(out), "the token would cross the network in the clear")
+}
+
+// TestAClientWithTheTokenCannotSpendAWorkersSteps is issue 44's item 4
+// against real processes: a client holding the job's token pushes for
+// worker 0 at step 1023 (the probe's attack: before, the real worker 0
+// then joined at step 1024, trained 0 samples and exited 0). Pushed before
+// the worker joined, the forged push binds worker 0 to the forger, as a
+// join would, and is applied once; the worker's join then ends that
+// binding and begins one step later, not after step 1023. Pushed while
+// the worker trains, it is refused (PermissionDenied), counted by reason
+// session, and the worker's run is untouched: every one of its steps
+// applied once.
+func TestAClientWithTheTokenCannotSpendAWorkersSteps(t *testing.T) {
+	const steps, batch = 300, 16
+	ctx := ctxT(t, 2*time.Minute)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("a-token-of-this-run-0123456789abcdef\n"), 0o600))
+	p := startProc(t, "ps", "--events", "--hidden", "16", "--listen", "127.0.0.1:0", "--workers", "1", "--auth-token-file", tokenFile, "--log-level", "info")
+	addr := p.next(t, ctx, "listening event", func(e launch.Event) bool { return e.Event == launch.Listening }).Addr
+	creds, err := secure.Load(secure.Files{Token: tokenFile})
+	require.NoError(t, err)
+	forger, err := client.Dial(ctx, []string{addr}, client.WithDialOptions(creds.DialOptions()...))
+	require.NoError(t, err)
+	defer forger.Close()
+	grads := make([]float32, forger.Info().Plan.VectorLen)
+	for i := range grads {
+		grads[i] = 1e-3
+	}
+	forge := func() error {
+		_, err := forger.Push(ctx, client.PushArgs{WorkerID: 0, Step: ps.MaxStepGap - 1, Grads: grads})
+		return err
+	}
+	require.NoError(t, forge(), "before the worker joined, worker 0 is the forger's to bind")
+
+	w := startProc(t, "worker", "--servers", addr, "--auth-token-file", tokenFile, "--events", "--hidden", "16", "--dataset", "synthetic",
+		"--batch", fmt.Sprint(batch), "--steps", fmt.Sprint(steps), "--log-level", "info")
+	w.next(t, ctx, "the worker's progress", func(e launch.Event) bool { return e.Event == launch.Progress })
+	err = forge()
+	require.Error(t, err, "while the worker trains")
+	assert.True(t, client.NotYours(err), "%v", err)
+	assert.Contains(t, err.Error(), "not its current one")
+	done := w.next(t, ctx, "the worker's done event", func(e launch.Event) bool { return e.Event == launch.Done })
+	require.NoError(t, w.exit(t, ctx, "the worker"), "stderr:\n%s", w.stderr)
+	assert.Equal(t, int64(steps), done.Steps)
+	assert.Equal(t, (steps-1)*batch, done.Samples, "it began at step 1, after the forger's one push, not at step 1024")
+
+	info, err := pb.NewParameterServerClient(dialT(t, addr, creds.DialOptions()...)).Info(ctx, &pb.InfoRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(steps), info.Clock, "the forger's push and each of the worker's %d, once", steps-1)
+	assert.Zero(t, info.Stats.Duplicates, "no push of the worker taken for a duplicate")
+	// Refused for its session: the forger's first push (worker 0 was not
+	// bound yet: its client bound it and pushed again) and its push while
+	// the worker trained.
+	assert.Equal(t, int64(2), info.Stats.RejectedBy["session"])
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, p.exit(t, ctx, "shoal ps"))
+	assert.Contains(t, p.stderr.String(), "taking it back so the worker does not skip its steps")
 }

@@ -27,6 +27,8 @@ type Cluster struct {
 	// answered is closed (and replaced) whenever a shard answers a
 	// stream call: see Changed.
 	answered chan struct{}
+	// binder holds AsWorkers' sessions.
+	binder *binder
 }
 
 // Shard is one in-process server.

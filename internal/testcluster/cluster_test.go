@@ -38,6 +38,8 @@ func TestLosePush(t *testing.T) {
 			cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithRetry(4, time.Millisecond))
 			require.NoError(t, err)
 			defer cl.Close()
+			_, err = cl.JoinWorker(ctxT(t), 3)
+			require.NoError(t, err)
 			c.Shard(0).LosePush(3, 1, tc.loss)
 			c.Shard(0).LosePush(3, 7, tc.loss) // never pushed: stays pending
 			args := client.PushArgs{WorkerID: 3, Step: 1, Clocks: client.Clocks{0}, Grads: []float32{1, 1, 1, 1}}

@@ -556,7 +556,20 @@ type JoinWorkerRequest struct {
 	PlanVersion uint32                 `protobuf:"varint,2,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
 	// not_before: admit the worker at this step or later. Shards may name
 	// different steps; a client asks again with the latest until all agree.
-	NotBefore     int64 `protobuf:"varint,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotBefore int64 `protobuf:"varint,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// push_every: the worker pushes every push_every steps (Downpour's
+	// n_push; 0 is 1), at most 1024. A shard names a step no later than
+	// the pushes it took for this worker id under its earlier sessions
+	// could have reached at that rate, so that pushes of another client
+	// that joined as it first cannot make the worker skip its steps.
+	PushEvery int64 `protobuf:"varint,4,opt,name=push_every,json=pushEvery,proto3" json:"push_every,omitempty"`
+	// rebind: only bind the worker id to the caller with a new session,
+	// admitting nothing and naming no step (step says how many steps the
+	// shard has of it), and only where the shard holds no session for the
+	// id: it restarted since the worker joined, or the id never joined it.
+	// Where it holds one, PermissionDenied (a join would take the id over).
+	// A client does this on NO_SESSION and goes on where it was.
+	Rebind        bool `protobuf:"varint,5,opt,name=rebind,proto3" json:"rebind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +625,20 @@ func (x *JoinWorkerRequest) GetNotBefore() int64 {
 	return 0
 }
 
+func (x *JoinWorkerRequest) GetPushEvery() int64 {
+	if x != nil {
+		return x.PushEvery
+	}
+	return 0
+}
+
+func (x *JoinWorkerRequest) GetRebind() bool {
+	if x != nil {
+		return x.Rebind
+	}
+	return false
+}
+
 type JoinWorkerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// step is where the worker begins: the step after its last push
@@ -619,7 +646,14 @@ type JoinWorkerResponse struct {
 	// worker is (ssp).
 	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
 	// clock is the shard's clock when it answered.
-	Clock         int64 `protobuf:"varint,2,opt,name=clock,proto3" json:"clock,omitempty"`
+	Clock int64 `protobuf:"varint,2,opt,name=clock,proto3" json:"clock,omitempty"`
+	// session binds the worker id to this caller on this shard (16 random
+	// bytes): every later push (PushHeader.session) and pull
+	// (PullRequest.session) for the worker id carries it. A shard refuses
+	// one without it (PermissionDenied, or FailedPrecondition with reason
+	// NO_SESSION where the shard holds no session for the id: it restarted,
+	// or the id never joined it; join it again).
+	Session       []byte `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +702,13 @@ func (x *JoinWorkerResponse) GetClock() int64 {
 	return 0
 }
 
+func (x *JoinWorkerResponse) GetSession() []byte {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // Stats are a shard's counters.
 type Stats struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -684,10 +725,12 @@ type Stats struct {
 	// because workers died or left during the step.
 	ShortSteps int64 `protobuf:"varint,7,opt,name=short_steps,json=shortSteps,proto3" json:"short_steps,omitempty"`
 	// rejected_by counts the rejected pushes by reason: shape, non-finite,
-	// worker, step, magnitude (ps.Rejected*).
-	RejectedBy    map[string]int64 `protobuf:"bytes,8,rep,name=rejected_by,json=rejectedBy,proto3" json:"rejected_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// worker, step, magnitude, wire, session (ps.Rejected*).
+	RejectedBy map[string]int64 `protobuf:"bytes,8,rep,name=rejected_by,json=rejectedBy,proto3" json:"rejected_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// rejected_pulls_by counts the refused worker pulls by reason (session).
+	RejectedPullsBy map[string]int64 `protobuf:"bytes,9,rep,name=rejected_pulls_by,json=rejectedPullsBy,proto3" json:"rejected_pulls_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Stats) Reset() {
@@ -776,18 +819,31 @@ func (x *Stats) GetRejectedBy() map[string]int64 {
 	return nil
 }
 
+func (x *Stats) GetRejectedPullsBy() map[string]int64 {
+	if x != nil {
+		return x.RejectedPullsBy
+	}
+	return nil
+}
+
 type PullRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ranges to read; empty means every range the shard owns.
 	Ranges []*Range `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
-	// worker_id identifies the caller (for staleness accounting).
+	// worker_id identifies the caller: a worker (for its waits and its
+	// staleness accounting; with its session), or -1 for a reader that is
+	// no worker (an evaluation, a monitor). The default, 0, is worker 0.
 	WorkerId    int64  `protobuf:"varint,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	PlanVersion uint32 `protobuf:"varint,3,opt,name=plan_version,json=planVersion,proto3" json:"plan_version,omitempty"`
 	// step is the step the caller is about to compute. sync: the pull waits
 	// until the shard has applied every step before it (clock >= step).
 	// ssp: it waits while step is more than s ahead of the slowest worker.
 	// Waits are bounded by the call's deadline.
-	Step          int64 `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
+	Step int64 `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
+	// session: the worker's, from its JoinWorker on this shard; needed
+	// when worker_id names a worker (>= 0), not for a reader that is no
+	// worker (worker_id -1).
+	Session       []byte `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -848,6 +904,13 @@ func (x *PullRequest) GetStep() int64 {
 		return x.Step
 	}
 	return 0
+}
+
+func (x *PullRequest) GetSession() []byte {
+	if x != nil {
+		return x.Session
+	}
+	return nil
 }
 
 // PullPiece carries the values of [offset, offset+len(values)/4).
@@ -968,7 +1031,10 @@ type PushHeader struct {
 	// in lanes, the same on all its lanes: a lane of another attempt (a
 	// retry) starts the push afresh, and a lane of a failed attempt gets its
 	// error at once.
-	Attempt       uint64 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint64 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// session: the worker's, from its JoinWorker on this shard (see
+	// JoinWorkerResponse.session); a push without it is refused.
+	Session       []byte `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1144,13 @@ func (x *PushHeader) GetAttempt() uint64 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *PushHeader) GetSession() []byte {
+	if x != nil {
+		return x.Session
+	}
+	return nil
 }
 
 // PushPiece is one message of a push stream: the first carries the header
@@ -1252,15 +1325,19 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x18\n" +
 	"\aworkers\x18\x02 \x03(\x03R\aworkers\x12(\n" +
 	"\x10since_unix_nanos\x18\x03 \x01(\x03R\x0esinceUnixNanos\x12\x14\n" +
-	"\x05pulls\x18\x04 \x01(\x05R\x05pulls\"r\n" +
+	"\x05pulls\x18\x04 \x01(\x05R\x05pulls\"\xa9\x01\n" +
 	"\x11JoinWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12!\n" +
 	"\fplan_version\x18\x02 \x01(\rR\vplanVersion\x12\x1d\n" +
 	"\n" +
-	"not_before\x18\x03 \x01(\x03R\tnotBefore\">\n" +
+	"not_before\x18\x03 \x01(\x03R\tnotBefore\x12\x1d\n" +
+	"\n" +
+	"push_every\x18\x04 \x01(\x03R\tpushEvery\x12\x16\n" +
+	"\x06rebind\x18\x05 \x01(\bR\x06rebind\"X\n" +
 	"\x12JoinWorkerResponse\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
-	"\x05clock\x18\x02 \x01(\x03R\x05clock\"\xde\x02\n" +
+	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x18\n" +
+	"\asession\x18\x03 \x01(\fR\asession\"\xf4\x03\n" +
 	"\x05Stats\x12\x16\n" +
 	"\x06pushes\x18\x01 \x01(\x03R\x06pushes\x12\x1e\n" +
 	"\n" +
@@ -1273,22 +1350,27 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\vshort_steps\x18\a \x01(\x03R\n" +
 	"shortSteps\x12@\n" +
 	"\vrejected_by\x18\b \x03(\v2\x1f.shoal.v1.Stats.RejectedByEntryR\n" +
-	"rejectedBy\x1a=\n" +
+	"rejectedBy\x12P\n" +
+	"\x11rejected_pulls_by\x18\t \x03(\v2$.shoal.v1.Stats.RejectedPullsByEntryR\x0frejectedPullsBy\x1a=\n" +
 	"\x0fRejectedByEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8a\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aB\n" +
+	"\x14RejectedPullsByEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa4\x01\n" +
 	"\vPullRequest\x12'\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x0f.shoal.v1.RangeR\x06ranges\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x03R\bworkerId\x12!\n" +
 	"\fplan_version\x18\x03 \x01(\rR\vplanVersion\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\x03R\x04step\"\x9e\x01\n" +
+	"\x04step\x18\x04 \x01(\x03R\x04step\x12\x18\n" +
+	"\asession\x18\x05 \x01(\fR\asession\"\x9e\x01\n" +
 	"\tPullPiece\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06values\x18\x02 \x01(\fR\x06values\x12\x14\n" +
 	"\x05clock\x18\x03 \x01(\x03R\x05clock\x12\x1f\n" +
 	"\vheld_micros\x18\x04 \x01(\x03R\n" +
 	"heldMicros\x12*\n" +
-	"\x04push\x18\x05 \x01(\v2\x16.shoal.v1.PushResponseR\x04push\"\xc4\x02\n" +
+	"\x04push\x18\x05 \x01(\v2\x16.shoal.v1.PushResponseR\x04push\"\xde\x02\n" +
 	"\n" +
 	"PushHeader\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x03R\bworkerId\x12\x12\n" +
@@ -1302,7 +1384,8 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x04lane\x18\t \x01(\rR\x04lane\x12\x14\n" +
 	"\x05lanes\x18\n" +
 	" \x01(\rR\x05lanes\x12\x18\n" +
-	"\aattempt\x18\v \x01(\x04R\aattempt\"O\n" +
+	"\aattempt\x18\v \x01(\x04R\aattempt\x12\x18\n" +
+	"\asession\x18\f \x01(\fR\asession\"O\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
 	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +
@@ -1336,7 +1419,7 @@ func file_proto_shoalpb_ps_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_shoalpb_ps_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_proto_shoalpb_ps_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(Encoding)(0),              // 0: shoal.v1.Encoding
 	(*Range)(nil),              // 1: shoal.v1.Range
@@ -1354,6 +1437,7 @@ var file_proto_shoalpb_ps_proto_goTypes = []any{
 	(*PushPiece)(nil),          // 13: shoal.v1.PushPiece
 	(*PushResponse)(nil),       // 14: shoal.v1.PushResponse
 	nil,                        // 15: shoal.v1.Stats.RejectedByEntry
+	nil,                        // 16: shoal.v1.Stats.RejectedPullsByEntry
 }
 var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	2,  // 0: shoal.v1.InfoResponse.layout:type_name -> shoal.v1.TensorInfo
@@ -1362,26 +1446,27 @@ var file_proto_shoalpb_ps_proto_depIdxs = []int32{
 	9,  // 3: shoal.v1.InfoResponse.stats:type_name -> shoal.v1.Stats
 	6,  // 4: shoal.v1.InfoResponse.stall:type_name -> shoal.v1.Stall
 	15, // 5: shoal.v1.Stats.rejected_by:type_name -> shoal.v1.Stats.RejectedByEntry
-	1,  // 6: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
-	14, // 7: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
-	1,  // 8: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
-	0,  // 9: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
-	12, // 10: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
-	4,  // 11: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
-	10, // 12: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
-	13, // 13: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
-	13, // 14: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
-	7,  // 15: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
-	5,  // 16: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
-	11, // 17: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
-	14, // 18: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
-	11, // 19: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
-	8,  // 20: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	16, // 6: shoal.v1.Stats.rejected_pulls_by:type_name -> shoal.v1.Stats.RejectedPullsByEntry
+	1,  // 7: shoal.v1.PullRequest.ranges:type_name -> shoal.v1.Range
+	14, // 8: shoal.v1.PullPiece.push:type_name -> shoal.v1.PushResponse
+	1,  // 9: shoal.v1.PushHeader.ranges:type_name -> shoal.v1.Range
+	0,  // 10: shoal.v1.PushHeader.encoding:type_name -> shoal.v1.Encoding
+	12, // 11: shoal.v1.PushPiece.header:type_name -> shoal.v1.PushHeader
+	4,  // 12: shoal.v1.ParameterServer.Info:input_type -> shoal.v1.InfoRequest
+	10, // 13: shoal.v1.ParameterServer.Pull:input_type -> shoal.v1.PullRequest
+	13, // 14: shoal.v1.ParameterServer.Push:input_type -> shoal.v1.PushPiece
+	13, // 15: shoal.v1.ParameterServer.PushPull:input_type -> shoal.v1.PushPiece
+	7,  // 16: shoal.v1.ParameterServer.JoinWorker:input_type -> shoal.v1.JoinWorkerRequest
+	5,  // 17: shoal.v1.ParameterServer.Info:output_type -> shoal.v1.InfoResponse
+	11, // 18: shoal.v1.ParameterServer.Pull:output_type -> shoal.v1.PullPiece
+	14, // 19: shoal.v1.ParameterServer.Push:output_type -> shoal.v1.PushResponse
+	11, // 20: shoal.v1.ParameterServer.PushPull:output_type -> shoal.v1.PullPiece
+	8,  // 21: shoal.v1.ParameterServer.JoinWorker:output_type -> shoal.v1.JoinWorkerResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_proto_shoalpb_ps_proto_init() }
@@ -1395,7 +1480,7 @@ func file_proto_shoalpb_ps_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_shoalpb_ps_proto_rawDesc), len(file_proto_shoalpb_ps_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,7 +56,10 @@ type ParameterServerClient interface {
 	PushPull(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PushPiece, PullPiece], error)
 	// JoinWorker admits a worker that starts, or starts again after it died, and
 	// says at which step it begins, so that its pushes are new to the shard
-	// and, in sync mode, it enters at a step boundary.
+	// and, in sync mode, it enters at a step boundary. It binds the worker id
+	// to the caller: the response's session, which every later push and
+	// worker pull for that id must carry; a new join (a restarted worker)
+	// gets a new session and the old one is refused from then on.
 	JoinWorker(ctx context.Context, in *JoinWorkerRequest, opts ...grpc.CallOption) (*JoinWorkerResponse, error)
 }
 
@@ -158,7 +161,10 @@ type ParameterServerServer interface {
 	PushPull(grpc.BidiStreamingServer[PushPiece, PullPiece]) error
 	// JoinWorker admits a worker that starts, or starts again after it died, and
 	// says at which step it begins, so that its pushes are new to the shard
-	// and, in sync mode, it enters at a step boundary.
+	// and, in sync mode, it enters at a step boundary. It binds the worker id
+	// to the caller: the response's session, which every later push and
+	// worker pull for that id must carry; a new join (a restarted worker)
+	// gets a new session and the old one is refused from then on.
 	JoinWorker(context.Context, *JoinWorkerRequest) (*JoinWorkerResponse, error)
 	mustEmbedUnimplementedParameterServerServer()
 }

@@ -10,4 +10,11 @@ const (
 	// example while it was cut off from the network). The worker joins
 	// again (JoinWorker) and goes on from the step the shards name.
 	ReasonNotMember = "NOT_IN_LIVE_SET"
+	// ReasonNoSession (with FailedPrecondition): the shard holds no
+	// session for the worker id of a push or pull: the id never joined
+	// this shard, or the shard restarted since it did. The worker joins
+	// the shard again (JoinWorker) and repeats the call with the new
+	// session. A session that is not the shard's (another client joined
+	// as the worker since) is PermissionDenied, with no such remedy.
+	ReasonNoSession = "NO_SESSION"
 )

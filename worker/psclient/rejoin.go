@@ -12,13 +12,15 @@ import (
 	"github.com/shoalml/shoal/worker"
 )
 
-// Join joins worker rank to the servers' run through c, waiting up to
-// timeout, and returns the step the servers say it begins at: 0 in a new
-// run, later for a worker restarted into a run under way.
-func Join(ctx context.Context, c *client.Client, rank int, timeout time.Duration) (int64, error) {
+// Join joins worker rank, which pushes every pushEvery steps (0 is 1),
+// to the servers' run through c, waiting up to timeout, and returns the
+// step the servers say it begins at: 0 in a new run, later for a worker
+// restarted into a run under way. c keeps the sessions the shards bind
+// the worker id with and sends them with its pushes and pulls.
+func Join(ctx context.Context, c *client.Client, rank, pushEvery int, timeout time.Duration) (int64, error) {
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return c.JoinWorker(jctx, int64(rank))
+	return c.JoinWorker(jctx, int64(rank), client.JoinPushEvery(max(pushEvery, 1)))
 }
 
 // Rejoining is how TrainRejoining trains a worker through the servers.
@@ -27,6 +29,8 @@ type Rejoining struct {
 	Client *client.Client
 	// JoinTimeout bounds each join (Join).
 	JoinTimeout time.Duration
+	// PushEvery is how many steps apart the worker pushes (Join).
+	PushEvery int
 	// Strategy makes a fresh strategy for each (re)join; it is called on
 	// the caller's goroutine before each run.
 	Strategy func() (worker.Strategy, error)
@@ -72,7 +76,7 @@ func (r Rejoining) TrainRejoining(ctx context.Context, cfg worker.Config, model 
 		}
 		log.Warn("the servers dropped this worker from their live set (membership declared it dead); joining again",
 			"component", "worker", "rank", cfg.Rank, "step", res.Steps, "err", err)
-		if cfg.StartStep, err = Join(ctx, r.Client, cfg.Rank, r.JoinTimeout); err != nil {
+		if cfg.StartStep, err = Join(ctx, r.Client, cfg.Rank, r.PushEvery, r.JoinTimeout); err != nil {
 			return res, fmt.Errorf("joining the servers again after they dropped this worker: %w", err)
 		}
 		cfg.StartStep *= max(r.StepsPerClock, 1)

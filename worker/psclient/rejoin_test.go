@@ -44,7 +44,7 @@ func TestTrainRejoiningAfterTheShardsDroppedTheWorker(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 
-	start, err := psclient.Join(ctx, cl, 0, time.Minute)
+	start, err := psclient.Join(ctx, cl, 0, 1, time.Minute)
 	require.NoError(t, err)
 	var dropped atomic.Bool
 	cfg := worker.Config{Rank: 0, WorldSize: 1, Batch: batch, Steps: steps, StartStep: start, Seed: 1,

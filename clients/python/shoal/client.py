@@ -32,9 +32,11 @@ _F32 = np.dtype("<f4")
 T = TypeVar("T")
 
 
-# pb.ErrorDomain and pb.ReasonNotMember (proto/shoalpb/reasons.go).
+# pb.ErrorDomain, pb.ReasonNotMember and pb.ReasonNoSession
+# (proto/shoalpb/reasons.go).
 ERROR_DOMAIN = "shoal.dev"
 REASON_NOT_MEMBER = "NOT_IN_LIVE_SET"
+REASON_NO_SESSION = "NO_SESSION"
 
 
 class ShoalError(Exception):
@@ -55,6 +57,13 @@ class ShoalError(Exception):
         (membership declared it dead): join() again and go on from the step
         it returns, as the Go worker does."""
         return self.reason == REASON_NOT_MEMBER
+
+    @property
+    def not_yours(self) -> bool:
+        """A shard binds the worker id of the call to another client:
+        another client joined as it since this one did (or this one never
+        joined it). This client no longer speaks for the worker."""
+        return self.code == grpc.StatusCode.PERMISSION_DENIED
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,14 @@ class Client:
     step) once, so a retried push is safe). worker_id is the worker this
     client pushes and pulls as (0..workers-1; join() sets it too).
 
+    Each shard binds a worker id to the client that joined as it: join()
+    returns a session per shard, which this client keeps and sends with
+    the worker's pushes and pulls; only it may speak for the worker there.
+    A shard that holds no session for the worker (it restarted, or the
+    worker never joined it) says so, and the client binds the worker there
+    again, which admits nothing, and repeats the call; a shard that holds
+    another client's fails the call (ShoalError.not_yours).
+
     It remembers the clocks of the last pull and the step the next pull
     waits for, as Shoal's Go worker does: a push carries the clocks of the
     weights its gradient was computed on, and in sync mode the next pull
@@ -155,6 +172,10 @@ class Client:
         n = len(self.addrs)
         self.clocks: List[int] = list(self._info_clocks)
         self._next_pull: List[int] = [0] * n
+        # Per shard, the session of the worker this client joined as (b"":
+        # none yet), and the push interval it joined with.
+        self._sessions: List[bytes] = [b""] * n
+        self._push_every = 1
 
     # ---- setup ------------------------------------------------------------
 
@@ -249,25 +270,50 @@ class Client:
         return self._fan_out(lambda s: self._retry("info from server %s" % self.addrs[s],
                                                    lambda: self._stubs[s].Info(pb.InfoRequest(), timeout=self.call_timeout)))
 
-    def join(self, worker_id: Optional[int] = None) -> int:
+    def join(self, worker_id: Optional[int] = None, push_every: int = 1) -> int:
         """Tells every shard that worker_id (default: the client's) starts,
         or starts again, and returns the step it begins at, which the shards
         agree on (asking again, not before the latest step named, until
         they do). The next pull waits for that step, as the Go worker's
-        does."""
+        does. Each shard binds the worker to this client (a session, which
+        the client keeps); push_every is how many steps apart the worker
+        pushes (the shards name no step its earlier pushes could not have
+        reached at that rate)."""
         if worker_id is not None:
             self.worker_id = worker_id
+        self._push_every = push_every
         at = 0
         for _ in range(16):
-            req = pb.JoinWorkerRequest(worker_id=self.worker_id, plan_version=PLAN_VERSION, not_before=at)
-            steps = self._fan_out(lambda s: self._retry(
-                "join worker %d at server %s" % (self.worker_id, self.addrs[s]),
-                lambda: self._stubs[s].JoinWorker(req, timeout=self.call_timeout)).step)
+            steps = self._fan_out(lambda s: self._join_shard(s, at, False))
             if min(steps) == max(steps):
                 self._next_pull = [steps[0]] * len(steps)
                 return steps[0]
             at = max(steps)
         raise ShoalError("join worker %d: after 16 rounds the shards still name different steps %s" % (self.worker_id, steps))
+
+    def _join_shard(self, s: int, not_before: int, rebind: bool) -> int:
+        """Joins (rebind: only binds) the worker at shard s, keeps the
+        session and returns the step the shard names."""
+        req = pb.JoinWorkerRequest(worker_id=self.worker_id, plan_version=PLAN_VERSION, not_before=not_before,
+                                   push_every=self._push_every, rebind=rebind)
+        resp = self._retry("%s worker %d at server %s" % ("bind" if rebind else "join", self.worker_id, self.addrs[s]),
+                           lambda: self._stubs[s].JoinWorker(req, timeout=self.call_timeout))
+        if not resp.session:
+            raise ShoalError("server %s: its join returned no session" % self.addrs[s], grpc.StatusCode.INTERNAL)
+        self._sessions[s] = resp.session
+        return resp.step
+
+    def _as_worker(self, s: int, what: str, call: Callable[[bytes], T]) -> T:
+        """self._retry(what, call(session)) for shard s as this worker;
+        where the shard holds no session for it, binds it there again and
+        calls once more."""
+        try:
+            return self._retry(what, lambda: call(self._sessions[s]))
+        except ShoalError as e:
+            if e.reason != REASON_NO_SESSION:
+                raise
+        self._join_shard(s, 0, True)
+        return self._retry(what, lambda: call(self._sessions[s]))
 
     def pull(self, into, step: Union[None, int, Sequence[int]] = None) -> List[int]:
         """Fills into (a float32 numpy array or CPU torch tensor of
@@ -282,9 +328,10 @@ class Client:
         steps = self._steps(step)
 
         def one(s: int) -> int:
-            req = pb.PullRequest(worker_id=self.worker_id, plan_version=PLAN_VERSION, step=steps[s])
-            return self._retry("pull from %s" % self.addrs[s],
-                               lambda: self._recv(s, self._stubs[s].Pull(req, timeout=self.call_timeout), dst, False)[0])
+            def call(session: bytes) -> int:
+                req = pb.PullRequest(worker_id=self.worker_id, plan_version=PLAN_VERSION, step=steps[s], session=session)
+                return self._recv(s, self._stubs[s].Pull(req, timeout=self.call_timeout), dst, False)[0]
+            return self._as_worker(s, "pull from %s" % self.addrs[s], call)
 
         self.clocks = self._fan_out(one)
         return list(self.clocks)
@@ -296,9 +343,9 @@ class Client:
         once). clocks default to those of the last pull."""
         g = self._grads(grads)
         clocks = self._clocks(clocks)
-        replies = self._fan_out(lambda s: self._retry(
-            "push to %s" % self.addrs[s],
-            lambda: self._stubs[s].Push(self._pieces(s, self._header(s, step, clocks), g), timeout=self.call_timeout)))
+        replies = self._fan_out(lambda s: self._as_worker(
+            s, "push to %s" % self.addrs[s],
+            lambda session: self._stubs[s].Push(self._pieces(s, self._header(s, step, clocks, session), g), timeout=self.call_timeout)))
         self._next_pull = self._after_push(step, clocks)
         return _push_result(replies)
 
@@ -312,10 +359,11 @@ class Client:
         steps = self._after_push(step, clocks)
 
         def one(s: int) -> Tuple[int, pb.PushResponse]:
-            h = self._header(s, step, clocks)
-            h.pull, h.pull_step = True, steps[s]
-            return self._retry("push-pull with %s" % self.addrs[s], lambda: self._recv(
-                s, self._stubs[s].PushPull(self._pieces(s, h, g), timeout=self.call_timeout), dst, True))
+            def call(session: bytes) -> Tuple[int, pb.PushResponse]:
+                h = self._header(s, step, clocks, session)
+                h.pull, h.pull_step = True, steps[s]
+                return self._recv(s, self._stubs[s].PushPull(self._pieces(s, h, g), timeout=self.call_timeout), dst, True)
+            return self._as_worker(s, "push-pull with %s" % self.addrs[s], call)
 
         res = self._fan_out(one)
         self.clocks, self._next_pull = [c for c, _ in res], steps
@@ -351,10 +399,10 @@ class Client:
             return [c + 1 for c in clocks]
         return [step + 1] * len(self._stubs)
 
-    def _header(self, s: int, step: int, clocks: List[int]) -> pb.PushHeader:
+    def _header(self, s: int, step: int, clocks: List[int], session: bytes) -> pb.PushHeader:
         return pb.PushHeader(worker_id=self.worker_id, step=step, clock=clocks[s], plan_version=PLAN_VERSION,
                              ranges=[pb.Range(offset=o, length=n) for o, n in self._ranges[s]],
-                             encoding=pb.FLOAT32)
+                             encoding=pb.FLOAT32, session=session)
 
     def _pieces(self, s: int, header: pb.PushHeader, g: np.ndarray) -> Iterator[pb.PushPiece]:
         """Shard s's part of g in pieces of at most MAX_PIECE_BYTES, none

@@ -87,7 +87,10 @@ class ParameterServerServicer(object):
     def JoinWorker(self, request, context):
         """JoinWorker admits a worker that starts, or starts again after it died, and
         says at which step it begins, so that its pushes are new to the shard
-        and, in sync mode, it enters at a step boundary.
+        and, in sync mode, it enters at a step boundary. It binds the worker id
+        to the caller: the response's session, which every later push and
+        worker pull for that id must carry; a new join (a restarted worker)
+        gets a new session and the old one is refused from then on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
