@@ -91,7 +91,7 @@ func TestAPseudoGradientRefusedChangesNothing(t *testing.T) {
 				// a refused push could disturb.
 				push(t, s, 0, 0, 0, 1)
 				before, clock := values(t, s), s.Clock()
-				_, err := s.Push(context.Background(), tc.in(clock))
+				_, err := s.Push(context.Background(), signed(s, tc.in(clock)))
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				t.Log(err)
 				assert.Equal(t, before, values(t, s), "the weights are unchanged")
