@@ -133,14 +133,16 @@ func attackGossip(join string, hold time.Duration) error {
 	return nil
 }
 
-// attackConns (item 2): hold n idle TCP connections to a shard, then make
-// a real gRPC call to it.
+// attackConns (item 2): hold n idle TCP connections to a shard (they never
+// send a byte), then make real gRPC calls to it until one succeeds, and
+// report when the shard closed the idle ones.
 func attackConns(addr string, n int, hold time.Duration) error {
 	if err := loopback(addr); err != nil {
 		return err
 	}
 	var conns []net.Conn
 	var failed int
+	t0 := time.Now()
 	for i := 0; i < n; i++ {
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err != nil {
@@ -149,25 +151,9 @@ func attackConns(addr string, n int, hold time.Duration) error {
 		}
 		conns = append(conns, c)
 	}
-	fmt.Printf("conns: opened %d idle TCP connections to %s (%d dials failed)\n", len(conns), addr, failed)
-	time.Sleep(500 * time.Millisecond)
-	start := time.Now()
-	cc, err := dial(addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	info, err := pb.NewParameterServerClient(cc).Info(ctx, &pb.InfoRequest{})
-	cancel()
-	cc.Close()
-	if err != nil {
-		fmt.Printf("conns: a real client's Info with %d idle connections held: FAILED after %v: %v\n", len(conns), time.Since(start).Round(time.Millisecond), err)
-	} else {
-		fmt.Printf("conns: a real client's Info with %d idle connections held: ok in %v (shard %d, clock %d)\n", len(conns), time.Since(start).Round(time.Millisecond), info.Shard, info.Clock)
-	}
-	// How many of the idle connections did the shard close while held?
-	deadline := time.Now().Add(hold)
-	closed := make([]bool, len(conns))
+	fmt.Printf("conns: opened %d idle TCP connections to %s in %v (%d dials failed)\n", len(conns), addr, time.Since(t0).Round(time.Millisecond), failed)
+	deadline := t0.Add(hold)
+	closedAt := make([]time.Duration, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
@@ -179,20 +165,45 @@ func attackConns(addr string, n int, hold time.Duration) error {
 				_, err := c.Read(buf)
 				if err != nil {
 					var ne net.Error
-					closed[i] = !(errors.As(err, &ne) && ne.Timeout())
+					if !(errors.As(err, &ne) && ne.Timeout()) {
+						closedAt[i] = time.Since(t0)
+					}
 					return
 				}
 			}
 		}()
 	}
+	// A real client: Info every 250 ms until one succeeds.
+	tries := 0
+	for time.Now().Before(deadline) {
+		tries++
+		cc, err := dial(addr)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := pb.NewParameterServerClient(cc).Info(ctx, &pb.InfoRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			fmt.Printf("conns: a real client's Info: ok at try %d, %v after the idle connections were opened (shard %d, clock %d)\n", tries, time.Since(t0).Round(time.Millisecond), info.Shard, info.Clock)
+			break
+		}
+		if tries == 1 {
+			fmt.Printf("conns: a real client's Info, first try at %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	wg.Wait()
 	k := 0
-	for _, c := range closed {
-		if c {
+	var last time.Duration
+	for _, d := range closedAt {
+		if d > 0 {
 			k++
+			last = max(last, d)
 		}
 	}
-	fmt.Printf("conns: the shard closed %d of the %d idle connections within %v\n", k, len(conns), hold)
+	fmt.Printf("conns: the shard closed %d of the %d idle connections, the last %v after the first was opened\n", k, len(conns), last.Round(time.Millisecond))
 	for _, c := range conns {
 		c.Close()
 	}

@@ -56,7 +56,7 @@ ring_ports() {
 
 ps_run() { # NAME: a PS run ready for an attack (shard serving, both workers training)
 	start "$1" "${PS_ARGS[@]}"
-	wait_for "$1" 'msg=serving component=ps' && wait_for "$1" 'rank=1 .*msg=progress|msg=progress.*rank=1|component=worker rank=1' ; sleep 2
+	wait_for "$1" 'msg=serving component=ps' && wait_for "$1" '^\[ps 0\].*worker joined.*rank=1' ; sleep 1
 }
 
 for attack in "${@:-base gossip conns reform session hijack malformed}"; do
