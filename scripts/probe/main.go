@@ -266,6 +266,7 @@ func attackSession(addr string) error {
 	if err != nil {
 		return fmt.Errorf("Info: %w", err)
 	}
+	pv := info.GetPlan().GetVersion()
 	fmt.Printf("session: shard %d, clock %d, mode %s, workers %d, live %v, ranges %v\n", info.Shard, info.Clock, info.Mode, info.Workers, info.LiveWorkers, info.Ranges)
 	zeros := func() []byte {
 		var k int64
@@ -285,12 +286,12 @@ func attackSession(addr string) error {
 		{"push as worker 0 at step 1023, a made-up session", fake, 1023},
 		{"push as worker 0 at step 5, no session", nil, 5},
 	} {
-		h := &pb.PushHeader{WorkerId: 0, Step: tc.step, Clock: info.Clock, PlanVersion: 1, Ranges: info.Ranges, Session: tc.session}
+		h := &pb.PushHeader{WorkerId: 0, Step: tc.step, Clock: info.Clock, PlanVersion: pv, Ranges: info.Ranges, Session: tc.session}
 		resp, err := push(ctx, c, h, zeros)
 		fmt.Printf("session: %s: resp=%v err=%v\n", tc.name, resp, err)
 	}
 	for _, s := range [][]byte{nil, fake} {
-		st, err := c.Pull(ctx, &pb.PullRequest{Ranges: info.Ranges, WorkerId: 0, PlanVersion: 1, Session: s})
+		st, err := c.Pull(ctx, &pb.PullRequest{Ranges: info.Ranges, WorkerId: 0, PlanVersion: pv, Session: s})
 		if err == nil {
 			var got int
 			for {
@@ -327,7 +328,8 @@ func attackHijack(addr string) error {
 	if err != nil {
 		return fmt.Errorf("Info: %w", err)
 	}
-	j, err := c.JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: 1, NotBefore: 1023, PushEvery: 1})
+	pv := info.GetPlan().GetVersion()
+	j, err := c.JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: pv, NotBefore: 1023, PushEvery: 1})
 	fmt.Printf("hijack: JoinWorker as worker 0 asking not_before 1023: resp=%v err=%v\n", j, err)
 	if err != nil {
 		return nil
@@ -337,7 +339,7 @@ func attackHijack(addr string) error {
 		k += r.Length
 	}
 	for _, step := range []int64{j.Step + 1023, j.Step + 1024, j.Step + 5000} {
-		h := &pb.PushHeader{WorkerId: 0, Step: step, Clock: info.Clock, PlanVersion: 1, Ranges: info.Ranges, Session: j.Session}
+		h := &pb.PushHeader{WorkerId: 0, Step: step, Clock: info.Clock, PlanVersion: pv, Ranges: info.Ranges, Session: j.Session}
 		resp, err := push(ctx, c, h, make([]byte, 4*k))
 		fmt.Printf("hijack: push as worker 0 at step %d with the new session: resp=%v err=%v\n", step, resp, err)
 	}
@@ -381,6 +383,7 @@ func attackMalformed(addr, gossip string, packets int) error {
 	if err != nil {
 		return fmt.Errorf("Info: %w", err)
 	}
+	pv := info.GetPlan().GetVersion()
 	var floats int64
 	for _, r := range info.Ranges {
 		floats += r.Length
@@ -393,18 +396,18 @@ func attackMalformed(addr, gossip string, packets int) error {
 		h     *pb.PushHeader
 		grads []byte
 	}{
-		{"short gradient (half the floats)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1}, make([]byte, 2*floats)},
-		{"long gradient (one float too many)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1}, make([]byte, 4*floats+4)},
-		{"ragged gradient (not a whole float)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1}, make([]byte, 4*floats-1)},
-		{"range past the vector", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: floats, Length: 10}}, PlanVersion: 1}, make([]byte, 40)},
-		{"negative range", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: -5, Length: 10}}, PlanVersion: 1}, make([]byte, 40)},
-		{"overlapping ranges", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: 0, Length: 10}, {Offset: 5, Length: 10}}, PlanVersion: 1}, make([]byte, 80)},
-		{"unknown encoding 7", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1, Encoding: 7}, make([]byte, 4*floats)},
-		{"lanes 99", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1, Lanes: 99, Lane: 3}, make([]byte, 4*floats)},
+		{"short gradient (half the floats)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv}, make([]byte, 2*floats)},
+		{"long gradient (one float too many)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv}, make([]byte, 4*floats+4)},
+		{"ragged gradient (not a whole float)", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv}, make([]byte, 4*floats-1)},
+		{"range past the vector", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: floats, Length: 10}}, PlanVersion: pv}, make([]byte, 40)},
+		{"negative range", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: -5, Length: 10}}, PlanVersion: pv}, make([]byte, 40)},
+		{"overlapping ranges", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: []*pb.Range{{Offset: 0, Length: 10}, {Offset: 5, Length: 10}}, PlanVersion: pv}, make([]byte, 80)},
+		{"unknown encoding 7", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv, Encoding: 7}, make([]byte, 4*floats)},
+		{"lanes 99", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv, Lanes: 99, Lane: 3}, make([]byte, 4*floats)},
 		{"wrong plan version", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 77}, make([]byte, 4*floats)},
-		{"worker id 9999 (outside --workers)", &pb.PushHeader{WorkerId: 9999, Step: 1, Ranges: all, PlanVersion: 1}, make([]byte, 4*floats)},
-		{"negative step", &pb.PushHeader{WorkerId: 0, Step: -3, Ranges: all, PlanVersion: 1}, make([]byte, 4*floats)},
-		{"NaN gradient", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: 1}, nan},
+		{"worker id 9999 (outside --workers)", &pb.PushHeader{WorkerId: 9999, Step: 1, Ranges: all, PlanVersion: pv}, make([]byte, 4*floats)},
+		{"negative step", &pb.PushHeader{WorkerId: 0, Step: -3, Ranges: all, PlanVersion: pv}, make([]byte, 4*floats)},
+		{"NaN gradient", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv}, nan},
 		{"no header", nil, make([]byte, 16)},
 	}
 	codes := map[string]int{}
@@ -486,7 +489,7 @@ func printMetrics(url string) error {
 		return err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "#") {
+		if strings.HasPrefix(l, "#") || strings.HasSuffix(l, " 0") {
 			continue
 		}
 		if strings.HasPrefix(l, "shoal_ps_rejected") || (strings.HasPrefix(l, "grpc_server_handled_total") && !strings.Contains(l, `code="OK"`)) {
