@@ -55,6 +55,7 @@ func main() {
 	n := fs.Int("n", 0, "how many connections, requests or packets (0: the attack's default)")
 	hold := fs.Duration("hold", 20*time.Second, "how long to hold the connections or the fake member")
 	url := fs.String("url", "", "a /metrics URL")
+	asWorker := fs.Int64("join-as", -1, "malformed: first join as this worker id (ending its session) so that the pushes carry a session and reach the shape checks")
 	fs.Parse(args)
 
 	var err error
@@ -70,7 +71,7 @@ func main() {
 	case "hijack":
 		err = attackHijack(*addr)
 	case "malformed":
-		err = attackMalformed(*addr, *gossip, def(*n, 2000))
+		err = attackMalformed(*addr, *gossip, def(*n, 2000), *asWorker)
 	case "metrics":
 		err = printMetrics(*url)
 	default:
@@ -338,7 +339,7 @@ func attackHijack(addr string) error {
 	for _, r := range info.Ranges {
 		k += r.Length
 	}
-	for _, step := range []int64{j.Step + 1023, j.Step + 1024, j.Step + 5000} {
+	for _, step := range []int64{j.Step, j.Step + 1, j.Step + 1023, j.Step + 1025} {
 		h := &pb.PushHeader{WorkerId: 0, Step: step, Clock: info.Clock, PlanVersion: pv, Ranges: info.Ranges, Session: j.Session}
 		resp, err := push(ctx, c, h, make([]byte, 4*k))
 		fmt.Printf("hijack: push as worker 0 at step %d with the new session: resp=%v err=%v\n", step, resp, err)
@@ -370,7 +371,7 @@ func push(ctx context.Context, c pb.ParameterServerClient, h *pb.PushHeader, gra
 
 // attackMalformed (item 5): malformed pushes (no worker 0 session needed:
 // these are refused before or regardless of it), then junk gossip packets.
-func attackMalformed(addr, gossip string, packets int) error {
+func attackMalformed(addr, gossip string, packets int, joinAs int64) error {
 	cc, err := dial(addr)
 	if err != nil {
 		return err
@@ -384,6 +385,16 @@ func attackMalformed(addr, gossip string, packets int) error {
 		return fmt.Errorf("Info: %w", err)
 	}
 	pv := info.GetPlan().GetVersion()
+	var session []byte
+	wid, base := int64(0), int64(1)
+	if joinAs >= 0 {
+		jr, err := c.JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: joinAs, PlanVersion: pv, PushEvery: 1})
+		fmt.Printf("malformed: JoinWorker as worker %d: err=%v\n", joinAs, err)
+		if err != nil {
+			return nil
+		}
+		session, wid, base = jr.Session, joinAs, jr.Step+1
+	}
 	var floats int64
 	for _, r := range info.Ranges {
 		floats += r.Length
@@ -409,6 +420,17 @@ func attackMalformed(addr, gossip string, packets int) error {
 		{"negative step", &pb.PushHeader{WorkerId: 0, Step: -3, Ranges: all, PlanVersion: pv}, make([]byte, 4*floats)},
 		{"NaN gradient", &pb.PushHeader{WorkerId: 0, Step: 1, Ranges: all, PlanVersion: pv}, nan},
 		{"no header", nil, make([]byte, 16)},
+	}
+	for _, tc := range cases {
+		if tc.h != nil {
+			tc.h.Session = session
+			if tc.h.WorkerId == 0 {
+				tc.h.WorkerId = wid
+			}
+			if tc.h.Step == 1 {
+				tc.h.Step = base // the step the join allows
+			}
+		}
 	}
 	codes := map[string]int{}
 	for _, tc := range cases {

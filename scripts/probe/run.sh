@@ -56,7 +56,7 @@ ring_ports() {
 
 ps_run() { # NAME: a PS run ready for an attack (shard serving, both workers training)
 	start "$1" "${PS_ARGS[@]}"
-	wait_for "$1" 'msg=serving component=ps' && wait_for "$1" '^\[ps 0\].*worker joined.*rank=1' ; sleep 1
+	wait_for "$1" 'msg=serving component=ps' && wait_for "$1" "^\[ps 0\].*worker joined.*rank=0" && wait_for "$1" "^\[ps 0\].*worker joined.*rank=1"; sleep 1
 }
 
 for attack in "${@:-base gossip conns reform session hijack malformed}"; do
@@ -91,7 +91,7 @@ for attack in "${@:-base gossip conns reform session hijack malformed}"; do
 			finish hijack ;;
 		malformed)
 			ps_run malformed
-			"$PROBE" malformed -addr "$(shard_addr malformed)" -gossip "$(gossip_addr malformed)" -n 2000
+			"$PROBE" malformed -addr "$(shard_addr malformed)" -gossip "$(gossip_addr malformed)" -n 2000 ${JOIN_AS:+-join-as $JOIN_AS}
 			"$PROBE" metrics -url "$(ps_metrics malformed)"
 			finish malformed ;;
 		*) echo "unknown attack $a"; exit 2 ;;
