@@ -2,7 +2,7 @@
 # Reruns issue 44's attacks 1-5 against live `shoal train` runs on loopback,
 # each beside an undisturbed run of the same command (docs/PROBE.md).
 #
-#   scripts/probe/run.sh [attack...]     attacks: base gossip conns reform session hijack malformed
+#   scripts/probe/run.sh [attack...]     attacks: base gossip gossip-plain conns reform session hijack malformed
 #
 # Env: SHOAL (the shoal binary; built to /tmp/probe-shoal if unset), PROBE
 # (this probe; built to /tmp/probe-bin), OUT (folder of the runs' output,
@@ -59,7 +59,7 @@ ps_run() { # NAME: a PS run ready for an attack (shard serving, both workers tra
 	wait_for "$1" 'msg=serving component=ps' && wait_for "$1" "^\[ps 0\].*worker joined.*rank=0" && wait_for "$1" "^\[ps 0\].*worker joined.*rank=1"; sleep 1
 }
 
-for attack in "${@:-base gossip conns reform session hijack malformed}"; do
+for attack in "${@:-base gossip gossip-plain conns reform session hijack malformed}"; do
 	for a in $attack; do
 		case $a in
 		base)
@@ -71,6 +71,11 @@ for attack in "${@:-base gossip conns reform session hijack malformed}"; do
 			wait_for gossip 'msg=serving component=ps'
 			"$PROBE" gossip -join "$(gossip_addr gossip)" -hold 15s
 			finish gossip ;;
+		gossip-plain)
+			start gossip-plain "${PS_ARGS[@]}"
+			wait_for gossip-plain 'msg=serving component=ps'
+			"$PROBE" gossip -join "$(gossip_addr gossip-plain)" -hold 15s
+			finish gossip-plain ;;
 		conns)
 			ps_run conns
 			"$PROBE" conns -addr "$(shard_addr conns)" -n 1100 -hold 8s
@@ -79,7 +84,7 @@ for attack in "${@:-base gossip conns reform session hijack malformed}"; do
 			start reform "${RING_ARGS[@]}"
 			wait_for reform 'msg=generation ' ; sleep 1
 			ports=$(ring_ports); echo "   ring ranks listen on: $ports"
-			"$PROBE" reform -addrs "$ports" -n 40
+			"$PROBE" reform -addrs "$ports" -n "${REFORMS:-40}"
 			finish reform ;;
 		session)
 			ps_run session
