@@ -344,6 +344,13 @@ func attackHijack(addr string) error {
 		resp, err := push(ctx, c, h, make([]byte, 4*k))
 		fmt.Printf("hijack: push as worker 0 at step %d with the new session: resp=%v err=%v\n", step, resp, err)
 	}
+	// What a restarted worker 0 (not_before 0) is then told to begin at.
+	r, err := c.JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: pv, NotBefore: 0, PushEvery: 1})
+	if err != nil {
+		fmt.Printf("hijack: a later join as worker 0 with not_before 0 (as a restarted worker 0 would): err=%v\n", err)
+	} else {
+		fmt.Printf("hijack: a later join as worker 0 with not_before 0 (as a restarted worker 0 would): begins at step %d\n", r.Step)
+	}
 	return nil
 }
 
