@@ -2,7 +2,7 @@
 # Reruns issue 44's attacks 1-5 against live `shoal train` runs on loopback,
 # each beside an undisturbed run of the same command (docs/PROBE.md).
 #
-#   scripts/probe/run.sh [attack...]     attacks: base gossip gossip-plain conns reform session hijack malformed
+#   scripts/probe/run.sh [attack...]     attacks: base gossip gossip-plain conns reform session hijack malformed restart
 #
 # Env: SHOAL (the shoal binary; built to /tmp/probe-shoal if unset), PROBE
 # (this probe; built to /tmp/probe-bin), OUT (folder of the runs' output,
@@ -94,6 +94,21 @@ for attack in "${@:-base gossip gossip-plain conns reform session hijack malform
 			ps_run hijack
 			"$PROBE" hijack -addr "$(shard_addr hijack)"
 			finish hijack ;;
+		restart)
+			# shoal ps + shoal worker by hand: the hijack, then worker 0 restarted with its flags.
+			echo "== restart: shoal ps + 2 shoal worker --steps 600; hijack worker 0; restart it"
+			P=127.0.0.1:${PS_PORT:-17071}
+			"$SHOAL" ps --listen "$P" --mode async --workers 2 --log-level info >"$OUT/restart-ps.out" 2>&1 & local_ps=$!
+			sleep 2
+			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps 600 >"$OUT/restart-w1.out" 2>&1 & w1=$!
+			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 600 >"$OUT/restart-w0.out" 2>&1 & w0=$!
+			sleep 5
+			"$PROBE" hijack -addr "$P"
+			wait $w0; echo "   worker 0 exit $?: $(grep '^shoal:' "$OUT/restart-w0.out" | cut -c1-200)"
+			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 600 >"$OUT/restart-w0b.out" 2>&1
+			echo "   restarted worker 0 exit $?:"; grep -E 'joining a run|steps,|^test' "$OUT/restart-w0b.out" | sed 's/^/     /'
+			wait $w1; echo "   worker 1 exit $?"
+			kill "$local_ps"; wait "$local_ps" 2>/dev/null ;;
 		malformed)
 			ps_run malformed
 			"$PROBE" malformed -addr "$(shard_addr malformed)" -gossip "$(gossip_addr malformed)" -n 2000 ${JOIN_AS:+-join-as $JOIN_AS}
