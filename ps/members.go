@@ -121,12 +121,21 @@ func (s *Server) Join(w, notBefore, pushEvery int64) (Joined, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reinLocked(w, pushEvery)
-	next := notBefore
+	own := int64(0)
 	if last, ok := s.lastStep[w]; ok {
-		next = max(next, last+1)
+		own = last + 1
 	}
-	step := s.mode.joinLocked(w, next)
-	s.sessions[w], s.sessionBase[w], s.sessionPushes[w] = sess, step, 0
+	step := s.mode.joinLocked(w, max(own, notBefore))
+	// A step the join asked for past the worker's record here (a client
+	// agreeing with shards that took a push this one missed) is granted,
+	// but the next join reins this session's pushes in from the record,
+	// not from the step asked for: else whoever joins as w first, asking
+	// for a far step, makes the worker skip to it when it next joins.
+	base := step
+	if notBefore > own && step == notBefore {
+		base = own
+	}
+	s.sessions[w], s.sessionBase[w], s.sessionPushes[w] = sess, base, 0
 	return Joined{Step: step, Session: sess}, nil
 }
 

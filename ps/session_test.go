@@ -150,6 +150,32 @@ func TestAClientThatJoinedFirstCannotMakeTheWorkerSkipItsRun(t *testing.T) {
 	}
 }
 
+// TestAJoinAskingForAFarStepDoesNotMoveTheWorker: another client joins
+// as worker 0 asking for a far step (JoinWorker's not_before), is granted
+// it, and pushes there; the real worker, joining again (restarted), begins
+// after its own pushes and the other client's two, not after the far step
+// (docs/PROBE.md: the restarted worker began at step 1027 and trained
+// nothing).
+func TestAJoinAskingForAFarStepDoesNotMoveTheWorker(t *testing.T) {
+	s := newModeServer(t, consistency.Async, 1, 0, 0)
+	real, err := s.Join(0, 0, 1)
+	require.NoError(t, err)
+	for step := range int64(5) {
+		_, err := s.Push(context.Background(), Push{WorkerID: 0, Session: real.Session, Step: step, Clock: s.Clock(), Ranges: whole, Grads: fill(1)})
+		require.NoError(t, err)
+	}
+	forger, err := s.Join(0, 1023, MaxStepGap)
+	require.NoError(t, err)
+	require.Equal(t, int64(1023), forger.Step, "a step asked for is granted to the one who asked")
+	for _, step := range []int64{1023, 1024} {
+		_, err := s.Push(context.Background(), Push{WorkerID: 0, Session: forger.Session, Step: step, Clock: s.Clock(), Ranges: whole, Grads: fill(1)})
+		require.NoError(t, err)
+	}
+	again, err := s.Join(0, 0, 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), again.Step, "the worker's five steps and the other client's two pushes, one step each: not step 1025")
+}
+
 // TestARestartedWorkerBeginsWhereItLeftOff: a worker's own earlier runs
 // stay within what their pushes reach, so a restarted worker still
 // begins after its last push (async: pushing every k steps, also after a
