@@ -84,6 +84,21 @@ type nic struct {
 	egress, ingress float64 // when each direction is next free
 	sent, received  float64 // bytes
 	cores           *cores
+	// lines, when > 1, is how many NICs this one stands for (a class of
+	// shards, Config.Pieces): it carries that many times the line rate.
+	lines float64
+}
+
+// lineTime is how long k bytes take through n at bps per line (0:
+// infinite).
+func (n *nic) lineTime(k, bps float64) float64 {
+	switch {
+	case bps == 0:
+		return 0
+	case n.lines > 1:
+		return k / (bps * n.lines)
+	}
+	return k / bps
 }
 
 // network moves bytes between NICs.
@@ -128,6 +143,7 @@ type stream struct {
 	a, b  *nic
 	queue []message
 	busy  bool
+	piece float64 // bytes; the network's when 0
 }
 
 type message struct {
@@ -156,11 +172,12 @@ func (s *stream) pump() {
 		return
 	}
 	nw, m := s.nw, &s.queue[0]
-	k := min(m.left, nw.piece)
-	d := 0.0
-	if nw.bps > 0 {
-		d = k / nw.bps
+	piece := nw.piece
+	if s.piece > 0 {
+		piece = s.piece
 	}
+	k := min(m.left, piece)
+	dOut, dIn := s.a.lineTime(k, nw.bps), s.b.lineTime(k, nw.bps)
 	if ready := m.prepared + (m.size-m.left+k)*nw.perByte; ready > nw.e.now {
 		// Not yet prepared (CPU per byte): its turn on the egress comes
 		// once it is, so that the egress stays free to others till then.
@@ -176,11 +193,11 @@ func (s *stream) pump() {
 	// piece is booked from when the line is free, and passes once the
 	// line's clock is within the bucket's depth of its end.
 	out := max(nw.e.now, s.a.egress)
-	s.a.egress = out + d
-	left := max(nw.e.now, out+d-nw.burst)
+	s.a.egress = out + dOut
+	left := max(nw.e.now, out+dOut-nw.burst)
 	in := max(out, s.b.ingress)
-	s.b.ingress = in + d
-	arrived := max(left, in+d-nw.burst)
+	s.b.ingress = in + dIn
+	arrived := max(left, in+dIn-nw.burst)
 	s.a.sent += k
 	s.b.received += k
 	m.left -= k

@@ -260,11 +260,54 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"a layer work too many":   func(c *sim.Config) { c.LayerWork = []float64{1, 2} },
 		"a negative layer work":   func(c *sim.Config) { c.LayerWork = []float64{-1} },
 		"no layer work at all":    func(c *sim.Config) { c.LayerWork = []float64{0} },
+		"negative pieces":         func(c *sim.Config) { c.Pieces = -1 },
 	} {
 		cfg := good
 		mut(&cfg)
 		_, err := sim.Run(cfg)
 		assert.Error(t, err, name)
+	}
+}
+
+// bigModel is shoal bench plan --model big: the MLP 784-16384-768-10
+// (25.4M parameters), batch 16, as plan simulates it at 25 Gbit/s with
+// the compute and optimizer speed it measured once here.
+func bigModel(mode consistency.Mode, workers, servers int) sim.Config {
+	layers := []int64{784 * 16384 * 4, 16384 * 4, 16384 * 768 * 4, 768 * 4, 768 * 10 * 4, 10 * 4}
+	return sim.Config{Mode: mode, Workers: workers, Servers: servers, Staleness: 1, Batch: 16, Steps: 10, Layers: layers, FusionBytes: 65536,
+		Forward: 0.1, Backward: 0.2, Jitter: 0.1, Seed: 1, NICGbps: 25, Latency: 25e-6, ApplyBytesPerSec: 5e9}
+}
+
+// The planner's fast path (Config.Pieces: alike shards as one, a message
+// in DefaultPieces pieces) answers within 5% of the exact simulation, at
+// 64 workers and each of shoal bench plan's server counts.
+func TestCoarsePiecesKeepTheAnswer(t *testing.T) {
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+		for _, servers := range []int{1, 4, 16, 64} {
+			exact := bigModel(mode, 64, servers)
+			fast := exact
+			fast.Pieces = sim.DefaultPieces
+			want, got := run(t, exact), run(t, fast)
+			assert.InEpsilon(t, want.StepSeconds, got.StepSeconds, 0.05, "%s, %d servers", mode, servers)
+			assert.InEpsilon(t, want.BytesSent, got.BytesSent, 1e-9, "%s, %d servers", mode, servers)
+		}
+	}
+}
+
+// Where the fast path cannot stand for each shard and piece (a NIC's
+// burst, CPU per byte, a traced schedule), it is not taken.
+func TestCoarsePiecesStepAsideForPerPieceEffects(t *testing.T) {
+	for name, mut := range map[string]func(*sim.Config){
+		"NIC burst":    func(c *sim.Config) { c.NICBurst = 1 << 20 },
+		"CPU per byte": func(c *sim.Config) { c.CPUPerByte = 1e-9 },
+		"trace":        func(c *sim.Config) { c.Trace = true },
+	} {
+		exact := bigModel(consistency.Async, 8, 4)
+		exact.Steps = 3
+		mut(&exact)
+		fast := exact
+		fast.Pieces = 1
+		assert.Equal(t, run(t, exact).StepSeconds, run(t, fast).StepSeconds, name)
 	}
 }
 
