@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -110,4 +111,14 @@ func TestBenchPlanTimeToTarget(t *testing.T) {
 		assert.Error(t, err, tc.args)
 		assert.Contains(t, string(out), tc.want, tc.args)
 	}
+}
+
+// --model big is the harness's 25.4M-parameter MLP at batch 16, as shoal
+// bench train --models names it.
+func TestBenchPlanTakesTheHarnessModels(t *testing.T) {
+	cfg, err := parseBenchPlan([]string{"--model", "big", "--compute", "1ms"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "mlp 784-16384-768-10", cfg.ModelName)
+	assert.Equal(t, 16, cfg.Sim.Batch)
+	assert.EqualValues(t, 25_452_810, cfg.Sim.VectorBytes()/4)
 }
