@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/consistency"
@@ -117,10 +120,13 @@ func (cfg PlanConfig) simConfig(ctx context.Context) (sim.Config, float64, error
 	return sc, c, nil
 }
 
-// simulate runs base in every mode at each of its server counts and
-// prints each setup as it comes: a table row, or with JSON an object.
+// simulate runs base in every mode at each of its server counts, the
+// setups at once on the cores there are (each simulation is one
+// goroutine's arithmetic), and prints each setup in order: a table row,
+// or with JSON an object.
 func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, error) {
 	var rows []PlanRow
+	var modes []consistency.Mode
 	for _, m := range cfg.Modes {
 		ss := cfg.Counts
 		if !m.UsesServers() {
@@ -130,31 +136,52 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 			if int64(s) > cfg.floats() {
 				continue
 			}
-			row, err := cfg.simulateOne(base, m, s, stdout)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, row)
+			rows, modes = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m)
+		}
+	}
+	errs := make([]error, len(rows))
+	eachAtOnce(len(rows), func(i int) {
+		sc := base
+		sc.Mode, sc.Servers = modes[i], rows[i].Servers
+		if rows[i].Result, errs[i] = sim.Run(sc); errs[i] != nil {
+			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].Mode, rows[i].Servers, errs[i])
+		}
+	})
+	for i, row := range rows {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if err := cfg.print(stdout, row); err != nil {
+			return nil, err
 		}
 	}
 	return rows, nil
 }
 
-// simulateOne runs base in mode m with s servers and prints the setup.
-func (cfg PlanConfig) simulateOne(base sim.Config, m consistency.Mode, s int, stdout io.Writer) (PlanRow, error) {
-	sc := base
-	sc.Mode, sc.Servers = m, s
-	r, err := sim.Run(sc)
-	if err != nil {
-		return PlanRow{}, fmt.Errorf("%s with %d servers: %w", m, s, err)
+// eachAtOnce calls fn(0) to fn(n−1), as many at once as Go may run
+// threads (GOMAXPROCS), and returns when every call has.
+func eachAtOnce(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		})
 	}
-	row := PlanRow{Mode: m.String(), Servers: s, Result: r}
+	wg.Wait()
+}
+
+// print prints one simulated setup: a table row, or with JSON an object.
+func (cfg PlanConfig) print(stdout io.Writer, row PlanRow) error {
 	if cfg.JSON {
-		return row, json.NewEncoder(stdout).Encode(row)
+		return json.NewEncoder(stdout).Encode(row)
 	}
-	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", m, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+	r := row.Result
+	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", row.Mode, serversLabel(row.Servers), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
 		(r.BytesSent+r.BytesReceived)/1e6)
-	return row, nil
+	return nil
 }
 
 // printFastest names the fastest of rows and how much faster it is than
