@@ -53,6 +53,9 @@ var bigN = []int{2, 3, 4, 8}
 //   - Compression (Float16, BFloat16): Allreduce, ReduceScatter and
 //     Allgather, sizes up to 1009, within the format's precision, every
 //     rank bit-identical.
+//   - Allreduce runs all of the above for every Config.Algorithm (Ring,
+//     Tree, Auto), for N = 1..16 (the prime size for N ∈ {2,3,4,8}),
+//     and each algorithm meets DeadPeer and SilentPeer.
 //   - DeadPeer (N = 2, 3, 5; the dead rank first, middle, last): one rank
 //     closes its transport, then the others call a collective. For Barrier
 //     and Alltoall every other rank fails with a *PeerError naming it; for
@@ -168,8 +171,22 @@ func tolerance(comp collective.Compression, op collective.Op, n int, want, mag f
 	}
 }
 
+// maxAllreduceRanks is the largest group Allreduce runs in: up to 16,
+// so that recursive doubling folds every remainder from 1 to 7 ranks
+// (the big size stays at bigN).
+const maxAllreduceRanks = 16
+
+// algorithms are Allreduce's, each run through the same cases.
+var algorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
+
 func testAllreduce(t *testing.T, mk NewGroupFunc, comp collective.Compression) {
-	for n := 1; n <= maxRanks; n++ {
+	for _, alg := range algorithms {
+		t.Run("alg="+alg.String(), func(t *testing.T) { testAllreduceWith(t, mk, comp, alg) })
+	}
+}
+
+func testAllreduceWith(t *testing.T, mk NewGroupFunc, comp collective.Compression, alg collective.Algorithm) {
+	for n := 1; n <= maxAllreduceRanks; n++ {
 		for _, sc := range sizeCases(n, comp) {
 			in := randVecs(1, n, sc.size)
 			for _, op := range ops {
@@ -177,7 +194,9 @@ func testAllreduce(t *testing.T, mk NewGroupFunc, comp collective.Compression) {
 					continue // the other ops at the big size only for the extreme N, to save time
 				}
 				t.Run(name("N=%d/size=%d/seg=%d/%v", n, sc.size, sc.seg, op), func(t *testing.T) {
-					g := newGroup(t, mk, n, cfg(sc.seg, comp))
+					c := cfg(sc.seg, comp)
+					c.Algorithm = alg
+					g := newGroup(t, mk, n, c)
 					bufs := clone2(in)
 					g.runOK(func(ctx context.Context, r int, c *collective.Communicator) error {
 						return c.Allreduce(ctx, bufs[r], op)
