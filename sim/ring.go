@@ -1,5 +1,11 @@
 package sim
 
+import (
+	"math/bits"
+
+	"github.com/shoalml/shoal/collective"
+)
+
 // The ring. Each bucket's allreduce is 2(N−1) rounds (reduce-scatter,
 // then allgather) in which every rank sends 1/N of the bucket to the
 // next rank over its own link, all links at once: with every NIC alike
@@ -37,6 +43,28 @@ func (c Config) buckets() (sizes, readyAt []float64) {
 		sizes, readyAt = append(sizes, acc), append(readyAt, 1)
 	}
 	return sizes, readyAt
+}
+
+// allreduceRounds is how an allreduce of a bucket of size bytes goes by
+// Config.Allreduce: its rounds, each a latency and perRound bytes through
+// every rank's NIC each way. The ring: 2(N−1) rounds of size/N.
+// Recursive doubling (collective.Tree): log2(p) rounds of the whole
+// bucket, p the largest power of two up to N, and two more (the fold to
+// p ranks and the result back) where N is not one; its ranks' traffic.
+func (c Config) allreduceRounds(size float64) (rounds, perRound float64) {
+	n := c.Workers
+	alg := c.Allreduce
+	if alg == collective.Auto {
+		alg = collective.ChooseAlgorithm(int(size), n)
+	}
+	if alg != collective.Tree {
+		return 2 * float64(n-1), size / float64(n)
+	}
+	r := bits.Len(uint(n)) - 1
+	if n&(n-1) != 0 {
+		r += 2
+	}
+	return float64(r), size
 }
 
 // ringState is the ring's progress.
@@ -89,18 +117,16 @@ func (j *job) ringStep() {
 // slowest.
 func (j *job) ringReduce() {
 	rs := j.ring
-	n := float64(j.cfg.Workers)
 	commEnd := 0.0
 	var moved float64
 	for k, size := range j.bucketSizes {
-		seg := size / n
+		rounds, perRound := j.cfg.allreduceRounds(size)
 		round := j.cfg.Latency
 		if j.net.bps > 0 {
-			round += seg / j.net.bps
+			round += perRound / j.net.bps
 		}
-		rounds := 2 * (n - 1)
 		commEnd = max(commEnd, rs.readyAt[k]) + rounds*round
-		moved += rounds * seg
+		moved += rounds * perRound
 	}
 	for _, w := range j.workers {
 		w.nic.sent += moved

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/shard"
@@ -37,6 +38,11 @@ type Config struct {
 	// FusionBytes the ring's bucket size (0: one allreduce after
 	// backward).
 	ChunkBytes, FusionBytes int64
+	// Allreduce is the ring mode's algorithm, as shoal worker
+	// --allreduce-algorithm: collective.Ring (the default), Tree
+	// (recursive doubling) or Auto (collective.ChooseAlgorithm, bucket
+	// by bucket).
+	Allreduce collective.Algorithm
 	// Forward and Backward are one step's compute; Jitter, when > 0, is
 	// the standard deviation of a log-normal factor on each step's
 	// compute (mean 1), drawn from Seed.
@@ -165,6 +171,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: staleness %d, want >= 0", c.Staleness)
 	case len(c.Start) > c.Workers:
 		return fmt.Errorf("sim: %d start times for %d workers, want at most one each", len(c.Start), c.Workers)
+	case c.Allreduce < collective.Ring || c.Allreduce > collective.Auto:
+		return fmt.Errorf("sim: allreduce algorithm %v, want Ring, Tree or Auto", c.Allreduce)
 	case c.Pieces < 0:
 		return fmt.Errorf("sim: %d pieces, want >= 0 (0: exact)", c.Pieces)
 	case c.Overlap && c.Mode != consistency.Async:

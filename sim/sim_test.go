@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/sim"
 )
@@ -336,4 +337,30 @@ func TestReadLayers(t *testing.T) {
 		}
 		assert.Equal(t, 4*floats, sum, file)
 	}
+}
+
+// The ring mode's allreduce by recursive doubling (collective.Tree):
+// log2(N) rounds of the whole bucket, two more where N is not a power of
+// two; Auto takes it for small buckets on many ranks.
+func TestTreeAllreduceMatchesItsFormula(t *testing.T) {
+	const m = 4 << 10
+	for _, tc := range []struct {
+		n      int
+		rounds float64
+	}{{2, 1}, {8, 3}, {12, 5}, {1024, 10}} {
+		cfg := job(consistency.Ring, tc.n, 0, m, 0.01)
+		cfg.Latency = 25e-6
+		cfg.Allreduce = collective.Tree
+		r := run(t, cfg)
+		assert.InEpsilon(t, 0.01+tc.rounds*(25e-6+m/gbit), r.StepSeconds, 1e-9, "N=%d", tc.n)
+		assert.InEpsilon(t, tc.rounds*m, r.BytesSent, 1e-9, "N=%d", tc.n)
+		cfg.Allreduce = collective.Auto
+		if tc.n > 2 {
+			assert.InEpsilon(t, r.StepSeconds, run(t, cfg).StepSeconds, 1e-12, "auto at N=%d, 4 KiB", tc.n)
+		}
+	}
+	big := job(consistency.Ring, 8, 0, 64<<20, 0.01)
+	ring := run(t, big)
+	big.Allreduce = collective.Auto
+	assert.Equal(t, ring.StepSeconds, run(t, big).StepSeconds, "auto at 64 MiB on 8 ranks: the ring")
 }

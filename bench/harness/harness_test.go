@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/record"
@@ -188,16 +189,21 @@ func TestPlanPrintsTheSetupsInOrder(t *testing.T) {
 	want := []struct {
 		mode    consistency.Mode
 		servers int
-	}{{consistency.Async, 1}, {consistency.Async, 4}, {consistency.Sync, 1}, {consistency.Sync, 4}, {consistency.SSP, 1}, {consistency.SSP, 4}, {consistency.Ring, 0}}
+		alg     collective.Algorithm
+	}{{consistency.Async, 1, 0}, {consistency.Async, 4, 0}, {consistency.Sync, 1, 0}, {consistency.Sync, 4, 0}, {consistency.SSP, 1, 0}, {consistency.SSP, 4, 0},
+		{consistency.Ring, 0, collective.Ring}, {consistency.Ring, 0, collective.Tree}, {consistency.Ring, 0, collective.Auto}}
 	require.Len(t, got, len(want))
 	for i, w := range want {
 		sc := cfg.Sim
-		sc.Mode, sc.Servers, sc.Pieces = w.mode, w.servers, sim.DefaultPieces
+		sc.Mode, sc.Servers, sc.Pieces, sc.Allreduce = w.mode, w.servers, sim.DefaultPieces, w.alg
 		sc.Forward, sc.Backward, sc.Jitter, sc.Seed, sc.NICGbps, sc.Latency = 2e-3/3, 4e-3/3, 0.1, 1, 10, 25e-6
 		r, err := sim.Run(sc)
 		require.NoError(t, err)
 		assert.Equal(t, w.mode.String(), got[i].Mode)
 		assert.Equal(t, w.servers, got[i].Servers)
+		if w.mode == consistency.Ring {
+			assert.Equal(t, w.alg.String(), got[i].Allreduce)
+		}
 		assert.InEpsilon(t, r.StepSeconds, got[i].Result.StepSeconds, 1e-12, "%s with %d servers", w.mode, w.servers)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/sim"
@@ -19,10 +20,26 @@ import (
 
 // PlanRow is one simulated setup, as shoal bench plan --json prints it.
 type PlanRow struct {
-	Mode    string     `json:"mode"`
-	Servers int        `json:"servers"`
-	Result  sim.Result `json:"result"`
+	Mode    string `json:"mode"`
+	Servers int    `json:"servers"`
+	// Allreduce is the ring mode's algorithm (ring, tree, auto; "" in the
+	// PS modes).
+	Allreduce string     `json:"allreduce,omitempty"`
+	Result    sim.Result `json:"result"`
 }
+
+// label is r's mode as the table prints it: the ring mode with its
+// allreduce algorithm when that is not the ring's.
+func (r PlanRow) label() string {
+	if r.Allreduce == "" || r.Allreduce == collective.Ring.String() {
+		return r.Mode
+	}
+	return r.Mode + "/" + r.Allreduce
+}
+
+// planAlgorithms are the ring mode's allreduce algorithms a plan
+// simulates, each its own row.
+var planAlgorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
 
 // PlanConfig is one shoal bench plan: the job to simulate in each mode
 // and at each server count, and the time to a test accuracy to predict.
@@ -127,22 +144,25 @@ func (cfg PlanConfig) simConfig(ctx context.Context) (sim.Config, float64, error
 func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, error) {
 	var rows []PlanRow
 	var modes []consistency.Mode
+	var algs []collective.Algorithm
 	for _, m := range cfg.Modes {
-		ss := cfg.Counts
 		if !m.UsesServers() {
-			ss = []int{0}
+			for _, a := range planAlgorithms {
+				rows, modes, algs = append(rows, PlanRow{Mode: m.String(), Allreduce: a.String()}), append(modes, m), append(algs, a)
+			}
+			continue
 		}
-		for _, s := range ss {
+		for _, s := range cfg.Counts {
 			if int64(s) > cfg.floats() {
 				continue
 			}
-			rows, modes = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m)
+			rows, modes, algs = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m), append(algs, collective.Ring)
 		}
 	}
 	errs := make([]error, len(rows))
 	eachAtOnce(len(rows), func(i int) {
 		sc := base
-		sc.Mode, sc.Servers = modes[i], rows[i].Servers
+		sc.Mode, sc.Servers, sc.Allreduce = modes[i], rows[i].Servers, algs[i]
 		if rows[i].Result, errs[i] = sim.Run(sc); errs[i] != nil {
 			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].Mode, rows[i].Servers, errs[i])
 		}
@@ -179,7 +199,7 @@ func (cfg PlanConfig) print(stdout io.Writer, row PlanRow) error {
 		return json.NewEncoder(stdout).Encode(row)
 	}
 	r := row.Result
-	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", row.Mode, serversLabel(row.Servers), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+	fmt.Fprintf(stdout, "%-6s %7s %10.2f %12.0f %9.1f%% %14.2f\n", row.label(), serversLabel(row.Servers), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
 		(r.BytesSent+r.BytesReceived)/1e6)
 	return nil
 }
@@ -199,9 +219,9 @@ func printFastest(stdout io.Writer, rows []PlanRow) {
 			second = r
 		}
 	}
-	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.Mode, withServers(best.Servers), best.Result.SamplesPerSec)
+	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.label(), withServers(best.Servers), best.Result.SamplesPerSec)
 	if second.Mode != "" {
-		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
+		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.label(), withServers(second.Servers))
 	}
 }
 
