@@ -52,7 +52,8 @@ func (j SimJob) Validate() error {
 // model that build returns, at batch, measured here: shoal bench
 // compute's loop, 5 steps of warm-up and 30 timed where a step is short,
 // fewer where that would take more than about a second (at least 3
-// timed after 1 of warm-up), so that a large model's plan is not spent
+// timed after 1 of warm-up; a probe's 2 steps, which choose the count,
+// are the first of the warm-up), so that a large model's plan is not spent
 // measuring it (the 25.4M-parameter MLP takes about 0.3 s a step here).
 func (j SimJob) stepSeconds(ctx context.Context, build func() (nn.Model, error), batch int) (float64, error) {
 	if j.Compute > 0 {
@@ -67,7 +68,8 @@ func (j SimJob) stepSeconds(ctx context.Context, build func() (nn.Model, error),
 		return 0, err
 	}
 	steps, warmup := measureSteps(probe)
-	return StepSeconds(ctx, model, batch, warmup, steps, j.Seed)
+	// The probe's two steps count as warm-up.
+	return StepSeconds(ctx, model, batch, max(0, warmup-2), steps, j.Seed)
 }
 
 // measureSteps is how many steps to time, and to warm up with first,
