@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,76 @@ func ParseCompression(s string) (Compression, error) {
 	return None, fmt.Errorf("unknown compression %q, want none, float16 or bfloat16", s)
 }
 
+// Algorithm is how Allreduce reduces: the ring, recursive doubling (Tree),
+// or either by the message's size and the group's (Auto).
+type Algorithm int
+
+const (
+	// Ring is reduce-scatter then allgather around the ring: 2(N−1)
+	// rounds, each of 1/N of the vector; bandwidth-optimal.
+	Ring Algorithm = iota
+	// Tree is recursive doubling: log2(N) rounds (two more where N is
+	// not a power of two), each of the whole vector; latency-logarithmic.
+	Tree
+	// Auto takes Tree where its cost, by ChooseAlgorithm's model, is
+	// below the ring's: short messages on many ranks.
+	Auto
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Ring:
+		return "ring"
+	case Tree:
+		return "tree"
+	case Auto:
+		return "auto"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// ParseAlgorithm parses the names String returns.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range []Algorithm{Ring, Tree, Auto} {
+		if strings.EqualFold(s, a.String()) {
+			return a, nil
+		}
+	}
+	return Ring, fmt.Errorf("unknown allreduce algorithm %q, want auto, ring or tree", s)
+}
+
+// Auto's cost model: a hop's latency and a link's bandwidth of the
+// clusters Shoal plans for (shoal bench plan's defaults, 25 µs and 25
+// Gbit/s).
+const (
+	autoLatency  = 25e-6          // seconds
+	autoBytesPer = 25e9 / 8 / 1e6 // bytes per microsecond
+)
+
+// ChooseAlgorithm is the algorithm Auto runs for an Allreduce of bytes
+// on size ranks: Tree where its α-β cost (rounds·α + bytes/B a round) is
+// below the ring's (2(N−1)·α + 2(N−1)/N·bytes/B), else Ring. With α = 25
+// µs and B = 25 Gbit/s that is below about 690 KB at 8 ranks, 2.3 MB at
+// 64, 20 MB at 1,024 (and 47 KB at 3, where the fold's two rounds cost
+// most); at 2 ranks the two cost the same and Ring is kept.
+func ChooseAlgorithm(bytes, size int) Algorithm {
+	if size <= 2 {
+		return Ring
+	}
+	us := func(rounds, perRound float64) float64 { return rounds*autoLatency*1e6 + perRound/autoBytesPer }
+	n := float64(size)
+	treeRounds := float64(bits.Len(uint(size)) - 1)
+	if size&(size-1) != 0 {
+		treeRounds += 2
+	}
+	tree := us(treeRounds, treeRounds*float64(bytes))
+	ring := us(2*(n-1), 2*(n-1)/n*float64(bytes))
+	if tree < ring {
+		return Tree
+	}
+	return Ring
+}
+
 // Config configures a Communicator. Start from DefaultConfig.
 type Config struct {
 	// SegmentBytes is the size of the float32 data in one pipelined
@@ -100,6 +171,9 @@ type Config struct {
 	// context.DeadlineExceeded, and the Communicator broken) instead of
 	// hanging it.
 	CallTimeout time.Duration
+	// Algorithm is Allreduce's: Ring (the default), Tree or Auto. Every
+	// rank must use the same. The other collectives are not affected.
+	Algorithm Algorithm
 }
 
 // DefaultConfig returns 1 MiB segments and no compression.
@@ -113,6 +187,9 @@ func (c Config) validate() error {
 	}
 	if c.CallTimeout < 0 {
 		return fmt.Errorf("collective: Config.CallTimeout is %v, want 0 (none) or more", c.CallTimeout)
+	}
+	if c.Algorithm < Ring || c.Algorithm > Auto {
+		return fmt.Errorf("collective: Config.Algorithm is %v, want Ring, Tree or Auto", c.Algorithm)
 	}
 	if c.Compression < None || c.Compression > BFloat16 {
 		return fmt.Errorf("collective: Config.Compression is %v, want None, Float16 or BFloat16", c.Compression)
@@ -262,7 +339,8 @@ func (c *Communicator) validOp(name string, op Op) error {
 
 // Allreduce reduces buf element-wise over all ranks with op, in place:
 // on return every rank's buf holds the same result. Every rank must pass
-// the same len(buf) and op. It is a ring, reduce-scatter then allgather,
+// the same len(buf) and op. By default (Config.Algorithm) it is a ring,
+// reduce-scatter then allgather,
 // with the blocks cut into segments that are pipelined (a sender goroutine
 // sends while the caller's goroutine receives and reduces). With
 // compression the result is a value of the wire format, the same on every
@@ -278,6 +356,9 @@ func (c *Communicator) Allreduce(ctx context.Context, buf []float32, op Op) erro
 	}
 	if c.size == 1 {
 		return c.end(nil)
+	}
+	if alg := c.cfg.Algorithm; alg == Tree || (alg == Auto && ChooseAlgorithm(4*len(buf), c.size) == Tree) {
+		return c.end(c.allreduceTree(ctx, name, buf, op))
 	}
 	n, N, r := len(buf), c.size, c.rank
 	c.steps = c.steps[:0]

@@ -6,7 +6,10 @@
 // sending 2(N−1)/N of the data, with the buffer cut into segments
 // (Config.SegmentBytes) that are pipelined so sending, receiving and
 // summing overlap: a sender goroutine forwards segment j as soon as the
-// caller's goroutine has received and reduced it.
+// caller's goroutine has received and reduced it. Config.Algorithm Tree
+// makes it recursive doubling instead (log2 N rounds of the whole buffer,
+// each a swap with one peer: the latency-logarithmic choice for short
+// buffers on many ranks), and Auto picks by ChooseAlgorithm's α-β model.
 //
 // Transports: an in-memory one for tests (NewMemGroup), and network ones
 // in package collective/... (TCP and shared memory), all passing the one

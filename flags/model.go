@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/data"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
@@ -140,4 +141,33 @@ func DescribeModel(model nn.Model) string {
 		}
 	}
 	return "mlp " + strings.Join(dims, "-")
+}
+
+// ExpandHarnessModel lets --model name one of the harness's models (the
+// names shoal bench train --models takes: big, big-6m, mlp-25m, mlp-6m,
+// bench.Models): it sets the model flags that name stands for on fs,
+// --model, --hidden and, where fs has it, --batch, each unless given on
+// the command line. Call it after parsing fs; mlp and cnn are left as
+// they are.
+func ExpandHarnessModel(fs *flag.FlagSet) error {
+	arch := fs.Lookup("model")
+	if arch == nil {
+		return nil
+	}
+	m, ok := bench.Models[arch.Value.String()]
+	if !ok || arch.Value.String() == "mlp" || arch.Value.String() == "cnn" {
+		return nil
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for i := 0; i+1 < len(m.Args); i += 2 {
+		name := strings.TrimPrefix(m.Args[i], "--")
+		if fs.Lookup(name) == nil || (given[name] && name != "model") {
+			continue
+		}
+		if err := fs.Set(name, m.Args[i+1]); err != nil {
+			return fmt.Errorf("--model %s: %w", arch.Value.String(), err)
+		}
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ type Ring struct {
 	Listen       string
 	ReduceOp     string
 	Compression  string
+	Algorithm    string
 	DesyncEvery  int64
 	ScaleLR      bool
 	SharedMemory bool
@@ -33,6 +34,7 @@ func (r *Ring) Register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Listen, "data-listen", "", SectionRing.Usage("ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)"))
 	fs.StringVar(&r.ReduceOp, "reduce-op", "average", SectionRing.Usage("ring: how gradients combine: average, sum or adasum"))
 	fs.StringVar(&r.Compression, "compression", "none", SectionCommunication.Usage("gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32"))
+	fs.StringVar(&r.Algorithm, "allreduce-algorithm", "ring", SectionRing.Usage("ring: the allreduce: ring (2(N-1) rounds of 1/N of a bucket), tree (recursive doubling: log2 N rounds of the whole bucket) or auto (tree for small buckets on many ranks, by collective.ChooseAlgorithm)"))
 	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, SectionRing.Usage("ring: compare a hash of every rank's parameters every N steps (0: never)"))
 	fs.BoolVar(&r.ScaleLR, "scale-lr", false, SectionOptimizer.Usage("multiply the learning rate by the live world size (the linear scaling rule), warming up over the first epoch unless --warmup-steps says otherwise: ring, every rank's by the ring's size, which an elastic ring's re-forms change; PS modes (shoal train), the shards' by the live workers (shoal ps --scale-lr)"))
 	fs.BoolVar(&r.SharedMemory, "shared-memory", true, SectionRing.Usage("ring: use shared memory between ranks on the same host"))
@@ -61,6 +63,15 @@ func (r *Ring) CompressionMode() (collective.Compression, error) {
 		return 0, fmt.Errorf("--compression: %w", err)
 	}
 	return c, nil
+}
+
+// AllreduceAlgorithm is --allreduce-algorithm, parsed.
+func (r *Ring) AllreduceAlgorithm() (collective.Algorithm, error) {
+	a, err := collective.ParseAlgorithm(r.Algorithm)
+	if err != nil {
+		return 0, fmt.Errorf("--allreduce-algorithm: %w", err)
+	}
+	return a, nil
 }
 
 // PushEncoding is --compression for parameter-server pushes.

@@ -302,7 +302,11 @@ func (w *Worker) ringConfig() (node.RingConfig, error) {
 	if err != nil {
 		return node.RingConfig{}, err
 	}
-	cfg := node.RingConfig{Listen: r.Listen, JobID: r.JobID, ReduceOp: r.ReduceOp, Compression: comp, DesyncEvery: r.DesyncEvery, SharedMemory: r.SharedMemory,
+	alg, err := r.AllreduceAlgorithm()
+	if err != nil {
+		return node.RingConfig{}, err
+	}
+	cfg := node.RingConfig{Listen: r.Listen, JobID: r.JobID, ReduceOp: r.ReduceOp, Compression: comp, Algorithm: alg, DesyncEvery: r.DesyncEvery, SharedMemory: r.SharedMemory,
 		FusionBytes: r.FusionBytes, Optimizer: ocfg, ScaleLR: r.ScaleLR, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
 	if r.Elastic && w.Gossip.KeyFile != "" {
 		// The members that hold the gossip key sign their re-forms with

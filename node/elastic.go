@@ -91,7 +91,7 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 	out, err := elastic.Run(ctx, elastic.Config{
 		Member: r.ID.Rank, JobID: r.Ring.JobID, Coordinator: svc.coord, Roster: svc.roster, Secret: r.Ring.Secret,
 		Connect: r.connector(wrap, &current),
-		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout},
+		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout, Algorithm: r.Ring.Algorithm},
 		Model:   r.Model, Train: r.Train, Initial: initial,
 		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline},
 		Worker: wcfg, ReformTimeout: r.Ring.RejoinTimeout, Logger: r.Logger, DialOptions: r.Creds.DialOptions(), CheckDial: r.Creds.CheckDial,

@@ -118,7 +118,7 @@ func (r ringRun) communicator(ctx context.Context) (collective.Transport, *count
 	counted := newCountingTransport(tr)
 	// Every collective call gets its own deadline, so a silent peer ends
 	// the call instead of hanging it.
-	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout})
+	comm, err := collective.New(counted, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout, Algorithm: r.Ring.Algorithm})
 	if err != nil {
 		closeRing()
 		return nil, nil, nil, nil, err

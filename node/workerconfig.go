@@ -109,6 +109,7 @@ type RingConfig struct {
 	Master, Listen, JobID string
 	ReduceOp              string
 	Compression           collective.Compression
+	Algorithm             collective.Algorithm // the allreduce's
 	DesyncEvery           int64
 	SharedMemory          bool
 	FusionBytes           int

@@ -3,17 +3,21 @@ package sim
 // engine runs events in time order (seconds); events at the same time
 // run in the order they were scheduled. Its queue is a binary heap of its
 // own (container/heap's interface calls cost twice as much here, where a
-// thousand workers make millions of events).
+// thousand workers make millions of events). The heap holds no pointers
+// (each event's function waits in fns, under its slot), so moving events
+// in it needs no write barriers and the collector does not scan it.
 type engine struct {
-	now float64
-	q   []event
-	seq int
+	now  float64
+	q    []event
+	seq  int
+	fns  []func() // by slot
+	free []int32  // slots of fns not in use
 }
 
 type event struct {
-	at  float64
-	seq int
-	fn  func()
+	at   float64
+	seq  int
+	slot int32 // of fn in engine.fns
 }
 
 func (a *event) before(b *event) bool {
@@ -26,7 +30,15 @@ func (a *event) before(b *event) bool {
 // at schedules fn at time t (not before now).
 func (e *engine) at(t float64, fn func()) {
 	e.seq++
-	e.q = append(e.q, event{at: max(t, e.now), seq: e.seq, fn: fn})
+	var slot int32
+	if n := len(e.free); n > 0 {
+		slot, e.free = e.free[n-1], e.free[:n-1]
+		e.fns[slot] = fn
+	} else {
+		slot = int32(len(e.fns))
+		e.fns = append(e.fns, fn)
+	}
+	e.q = append(e.q, event{at: max(t, e.now), seq: e.seq, slot: slot})
 	for i := len(e.q) - 1; i > 0; {
 		p := (i - 1) / 2
 		if !e.q[i].before(&e.q[p]) {
@@ -72,7 +84,10 @@ func (e *engine) run(limit int) bool {
 		}
 		ev := e.pop()
 		e.now = ev.at
-		ev.fn()
+		fn := e.fns[ev.slot]
+		e.fns[ev.slot] = nil
+		e.free = append(e.free, ev.slot)
+		fn()
 	}
 	return true
 }
@@ -84,6 +99,21 @@ type nic struct {
 	egress, ingress float64 // when each direction is next free
 	sent, received  float64 // bytes
 	cores           *cores
+	// lines, when > 1, is how many NICs this one stands for (a class of
+	// shards, Config.Pieces): it carries that many times the line rate.
+	lines float64
+}
+
+// lineTime is how long k bytes take through n at bps per line (0:
+// infinite).
+func (n *nic) lineTime(k, bps float64) float64 {
+	switch {
+	case bps == 0:
+		return 0
+	case n.lines > 1:
+		return k / (bps * n.lines)
+	}
+	return k / bps
 }
 
 // network moves bytes between NICs.
@@ -128,6 +158,8 @@ type stream struct {
 	a, b  *nic
 	queue []message
 	busy  bool
+	piece float64 // bytes; the network's when 0
+	wake  func()  // sends the next piece
 }
 
 type message struct {
@@ -139,7 +171,16 @@ type message struct {
 	prepared float64
 }
 
-func (nw *network) stream(a, b *nic) *stream { return &stream{nw: nw, a: a, b: b} }
+func (nw *network) stream(a, b *nic) *stream {
+	s := &stream{nw: nw, a: a, b: b}
+	// One closure for the stream's every next piece, not one a piece: a
+	// thousand workers' plans schedule millions of them.
+	s.wake = func() {
+		s.busy = false
+		s.pump()
+	}
+	return s
+}
 
 // send queues a message of n bytes; done is called when it has arrived.
 func (s *stream) send(n float64, done func()) {
@@ -156,11 +197,12 @@ func (s *stream) pump() {
 		return
 	}
 	nw, m := s.nw, &s.queue[0]
-	k := min(m.left, nw.piece)
-	d := 0.0
-	if nw.bps > 0 {
-		d = k / nw.bps
+	piece := nw.piece
+	if s.piece > 0 {
+		piece = s.piece
 	}
+	k := min(m.left, piece)
+	dOut, dIn := s.a.lineTime(k, nw.bps), s.b.lineTime(k, nw.bps)
 	if ready := m.prepared + (m.size-m.left+k)*nw.perByte; ready > nw.e.now {
 		// Not yet prepared (CPU per byte): its turn on the egress comes
 		// once it is, so that the egress stays free to others till then.
@@ -176,11 +218,11 @@ func (s *stream) pump() {
 	// piece is booked from when the line is free, and passes once the
 	// line's clock is within the bucket's depth of its end.
 	out := max(nw.e.now, s.a.egress)
-	s.a.egress = out + d
-	left := max(nw.e.now, out+d-nw.burst)
+	s.a.egress = out + dOut
+	left := max(nw.e.now, out+dOut-nw.burst)
 	in := max(out, s.b.ingress)
-	s.b.ingress = in + d
-	arrived := max(left, in+d-nw.burst)
+	s.b.ingress = in + dIn
+	arrived := max(left, in+dIn-nw.burst)
 	s.a.sent += k
 	s.b.received += k
 	m.left -= k
@@ -201,10 +243,7 @@ func (s *stream) pump() {
 		nw.e.at(arrived+nw.latency, done)
 	}
 	s.busy = true
-	nw.e.at(max(left, in-nw.burst), func() {
-		s.busy = false
-		s.pump()
-	})
+	nw.e.at(max(left, in-nw.burst), s.wake)
 }
 
 // cpu is a processor that does one thing at a time, first come first

@@ -7,8 +7,9 @@ type simShard struct {
 	id     int
 	nic    nic
 	cpu    cpu
-	chunks []float64 // bytes of each owned chunk
+	chunks []float64 // bytes of each owned chunk (of all count shards)
 	bytes  float64   // their sum
+	count  int       // shards it stands for (Config.Pieces), each its own core
 	clock  int64     // updates applied
 	// Sync: the step being collected, who pushed it, who waits for its
 	// weights.
@@ -58,20 +59,21 @@ func (j *job) progress(w *simWorker) {
 }
 
 func (j *job) startPS() error {
-	plan, err := j.cfg.plan()
+	classes, err := j.cfg.classes()
 	if err != nil {
 		return err
 	}
 	n := j.cfg.Workers
-	j.shards = make([]*simShard, len(plan))
-	for i, chunks := range plan {
-		s := &simShard{id: i, nic: nic{cores: j.cores()}, chunks: chunks, progress: make([]int64, n), atSlowest: n, left: make([]int, n), seen: make([]int64, n),
-			up: make([]*stream, n), down: make([]*stream, n)}
-		for _, c := range chunks {
+	j.shards = make([]*simShard, len(classes))
+	for i, cl := range classes {
+		s := &simShard{id: i, nic: nic{cores: j.cores(), lines: float64(cl.count)}, chunks: cl.chunks, count: cl.count, progress: make([]int64, n), atSlowest: n,
+			left: make([]int, n), seen: make([]int64, n), up: make([]*stream, n), down: make([]*stream, n)}
+		for _, c := range cl.chunks {
 			s.bytes += c
 		}
 		for w, wk := range j.workers {
 			s.up[w], s.down[w] = j.net.stream(&wk.nic, &s.nic), j.net.stream(&s.nic, &wk.nic)
+			s.up[w].piece, s.down[w].piece = cl.piece, cl.piece
 		}
 		j.shards[i] = s
 	}
@@ -180,7 +182,7 @@ func (j *job) arrive(s *simShard, w *simWorker) {
 	last := j.lastStep(w)
 	replies := j.cfg.Mode == consistency.Async && !last && !j.cfg.Overlap
 	for i, bytes := range s.chunks {
-		s.cpu.run(j.e, j.applyTime(bytes), func() {
+		s.cpu.run(j.e, j.applyTime(bytes/float64(s.count)), func() {
 			if i == 0 && s.id == 0 {
 				// The shard's updates since w read (its pushes apply whole,
 				// one after another).
@@ -297,7 +299,7 @@ func (j *job) syncPushed(s *simShard, w *simWorker) {
 	if s.arrived < j.cfg.Workers-j.cfg.BackupWorkers {
 		return
 	}
-	apply := j.applyTime(s.bytes)
+	apply := j.applyTime(s.bytes / float64(s.count))
 	waiting := s.waiting
 	s.arrived, s.waiting = 0, nil
 	s.clock++ // pushes for this step from now on are late

@@ -1,5 +1,11 @@
 package sim
 
+import (
+	"math/bits"
+
+	"github.com/shoalml/shoal/collective"
+)
+
 // The ring. Each bucket's allreduce is 2(N−1) rounds (reduce-scatter,
 // then allgather) in which every rank sends 1/N of the bucket to the
 // next rank over its own link, all links at once: with every NIC alike
@@ -39,24 +45,38 @@ func (c Config) buckets() (sizes, readyAt []float64) {
 	return sizes, readyAt
 }
 
-// ringBucket is one bucket of one step across the ranks.
-type ringBucket struct {
-	ready int     // ranks that have it
-	at    float64 // when the last of them had it
+// allreduceRounds is how an allreduce of a bucket of size bytes goes by
+// Config.Allreduce: its rounds, each a latency and perRound bytes through
+// every rank's NIC each way. The ring: 2(N−1) rounds of size/N.
+// Recursive doubling (collective.Tree): log2(p) rounds of the whole
+// bucket, p the largest power of two up to N, and two more (the fold to
+// p ranks and the result back) where N is not one; its ranks' traffic.
+func (c Config) allreduceRounds(size float64) (rounds, perRound float64) {
+	n := c.Workers
+	alg := c.Allreduce
+	if alg == collective.Auto {
+		alg = collective.ChooseAlgorithm(int(size), n)
+	}
+	if alg != collective.Tree {
+		return 2 * float64(n-1), size / float64(n)
+	}
+	r := bits.Len(uint(n)) - 1
+	if n&(n-1) != 0 {
+		r += 2
+	}
+	return float64(r), size
 }
 
 // ringState is the ring's progress.
 type ringState struct {
-	buckets []ringBucket // per bucket of the current step
-	next    int          // the next bucket to reduce
-	commEnd float64      // when the previous bucket's allreduce ended
-	bwdEnd  []float64    // per rank, when its backward of this step ends
+	readyAt []float64 // per bucket of the current step, when the last rank has it
+	bwdEnd  []float64 // per rank, when its backward of this step ends
 	step    int
 }
 
 func (j *job) startRing() error {
 	j.bucketSizes, j.bucketReady = j.cfg.buckets()
-	j.ring = &ringState{bwdEnd: make([]float64, j.cfg.Workers)}
+	j.ring = &ringState{readyAt: make([]float64, len(j.bucketSizes)), bwdEnd: make([]float64, j.cfg.Workers)}
 	for _, w := range j.workers {
 		w.cpu.free = j.start(w.id)
 	}
@@ -65,14 +85,18 @@ func (j *job) startRing() error {
 }
 
 // ringStep starts every rank's next step: forward, then backward, which
-// makes the buckets ready as it goes.
+// makes the buckets ready as it goes. A bucket is reduced once the last
+// rank has it and the bucket before is reduced, so the step is worked
+// out here, when it starts, from each rank's compute: the ring's
+// arithmetic needs no event per rank and bucket, only one at its end.
 func (j *job) ringStep() {
 	rs := j.ring
 	if rs.step == j.cfg.Steps {
 		return
 	}
-	rs.buckets = make([]ringBucket, len(j.bucketSizes))
-	rs.next = 0
+	for k := range rs.readyAt {
+		rs.readyAt[k] = 0
+	}
 	for i, w := range j.workers {
 		f, b := j.computeTime()
 		w.compute += f + b
@@ -81,45 +105,35 @@ func (j *job) ringStep() {
 		rs.bwdEnd[i] = start + f + b
 		w.cpu.free = rs.bwdEnd[i]
 		for k, at := range j.bucketReady {
-			j.e.at(start+f+b*at, func() { j.ringReady(k) })
+			rs.readyAt[k] = max(rs.readyAt[k], start+f+b*at)
 		}
 	}
-}
-
-// ringReady counts one rank's bucket k as ready and reduces the buckets
-// every rank has, in order.
-func (j *job) ringReady(k int) {
-	rs := j.ring
-	rs.buckets[k].ready++
-	rs.buckets[k].at = j.e.now
 	j.ringReduce()
 }
 
+// ringReduce reduces the step's buckets in order, each once every rank
+// has it and the one before is done, then has every rank apply the
+// optimizer step once the last is reduced; the step ends with the
+// slowest.
 func (j *job) ringReduce() {
 	rs := j.ring
-	n := float64(j.cfg.Workers)
-	for rs.next < len(rs.buckets) && rs.buckets[rs.next].ready == j.cfg.Workers {
-		seg := j.bucketSizes[rs.next] / n
+	commEnd := 0.0
+	var moved float64
+	for k, size := range j.bucketSizes {
+		rounds, perRound := j.cfg.allreduceRounds(size)
 		round := j.cfg.Latency
 		if j.net.bps > 0 {
-			round += seg / j.net.bps
+			round += perRound / j.net.bps
 		}
-		rounds := 2 * (n - 1)
-		start := max(rs.commEnd, rs.buckets[rs.next].at)
-		rs.commEnd = start + rounds*round
-		for _, w := range j.workers {
-			w.nic.sent += rounds * seg
-			w.nic.received += rounds * seg
-		}
-		rs.next++
+		commEnd = max(commEnd, rs.readyAt[k]) + rounds*round
+		moved += rounds * perRound
 	}
-	if rs.next < len(rs.buckets) {
-		return
+	for _, w := range j.workers {
+		w.nic.sent += moved
+		w.nic.received += moved
 	}
-	// Every bucket is on its way: once the last is reduced, each rank
-	// applies the optimizer step, and the step ends with the slowest.
 	apply := j.applyTime(float64(j.cfg.VectorBytes()))
-	end := rs.commEnd
+	end := commEnd
 	for i := range j.workers {
 		end = max(end, rs.bwdEnd[i])
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/sim"
 )
@@ -263,11 +264,54 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		"negative local steps":    func(c *sim.Config) { c.LocalSteps = -1 },
 		"local steps in ssp":      func(c *sim.Config) { c.Mode, c.LocalSteps = consistency.SSP, 10 },
 		"local steps overlapped":  func(c *sim.Config) { c.Mode, c.LocalSteps, c.Overlap = consistency.Async, 10, true },
+		"negative pieces":         func(c *sim.Config) { c.Pieces = -1 },
 	} {
 		cfg := good
 		mut(&cfg)
 		_, err := sim.Run(cfg)
 		assert.Error(t, err, name)
+	}
+}
+
+// bigModel is shoal bench plan --model big: the MLP 784-16384-768-10
+// (25.4M parameters), batch 16, as plan simulates it at 25 Gbit/s with
+// the compute and optimizer speed it measured once here.
+func bigModel(mode consistency.Mode, workers, servers int) sim.Config {
+	layers := []int64{784 * 16384 * 4, 16384 * 4, 16384 * 768 * 4, 768 * 4, 768 * 10 * 4, 10 * 4}
+	return sim.Config{Mode: mode, Workers: workers, Servers: servers, Staleness: 1, Batch: 16, Steps: 10, Layers: layers, FusionBytes: 65536,
+		Forward: 0.1, Backward: 0.2, Jitter: 0.1, Seed: 1, NICGbps: 25, Latency: 25e-6, ApplyBytesPerSec: 5e9}
+}
+
+// The planner's fast path (Config.Pieces: alike shards as one, a message
+// in DefaultPieces pieces) answers within 5% of the exact simulation, at
+// 64 workers and each of shoal bench plan's server counts.
+func TestCoarsePiecesKeepTheAnswer(t *testing.T) {
+	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+		for _, servers := range []int{1, 4, 16, 64} {
+			exact := bigModel(mode, 64, servers)
+			fast := exact
+			fast.Pieces = sim.DefaultPieces
+			want, got := run(t, exact), run(t, fast)
+			assert.InEpsilon(t, want.StepSeconds, got.StepSeconds, 0.05, "%s, %d servers", mode, servers)
+			assert.InEpsilon(t, want.BytesSent, got.BytesSent, 1e-9, "%s, %d servers", mode, servers)
+		}
+	}
+}
+
+// Where the fast path cannot stand for each shard and piece (a NIC's
+// burst, CPU per byte, a traced schedule), it is not taken.
+func TestCoarsePiecesStepAsideForPerPieceEffects(t *testing.T) {
+	for name, mut := range map[string]func(*sim.Config){
+		"NIC burst":    func(c *sim.Config) { c.NICBurst = 1 << 20 },
+		"CPU per byte": func(c *sim.Config) { c.CPUPerByte = 1e-9 },
+		"trace":        func(c *sim.Config) { c.Trace = true },
+	} {
+		exact := bigModel(consistency.Async, 8, 4)
+		exact.Steps = 3
+		mut(&exact)
+		fast := exact
+		fast.Pieces = 1
+		assert.Equal(t, run(t, exact).StepSeconds, run(t, fast).StepSeconds, name)
 	}
 }
 
@@ -325,4 +369,30 @@ func TestLocalStepsPushOnceARound(t *testing.T) {
 	cfg.Steps, cfg.LocalSteps = 25, 10
 	r := run(t, cfg)
 	assert.InEpsilon(t, 3*float64(1<<20)/25, r.BytesSent, 1e-9)
+}
+
+// The ring mode's allreduce by recursive doubling (collective.Tree):
+// log2(N) rounds of the whole bucket, two more where N is not a power of
+// two; Auto takes it for small buckets on many ranks.
+func TestTreeAllreduceMatchesItsFormula(t *testing.T) {
+	const m = 4 << 10
+	for _, tc := range []struct {
+		n      int
+		rounds float64
+	}{{2, 1}, {8, 3}, {12, 5}, {1024, 10}} {
+		cfg := job(consistency.Ring, tc.n, 0, m, 0.01)
+		cfg.Latency = 25e-6
+		cfg.Allreduce = collective.Tree
+		r := run(t, cfg)
+		assert.InEpsilon(t, 0.01+tc.rounds*(25e-6+m/gbit), r.StepSeconds, 1e-9, "N=%d", tc.n)
+		assert.InEpsilon(t, tc.rounds*m, r.BytesSent, 1e-9, "N=%d", tc.n)
+		cfg.Allreduce = collective.Auto
+		if tc.n > 2 {
+			assert.InEpsilon(t, r.StepSeconds, run(t, cfg).StepSeconds, 1e-12, "auto at N=%d, 4 KiB", tc.n)
+		}
+	}
+	big := job(consistency.Ring, 8, 0, 64<<20, 0.01)
+	ring := run(t, big)
+	big.Allreduce = collective.Auto
+	assert.Equal(t, ring.StepSeconds, run(t, big).StepSeconds, "auto at 64 MiB on 8 ranks: the ring")
 }

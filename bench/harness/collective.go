@@ -28,6 +28,7 @@ type CollectiveConfig struct {
 	Iters, Warmup int
 	SharedMemory  bool
 	Compression   collective.Compression
+	Algorithm     collective.Algorithm // Allreduce's
 	// Timeout is the deadline of each collective call.
 	Timeout time.Duration
 	// Security, when not nil, is the ranks' mutual TLS.
@@ -170,7 +171,7 @@ func connectRank(ctx context.Context, cfg CollectiveConfig, rank int, master str
 	if err != nil {
 		return nil, nil, err
 	}
-	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: cfg.Compression, CallTimeout: cfg.Timeout})
+	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: cfg.Compression, CallTimeout: cfg.Timeout, Algorithm: cfg.Algorithm})
 	if err != nil {
 		tr.Close()
 		return nil, nil, err

@@ -2,10 +2,12 @@ package harness
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/record"
@@ -148,4 +150,60 @@ func TestCalibration(t *testing.T) {
 	assert.False(t, ok)
 	_, ok = Calibration(nil, "m/c", "mlp")
 	assert.False(t, ok)
+}
+
+// A plan measures a short step 30 times after 5 of warm-up, a long one
+// about a second's worth, at least 3 times after 1.
+func TestMeasureSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		probe         float64
+		steps, warmup int
+	}{
+		{"short", 0.002, 30, 5},
+		{"unmeasurable", 0, 30, 5},
+		{"a tenth of a second", 0.1, 10, 1},
+		{"the big model's", 0.33, 3, 1},
+		{"ten seconds", 10, 3, 1},
+	} {
+		steps, warmup := measureSteps(tc.probe)
+		assert.Equal(t, tc.steps, steps, tc.name)
+		assert.Equal(t, tc.warmup, warmup, tc.name)
+	}
+}
+
+// Plan simulates its setups at once but prints them in order, each the
+// answer of sim.Run on the planner's fast path (sim.DefaultPieces).
+func TestPlanPrintsTheSetupsInOrder(t *testing.T) {
+	cfg := PlanConfig{Sim: sim.Config{Workers: 8, Batch: 16, Steps: 4, Layers: []int64{3 << 20, 1 << 20}, FusionBytes: 65536, ApplyBytesPerSec: 4e9, Staleness: 1},
+		Net:   SimJob{NICGbps: 10, Latency: 25 * time.Microsecond, Compute: 2 * time.Millisecond, Jitter: 0.1, Seed: 1},
+		Modes: consistency.All(), Counts: []int{1, 4}, JSON: true}
+	var out bytes.Buffer
+	require.NoError(t, Plan(t.Context(), cfg, &out))
+	var got []PlanRow
+	for dec := json.NewDecoder(&out); dec.More(); {
+		var r PlanRow
+		require.NoError(t, dec.Decode(&r))
+		got = append(got, r)
+	}
+	want := []struct {
+		mode    consistency.Mode
+		servers int
+		alg     collective.Algorithm
+	}{{consistency.Async, 1, 0}, {consistency.Async, 4, 0}, {consistency.Sync, 1, 0}, {consistency.Sync, 4, 0}, {consistency.SSP, 1, 0}, {consistency.SSP, 4, 0},
+		{consistency.Ring, 0, collective.Ring}, {consistency.Ring, 0, collective.Tree}, {consistency.Ring, 0, collective.Auto}}
+	require.Len(t, got, len(want))
+	for i, w := range want {
+		sc := cfg.Sim
+		sc.Mode, sc.Servers, sc.Pieces, sc.Allreduce = w.mode, w.servers, sim.DefaultPieces, w.alg
+		sc.Forward, sc.Backward, sc.Jitter, sc.Seed, sc.NICGbps, sc.Latency = 2e-3/3, 4e-3/3, 0.1, 1, 10, 25e-6
+		r, err := sim.Run(sc)
+		require.NoError(t, err)
+		assert.Equal(t, w.mode.String(), got[i].Mode)
+		assert.Equal(t, w.servers, got[i].Servers)
+		if w.mode == consistency.Ring {
+			assert.Equal(t, w.alg.String(), got[i].Allreduce)
+		}
+		assert.InEpsilon(t, r.StepSeconds, got[i].Result.StepSeconds, 1e-12, "%s with %d servers", w.mode, w.servers)
+	}
 }

@@ -49,8 +49,12 @@ func (j SimJob) Validate() error {
 }
 
 // stepSeconds is Compute, or else one step's forward and backward of the
-// model that build returns, at batch, measured here (shoal bench
-// compute's loop: 5 steps of warm-up, 30 timed).
+// model that build returns, at batch, measured here: shoal bench
+// compute's loop, 5 steps of warm-up and 30 timed where a step is short,
+// fewer where that would take more than about a second (at least 3
+// timed after 1 of warm-up; a probe's 2 steps, which choose the count,
+// are the first of the warm-up), so that a large model's plan is not spent
+// measuring it (the 25.4M-parameter MLP takes about 0.3 s a step here).
 func (j SimJob) stepSeconds(ctx context.Context, build func() (nn.Model, error), batch int) (float64, error) {
 	if j.Compute > 0 {
 		return j.Compute.Seconds(), nil
@@ -59,7 +63,24 @@ func (j SimJob) stepSeconds(ctx context.Context, build func() (nn.Model, error),
 	if err != nil {
 		return 0, err
 	}
-	return StepSeconds(ctx, model, batch, 5, 30, j.Seed)
+	probe, err := StepSeconds(ctx, model, batch, 1, 1, j.Seed)
+	if err != nil {
+		return 0, err
+	}
+	steps, warmup := measureSteps(probe)
+	// The probe's two steps count as warm-up.
+	return StepSeconds(ctx, model, batch, max(0, warmup-2), steps, j.Seed)
+}
+
+// measureSteps is how many steps to time, and to warm up with first,
+// for a step that took probe seconds once: 30 and 5, or as many as take
+// about a second (at least 3, after 1).
+func measureSteps(probe float64) (steps, warmup int) {
+	steps = 30
+	if probe > 0 {
+		steps = int(min(30, max(3, 1/probe)))
+	}
+	return steps, min(5, max(1, steps/6))
 }
 
 // Job is what every emulated job of one command shares: the model, its

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/shoalml/shoal/bench"
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/sim"
@@ -16,10 +20,26 @@ import (
 
 // PlanRow is one simulated setup, as shoal bench plan --json prints it.
 type PlanRow struct {
-	Mode    string     `json:"mode"`
-	Servers int        `json:"servers"`
-	Result  sim.Result `json:"result"`
+	Mode    string `json:"mode"`
+	Servers int    `json:"servers"`
+	// Allreduce is the ring mode's algorithm (ring, tree, auto; "" in the
+	// PS modes).
+	Allreduce string     `json:"allreduce,omitempty"`
+	Result    sim.Result `json:"result"`
 }
+
+// label is r's mode as the table prints it: the ring mode with its
+// allreduce algorithm when that is not the ring's.
+func (r PlanRow) label() string {
+	if r.Allreduce == "" || r.Allreduce == collective.Ring.String() {
+		return r.Mode
+	}
+	return r.Mode + "/" + r.Allreduce
+}
+
+// planAlgorithms are the ring mode's allreduce algorithms a plan
+// simulates, each its own row.
+var planAlgorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
 
 // PlanConfig is one shoal bench plan: the job to simulate in each mode
 // and at each server count, and the time to a test accuracy to predict.
@@ -117,35 +137,51 @@ func (cfg PlanConfig) simConfig(ctx context.Context) (sim.Config, float64, error
 	}
 	sc.Forward, sc.Backward = c/3, 2*c/3
 	sc.Jitter, sc.Seed, sc.NICGbps, sc.Latency = cfg.Net.Jitter, cfg.Net.Seed, cfg.Net.NICGbps, cfg.Net.Latency.Seconds()
+	sc.Pieces = sim.DefaultPieces // fewer, larger pieces: the answer within 5% (sim.TestCoarsePiecesKeepTheAnswer)
 	return sc, c, nil
 }
 
-// simulate runs base in every mode at each of its server counts and
-// prints each setup as it comes: a table row, or with JSON an object.
+// simulate runs base in every mode at each of its server counts, the
+// setups at once on the cores there are (each simulation is one
+// goroutine's arithmetic), and prints each setup in order: a table row,
+// or with JSON an object.
 func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, error) {
 	var rows []PlanRow
+	var modes []consistency.Mode
+	var algs []collective.Algorithm
+	var locals []int
 	for _, m := range cfg.Modes {
-		ss := cfg.Counts
 		if !m.UsesServers() {
-			ss = []int{0}
+			for _, a := range planAlgorithms {
+				rows, modes, algs, locals = append(rows, PlanRow{Mode: m.String(), Allreduce: a.String()}), append(modes, m), append(algs, a), append(locals, 0)
+			}
+			continue
 		}
-		for _, s := range ss {
+		for _, s := range cfg.Counts {
 			if int64(s) > cfg.floats() {
 				continue
 			}
-			row, err := cfg.simulateOne(base, m, s, stdout)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, row)
+			rows, modes, algs, locals = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m), append(algs, collective.Ring), append(locals, 0)
 			if cfg.LocalSteps > 0 && (m == consistency.Sync || m == consistency.Async) {
-				local := base
-				local.LocalSteps = cfg.LocalSteps
-				if row, err = cfg.simulateOne(local, m, s, stdout); err != nil {
-					return nil, err
-				}
-				rows = append(rows, row)
+				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps), Servers: s})
+				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, cfg.LocalSteps)
 			}
+		}
+	}
+	errs := make([]error, len(rows))
+	eachAtOnce(len(rows), func(i int) {
+		sc := base
+		sc.Mode, sc.Servers, sc.Allreduce, sc.LocalSteps = modes[i], rows[i].Servers, algs[i], locals[i]
+		if rows[i].Result, errs[i] = sim.Run(sc); errs[i] != nil {
+			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].Mode, rows[i].Servers, errs[i])
+		}
+	})
+	for i, row := range rows {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if err := cfg.print(stdout, row); err != nil {
+			return nil, err
 		}
 	}
 	return rows, nil
@@ -159,30 +195,39 @@ func (cfg PlanConfig) modeWidth() int {
 	return 6
 }
 
-// modeLabel is a setup's mode in the table: the mode, with its local
-// steps (sc.LocalSteps > 0) as "-hH".
-func modeLabel(m consistency.Mode, sc sim.Config) string {
-	if sc.LocalSteps > 0 {
-		return fmt.Sprintf("%s-h%d", m, sc.LocalSteps)
+// modeLabel is a setup's mode in the table with its local steps h
+// (h > 0) as "-hH".
+func modeLabel(m consistency.Mode, h int) string {
+	if h > 0 {
+		return fmt.Sprintf("%s-h%d", m, h)
 	}
 	return m.String()
 }
 
-// simulateOne runs base in mode m with s servers and prints the setup.
-func (cfg PlanConfig) simulateOne(base sim.Config, m consistency.Mode, s int, stdout io.Writer) (PlanRow, error) {
-	sc := base
-	sc.Mode, sc.Servers = m, s
-	r, err := sim.Run(sc)
-	if err != nil {
-		return PlanRow{}, fmt.Errorf("%s with %d servers: %w", m, s, err)
+// eachAtOnce calls fn(0) to fn(n−1), as many at once as Go may run
+// threads (GOMAXPROCS), and returns when every call has.
+func eachAtOnce(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		})
 	}
-	row := PlanRow{Mode: modeLabel(m, sc), Servers: s, Result: r}
+	wg.Wait()
+}
+
+// print prints one simulated setup: a table row, or with JSON an object.
+func (cfg PlanConfig) print(stdout io.Writer, row PlanRow) error {
 	if cfg.JSON {
-		return row, json.NewEncoder(stdout).Encode(row)
+		return json.NewEncoder(stdout).Encode(row)
 	}
-	fmt.Fprintf(stdout, "%-*s %7s %10.2f %12.0f %9.1f%% %14.2f\n", cfg.modeWidth(), row.Mode, serversLabel(s), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
+	r := row.Result
+	fmt.Fprintf(stdout, "%-*s %7s %10.2f %12.0f %9.1f%% %14.2f\n", cfg.modeWidth(), row.label(), serversLabel(row.Servers), r.StepSeconds*1e3, r.SamplesPerSec, 100*r.Efficiency,
 		(r.BytesSent+r.BytesReceived)/1e6)
-	return row, nil
+	return nil
 }
 
 // printFastest names the fastest of rows and how much faster it is than
@@ -200,9 +245,9 @@ func printFastest(stdout io.Writer, rows []PlanRow) {
 			second = r
 		}
 	}
-	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.Mode, withServers(best.Servers), best.Result.SamplesPerSec)
+	fmt.Fprintf(stdout, "fastest: %s%s, %.0f samples/s", best.label(), withServers(best.Servers), best.Result.SamplesPerSec)
 	if second.Mode != "" {
-		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.Mode, withServers(second.Servers))
+		fmt.Fprintf(stdout, ", %.2f× the best other mode (%s%s)", best.Result.SamplesPerSec/second.Result.SamplesPerSec, second.label(), withServers(second.Servers))
 	}
 }
 

@@ -119,6 +119,7 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 type benchCollectiveFlags struct {
 	np, iters, warmup, rank int
 	sizes, op, comp, master string
+	alg                     string
 	jsonOut, shm, tls       bool
 	timeout                 time.Duration
 	sec                     flags.Sec
@@ -133,6 +134,7 @@ func (f *benchCollectiveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per line")
 	fs.BoolVar(&f.shm, "shared-memory", true, "use shared memory between the processes")
 	fs.StringVar(&f.comp, "compression", "none", "wire format of reductions: none, fp16 or bf16")
+	fs.StringVar(&f.alg, "allreduce-algorithm", "ring", "allreduce: ring, tree (recursive doubling) or auto (by size and ranks)")
 	fs.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	fs.StringVar(&f.master, "master", "", "internal: rank 0's rendezvous address")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "deadline of each collective call")
@@ -154,9 +156,12 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	rf := flags.Ring{Compression: f.comp}
-	cfg.Compression, err = rf.CompressionMode()
+	rf := flags.Ring{Compression: f.comp, Algorithm: f.alg}
+	if cfg.Compression, err = rf.CompressionMode(); err != nil {
+		return cfg, err
+	}
 	cfg.Security = f.sec.Creds
+	cfg.Algorithm, err = rf.AllreduceAlgorithm()
 	return cfg, err
 }
 
@@ -164,6 +169,7 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 // address.
 func (f *benchCollectiveFlags) args() []string {
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(f.np), "--sizes", f.sizes, "--iters", strconv.Itoa(f.iters),
-		"--warmup", strconv.Itoa(f.warmup), "--op", f.op, "--shared-memory=" + strconv.FormatBool(f.shm), "--compression", f.comp, "--timeout", f.timeout.String()}
+		"--warmup", strconv.Itoa(f.warmup), "--op", f.op, "--shared-memory=" + strconv.FormatBool(f.shm), "--compression", f.comp, "--allreduce-algorithm", f.alg,
+		"--timeout", f.timeout.String()}
 	return append(common, f.sec.Args()...)
 }

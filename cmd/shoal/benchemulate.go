@@ -19,7 +19,8 @@ simulated job (shoal bench plan's simulator) applies pushes and answers reads, b
 real workers against a real shard (package emulate). Prints each job's final test
 accuracy and staleness; --out DIR also writes results.json and one plot of
 accuracy against epochs per worker count. The run's timing is not emulated:
-shoal bench plan predicts it.
+shoal bench plan predicts it. --model also takes the names of shoal bench train
+--models (big, big-6m, mlp-25m, mlp-6m), whose flags yield to those given.
 
 --replay DIR follows instead the order of a real run recorded by shoal train
 --record-pushes DIR: its mode, workers and bound come from the recording; give
@@ -64,6 +65,9 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, err
 	p := &benchEmulateFlags{}
 	p.register(fs)
 	if err := flags.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if err := flags.ExpandHarnessModel(fs); err != nil {
 		return nil, err
 	}
 	c := &p.cfg

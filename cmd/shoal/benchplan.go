@@ -20,7 +20,9 @@ time, samples/s, scaling efficiency (against the workers computing alone) and
 traffic, and which setup wins. The compute per step and the optimizer's speed are
 measured on this machine first (shoal bench compute's loop, one thread) unless
 --compute and --apply-gbps give them. Simulated, not measured: docs/BENCHMARKS.md
-says how close the simulator comes to measured runs.`
+says how close the simulator comes to measured runs. --model also takes the names
+of shoal bench train --models (big: --hidden 16384,768 --batch 16, the 25.4M-
+parameter MLP; big-6m, mlp-25m, mlp-6m), whose flags yield to those given.`
 
 // benchPlanFlags are shoal bench plan's flags.
 type benchPlanFlags struct {
@@ -62,6 +64,9 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 	p := &benchPlanFlags{}
 	p.register(fs)
 	if err := flags.Parse(fs, args); err != nil {
+		return harness.PlanConfig{}, err
+	}
+	if err := flags.ExpandHarnessModel(fs); err != nil {
 		return harness.PlanConfig{}, err
 	}
 	c := &p.cfg

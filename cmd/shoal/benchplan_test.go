@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func TestBenchPlan(t *testing.T) {
 	text := string(out)
 	assert.Contains(t, text, "mlp 784-256-128-10 (0.9 MB), 16 workers of batch 64, NICs of 10 Gbit/s")
 	assert.Contains(t, text, "compute 2.00 ms a step, optimizer 4.00 GB/s")
-	for _, row := range []string{"async        1", "async        4", "sync         1", "sync         4", "ssp          1", "ssp          4", "ring         -"} {
+	for _, row := range []string{"async        1", "async        4", "sync         1", "sync         4", "ssp          1", "ssp          4", "ring         -", "ring/tree       -", "ring/auto       -"} {
 		assert.Contains(t, text, row)
 	}
 	assert.Contains(t, text, "fastest: ")
@@ -30,7 +31,7 @@ func TestBenchPlan(t *testing.T) {
 	out, err = exec.CommandContext(ctx, shoalBin, append(args, "--json")...).Output()
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Len(t, lines, 7)
+	require.Len(t, lines, 9) // the ring mode thrice: ring, tree, auto
 	for _, l := range lines {
 		var row struct {
 			Mode    string
@@ -137,4 +138,14 @@ func TestBenchPlanTimeToTarget(t *testing.T) {
 		assert.Error(t, err, tc.args)
 		assert.Contains(t, string(out), tc.want, tc.args)
 	}
+}
+
+// --model big is the harness's 25.4M-parameter MLP at batch 16, as shoal
+// bench train --models names it.
+func TestBenchPlanTakesTheHarnessModels(t *testing.T) {
+	cfg, err := parseBenchPlan([]string{"--model", "big", "--compute", "1ms"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "mlp 784-16384-768-10", cfg.ModelName)
+	assert.Equal(t, 16, cfg.Sim.Batch)
+	assert.EqualValues(t, 25_452_810, cfg.Sim.VectorBytes()/4)
 }

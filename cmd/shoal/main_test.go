@@ -102,6 +102,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"too many lanes", []string{"train", "--dataset", "synthetic", "--lanes", "17"}, "--lanes 17: want 1..16 connections per server"},
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
 		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
+		{"an unknown allreduce algorithm", []string{"bench", "allreduce", "--allreduce-algorithm", "butterfly"}, `--allreduce-algorithm: unknown allreduce algorithm "butterfly"`},
 		{"a server's flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--staleness", "-5", "--servers", "3"},
 			"--servers, --staleness: for the parameter-server modes (async, sync, ssp); --mode ring has no servers and would ignore it: leave it out"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},

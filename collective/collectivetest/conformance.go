@@ -53,6 +53,11 @@ var bigN = []int{2, 3, 4, 8}
 //   - Compression (Float16, BFloat16): Allreduce, ReduceScatter and
 //     Allgather, sizes up to 1009, within the format's precision, every
 //     rank bit-identical.
+//   - Allreduce runs all of the above for Config.Algorithm Ring and
+//     Tree, and for Auto at N ∈ {1,2,3,8}; Ring and Tree also at N =
+//     9..16 (sizes N+1 and 1009, sum and average, uncompressed: every
+//     remainder of recursive doubling's fold); each algorithm meets
+//     DeadPeer and SilentPeer.
 //   - DeadPeer (N = 2, 3, 5; the dead rank first, middle, last): one rank
 //     closes its transport, then the others call a collective. For Barrier
 //     and Alltoall every other rank fails with a *PeerError naming it; for
@@ -168,16 +173,51 @@ func tolerance(comp collective.Compression, op collective.Op, n int, want, mag f
 	}
 }
 
+// maxAllreduceRanks is the largest group Allreduce runs in: up to 16,
+// so that recursive doubling folds every remainder from 1 to 7 ranks.
+// Past maxRanks only sizes N+1 and 1009, sum and average, uncompressed,
+// and only Ring and Tree: groups of 9 to 16 ranks are slow to build over
+// TCP, and what they add is the fold's arithmetic.
+const maxAllreduceRanks = 16
+
+// algorithms are Allreduce's, each run through the same cases; Auto
+// (which runs one of the other two) only for autoN.
+var (
+	algorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
+	autoN      = []int{1, 2, 3, 8}
+)
+
 func testAllreduce(t *testing.T, mk NewGroupFunc, comp collective.Compression) {
-	for n := 1; n <= maxRanks; n++ {
+	for _, alg := range algorithms {
+		t.Run("alg="+alg.String(), func(t *testing.T) { testAllreduceWith(t, mk, comp, alg) })
+	}
+}
+
+// allreduceCase says whether testAllreduceWith runs op at sc on n ranks.
+func allreduceCase(n int, sc sizeCase, op collective.Op, comp collective.Compression, alg collective.Algorithm) bool {
+	switch {
+	case alg == collective.Auto && !slices.Contains(autoN, n):
+		return false
+	case n > maxRanks:
+		return alg != collective.Auto && comp == collective.None && (sc.size == n+1 || sc.size == 1009) && (op == collective.Sum || op == collective.Average)
+	case sc.size == bigSize && n != 2 && n != 8 && op != collective.Sum:
+		return false // the other ops at the big size only for the extreme N, to save time
+	}
+	return true
+}
+
+func testAllreduceWith(t *testing.T, mk NewGroupFunc, comp collective.Compression, alg collective.Algorithm) {
+	for n := 1; n <= maxAllreduceRanks; n++ {
 		for _, sc := range sizeCases(n, comp) {
 			in := randVecs(1, n, sc.size)
 			for _, op := range ops {
-				if sc.size == bigSize && n != 2 && n != 8 && op != collective.Sum {
-					continue // the other ops at the big size only for the extreme N, to save time
+				if !allreduceCase(n, sc, op, comp, alg) {
+					continue
 				}
 				t.Run(name("N=%d/size=%d/seg=%d/%v", n, sc.size, sc.seg, op), func(t *testing.T) {
-					g := newGroup(t, mk, n, cfg(sc.seg, comp))
+					c := cfg(sc.seg, comp)
+					c.Algorithm = alg
+					g := newGroup(t, mk, n, c)
 					bufs := clone2(in)
 					g.runOK(func(ctx context.Context, r int, c *collective.Communicator) error {
 						return c.Allreduce(ctx, bufs[r], op)

@@ -25,6 +25,15 @@ type failKind struct {
 	// root up to the failed rank only send, so they may finish.
 	root int
 	call func(ctx context.Context, c *collective.Communicator) error
+	// alg is the Communicators' Config.Algorithm.
+	alg collective.Algorithm
+}
+
+// config is the Communicators' Config for k.
+func (k failKind) config() collective.Config {
+	c := cfg(0, collective.None)
+	c.Algorithm = k.alg
+	return c
 }
 
 // mayFinish reports whether rank r may complete k although rank failed
@@ -51,6 +60,12 @@ func failKinds(n int) []failKind {
 			return c.Alltoall(ctx, make([]float32, 2*n), counts, make([]float32, 2*n), counts)
 		}},
 		{name: "Allreduce", root: -1, call: func(ctx context.Context, c *collective.Communicator) error {
+			return c.Allreduce(ctx, make([]float32, size), collective.Sum)
+		}},
+		{name: "Allreduce/tree", root: -1, alg: collective.Tree, call: func(ctx context.Context, c *collective.Communicator) error {
+			return c.Allreduce(ctx, make([]float32, size), collective.Sum)
+		}},
+		{name: "Allreduce/auto", root: -1, alg: collective.Auto, call: func(ctx context.Context, c *collective.Communicator) error {
 			return c.Allreduce(ctx, make([]float32, size), collective.Sum)
 		}},
 		{name: "ReduceScatter", root: -1, call: func(ctx context.Context, c *collective.Communicator) error {
@@ -100,7 +115,7 @@ func testDeadPeer(t *testing.T, mk NewGroupFunc) {
 		for _, dead := range failRanks(n) {
 			for _, k := range failKinds(n) {
 				t.Run(name("N=%d/dead=%d/%s", n, dead, k.name), func(t *testing.T) {
-					g := newGroup(t, mk, n, cfg(0, collective.None))
+					g := newGroup(t, mk, n, k.config())
 					g.close(dead)
 					live := without(allRanks(n), dead)
 					errs := g.run(live, func(ctx context.Context, r int, c *collective.Communicator) error {
@@ -153,7 +168,7 @@ func testSilentPeer(t *testing.T, mk NewGroupFunc) {
 			}
 			for _, k := range failKinds(n) {
 				t.Run(name("N=%d/silent=%d/%s", n, silent, k.name), func(t *testing.T) {
-					g := newGroup(t, mk, n, cfg(0, collective.None))
+					g := newGroup(t, mk, n, k.config())
 					live := without(allRanks(n), silent)
 					// A call that hung past its deadline would be caught by
 					// the harness's own bound on every call.
