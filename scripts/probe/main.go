@@ -265,7 +265,7 @@ func attackSession(addr string) error {
 	defer cancel()
 	info, err := c.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return fmt.Errorf("Info: %w", err)
+		return fmt.Errorf("the Info call: %w", err)
 	}
 	pv := info.GetPlan().GetVersion()
 	fmt.Printf("session: shard %d, clock %d, mode %s, workers %d, live %v, ranges %v\n", info.Shard, info.Clock, info.Mode, info.Workers, info.LiveWorkers, info.Ranges)
@@ -327,7 +327,7 @@ func attackHijack(addr string) error {
 	defer cancel()
 	info, err := c.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return fmt.Errorf("Info: %w", err)
+		return fmt.Errorf("the Info call: %w", err)
 	}
 	pv := info.GetPlan().GetVersion()
 	j, err := c.JoinWorker(ctx, &pb.JoinWorkerRequest{WorkerId: 0, PlanVersion: pv, NotBefore: 1023, PushEvery: 1})
@@ -389,7 +389,7 @@ func attackMalformed(addr, gossip string, packets int, joinAs int64) error {
 	defer cancel()
 	info, err := c.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return fmt.Errorf("Info: %w", err)
+		return fmt.Errorf("the Info call: %w", err)
 	}
 	pv := info.GetPlan().GetVersion()
 	var session []byte
