@@ -239,7 +239,12 @@ func ReadGossipKey(path string) ([]byte, error) {
 // Its methods may be called concurrently. It owns memberlist's goroutines
 // and one of its own that delivers views; Close stops them.
 type Membership struct {
-	ml     *memberlist.Memberlist
+	ml *memberlist.Memberlist
+	// addr is the local node's gossip address, read once at Create: the
+	// node memberlist's LocalNode returns is its own state, which
+	// SetMeta's UpdateNode rewrites, so reading it from another
+	// goroutine races (the reconnect loop did, against Leave).
+	addr   string
 	name   string
 	logger *slog.Logger
 	views  chan View
@@ -334,6 +339,7 @@ func New(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("start gossip on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	m.ml = ml
+	m.addr = ml.LocalNode().Address()
 	m.wg.Go(m.deliver)
 	m.wg.Go(func() { m.reconnect(d.ReconnectInterval, d.ReconnectTimeout) })
 	return m, nil
@@ -341,7 +347,7 @@ func New(cfg Config) (*Membership, error) {
 
 // Addr returns the address peers reach this node's gossip at, host:port.
 func (m *Membership) Addr() string {
-	return m.ml.LocalNode().Address()
+	return m.addr
 }
 
 // Join contacts peers (host:port each) and joins their cluster. It

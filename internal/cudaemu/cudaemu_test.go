@@ -39,10 +39,10 @@ extern "C" __global__ void k_prefix(float* x) { x[0] = warped(x[0]); }
 
 	// Shoal's kernels: the reductions sync, the element-wise ones do not.
 	k := cudaemu.Syncing(gpu.KernelSource())
-	for _, name := range []string{"shoal_softmax_xent", "shoal_channel_sum", "block_sum", "block_argmax", "warp_sum"} {
+	for _, name := range []string{"shoal_softmax_xent", "shoal_channel_sum", "shoal_col_sum", "block_sum", "block_argmax", "warp_sum"} {
 		assert.True(t, k[name], name)
 	}
-	for _, name := range []string{"shoal_bias_act", "shoal_unscale", "shoal_im2col", "shoal_f32_to_f16", "shoal_sgd_momentum", "shoal_col_sum"} {
+	for _, name := range []string{"shoal_bias_act", "shoal_unscale", "shoal_im2col", "shoal_swap_axes", "shoal_f32_to_f16", "shoal_sgd_momentum"} {
 		assert.Contains(t, k, name)
 		assert.False(t, k[name], name)
 	}
