@@ -25,10 +25,14 @@ import (
 // The shards' optimizer is not the user's: each rank steps its own and
 // pushes the update, which a shard adds as it is (SGD, lr 1, momentum 0).
 // The optimizer's flags are declared only to refuse them, saying so.
+// With --local-steps H (DiLoCo) the ranks push every H steps the
+// pseudo-gradient of their own H steps, and the shards apply it with the
+// outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum).
 type Job struct {
 	NP       int
 	ModeName string
 	Shard    Shard // --servers, and what every shard takes alike
+	Local    LocalSteps
 	Sec      Sec
 	Startup  time.Duration
 
@@ -41,6 +45,7 @@ func (j *Job) Register(fs *flag.FlagSet) {
 	fs.StringVar(&j.ModeName, "mode", consistency.Ring.String(), SectionJob.Usage("how the ranks train: ring (they allreduce among themselves, e.g. through shoal.torch, Horovod's API), or async, sync or ssp through --servers parameter-server shards that start first"))
 	fs.DurationVar(&j.Startup, "startup-timeout", time.Minute, SectionCommunication.Usage("async, sync, ssp: how long a shard may take to start"))
 	j.Shard.Register(fs)
+	j.Local.RegisterProgram(fs)
 	j.Sec.Register(fs)
 	var o Opt
 	visit(func(fs *flag.FlagSet) { o.Register(fs, "none") }, func(fl *flag.Flag) {
@@ -77,7 +82,10 @@ func (j *Job) Config(fs *flag.FlagSet, stdout, stderr io.Writer) (launch.Program
 		return launch.ProgramConfig{}, err
 	}
 	cfg := launch.DefaultProgramConfig(fs.Args(), j.NP, stdout, stderr)
-	cfg.Mode, cfg.Sec, cfg.StartupTimeout = j.mode, j.Sec.Files, j.Startup
+	cfg.Mode, cfg.Sec, cfg.StartupTimeout, cfg.LocalSteps = j.mode, j.Sec.Files, j.Startup, j.Local.H
+	if err := j.Local.Validate(j.mode); err != nil {
+		return launch.ProgramConfig{}, err
+	}
 	if j.mode == consistency.Ring {
 		return cfg, j.noShardFlags(fs)
 	}
@@ -130,7 +138,8 @@ func (j *Job) ps(shard int, listen string) *PS {
 	p := DefaultPS()
 	p.Shard, p.Sec.Files = j.Shard, j.Sec.Files
 	p.Listen, p.Index, p.Mode, p.Workers, p.Events = listen, shard, j.mode.String(), j.NP, true
-	p.Opt.Name, p.Opt.LR, p.Opt.Momentum = optim.SGD, 1, 0
+	p.Opt.Name, p.Opt.LR, p.Opt.Momentum = optim.SGD, 1, 0 // with --local-steps, Shard.Outer's instead
+	p.LocalSteps = j.Local
 	p.Log.Level = "warn" // its lines go among the ranks'
 	return p
 }

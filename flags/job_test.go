@@ -98,12 +98,31 @@ func TestJobConfig(t *testing.T) {
 		{"a journal nowhere", []string{"-np", "2", "--mode", "sync", "--journal", "python3"}, "--journal: needs --checkpoint-dir"},
 		{"a token file that is not there", []string{"-np", "2", "--auth-token-file", "/nonexistent/token", "python3"}, "/nonexistent/token"},
 		{"no startup time", []string{"-np", "2", "--startup-timeout", "0s", "python3"}, "--startup-timeout 0s: want > 0"},
+		{"local steps in a ring", []string{"-np", "2", "--local-steps", "4", "python3"}, "--local-steps 4: for --mode sync or async (the shards apply the pseudo-gradients), have --mode ring"},
+		{"local steps in ssp", []string{"-np", "2", "--mode", "ssp", "--local-steps", "4", "python3"}, "--local-steps 4: for --mode sync or async"},
+		{"negative local steps", []string{"-np", "2", "--mode", "sync", "--local-steps", "-1", "python3"}, "--local-steps -1: want 1.."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := parseJob(t, tc.args...)
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestJobLocalSteps: --local-steps H reaches the ranks (SHOAL_LOCAL_STEPS,
+// through cfg.LocalSteps) and the shards (--local-steps H with the outer
+// optimizer given, in place of the SGD at lr 1 that adds updates).
+func TestJobLocalSteps(t *testing.T) {
+	j, cfg, err := parseJob(t, "-np", "2", "--mode", "sync", "--local-steps", "10", "--outer-lr", "0.5", "python3", "train.py")
+	require.NoError(t, err)
+	assert.Equal(t, 10, cfg.LocalSteps)
+	args := j.ServerArgs(0, "127.0.0.1:0", "/run/init")
+	for _, want := range []string{"--local-steps=10", "--outer-optimizer=nesterov", "--outer-lr=0.5", "--outer-momentum=0.9"} {
+		assert.Contains(t, args, want)
+	}
+	_, cfg, err = parseJob(t, "-np", "2", "--mode", "sync", "python3", "train.py")
+	require.NoError(t, err)
+	assert.Zero(t, cfg.LocalSteps, "a push every step by default")
 }
 
 // TestJobRefusesTheServersOptimizer: every optimizer flag is refused,

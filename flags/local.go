@@ -22,6 +22,12 @@ func (l *LocalSteps) Register(fs *flag.FlagSet) {
 	fs.IntVar(&l.H, "local-steps", 0, SectionPS.Usage("sync, async: low-communication training (DiLoCo): each worker takes this many steps with an optimizer of its own (--optimizer, --lr, …) on its own weights, then pushes the pseudo-gradient (the weights it pulled minus its own) and pulls the new weights in one round trip; the servers apply the pseudo-gradients with the outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum). Each worker sends about 1/H of the bytes, H this count. 0: push every step's gradient"))
 }
 
+// RegisterProgram adds the flag to fs for shoal run, whose ranks'
+// optimizer is the program's own (shoal.torch's DistributedOptimizer).
+func (l *LocalSteps) RegisterProgram(fs *flag.FlagSet) {
+	fs.IntVar(&l.H, "local-steps", 0, SectionPS.Usage("sync, async: low-communication training (DiLoCo): PROGRAM's optimizer (wrapped in shoal.torch's DistributedOptimizer) takes this many steps on the rank's own weights, then the rank pushes the pseudo-gradient (the weights it pulled minus its own) and pulls the new weights in one round trip; the servers apply the pseudo-gradients with the outer optimizer (--outer-optimizer, --outer-lr, --outer-momentum). The ranks get it as SHOAL_LOCAL_STEPS. 0: push every step's update"))
+}
+
 // Validate checks the flag for mode.
 func (l *LocalSteps) Validate(mode consistency.Mode) error {
 	switch {

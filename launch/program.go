@@ -33,6 +33,10 @@ const (
 	// The parameter-server modes only.
 	EnvServers = "SHOAL_SERVERS" // the shards' addresses, host:port, comma-separated in shard order
 	EnvPSInit  = "SHOAL_PS_INIT" // the file rank 0 writes the model's initial weights to, which the shards wait for
+	// EnvLocalSteps is H of low-communication training (DiLoCo): a rank
+	// pushes the pseudo-gradient of its own H steps every H steps. Set
+	// only when H > 0.
+	EnvLocalSteps = "SHOAL_LOCAL_STEPS"
 	// Those whose flags were given.
 	EnvAuthTokenFile = "SHOAL_AUTH_TOKEN_FILE"
 	EnvTLSCA         = "SHOAL_TLS_CA"
@@ -54,6 +58,9 @@ type ProgramConfig struct {
 	// first.
 	Mode    consistency.Mode
 	Servers int
+	// LocalSteps, when > 0, is the H the ranks take between exchanges
+	// (EnvLocalSteps); the shards' ServerArgs must say the same.
+	LocalSteps int
 	// Exe is the binary the shards run (usually this one, os.Executable).
 	Exe string
 	// ServerArgs is shard's argv after Exe: listening on listen, and
@@ -91,6 +98,8 @@ func (cfg *ProgramConfig) validate() error {
 		return fmt.Errorf("-np %d: want >= 1", cfg.NP)
 	case !ps && cfg.Servers != 0:
 		return fmt.Errorf("%d servers: --mode ring has none", cfg.Servers)
+	case cfg.LocalSteps < 0 || (!ps && cfg.LocalSteps != 0):
+		return fmt.Errorf("%d local steps: want 0, or > 0 in a parameter-server mode", cfg.LocalSteps)
 	case ps && cfg.Servers < 1:
 		return fmt.Errorf("--servers %d: --mode %s needs >= 1", cfg.Servers, cfg.Mode)
 	case ps && (cfg.Exe == "" || cfg.ServerArgs == nil):
@@ -158,6 +167,9 @@ func (e *rankEnv) of(rank int, servers []string) []string {
 		EnvMaster + "=" + e.master, EnvJobID + "=" + e.jobID, EnvMode + "=" + e.cfg.Mode.String()}
 	if e.init != "" {
 		env = append(env, EnvServers+"="+strings.Join(servers, ","), EnvPSInit+"="+e.init)
+	}
+	if e.cfg.LocalSteps > 0 {
+		env = append(env, EnvLocalSteps+"="+strconv.Itoa(e.cfg.LocalSteps))
 	}
 	for _, f := range []struct{ name, path string }{
 		{EnvAuthTokenFile, e.cfg.Sec.Token}, {EnvTLSCA, e.cfg.Sec.CA}, {EnvTLSCert, e.cfg.Sec.Cert}, {EnvTLSKey, e.cfg.Sec.Key},

@@ -96,15 +96,17 @@ func TestProgramEnv(t *testing.T) {
 		mode    consistency.Mode
 		servers int
 		sec     secure.Files
+		local   int
 	}{
 		{name: "ring", mode: consistency.Ring},
 		{name: "sync, 2 shards, TLS and a token", mode: consistency.Sync, servers: 2,
 			sec: secure.Files{CA: "/c/ca.pem", Cert: "/c/node.pem", Key: "/c/node.key", Token: "/c/token"}},
+		{name: "async, local steps", mode: consistency.Async, servers: 1, local: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr lineLog
 			cfg := programConfig(2, "env", &stdout, &stderr)
-			cfg.Mode, cfg.Servers, cfg.Exe, cfg.Sec = tc.mode, tc.servers, exe, tc.sec
+			cfg.Mode, cfg.Servers, cfg.Exe, cfg.Sec, cfg.LocalSteps = tc.mode, tc.servers, exe, tc.sec, tc.local
 			type call struct {
 				shard        int
 				listen, init string
@@ -136,6 +138,9 @@ func TestProgramEnv(t *testing.T) {
 				assert.Regexp(t, `^127\.0\.0\.1:[1-9][0-9]*$`, env["SHOAL_MASTER"], "rank %d", r)
 				assert.Regexp(t, `^[0-9a-f]{16}$`, env["SHOAL_JOB_ID"], "rank %d", r)
 				assert.Equal(t, tc.mode.String(), env["SHOAL_MODE"], "rank %d", r)
+				if h, ok := env["SHOAL_LOCAL_STEPS"]; tc.local > 0 || ok {
+					assert.Equal(t, strconv.Itoa(tc.local), h, "rank %d: SHOAL_LOCAL_STEPS only with local steps", r)
+				}
 				for k, want := range map[string]string{"SHOAL_TLS_CA": tc.sec.CA, "SHOAL_TLS_CERT": tc.sec.Cert, "SHOAL_TLS_KEY": tc.sec.Key, "SHOAL_AUTH_TOKEN_FILE": tc.sec.Token} {
 					got, ok := env[k]
 					assert.Equal(t, want != "", ok, "rank %d: %s set only where its flag was given", r, k)
@@ -153,9 +158,11 @@ func TestProgramEnv(t *testing.T) {
 			}
 			init := envs[0]["SHOAL_PS_INIT"]
 			require.NotEmpty(t, init)
-			assert.Equal(t, []call{{0, "127.0.0.1:0", init, 0o700}, {1, "127.0.0.1:0", init, 0o700}}, calls,
-				"the shards on free ports, on the file the ranks are told of, in a folder of the run's own")
-			assert.Equal(t, "127.0.0.1:7070,127.0.0.1:7071", envs[0]["SHOAL_SERVERS"], "the shards' addresses, shard order")
+			if tc.servers == 2 {
+				assert.Equal(t, []call{{0, "127.0.0.1:0", init, 0o700}, {1, "127.0.0.1:0", init, 0o700}}, calls,
+					"the shards on free ports, on the file the ranks are told of, in a folder of the run's own")
+				assert.Equal(t, "127.0.0.1:7070,127.0.0.1:7071", envs[0]["SHOAL_SERVERS"], "the shards' addresses, shard order")
+			}
 			assert.NoDirExists(t, filepath.Dir(init), "removed with the run")
 		})
 	}
@@ -309,6 +316,11 @@ func TestProgramConfigValidates(t *testing.T) {
 			c.Mode = consistency.Async
 			return c
 		}(), "--servers 0: --mode async needs >= 1"},
+		{"local steps in a ring", func() ProgramConfig {
+			c := DefaultProgramConfig([]string{"true"}, 1, &out, &out)
+			c.LocalSteps = 4
+			return c
+		}(), "4 local steps: want 0, or > 0 in a parameter-server mode"},
 		{"a PS mode without the servers' argv", func() ProgramConfig {
 			c := DefaultProgramConfig([]string{"true"}, 1, &out, &out)
 			c.Mode, c.Servers = consistency.SSP, 1

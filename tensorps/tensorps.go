@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,10 @@ type Config struct {
 	// Encoding is how pushes travel: float32, or halved to float16 or
 	// bfloat16 (the shards apply them in float32).
 	Encoding pb.Encoding
+	// LocalSteps is the H the runtime takes between pushes (DiLoCo: each
+	// push is the pseudo-gradient of H steps), 0 for a push every step.
+	// The shards must run with the same --local-steps.
+	LocalSteps int
 }
 
 // DefaultConfig has the deadlines Shoal's workers have.
@@ -65,8 +70,8 @@ func DefaultConfig() Config {
 
 // ConfigFromEnv fills cfg from what shoal run sets: SHOAL_MODE,
 // SHOAL_SERVERS, the rank and size (cluster.FromEnv: SHOAL_*, Open MPI,
-// Slurm, torchrun) and SHOAL_AUTH_TOKEN_FILE, SHOAL_TLS_CERT,
-// SHOAL_TLS_KEY, SHOAL_TLS_CA.
+// Slurm, torchrun), SHOAL_LOCAL_STEPS and SHOAL_AUTH_TOKEN_FILE,
+// SHOAL_TLS_CERT, SHOAL_TLS_KEY, SHOAL_TLS_CA.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	m, err := consistency.Parse(getenv("SHOAL_MODE"))
 	if err != nil {
@@ -87,6 +92,11 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		return cfg, err
 	}
 	cfg.Rank, cfg.Size = id.Rank, id.WorldSize
+	if h := getenv("SHOAL_LOCAL_STEPS"); h != "" {
+		if cfg.LocalSteps, err = strconv.Atoi(h); err != nil || cfg.LocalSteps < 0 || cfg.LocalSteps > ps.MaxLocalSteps {
+			return cfg, fmt.Errorf("SHOAL_LOCAL_STEPS=%q: want the number of local steps between pushes, 0..%d (shoal run --local-steps sets it)", h, ps.MaxLocalSteps)
+		}
+	}
 	files := secure.Files{Cert: getenv("SHOAL_TLS_CERT"), Key: getenv("SHOAL_TLS_KEY"), CA: getenv("SHOAL_TLS_CA"), Token: getenv("SHOAL_AUTH_TOKEN_FILE")}
 	if cfg.Creds, err = secure.Load(files); err != nil {
 		return cfg, fmt.Errorf("SHOAL_TLS_*/SHOAL_AUTH_TOKEN_FILE: %w", err)
@@ -179,8 +189,19 @@ func (s *Session) check(layout nn.Layout) error {
 		return fmt.Errorf("rank %d: mode %s, but the parameter servers run mode %s", s.cfg.Rank, s.cfg.Mode, info.Mode)
 	case info.Mode != consistency.Async && info.Workers != s.cfg.Size:
 		return fmt.Errorf("rank %d of %d: the parameter servers expect %d workers", s.cfg.Rank, s.cfg.Size, info.Workers)
+	case info.LocalSteps != s.cfg.LocalSteps:
+		return fmt.Errorf("rank %d: %s, but the parameter servers run with --local-steps %d: the ranks and the shards must agree on how many steps a push holds (shoal run --local-steps sets both)",
+			s.cfg.Rank, localStepsWords(s.cfg.LocalSteps), info.LocalSteps)
 	}
 	return nil
+}
+
+// localStepsWords says what a rank's SHOAL_LOCAL_STEPS means.
+func localStepsWords(h int) string {
+	if h == 0 {
+		return "this rank pushes every step (no SHOAL_LOCAL_STEPS)"
+	}
+	return fmt.Sprintf("this rank pushes every %d steps (SHOAL_LOCAL_STEPS=%d)", h, h)
 }
 
 // firstTensors names a layout's first tensors and their shapes.

@@ -128,6 +128,17 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, consistency.Sync, cfg.Mode)
 	assert.Equal(t, 1, cfg.Rank)
 	assert.Equal(t, 2, cfg.Size)
+	assert.Zero(t, cfg.LocalSteps, "a push every step without SHOAL_LOCAL_STEPS")
+	env["SHOAL_LOCAL_STEPS"] = "10"
+	cfg, err = ConfigFromEnv(DefaultConfig(), func(k string) string { return env[k] })
+	require.NoError(t, err)
+	assert.Equal(t, 10, cfg.LocalSteps)
+	for _, bad := range []string{"-1", "ten", "99999999"} {
+		env["SHOAL_LOCAL_STEPS"] = bad
+		_, err = ConfigFromEnv(DefaultConfig(), func(k string) string { return env[k] })
+		assert.ErrorContains(t, err, "SHOAL_LOCAL_STEPS=\""+bad+"\": want the number of local steps between pushes")
+	}
+	delete(env, "SHOAL_LOCAL_STEPS")
 
 	env["SHOAL_MODE"] = "ring"
 	_, err = ConfigFromEnv(DefaultConfig(), func(k string) string { return env[k] })

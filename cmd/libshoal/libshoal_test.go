@@ -394,6 +394,13 @@ func startShards(t *testing.T, mode consistency.Mode, workers, servers int) ([]s
 // startShardsWith is startShards with credentials (nil: plaintext).
 func startShardsWith(t *testing.T, mode consistency.Mode, workers, servers int, creds *secure.Credentials) ([]string, string) {
 	t.Helper()
+	return startShardsConfig(t, mode, workers, servers, creds, nil)
+}
+
+// startShardsConfig is startShardsWith with each shard's config changed
+// by tweak (nil: as shoal run makes it).
+func startShardsConfig(t *testing.T, mode consistency.Mode, workers, servers int, creds *secure.Credentials, tweak func(*ps.Config)) ([]string, string) {
+	t.Helper()
 	initPath := filepath.Join(t.TempDir(), "model")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -407,6 +414,9 @@ func startShardsWith(t *testing.T, mode consistency.Mode, workers, servers int, 
 		c.Mode, c.Workers, c.Shard = mode, workers, i
 		c.Optimizer = optim.DefaultConfig()
 		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
+		if tweak != nil {
+			tweak(&c)
+		}
 		cfg := node.ShardConfig{PS: c, Listen: "127.0.0.1:0", Drain: time.Second, StreamIdle: time.Minute, Limits: rpc.DefaultLimits,
 			ExitWait: time.Minute, Events: true, Creds: creds, InitFrom: initPath, InitWait: 5 * time.Minute,
 			PlanFor: func(floats int) (shard.Plan, error) { return shard.New(floats, servers, 256) }}
@@ -450,6 +460,41 @@ func TestHorovodOptimizerPSEquivalence(t *testing.T) {
 		assert.Equal(t, 12.0, stats["steps"], "rank %d pushed every step", r)
 		assert.Equal(t, 0.0, rr.out["buckets"], "rank %d: no ring buckets on the parameter servers", r)
 		assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
+	}
+}
+
+// TestHorovodLocalSteps runs the ring test's script unchanged on two sync
+// shards with local steps (DiLoCo, shoal run --local-steps 4): each rank
+// takes 4 steps of its own SGD with momentum, then pushes the
+// pseudo-gradient; with the outer optimizer SGD at lr 1 without momentum
+// the shards' weights become the ranks' mean every 4 steps, which the
+// script's localref mode computes in one process. Each rank pushes 3
+// times in 12 steps, not 12. Ranks told another H than the shards' are
+// refused, naming both.
+func TestHorovodLocalSteps(t *testing.T) {
+	needTorch(t)
+	const batch, h = 32, 4
+	ref := runRanks(t, 1, 3*time.Minute, "localref", strconv.Itoa(batch), "2", strconv.Itoa(h))
+	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
+	want := ref[0].out["params"].(map[string]any)
+	outer := func(c *ps.Config) {
+		c.LocalSteps = h
+		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
+	}
+	addrs, initPath := startShardsConfig(t, consistency.Sync, 2, 2, nil, outer)
+	env := append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS="+strconv.Itoa(h))
+	res := runRanksEnv(t, 2, 4*time.Minute, env, "train", strconv.Itoa(batch), "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Equal(t, 3.0, rr.out["ps"].(map[string]any)["steps"], "rank %d pushed every %d steps", r, h)
+		assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
+	}
+
+	addrs, initPath = startShardsConfig(t, consistency.Sync, 2, 1, nil, outer)
+	res = runRanksEnv(t, 2, 3*time.Minute, append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS=2"), "train", strconv.Itoa(batch), "67108864", "1")
+	for r, rr := range res {
+		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
+		assert.Contains(t, rr.out["error"], "this rank pushes every 2 steps (SHOAL_LOCAL_STEPS=2), but the parameter servers run with --local-steps 4", "rank %d", r)
 	}
 }
 

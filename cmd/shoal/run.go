@@ -16,7 +16,7 @@ Each rank's environment says where it stands: SHOAL_RANK, SHOAL_WORLD_SIZE,
 SHOAL_LOCAL_RANK, SHOAL_LOCAL_SIZE, SHOAL_MASTER (the ring's rendezvous, a free
 loopback port), SHOAL_JOB_ID and SHOAL_MODE; in the parameter-server modes also
 SHOAL_SERVERS (the shards, which start first) and SHOAL_PS_INIT (the file rank 0
-writes the initial weights to); SHOAL_TLS_CA, SHOAL_TLS_CERT, SHOAL_TLS_KEY and
+writes the initial weights to), and SHOAL_LOCAL_STEPS with --local-steps; SHOAL_TLS_CA, SHOAL_TLS_CERT, SHOAL_TLS_KEY and
 SHOAL_AUTH_TOKEN_FILE where their flags are given. Every line a rank prints comes
 out prefixed with it, "[1]<stdout>:". Ctrl-C sends every rank SIGTERM (SIGKILL 5s
 later); the first rank to fail stops the others, and shoal run exits with its status.`

@@ -11,6 +11,11 @@ train: a small model, SGD through DistributedOptimizer; argv[2] is the
        threshold in bytes, argv[4] backward_passes_per_step, argv[5] the
        compression (none, fp16, bf16), argv[6] the op (average, adasum);
        prints the final parameters.
+localref: what train computes on parameter servers with local steps, in
+       one process: argv[3] simulated ranks from rank 0's initial weights,
+       each with its own SGD state on its share of argv[2], every argv[4]
+       steps the weights set to the ranks' mean (the outer SGD at lr 1
+       without momentum); prints the final parameters.
 die:   rank argv[2] exits after one allreduce; the others go on and must fail.
 stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
        must fail at the collective timeout, before it is back.
@@ -117,6 +122,32 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
             "buckets": len(opt._buckets), "ps": opt.ps_stats()}
 
 
+def localref(global_batch, n, h):
+    import copy
+    torch.manual_seed(1000)  # rank 0's model, which every rank begins from
+    start = Net(16)
+    g = torch.Generator().manual_seed(7)
+    X = torch.randn(512, 8, generator=g)
+    Y = X[:, :1] * 0.5 - X[:, 1:2] + 0.1 * torch.randn(512, 1, generator=g)
+    models = [copy.deepcopy(start) for _ in range(n)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in models]
+    share = global_batch // n
+    for s in range(12):
+        base = (s * global_batch) % 512
+        for r in range(n):
+            lo = base + r * share
+            opts[r].zero_grad()
+            torch.nn.functional.mse_loss(models[r](X[lo:lo + share]), Y[lo:lo + share]).backward()
+            opts[r].step()
+        if (s + 1) % h == 0:
+            with torch.no_grad():
+                for ps in zip(*(m.parameters() for m in models)):
+                    mean = sum(p.detach() for p in ps) / n
+                    for p in ps:
+                        p.copy_(mean)
+    return {"params": {k: v.reshape(-1).tolist() for k, v in models[0].state_dict().items()}}
+
+
 def die(victim):
     r = hvd.rank()
     hvd.allreduce(torch.ones(8), name="warmup")
@@ -188,6 +219,8 @@ def main():
             out = ops()
         elif mode == "train":
             out = train(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:7])
+        elif mode == "localref":
+            out = localref(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         elif mode == "die":
             out = die(int(sys.argv[2]))
         elif mode == "stall":

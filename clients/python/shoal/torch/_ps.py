@@ -15,6 +15,17 @@ computes; for Adam and other optimizers that are not linear it is the mean
 of each rank's step (as in local SGD), not a step on the mean gradient.
 Learning-rate schedulers work as on one process: the step is the rank's.
 
+With SHOAL_LOCAL_STEPS=H (shoal run --local-steps H: low-communication
+training, DiLoCo) the script's optimizer is the inner optimizer: a rank
+takes H steps on its own weights and pushes only then, the pseudo-gradient
+(the weights it pulled minus its own after the H steps), and the shards
+apply it with the outer optimizer (--outer-optimizer, Nesterov by
+default). Between pushes the model holds the rank's own weights, so an
+evaluation there sees them; optimizer.synchronize() pushes the steps taken
+since the last push now and loads the shards' weights (every rank must
+call it at the same point, as any collective, since sync shards wait for
+every rank's push).
+
 Rank 0 writes the model's tensors and initial values at its first step()
 to $SHOAL_PS_INIT, where the shards wait for them; every rank then pulls
 the shards' weights, so all begin at rank 0's. The exchange is one
@@ -41,6 +52,20 @@ def mode():
     if m not in PS_MODES + ("ring",):
         raise ValueError("SHOAL_MODE=%r: want ring, async, sync or ssp" % m)
     return m
+
+
+def local_steps():
+    """SHOAL_LOCAL_STEPS: the steps a rank takes between pushes, 0 (unset)
+    for a push every step."""
+    v = os.environ.get("SHOAL_LOCAL_STEPS", "") or "0"
+    try:
+        h = int(v)
+    except ValueError:
+        h = -1
+    if h < 0:
+        raise ValueError("SHOAL_LOCAL_STEPS=%r: want the number of local steps between pushes, >= 0 "
+                         "(shoal run --local-steps sets it)" % v)
+    return h
 
 
 def _encoding(compression):
@@ -78,6 +103,11 @@ class Exchange:
         pin = any(p.is_cuda for p in self.params)
         self.dst = torch.empty(self.n, dtype=torch.float32, pin_memory=pin)
         self.upd = torch.empty(self.n, dtype=torch.float32, pin_memory=pin)
+        # With local steps: the weights last pulled (the round's start) and
+        # how many steps were taken since.
+        self.h = local_steps()
+        self.pending = 0
+        self.anchor = torch.empty(self.n, dtype=torch.float32, pin_memory=pin) if self.h else None
 
     def _flat(self, out):
         off = 0
@@ -126,12 +156,21 @@ class Exchange:
         self.handle = h
         self._call("pulling the weights", L.shoal_ps_params, h, self.dst.data_ptr(), self.n)
         self._load()
+        if self.h:
+            self.anchor.copy_(self.dst)
 
     def step(self, inner_step):
         """Runs the wrapped optimizer's step on this rank, pushes its
-        update and loads the weights the shards send back."""
+        update and loads the weights the shards send back; with local
+        steps, pushes only every H-th step (the pseudo-gradient of the H)."""
         if not self.handle:
             self.connect()  # loads rank 0's weights: the local step then starts where the shards are
+        if self.h:
+            result = inner_step()
+            self.pending += 1
+            if self.pending == self.h:
+                self.flush()
+            return result
         self._flat(self.upd)
         result = inner_step()
         with torch.no_grad():
@@ -143,6 +182,22 @@ class Exchange:
         self._call("step", _native.lib().shoal_ps_push, self.handle, self.upd.data_ptr(), self.dst.data_ptr(), self.n)
         self._load()
         return result
+
+    def flush(self):
+        """With local steps: pushes the pseudo-gradient of the steps taken
+        since the last push (anchor - weights) and loads the shards'
+        weights, which begin the next round. Nothing to do without local
+        steps or pending steps."""
+        if not self.h or not self.pending or not self.handle:
+            return
+        self._flat(self.upd)
+        with torch.no_grad():
+            torch.sub(self.anchor, self.upd, out=self.upd)
+        self._call("pushing the pseudo-gradient of %d local steps" % self.pending, _native.lib().shoal_ps_push,
+                   self.handle, self.upd.data_ptr(), self.dst.data_ptr(), self.n)
+        self._load()
+        self.anchor.copy_(self.dst)
+        self.pending = 0
 
     def stats(self):
         out = (ctypes.c_int64 * 6)()

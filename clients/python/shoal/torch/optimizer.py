@@ -39,11 +39,15 @@ _OP_NAMES = {mpi_ops.Sum: "hvd.Sum", mpi_ops.Adasum: "hvd.Adasum"}
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "ready", "handle", "flat", "ctx", "launched")
+    __slots__ = ("index", "params", "ready", "handle", "flat", "ctx", "launched", "buf")
 
     def __init__(self, index, params):
         self.index, self.params = index, params
         self.ready, self.handle, self.flat, self.ctx, self.launched = 0, None, None, None, False
+        # buf is the bucket's fusion buffer, made at its first launch and
+        # kept: a fresh one each step costs the allocator's page faults on
+        # tens of MB (DDP keeps its buckets too)
+        self.buf = None
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -142,7 +146,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Packs bucket b's gradients and queues their allreduce."""
         grads = [p.grad.detach().reshape(-1) if p.grad is not None
                  else torch.zeros(p.numel(), dtype=p.dtype, device=p.device) for p in b.params]
-        flat = torch.cat(grads) if len(grads) > 1 else grads[0].clone()
+        n = sum(g.numel() for g in grads)
+        if b.buf is None or b.buf.numel() != n or b.buf.dtype != grads[0].dtype or b.buf.device != grads[0].device:
+            b.buf = torch.empty(n, dtype=grads[0].dtype, device=grads[0].device)
+        flat = torch.cat(grads, out=b.buf) if len(grads) > 1 else b.buf.copy_(grads[0])
         op, pre, post = self._op, 1.0, 1.0
         if op == mpi_ops.Average and self._predivide != 1.0:
             op, pre, post = mpi_ops.Sum, 1.0 / self._predivide, self._predivide / mpi_ops.size()
@@ -160,7 +167,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Queues the buckets not yet queued, waits for every bucket and
-        writes the reduced gradients back."""
+        writes the reduced gradients back. On the parameter servers with
+        local steps (SHOAL_LOCAL_STEPS), pushes the steps taken since the
+        last push now and loads the shards' weights."""
+        if self._ps is not None:
+            self._ps.flush()
+            return
         if not self._buckets:
             self._synchronized = True
             return
