@@ -117,3 +117,19 @@ func TestParseGrid(t *testing.T) {
 		})
 	}
 }
+
+// TestWithLocalSteps: each sync and async run is followed by the same
+// with local steps, under an id of its own; H 0 changes nothing.
+func TestWithLocalSteps(t *testing.T) {
+	runs := []Run{{Model: "mlp", Mode: "sync", Workers: 2, Servers: 1}, {Model: "mlp", Mode: "ring", Workers: 2},
+		{Model: "mlp", Mode: "async", Workers: 2, Servers: 1}, {Model: "mlp", Mode: "ssp", Workers: 2, Servers: 1}}
+	assert.Equal(t, runs, WithLocalSteps(runs, 0))
+	got := WithLocalSteps(runs, 10)
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.ID("", 1))
+	}
+	assert.Equal(t, []string{"mlp/sync/w2/s1/nic1", "mlp/sync/w2/s1/h10/nic1", "mlp/ring/w2/s0/nic1", "mlp/async/w2/s1/nic1", "mlp/async/w2/s1/h10/nic1", "mlp/ssp/w2/s1/nic1"}, ids)
+	assert.Equal(t, 10, got[1].LocalSteps)
+	assert.Zero(t, got[0].LocalSteps, "the plain run stays")
+}
