@@ -16,15 +16,17 @@ func TestCommModel(t *testing.T) {
 		mode             string
 		workers, servers int
 		want             float64
+		localSteps       int
 	}{
-		{"ring", 2, 0, 0.8},          // 2·1/2·0.8
-		{"ring", 4, 0, 1.2},          // 2·3/4·0.8
-		{"sync", 4, 1, 6.4},          // 2·4·0.8
-		{"async", 4, 2, 3.2},         // 2·(4/2)·0.8
-		{"ssp", 2, 4, 1.6},           // 2·max(0.8, 0.4)
-		{"async-overlap", 4, 4, 0.8}, // max(0.8, 0.8): both directions at once
+		{"ring", 2, 0, 0.8, 0},          // 2·1/2·0.8
+		{"ring", 4, 0, 1.2, 0},          // 2·3/4·0.8
+		{"sync", 4, 1, 6.4, 0},          // 2·4·0.8
+		{"async", 4, 2, 3.2, 0},         // 2·(4/2)·0.8
+		{"ssp", 2, 4, 1.6, 0},           // 2·max(0.8, 0.4)
+		{"async-overlap", 4, 4, 0.8, 0}, // max(0.8, 0.8): both directions at once
+		{"sync", 4, 1, 0.64, 10},        // 2·4·0.8, one step in 10
 	} {
-		rec := Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8}
+		rec := Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8, LocalSteps: tc.localSteps}
 		rec.StepTime.Reduce.Mean, rec.StepTime.Pull.Mean, rec.StepTime.Push.Mean = 1, 0.5, 1.5
 		c := CommModel(&rec, 1)
 		assert.InDelta(t, tc.want, c.AnalyticSeconds, 1e-9, "%+v", tc)
