@@ -20,7 +20,7 @@ import (
 // outerCores is one async shard of an 8-float vector (values 0..7, chunks
 // of 4) that applies pseudo-gradients of localSteps local steps (0:
 // gradients) by outer SGD at lr 1, each in full.
-func outerCores(t *testing.T, localSteps int) []*ps.Server {
+func outerCores(t testing.TB, localSteps int) []*ps.Server {
 	var l nn.Layout
 	l.Add("w", 8)
 	cfg := ps.DefaultConfig()
