@@ -20,6 +20,9 @@ func CommModel(rec *Record, gbps float64) *Comm {
 		if rec.Mode == modeAsyncOverlap {
 			analytic /= 2 // the two directions at once
 		}
+		if rec.LocalSteps > 1 {
+			analytic /= float64(rec.LocalSteps) // one exchange a round
+		}
 		measured = rec.StepTime.Pull.Mean + rec.StepTime.Push.Mean
 	}
 	if analytic == 0 {

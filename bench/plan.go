@@ -43,12 +43,18 @@ type Run struct {
 	// Loopback runs without the NIC model, as the peers do (gloo's
 	// connections are not shaped).
 	Loopback bool
+	// LocalSteps (sync, async), when > 0, is low-communication training:
+	// shoal train --local-steps LocalSteps (DiLoCo).
+	LocalSteps int
 }
 
 // ID names the run across results files (Record.ID): peer is empty for
 // Shoal's runs; nicGbps is the modelled NIC (0: none).
 func (r Run) ID(peer string, nicGbps float64) string {
 	id := fmt.Sprintf("%s/%s/w%d/s%d", Models[r.Model].Label, r.Mode, r.Workers, r.Servers)
+	if r.LocalSteps > 0 {
+		id += "/h" + strconv.Itoa(r.LocalSteps)
+	}
 	if peer != "" {
 		id = peer + "/" + id
 	}
@@ -199,6 +205,24 @@ func ParseGrid(models, modes, workers, servers string, steps int64, epochs int) 
 		steps = 0
 	}
 	return GridPlan(ms, mo, ws, ss, steps, epochs), nil
+}
+
+// WithLocalSteps is runs with, after each sync and async run, the same
+// with h local steps (DiLoCo beside the modes it is compared with); h 0
+// leaves runs as they are.
+func WithLocalSteps(runs []Run, h int) []Run {
+	if h <= 0 {
+		return runs
+	}
+	var out []Run
+	for _, r := range runs {
+		out = append(out, r)
+		if r.Mode == consistency.Sync.String() || r.Mode == consistency.Async.String() {
+			r.LocalSteps = h
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // DropLoopbackTwins drops the loopback runs that repeat a run of the

@@ -16,15 +16,17 @@ func TestCommModel(t *testing.T) {
 		mode             string
 		workers, servers int
 		want             float64
+		localSteps       int
 	}{
-		{"ring", 2, 0, 0.8},          // 2·1/2·0.8
-		{"ring", 4, 0, 1.2},          // 2·3/4·0.8
-		{"sync", 4, 1, 6.4},          // 2·4·0.8
-		{"async", 4, 2, 3.2},         // 2·(4/2)·0.8
-		{"ssp", 2, 4, 1.6},           // 2·max(0.8, 0.4)
-		{"async-overlap", 4, 4, 0.8}, // max(0.8, 0.8): both directions at once
+		{"ring", 2, 0, 0.8, 0},          // 2·1/2·0.8
+		{"ring", 4, 0, 1.2, 0},          // 2·3/4·0.8
+		{"sync", 4, 1, 6.4, 0},          // 2·4·0.8
+		{"async", 4, 2, 3.2, 0},         // 2·(4/2)·0.8
+		{"ssp", 2, 4, 1.6, 0},           // 2·max(0.8, 0.4)
+		{"async-overlap", 4, 4, 0.8, 0}, // max(0.8, 0.8): both directions at once
+		{"sync", 4, 1, 0.64, 10},        // 2·4·0.8, one step in 10
 	} {
-		rec := Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8}
+		rec := Record{Mode: tc.mode, Workers: tc.workers, Servers: tc.servers, VectorBytes: 1e8, LocalSteps: tc.localSteps}
 		rec.StepTime.Reduce.Mean, rec.StepTime.Pull.Mean, rec.StepTime.Push.Mean = 1, 0.5, 1.5
 		c := CommModel(&rec, 1)
 		assert.InDelta(t, tc.want, c.AnalyticSeconds, 1e-9, "%+v", tc)
@@ -116,4 +118,20 @@ func TestParseGrid(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestWithLocalSteps: each sync and async run is followed by the same
+// with local steps, under an id of its own; H 0 changes nothing.
+func TestWithLocalSteps(t *testing.T) {
+	runs := []Run{{Model: "mlp", Mode: "sync", Workers: 2, Servers: 1}, {Model: "mlp", Mode: "ring", Workers: 2},
+		{Model: "mlp", Mode: "async", Workers: 2, Servers: 1}, {Model: "mlp", Mode: "ssp", Workers: 2, Servers: 1}}
+	assert.Equal(t, runs, WithLocalSteps(runs, 0))
+	got := WithLocalSteps(runs, 10)
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.ID("", 1))
+	}
+	assert.Equal(t, []string{"mlp/sync/w2/s1/nic1", "mlp/sync/w2/s1/h10/nic1", "mlp/ring/w2/s0/nic1", "mlp/async/w2/s1/nic1", "mlp/async/w2/s1/h10/nic1", "mlp/ssp/w2/s1/nic1"}, ids)
+	assert.Equal(t, 10, got[1].LocalSteps)
+	assert.Zero(t, got[0].LocalSteps, "the plain run stays")
 }

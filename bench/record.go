@@ -73,6 +73,9 @@ type Record struct {
 
 	Mode  string `json:"mode"` // async, sync, ssp, ring (peers: ddp)
 	Model string `json:"model"`
+	// LocalSteps, when > 0, is the run's --local-steps (DiLoCo: a push
+	// and a pull every LocalSteps steps).
+	LocalSteps int `json:"local_steps,omitempty"`
 	// Run is what launch.Result (shoal train --json) carries too, under
 	// the same keys: parameters, batch (per worker), optimizer, lr,
 	// lanes, parallel_step, steps, samples, start_offsets, curve and
@@ -108,6 +111,10 @@ type Record struct {
 	// protocol overhead).
 	BytesSentPerStep     float64 `json:"bytes_sent_per_step"`
 	BytesReceivedPerStep float64 `json:"bytes_received_per_step"`
+	// BytesSentPerSample is BytesSentPerStep over the batch per worker:
+	// what a worker sends per sample it trains on, comparable across
+	// local steps and batches (shoal train --stats's "sent per sample").
+	BytesSentPerSample float64 `json:"bytes_sent_per_sample,omitempty"`
 
 	// Comm compares the measured communication time per step with the
 	// analytic model (present when a NIC was modelled).

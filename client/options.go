@@ -34,6 +34,8 @@ func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callT
 // WithPushEncoding sends pushed gradients as float16 or bfloat16 (half
 // the bytes); servers add them in float32. Float16 turns values beyond
 // 65504 into Inf, which servers refuse; bfloat16 keeps float32's range.
+// INT8 (a quarter of the bytes, a scale per wire.Int8Block values) is
+// for pseudo-gradients: servers without local steps refuse it.
 func WithPushEncoding(e pb.Encoding) Option { return func(o *options) { o.encoding = e } }
 
 // WithRetryFor sets how long a call failing with Unavailable is tried

@@ -102,14 +102,21 @@ func (c *Client) sendGrads(stream grpc.ClientStream, ranges []shard.Range, h *pb
 	// name, and the server refuses it (the server says which it knows).
 	enc, _ := c.opts.encoding.Wire()
 	size := enc.Size()
-	pieceFloats := wire.MaxPieceBytes / size
+	pieceFloats := wire.MaxPieceBytes / size // Int8: a multiple of wire.Int8Block
 	pool := pb.Pool
 	msg := &pb.PushPiece{Header: h}
 	for _, r := range ranges {
 		for off := r.Off; off < r.End(); off += pieceFloats {
 			end := min(off+pieceFloats, r.End())
 			buf := pool.Get(size * (end - off))
-			enc.Put(*buf, grads[off:end])
+			if enc == wire.Int8 {
+				// Each piece's blocks start at its first value, so the
+				// scales travel with the values they scale.
+				msg.Scales = make([]float32, wire.Int8Scales(end-off))
+				wire.PutInt8(*buf, msg.Scales, grads[off:end])
+			} else {
+				enc.Put(*buf, grads[off:end])
+			}
 			if err := stream.SendMsg(&pb.TensorOut{Msg: msg, Field: pushGradsField, Payload: mem.NewBuffer(buf, pool)}); err != nil {
 				// The real error comes with the reply.
 				if errors.Is(err, io.EOF) {

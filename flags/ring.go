@@ -1,9 +1,11 @@
 package flags
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/shoalml/shoal/collective"
@@ -33,7 +35,7 @@ func (r *Ring) Register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Master, "master", "", SectionRing.Usage("ring: rank 0's rendezvous address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT); rank 0 listens there"))
 	fs.StringVar(&r.Listen, "data-listen", "", SectionRing.Usage("ring: address of this rank's data plane (default: an ephemeral port on the address that reaches the master)"))
 	fs.StringVar(&r.ReduceOp, "reduce-op", "average", SectionRing.Usage("ring: how gradients combine: average, sum or adasum"))
-	fs.StringVar(&r.Compression, "compression", "none", SectionCommunication.Usage("gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32"))
+	fs.StringVar(&r.Compression, "compression", "none", SectionCommunication.Usage("gradients on the wire (allreduce and PS pushes) as none (float32), fp16 or bf16; sums stay float32; int8 (a scale per 2048 values) for the pseudo-gradients of --local-steps only"))
 	fs.StringVar(&r.Algorithm, "allreduce-algorithm", "ring", SectionRing.Usage("ring: the allreduce: ring (2(N-1) rounds of 1/N of a bucket), tree (recursive doubling: log2 N rounds of the whole bucket) or auto (tree for small buckets on many ranks, by collective.ChooseAlgorithm)"))
 	fs.Int64Var(&r.DesyncEvery, "desync-every", 100, SectionRing.Usage("ring: compare a hash of every rank's parameters every N steps (0: never)"))
 	fs.BoolVar(&r.ScaleLR, "scale-lr", false, SectionOptimizer.Usage("multiply the learning rate by the live world size (the linear scaling rule), warming up over the first epoch unless --warmup-steps says otherwise: ring, every rank's by the ring's size, which an elastic ring's re-forms change; PS modes (shoal train), the shards' by the live workers (shoal ps --scale-lr)"))
@@ -56,8 +58,12 @@ func (r *Ring) Validate() error {
 	return nil
 }
 
-// CompressionMode is --compression, parsed.
+// CompressionMode is --compression, parsed, for the ring's allreduce
+// (int8 is for parameter-server pseudo-gradients only: PushEncoding).
 func (r *Ring) CompressionMode() (collective.Compression, error) {
+	if isInt8(r.Compression) {
+		return 0, fmt.Errorf("--compression %s: the ring's allreduce sums in none, fp16 or bf16; int8 is for the pseudo-gradients of the PS modes (--mode sync or async with --local-steps)", r.Compression)
+	}
 	c, err := collective.ParseCompression(r.Compression)
 	if err != nil {
 		return 0, fmt.Errorf("--compression: %w", err)
@@ -74,8 +80,21 @@ func (r *Ring) AllreduceAlgorithm() (collective.Algorithm, error) {
 	return a, nil
 }
 
-// PushEncoding is --compression for parameter-server pushes.
-func (r *Ring) PushEncoding() (pb.Encoding, error) {
+func isInt8(s string) bool { return strings.EqualFold(s, "int8") }
+
+// PushEncoding is --compression for parameter-server pushes, of
+// pseudo-gradients with localSteps > 0 (--local-steps), of gradients
+// without. int8 is for pseudo-gradients only: it rounds every value to
+// 1/254 of its block's largest, which the sum of H local steps bears and
+// a single step's gradient does not (its small components would round to
+// zero every step).
+func (r *Ring) PushEncoding(localSteps int) (pb.Encoding, error) {
+	if isInt8(r.Compression) {
+		if localSteps == 0 {
+			return pb.Encoding_FLOAT32, errors.New("--compression int8: for pseudo-gradients only (--local-steps H); gradients travel as none, fp16 or bf16")
+		}
+		return pb.Encoding_INT8, nil
+	}
 	c, err := r.CompressionMode()
 	switch c {
 	case collective.Float16:

@@ -280,7 +280,7 @@ func (w *Worker) config() (node.WorkerConfig, error) {
 				return cfg, err
 			}
 		}
-		cfg.PS.Encoding, err = w.Ring.PushEncoding()
+		cfg.PS.Encoding, err = w.Ring.PushEncoding(t.LocalSteps.H)
 		return cfg, err
 	}
 	cfg.Ring, err = w.ringConfig()

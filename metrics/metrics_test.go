@@ -179,3 +179,55 @@ func TestTheEndpointServesOnlyMetrics(t *testing.T) {
 	_, err = metrics.Listen(srv.Addr(), metrics.NewRegistry(), nil)
 	assert.ErrorContains(t, err, "metrics: listening on "+srv.Addr())
 }
+
+// TestAShardsOuterStepsAsPrometheusReadsThem: a shard of local steps
+// exports its outer steps and the bytes of the pseudo-gradients it took
+// (not those of a refused or a duplicate push); a shard of gradients
+// exports neither.
+func TestAShardsOuterStepsAsPrometheusReadsThem(t *testing.T) {
+	var l nn.Layout
+	l.Add("w", 8)
+	plan, err := shard.New(l.Size(), 1, 2*4)
+	require.NoError(t, err)
+	reg := metrics.NewRegistry()
+	m := metrics.NewPS(reg, 0)
+	s, err := ps.New(ps.Config{Mode: consistency.Sync, Workers: 2, LocalSteps: 4, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}, make([]float32, 8))
+	require.NoError(t, err)
+	defer s.Close()
+	m.Attach(s)
+	sessions := map[int64]ps.Session{}
+	for w := range int64(2) {
+		j, err := s.Join(w, 0, 1)
+		require.NoError(t, err)
+		sessions[w] = j.Session
+	}
+	push := func(w, round int64, g float32, bytes int64) error {
+		grads := make([]float32, 8)
+		grads[0] = g
+		_, err := s.Push(context.Background(), ps.Push{WorkerID: w, Session: sessions[w], Step: round, Clock: round, Ranges: s.Ranges(), Grads: grads, Bytes: bytes})
+		return err
+	}
+	require.NoError(t, push(0, 0, 1, 12))
+	require.Error(t, push(1, 0, float32(math.NaN()), 1000), "refused: not counted")
+	require.NoError(t, push(1, 0, 1, 12))
+	require.NoError(t, push(0, 1, 1, 40))
+	res, err := s.Push(context.Background(), ps.Push{WorkerID: 0, Session: sessions[0], Step: 1, Clock: 1, Ranges: s.Ranges(), Grads: make([]float32, 8), Bytes: 1000})
+	require.NoError(t, err)
+	require.True(t, res.Duplicate, "a duplicate: not counted")
+	require.NoError(t, push(1, 1, 1, 40))
+
+	fams := scrape(t, reg)
+	shard0 := map[string]string{"shard": "0"}
+	assert.Equal(t, 2.0, value(fams, "shoal_ps_outer_steps_total", shard0), "two rounds")
+	assert.Equal(t, 104.0, value(fams, "shoal_ps_pseudo_gradient_bytes_total", shard0))
+
+	reg2 := metrics.NewRegistry()
+	m2 := metrics.NewPS(reg2, 0)
+	g, err := ps.New(ps.Config{Mode: consistency.Sync, Workers: 2, Plan: plan, Layout: l, Optimizer: optim.DefaultConfig()}, make([]float32, 8))
+	require.NoError(t, err)
+	defer g.Close()
+	m2.Attach(g)
+	fams = scrape(t, reg2)
+	assert.Nil(t, fams["shoal_ps_outer_steps_total"], "no outer steps without local steps")
+	assert.Nil(t, fams["shoal_ps_pseudo_gradient_bytes_total"])
+}

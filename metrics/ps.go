@@ -55,6 +55,8 @@ func NewPS(reg prometheus.Registerer, idx int) *PS {
 		"ckptAge":     desc("shoal_ps_checkpoint_age_seconds", "Time since the newest checkpoint was written (since the start, before the first)."),
 		"ckptStep":    desc("shoal_ps_checkpoint_step", "The clock of the newest checkpoint written."),
 		"floats":      desc("shoal_ps_owned_floats", "Floats of the model this shard owns."),
+		"outer":       desc("shoal_ps_outer_steps_total", "Outer steps applied (with --local-steps: sync, one a round; async, one per pseudo-gradient)."),
+		"pgBytes":     desc("shoal_ps_pseudo_gradient_bytes_total", "Bytes of the pseudo-gradients applied or taken into an outer step, as they travelled (values in their encoding, int8's scales)."),
 	}
 	reg.MustRegister(m.wait, m)
 	return m
@@ -117,6 +119,10 @@ func (m *PS) Collect(ch chan<- prometheus.Metric) {
 		gauge("ckptStep", float64(step))
 	}
 	gauge("floats", float64(s.Floats()))
+	if s.Config().LocalSteps > 0 {
+		counter("outer", float64(s.Clock()))
+		counter("pgBytes", float64(st.PushBytes))
+	}
 }
 
 // stalenessHistogram is h as a Prometheus histogram over

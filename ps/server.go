@@ -132,6 +132,10 @@ type Stats struct {
 	Checkpoints         int64
 	LastCheckpoint      time.Time
 	LastCheckpointClock int64
+	// PushBytes counts the bytes of the pushes applied or taken into a
+	// sync step, as they travelled (Push.Bytes): with LocalSteps, the
+	// pseudo-gradients' traffic into the shard.
+	PushBytes int64
 }
 
 // StalenessBuckets bounds the staleness histogram: it counts stalenesses
@@ -384,6 +388,10 @@ type Push struct {
 	// and does not pass over Grads again. Otherwise (nil, or a scan of
 	// fewer floats) the shard scans Grads itself.
 	Scan *Scan
+	// Bytes is the push's payload as it travelled (its values in their
+	// encoding, and int8's scales), which Stats.PushBytes counts once the
+	// push is applied or taken into a sync step; 0 where none travelled.
+	Bytes int64
 }
 
 // PushResult says what a push did.
@@ -574,6 +582,7 @@ func (s *Server) applyLocked(in Push, gmax float64, n int, read ChunkReader, pro
 	s.acceptLocked(in.WorkerID, in.Step)
 	s.clock++
 	s.stats.Pushes++
+	s.stats.PushBytes += in.Bytes
 	s.stats.Staleness.Add(min(staleness, StalenessBuckets-1))
 	if read != nil {
 		s.serveLocked(in.WorkerID, false)

@@ -89,6 +89,7 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 	}
 	s.acceptLocked(in.WorkerID, in.Step)
 	s.stats.Pushes++
+	s.stats.PushBytes += in.Bytes
 	s.stats.Staleness.Add(0)
 	if a.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
 		if err := a.applyStepLocked(); err != nil {

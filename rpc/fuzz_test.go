@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoalml/shoal/internal/testcluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
+	"github.com/shoalml/shoal/ps"
 )
 
 // splitMessages cuts fuzz input into length-prefixed messages (a
@@ -41,13 +42,39 @@ func FuzzPushStream(f *testing.F) {
 	huge := &pb.PushPiece{Header: header(1, [2]int64{0, 8}), Grads: floats(3e38, 3e38, 3e38, 3e38, 3e38, 3e38, 3e38, 3e38)}
 	b, _ = proto.Marshal(huge)
 	f.Add(append(binary.LittleEndian.AppendUint16(nil, uint16(len(b))), b...))
-	core := testcluster.Cores(f, 8, 1, 4, 0.5)[0]
+	fuzzPushes(f, testcluster.Cores(f, 8, 1, 4, 0.5)[0])
+}
+
+// FuzzInt8PushStream is FuzzPushStream against a shard of local steps,
+// which takes INT8 pseudo-gradients: whatever the scales and values, it
+// answers, and the weights stay finite.
+func FuzzInt8PushStream(f *testing.F) {
+	b0, s0 := int8Piece([]float32{1, -2, 3, 0.5})
+	b1, s1 := int8Piece([]float32{0, 0, 7, -7})
+	var seed []byte
+	for _, p := range []*pb.PushPiece{{Header: int8Header(), Grads: b0, Scales: s0}, {Grads: b1, Scales: s1}} {
+		b, err := proto.Marshal(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		seed = append(append(seed, binary.LittleEndian.AppendUint16(nil, uint16(len(b)))...), b...)
+	}
+	f.Add(seed)
+	bad, _ := proto.Marshal(&pb.PushPiece{Header: int8Header(), Grads: []byte{127, 127, 127, 127, 127, 127, 127, 127}, Scales: []float32{3e38}})
+	f.Add(append(binary.LittleEndian.AppendUint16(nil, uint16(len(bad))), bad...))
+	fuzzPushes(f, outerCores(f, 10)[0])
+}
+
+// fuzzPushes fuzzes push streams to core, served over gRPC: the server
+// answers every stream (no panic, no hang past the call's deadline), and
+// whatever it applied leaves every weight finite.
+func fuzzPushes(f *testing.F, core *ps.Server) {
 	conn, _, _ := serveCore(f, core, time.Second)
-	ps := pb.NewParameterServerClient(conn)
+	cl := pb.NewParameterServerClient(conn)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		stream, err := ps.Push(ctx)
+		stream, err := cl.Push(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,6 +54,7 @@ type gather struct {
 	outs         []chan *pb.TensorOut // per lane: the pieces of its reply
 	arrived      int                  // lanes received whole
 	scan         ps.Scan              // the lanes' scans, merged
+	bytes        int64                // the lanes' payloads (pushReader.bytes), summed
 	refs         int                  // lanes that joined and have not left
 	state        int
 	err          error
@@ -252,6 +253,7 @@ func (s *psService) arrive(g *gather, pr *pushReader) (commit bool, err error) {
 		return false, g.err
 	}
 	g.scan.Merge(g.start[pr.h.Lane], pr.scan)
+	g.bytes += pr.bytes
 	g.arrived++
 	if g.arrived < g.lanes {
 		return false, nil
@@ -304,7 +306,7 @@ func (g *gather) laneOf(p int) int {
 func (s *psService) commit(ctx context.Context, g *gather) {
 	h := g.h
 	sess, _ := ps.SessionOf(h.Session) // checked as each lane's header arrived
-	in := ps.Push{WorkerID: g.worker, Session: sess, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats], Scan: &g.scan}
+	in := ps.Push{WorkerID: g.worker, Session: sess, Step: g.step, Clock: h.Clock, Ranges: s.core.Ranges(), Grads: (*g.grads)[:g.floats], Scan: &g.scan, Bytes: g.bytes}
 	queues := make([]*replyQueue, g.lanes)
 	for l := range queues {
 		queues[l] = &replyQueue{out: g.outs[l]}

@@ -530,6 +530,7 @@ func (s *psService) apply(stream grpc.ServerStream, pr *pushReader) (*pb.PushRes
 func (pr *pushReader) pushed() ps.Push {
 	pr.in.Grads = pr.dst
 	pr.in.Scan = &pr.scan
+	pr.in.Bytes = pr.bytes
 	return pr.in
 }
 
@@ -583,8 +584,9 @@ type pushReader struct {
 	s     *psService
 	h     *pb.PushHeader
 	in    ps.Push
-	total int // floats the header's ranges hold
-	n     int // floats received
+	total int   // floats the header's ranges hold
+	n     int   // floats received
+	bytes int64 // payload received: values in their encoding, int8's scales
 	enc   wire.Encoding
 	grads *[]float32 // the pooled buffer dst is in (nil for a lane)
 	dst   []float32  // where the floats go
@@ -635,7 +637,13 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 	}
 	enc, ok := h.Encoding.Wire()
 	if !ok {
-		return pr.s.refuse(ps.RejectedWire, invalid("push: unknown encoding %v (want FLOAT32, FLOAT16 or BFLOAT16)", h.Encoding))
+		return pr.s.refuse(ps.RejectedWire, invalid("push: unknown encoding %v (want FLOAT32, FLOAT16, BFLOAT16, or INT8 for pseudo-gradients)", h.Encoding))
+	}
+	if enc == wire.Int8 && pr.s.core.Config().LocalSteps == 0 {
+		// Int8 rounds every value to 1/254 of its block's largest: fine
+		// for the sum of H local steps, too coarse for a step's gradient
+		// (the small components of every step would round to zero).
+		return pr.s.refuse(ps.RejectedWire, invalid("push: INT8 is for the pseudo-gradients of local steps, and this shard applies gradients (it runs without local steps): want FLOAT32, FLOAT16 or BFLOAT16"))
 	}
 	pr.h, pr.in, pr.total, pr.enc = h, in, total, enc
 	switch {
@@ -657,7 +665,8 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 }
 
 // place says where a piece's n payload bytes go: straight into the
-// gradient for float32, into a scratch buffer for the 16-bit encodings.
+// gradient for float32, into a scratch buffer for the 16-bit encodings
+// and int8.
 func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
 	if pr.err != nil {
 		return pb.Sink{}
@@ -690,6 +699,10 @@ func (pr *pushReader) place(msg *pb.PushPiece, n int) pb.Sink {
 
 // finish accounts for a piece once it has been received.
 func (pr *pushReader) finish(in *pb.TensorIn) error {
+	scales := in.Msg.(*pb.PushPiece).GetScales()
+	if err := pr.checkScales(in.Len, scales); err != nil {
+		return err
+	}
 	if in.Len == 0 {
 		return nil
 	}
@@ -698,15 +711,46 @@ func (pr *pushReader) finish(in *pb.TensorIn) error {
 	}
 	k := in.Len / pr.enc.Size()
 	piece := pr.dst[pr.n : pr.n+k]
-	if pr.enc != wire.Float32 {
-		if err := pr.enc.Decode(piece, pr.half[:in.Len]); err != nil {
-			return pr.s.refuse(ps.RejectedShape, invalid("push: %v", err))
-		}
+	var err error
+	switch pr.enc {
+	case wire.Float32:
+	case wire.Int8:
+		err = wire.DecodeInt8(piece, pr.half[:in.Len], scales)
+	default:
+		err = pr.enc.Decode(piece, pr.half[:in.Len])
+	}
+	if err != nil {
+		return pr.s.refuse(ps.RejectedShape, invalid("push: %v", err))
 	}
 	// The shard's finiteness and magnitude scan, here while the piece is
 	// in the cache (ps.Scan).
 	pr.scan.Add(piece)
 	pr.n += k
+	pr.bytes += int64(in.Len + 4*len(scales))
+	return nil
+}
+
+// checkScales checks a piece's scales (PushPiece.scales) against its n
+// payload bytes: one per wire.Int8Block values, each finite (else refused
+// as non-finite, as a NaN value would be) and > 0, for INT8; none for
+// the other encodings.
+func (pr *pushReader) checkScales(n int, scales []float32) error {
+	if pr.enc != wire.Int8 {
+		if len(scales) > 0 {
+			return pr.s.refuse(ps.RejectedWire, invalid("push: a %s piece with %d scales; scales are for INT8 pieces only", pr.h.Encoding, len(scales)))
+		}
+		return nil
+	}
+	if want := wire.Int8Scales(n); len(scales) != want {
+		return pr.s.refuse(ps.RejectedShape, invalid("push: an INT8 piece of %d values with %d scales, want %d (one per %d values)", n, len(scales), want, wire.Int8Block))
+	}
+	i, err := wire.CheckInt8Scales(scales)
+	switch {
+	case errors.Is(err, wire.ErrScaleNonFinite):
+		return pr.s.refuse(ps.RejectedNonFinite, invalid("push: INT8 scale %d of the piece after %d floats: %v", i, pr.n, err))
+	case err != nil:
+		return pr.s.refuse(ps.RejectedWire, invalid("push: INT8 scale %d of the piece after %d floats: %v", i, pr.n, err))
+	}
 	return nil
 }
 

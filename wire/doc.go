@@ -8,7 +8,10 @@
 //
 // Encoding to a 16-bit format rounds to nearest, ties to even; values too
 // large become ±Inf, NaN stays NaN (quieted), and Float16 keeps subnormals
-// as IEEE 754 does. Decoding is exact. On little-endian hosts
+// as IEEE 754 does. Decoding is exact. Int8, for the pseudo-gradients of
+// local steps, is symmetric int8 with a float32 scale per Int8Block values
+// (PutInt8, DecodeInt8): each value comes back within half its block's
+// scale. On little-endian hosts
 // (NativeLittleEndian) a []float32's memory already is its float32 wire
 // form: Float32Bytes gives it without a copy.
 //

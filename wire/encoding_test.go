@@ -64,8 +64,8 @@ func TestEncodingDecodeLength(t *testing.T) {
 }
 
 func TestEncodingUnknown(t *testing.T) {
-	e := Encoding(3)
-	assert.Equal(t, "Encoding(3)", e.String())
+	e := Encoding(9)
+	assert.Equal(t, "Encoding(9)", e.String())
 	assert.Zero(t, e.Size())
 	assert.Panics(t, func() { e.Put(make([]byte, 8), []float32{1}) })
 	assert.Panics(t, func() { e.Quantize([]float32{1}) })

@@ -14,6 +14,7 @@ import (
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/worker"
 	"github.com/shoalml/shoal/worker/psclient"
@@ -28,9 +29,10 @@ type localRun struct {
 	batch               int
 	steps               int64
 	inner, outer        optim.Config
-	kill                int   // a worker killed (its run ended, the shards told it is gone) after step killAfter; -1 none
-	killAfter           int64 // the worker's step
-	wantOuter           int64 // the outer steps every shard applies
+	kill                int         // a worker killed (its run ended, the shards told it is gone) after step killAfter; -1 none
+	killAfter           int64       // the worker's step
+	wantOuter           int64       // the outer steps every shard applies
+	enc                 pb.Encoding // the pushes' (pseudo-gradients')
 	train               data.Dataset
 	cores               []*ps.Server
 	results             []worker.Result
@@ -57,7 +59,7 @@ func (lr *localRun) run(t *testing.T) []float32 {
 	for r := range lr.workers {
 		go func() {
 			errs <- func() error {
-				cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+				cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()), client.WithPushEncoding(lr.enc))
 				if err != nil {
 					return err
 				}
@@ -212,4 +214,29 @@ func TestAsyncLocalSteps(t *testing.T) {
 		assert.Equal(t, int64(2*4), core.Clock(), "4 rounds of 2 workers")
 		assert.Equal(t, int64(0), core.Stats().Rejected)
 	}
+}
+
+// TestInt8PseudoGradients: a synchronous DiLoCo run whose workers push
+// their pseudo-gradients in INT8 (a scale per 2048 values) applies every
+// outer step, refuses nothing, and ends near the same run in float32:
+// the rounding (at most 1/254 of a block's largest value, each round)
+// moves the weights, but by little.
+func TestInt8PseudoGradients(t *testing.T) {
+	train := localTrain(t)
+	nesterov := optim.DefaultConfig()
+	nesterov.Algorithm, nesterov.LR, nesterov.Momentum = optim.Nesterov, 0.7, 0.9
+	run := func(enc pb.Encoding) ([]float32, []*ps.Server) {
+		lr := &localRun{mode: consistency.Sync, workers: 2, servers: 2, h: 4, batch: 12, steps: 40, inner: sgd(0.05, 0.9), outer: nesterov, kill: -1, wantOuter: 10, train: train, enc: enc}
+		return lr.run(t), lr.cores
+	}
+	want, _ := run(pb.Encoding_FLOAT32)
+	got, cores := run(pb.Encoding_INT8)
+	for _, core := range cores {
+		assert.Equal(t, int64(2*10), core.Stats().Pushes, "10 rounds of 2 workers")
+		assert.Empty(t, core.Stats().RejectedBy)
+	}
+	e := testcluster.RelErr(got, want)
+	t.Logf("relative error against float32 pseudo-gradients %.2e", e)
+	assert.Greater(t, e, 0.0, "the pushes were rounded: int8 was used")
+	assert.Less(t, e, 2e-2)
 }

@@ -124,6 +124,9 @@ func TestTrainArgs(t *testing.T) {
 	assert.NotContains(t, ring, "--servers")
 	assert.NotContains(t, ring, "--nic-gbps")
 	assert.Contains(t, ring, "--epochs")
+	local := cfg.trainArgs(bench.Run{Mode: "sync", Workers: 2, Servers: 1, Model: "mlp", Steps: 10, LocalSteps: 10}, nil)
+	assert.Subset(t, local, []string{"--local-steps", "10"})
+	assert.NotContains(t, args, "--local-steps")
 }
 
 func TestDescribeRecord(t *testing.T) {

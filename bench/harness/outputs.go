@@ -112,6 +112,9 @@ func describeRecord(r *bench.Record) string {
 	if r.Comm != nil {
 		s += fmt.Sprintf(", comm %.1f ms (model %.1f ms, %.2f×)", 1e3*r.Comm.MeasuredSeconds, 1e3*r.Comm.AnalyticSeconds, r.Comm.Ratio)
 	}
+	if r.LocalSteps > 0 {
+		s += fmt.Sprintf(", sent %.0f B/sample", r.BytesSentPerSample)
+	}
 	if r.TestAccuracy >= 0 {
 		s += fmt.Sprintf(", test %.2f%%", 100*r.TestAccuracy)
 	}

@@ -151,6 +151,9 @@ func (cfg TrainConfig) trainArgs(r bench.Run, nicArgs []string) []string {
 		args = append(args, cfg.UpdateArgs...)
 	}
 	args = append(args, bench.Models[r.Model].Args...)
+	if r.LocalSteps > 0 {
+		args = append(args, "--local-steps", strconv.Itoa(r.LocalSteps))
+	}
 	if r.Epochs > 0 {
 		args = append(args, "--epochs", strconv.Itoa(r.Epochs))
 	} else {
@@ -178,7 +181,7 @@ func (cfg TrainConfig) runShoal(ctx context.Context, r bench.Run, stderr io.Writ
 	if cfg.Until && target > 0 && !bench.Models[r.Model].Big {
 		args = append(args, "--stop-at-accuracy", strconv.FormatFloat(target, 'g', -1, 64))
 	}
-	rec := bench.Record{ID: r.ID("", nic.Gbps), Command: append([]string{"shoal"}, args...), Mode: r.Mode, Model: bench.Models[r.Model].Label,
+	rec := bench.Record{ID: r.ID("", nic.Gbps), Command: append([]string{"shoal"}, args...), Mode: r.Mode, Model: bench.Models[r.Model].Label, LocalSteps: r.LocalSteps,
 		Workers: r.Workers, Servers: r.Servers, Seed: 1, NICGbps: nic.Gbps, RTTMillis: float64(nic.RTT) / float64(time.Millisecond), Run: record.Run{TestAccuracy: -1}}
 	if target > 0 {
 		rec.TargetAccuracy = target
@@ -188,6 +191,9 @@ func (cfg TrainConfig) runShoal(ctx context.Context, r bench.Run, stderr io.Writ
 		return rec
 	}
 	rec.Fill(&sum)
+	if rec.Batch > 0 {
+		rec.BytesSentPerSample = rec.BytesSentPerStep / float64(rec.Batch)
+	}
 	if bench.Models[r.Model].Big {
 		rec.TargetAccuracy = 0
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalml/shoal/bench"
 	"github.com/shoalml/shoal/bench/harness"
+	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/flags"
 	"github.com/shoalml/shoal/machine"
 )
@@ -40,6 +41,7 @@ type benchTrainFlags struct {
 	nic     flags.NIC
 	dataset flags.Data
 	update  flags.Update
+	local   flags.LocalSteps
 }
 
 func (f *benchTrainFlags) register(fs *flag.FlagSet) {
@@ -55,6 +57,8 @@ func (f *benchTrainFlags) register(fs *flag.FlagSet) {
 	f.nic.Register(fs)
 	f.dataset.Register(fs)
 	f.update.Register(fs)
+	f.local.Register(fs)
+	fs.Lookup("local-steps").Usage = "add to every sync and async run the same with this many local steps (DiLoCo, shoal train --local-steps H); 0: none"
 	fs.Lookup("nic-gbps").DefValue, f.nic.Gbps = "1", 1
 }
 
@@ -82,6 +86,10 @@ func parseBenchTrain(args []string, stderr io.Writer) (harness.TrainConfig, erro
 	if cfg.Plan, err = f.plan.plan(f.nic); err != nil {
 		return *cfg, err
 	}
+	if err := f.local.Validate(consistency.Sync); err != nil {
+		return *cfg, err
+	}
+	cfg.Plan.Runs = bench.WithLocalSteps(cfg.Plan.Runs, f.local.H)
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return *cfg, fmt.Errorf("--out %s: %w", cfg.Out, err)
 	}

@@ -120,6 +120,7 @@ func TestBenchTrainErrors(t *testing.T) {
 		{[]string{"--nic-gbps", "-1"}, "--nic-gbps -1"},
 		{[]string{"--target-accuracy", "2"}, "--target-accuracy 2"},
 		{[]string{"--eval-every", "0"}, "--eval-every 0"},
+		{[]string{"--local-steps", "-1"}, "--local-steps -1: want 1.."},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -168,4 +169,36 @@ func TestStopAtAccuracy(t *testing.T) {
 			assert.Empty(t, sum.FailedWorkers)
 		})
 	}
+}
+
+// TestBenchTrainLocalSteps: with --local-steps the harness runs each sync
+// setup again with local steps, records them under their own id with the
+// bytes each worker sent per sample, and the DiLoCo run sends far fewer.
+func TestBenchTrainLocalSteps(t *testing.T) {
+	out := t.TempDir()
+	cmd := exec.CommandContext(ctxT(t, 5*time.Minute), shoalBin, "bench", "train", "--dataset", "synthetic", "--models", "mlp",
+		"--modes", "sync,ring", "--workers", "2", "--servers", "1", "--steps", "20", "--eval-every", "10", "--local-steps", "5",
+		"--nic-gbps", "0", "--peers", "", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	t.Log(stdout.String())
+	res, err := bench.Load(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"mlp/sync/w2/s1", "mlp/sync/w2/s1/h5", "mlp/ring/w2/s0"}, ids(res.Runs))
+	sync, local := res.Runs[0], res.Runs[1]
+	for _, r := range res.Runs {
+		require.Empty(t, r.Error, r.ID)
+		assert.Equal(t, int64(20), r.Steps, r.ID)
+		assert.Positive(t, r.BytesSentPerSample, r.ID)
+		assert.InDelta(t, r.BytesSentPerStep/float64(r.Batch), r.BytesSentPerSample, 1e-9, r.ID)
+	}
+	assert.Zero(t, sync.LocalSteps)
+	assert.Equal(t, 5, local.LocalSteps)
+	assert.Contains(t, local.Command, "--local-steps")
+	// One push in 5 steps (4 rounds, the first uncounted): under a
+	// quarter of sync's bytes per sample, where H/2 would be 2.5× fewer.
+	assert.Less(t, local.BytesSentPerSample, sync.BytesSentPerSample/4, "sync %.0f B/sample, H=5 %.0f", sync.BytesSentPerSample, local.BytesSentPerSample)
+	assert.Contains(t, stdout.String(), "mlp/sync/w2/s1/h5: ")
+	assert.Contains(t, stdout.String(), "B/sample")
 }

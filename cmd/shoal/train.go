@@ -439,6 +439,11 @@ func (t *trainRun) checkRun() error {
 		if err := t.shard.CheckMode(t.loop.Mode, "--workers", t.workers); err != nil {
 			return err
 		}
+		if _, err := t.allreduce.PushEncoding(t.loop.LocalSteps.H); err != nil {
+			return err
+		}
+	} else if _, err := t.allreduce.CompressionMode(); err != nil {
+		return err
 	}
 	if err := flags.Recordable(t.record, t.loop.Mode); err != nil {
 		return err

@@ -84,7 +84,7 @@ func (s *bound) SendMsg(m any) error {
 		if h := m.GetHeader(); h != nil && len(h.Session) == 0 {
 			h = proto.Clone(h).(*pb.PushHeader)
 			h.Session = s.b.session(s.ctx, s.cc, h.WorkerId)
-			return s.ClientStream.SendMsg(&pb.PushPiece{Header: h, Grads: m.Grads})
+			return s.ClientStream.SendMsg(&pb.PushPiece{Header: h, Grads: m.Grads, Scales: m.Scales})
 		}
 	case *pb.PullRequest:
 		if m.WorkerId >= 0 && len(m.Session) == 0 {

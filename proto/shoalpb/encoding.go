@@ -12,6 +12,8 @@ func (e Encoding) Wire() (enc wire.Encoding, ok bool) {
 		return wire.Float16, true
 	case Encoding_BFLOAT16:
 		return wire.BFloat16, true
+	case Encoding_INT8:
+		return wire.Int8, true
 	}
 	return wire.Float32, false
 }

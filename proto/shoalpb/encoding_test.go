@@ -18,6 +18,7 @@ func TestEncodingWire(t *testing.T) {
 		{name: "float32", in: Encoding_FLOAT32, want: wire.Float32, wantOK: true},
 		{name: "float16", in: Encoding_FLOAT16, want: wire.Float16, wantOK: true},
 		{name: "bfloat16", in: Encoding_BFLOAT16, want: wire.BFloat16, wantOK: true},
+		{name: "int8", in: Encoding_INT8, want: wire.Int8, wantOK: true},
 		{name: "unknown", in: Encoding(7), want: wire.Float32, wantOK: false},
 	}
 	for _, tc := range tests {
@@ -27,5 +28,5 @@ func TestEncodingWire(t *testing.T) {
 			assert.Equal(t, tc.wantOK, ok)
 		})
 	}
-	assert.Len(t, Encoding_name, 3, "every Encoding of ps.proto has a case in Wire")
+	assert.Len(t, Encoding_name, 4, "every Encoding of ps.proto has a case in Wire")
 }

@@ -36,6 +36,11 @@ const (
 	Encoding_FLOAT16 Encoding = 1
 	// little-endian bfloat16 (float32's range, 8 bits of mantissa)
 	Encoding_BFLOAT16 Encoding = 2
+	// int8, symmetric, with a float32 scale per block of 2048 values
+	// (PushPiece.scales): a value q stands for q·scale. Only for the
+	// pseudo-gradients of local steps (a shard with local_steps > 0 accepts
+	// it; one that applies gradients refuses it).
+	Encoding_INT8 Encoding = 3
 )
 
 // Enum value maps for Encoding.
@@ -44,11 +49,13 @@ var (
 		0: "FLOAT32",
 		1: "FLOAT16",
 		2: "BFLOAT16",
+		3: "INT8",
 	}
 	Encoding_value = map[string]int32{
 		"FLOAT32":  0,
 		"FLOAT16":  1,
 		"BFLOAT16": 2,
+		"INT8":     3,
 	}
 )
 
@@ -1009,6 +1016,7 @@ type PushHeader struct {
 	// ranges the push covers, in order, without overlap.
 	Ranges []*Range `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// encoding of the grads bytes of every piece; the server adds in float32.
+	// INT8 is refused by a shard without local steps.
 	Encoding Encoding `protobuf:"varint,6,opt,name=encoding,proto3,enum=shoal.v1.Encoding" json:"encoding,omitempty"`
 	// PushPull only: after the push, stream back the values of every range
 	// the shard owns, waiting first as a Pull for pull_step does (sync: until
@@ -1161,7 +1169,11 @@ type PushPiece struct {
 	Header *PushHeader            `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	// grads: values in the header's encoding, continuing where the previous
 	// piece ended.
-	Grads         []byte `protobuf:"bytes,2,opt,name=grads,proto3" json:"grads,omitempty"`
+	Grads []byte `protobuf:"bytes,2,opt,name=grads,proto3" json:"grads,omitempty"`
+	// scales, INT8 only: one for each block of 2048 values of this piece's
+	// grads (the last block may be shorter), each finite and > 0; a block's
+	// value q stands for q·scale. A piece of another encoding carries none.
+	Scales        []float32 `protobuf:"fixed32,3,rep,packed,name=scales,proto3" json:"scales,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1206,6 +1218,13 @@ func (x *PushPiece) GetHeader() *PushHeader {
 func (x *PushPiece) GetGrads() []byte {
 	if x != nil {
 		return x.Grads
+	}
+	return nil
+}
+
+func (x *PushPiece) GetScales() []float32 {
+	if x != nil {
+		return x.Scales
 	}
 	return nil
 }
@@ -1385,19 +1404,21 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\x05lanes\x18\n" +
 	" \x01(\rR\x05lanes\x12\x18\n" +
 	"\aattempt\x18\v \x01(\x04R\aattempt\x12\x18\n" +
-	"\asession\x18\f \x01(\fR\asession\"O\n" +
+	"\asession\x18\f \x01(\fR\asession\"g\n" +
 	"\tPushPiece\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.shoal.v1.PushHeaderR\x06header\x12\x14\n" +
-	"\x05grads\x18\x02 \x01(\fR\x05grads\"z\n" +
+	"\x05grads\x18\x02 \x01(\fR\x05grads\x12\x16\n" +
+	"\x06scales\x18\x03 \x03(\x02R\x06scales\"z\n" +
 	"\fPushResponse\x12\x14\n" +
 	"\x05clock\x18\x01 \x01(\x03R\x05clock\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1c\n" +
 	"\tstaleness\x18\x03 \x01(\x03R\tstaleness\x12\x18\n" +
-	"\adropped\x18\x04 \x01(\bR\adropped*2\n" +
+	"\adropped\x18\x04 \x01(\bR\adropped*<\n" +
 	"\bEncoding\x12\v\n" +
 	"\aFLOAT32\x10\x00\x12\v\n" +
 	"\aFLOAT16\x10\x01\x12\f\n" +
-	"\bBFLOAT16\x10\x022\xb8\x02\n" +
+	"\bBFLOAT16\x10\x02\x12\b\n" +
+	"\x04INT8\x10\x032\xb8\x02\n" +
 	"\x0fParameterServer\x125\n" +
 	"\x04Info\x12\x15.shoal.v1.InfoRequest\x1a\x16.shoal.v1.InfoResponse\x124\n" +
 	"\x04Pull\x12\x15.shoal.v1.PullRequest\x1a\x13.shoal.v1.PullPiece0\x01\x125\n" +
