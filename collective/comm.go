@@ -86,7 +86,8 @@ func ParseCompression(s string) (Compression, error) {
 }
 
 // Algorithm is how Allreduce reduces: the ring, recursive doubling (Tree),
-// or either by the message's size and the group's (Auto).
+// host by host (Hierarchical), or one of them by the message's size and
+// the group's (Auto).
 type Algorithm int
 
 const (
@@ -96,9 +97,20 @@ const (
 	// Tree is recursive doubling: log2(N) rounds (two more where N is
 	// not a power of two), each of the whole vector; latency-logarithmic.
 	Tree
-	// Auto takes Tree where its cost, by ChooseAlgorithm's model, is
-	// below the ring's: short messages on many ranks.
+	// Auto takes Tree or Hierarchical where its cost, by
+	// ChooseAlgorithmOnHosts's model, is below the ring's: Tree for short
+	// messages on many ranks, Hierarchical where the ranks sit on two or
+	// more hosts of two or more ranks each, all hosts alike.
 	Auto
+	// Hierarchical is Horovod's hierarchical allreduce over the hosts the
+	// Transport reports (HostLocator; one host without it): a
+	// reduce-scatter among the L ranks of each host, then an allreduce
+	// (a ring) of each shard by the ranks that own it, one per host, all
+	// L of them at once over their own cross-host rings, then an
+	// allgather within each host: 2(L−1) rounds of 1/L of the vector on
+	// the host's links and 2(H−1) rounds of 1/N through its NIC, H hosts.
+	// Where hosts hold different numbers of ranks it runs the flat Ring.
+	Hierarchical
 )
 
 func (a Algorithm) String() string {
@@ -109,18 +121,20 @@ func (a Algorithm) String() string {
 		return "tree"
 	case Auto:
 		return "auto"
+	case Hierarchical:
+		return "hierarchical"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
 // ParseAlgorithm parses the names String returns.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range []Algorithm{Ring, Tree, Auto} {
+	for _, a := range []Algorithm{Ring, Tree, Auto, Hierarchical} {
 		if strings.EqualFold(s, a.String()) {
 			return a, nil
 		}
 	}
-	return Ring, fmt.Errorf("unknown allreduce algorithm %q, want auto, ring or tree", s)
+	return Ring, fmt.Errorf("unknown allreduce algorithm %q, want auto, ring, tree or hierarchical", s)
 }
 
 // Auto's cost model: a hop's latency and a link's bandwidth of the
@@ -155,6 +169,33 @@ func ChooseAlgorithm(bytes, size int) Algorithm {
 	return Ring
 }
 
+// ChooseAlgorithmOnHosts is the algorithm Auto runs for an Allreduce of
+// bytes on size ranks on hosts of perHost ranks each (0: hosts of
+// different sizes). With one host, one rank a host or unlike hosts, it
+// is ChooseAlgorithm's choice. Otherwise the cheaper of Tree and
+// Hierarchical by the same α-β model, every link alike (no credit for a
+// host's links being faster than its NIC): Hierarchical costs
+// 2(L−1)+2(H−1) rounds for the ring's bytes, 2(N−1)/N of the vector, so
+// it always beats the ring, and the tree beats it for short messages.
+func ChooseAlgorithmOnHosts(bytes, size, perHost int) Algorithm {
+	if perHost < 2 || perHost >= size || size%perHost != 0 {
+		return ChooseAlgorithm(bytes, size)
+	}
+	hosts := size / perHost
+	n := float64(size)
+	treeRounds := float64(bits.Len(uint(size)) - 1)
+	if size&(size-1) != 0 {
+		treeRounds += 2
+	}
+	us := func(rounds, perRound float64) float64 { return rounds*autoLatency*1e6 + perRound/autoBytesPer }
+	tree := us(treeRounds, treeRounds*float64(bytes))
+	hier := us(float64(2*(perHost-1)+2*(hosts-1)), 2*(n-1)/n*float64(bytes))
+	if tree < hier {
+		return Tree
+	}
+	return Hierarchical
+}
+
 // Config configures a Communicator. Start from DefaultConfig.
 type Config struct {
 	// SegmentBytes is the size of the float32 data in one pipelined
@@ -171,8 +212,9 @@ type Config struct {
 	// context.DeadlineExceeded, and the Communicator broken) instead of
 	// hanging it.
 	CallTimeout time.Duration
-	// Algorithm is Allreduce's: Ring (the default), Tree or Auto. Every
-	// rank must use the same. The other collectives are not affected.
+	// Algorithm is Allreduce's: Ring (the default), Tree, Hierarchical or
+	// Auto. Every rank must use the same. The other collectives, and
+	// AllreduceAdasum (always its own tree), are not affected.
 	Algorithm Algorithm
 }
 
@@ -188,8 +230,8 @@ func (c Config) validate() error {
 	if c.CallTimeout < 0 {
 		return fmt.Errorf("collective: Config.CallTimeout is %v, want 0 (none) or more", c.CallTimeout)
 	}
-	if c.Algorithm < Ring || c.Algorithm > Auto {
-		return fmt.Errorf("collective: Config.Algorithm is %v, want Ring, Tree or Auto", c.Algorithm)
+	if c.Algorithm < Ring || c.Algorithm > Hierarchical {
+		return fmt.Errorf("collective: Config.Algorithm is %v, want Ring, Tree, Auto or Hierarchical", c.Algorithm)
 	}
 	if c.Compression < None || c.Compression > BFloat16 {
 		return fmt.Errorf("collective: Config.Compression is %v, want None, Float16 or BFloat16", c.Compression)
@@ -212,6 +254,7 @@ type Communicator struct {
 	t          Transport
 	cfg        Config
 	rank, size int
+	avgN       int  // what Average divides by: size, or the parent's for a hierarchy's cross-host ring
 	segElems   int  // floats per segment
 	native     bool // uncompressed float32 goes to the wire without copying
 	busy       atomic.Bool
@@ -235,6 +278,8 @@ type Communicator struct {
 	offs    []int     // block offsets
 	sendTok [1]byte   // Barrier tokens
 	recvTok [1]byte
+
+	hier *hierarchy // Hierarchical's groups, made at its first use
 }
 
 // New returns a Communicator for t's rank. t must stay open while the
@@ -255,6 +300,7 @@ func New(t Transport, cfg Config) (*Communicator, error) {
 		cfg:        cfg,
 		rank:       rank,
 		size:       size,
+		avgN:       size,
 		segElems:   cfg.SegmentBytes / 4,
 		native:     wire.NativeLittleEndian,
 		notify:     make(chan struct{}, 1),
@@ -357,9 +403,29 @@ func (c *Communicator) Allreduce(ctx context.Context, buf []float32, op Op) erro
 	if c.size == 1 {
 		return c.end(nil)
 	}
-	if alg := c.cfg.Algorithm; alg == Tree || (alg == Auto && ChooseAlgorithm(4*len(buf), c.size) == Tree) {
-		return c.end(c.allreduceTree(ctx, name, buf, op))
+	alg := c.cfg.Algorithm
+	if alg == Auto || alg == Hierarchical {
+		h, err := c.hierarchy()
+		if err != nil {
+			return c.end(fmt.Errorf("%s: %w", name, err))
+		}
+		if alg == Auto {
+			alg = ChooseAlgorithmOnHosts(4*len(buf), c.size, h.layout.perHost)
+		}
 	}
+	switch alg {
+	case Tree:
+		return c.end(c.allreduceTree(ctx, name, buf, op))
+	case Hierarchical:
+		if c.hier.local != nil {
+			return c.end(c.allreduceHier(ctx, name, buf, op))
+		}
+	}
+	return c.end(c.allreduceRing(ctx, name, buf, op))
+}
+
+// allreduceRing is Allreduce by the ring.
+func (c *Communicator) allreduceRing(ctx context.Context, name string, buf []float32, op Op) error {
 	n, N, r := len(buf), c.size, c.rank
 	c.steps = c.steps[:0]
 	block := func(b int) []float32 {
@@ -383,7 +449,7 @@ func (c *Communicator) Allreduce(ctx context.Context, buf []float32, op Op) erro
 	for t := range N - 1 {
 		c.steps[N-1+t].after = t
 	}
-	return c.end(c.runRing(ctx, name, op, c.cfg.Compression, true))
+	return c.runRing(ctx, name, op, c.cfg.Compression, true)
 }
 
 // ReduceScatter reduces in element-wise over all ranks with op and writes

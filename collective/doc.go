@@ -9,7 +9,13 @@
 // caller's goroutine has received and reduced it. Config.Algorithm Tree
 // makes it recursive doubling instead (log2 N rounds of the whole buffer,
 // each a swap with one peer: the latency-logarithmic choice for short
-// buffers on many ranks), and Auto picks by ChooseAlgorithm's α-β model.
+// buffers on many ranks); Hierarchical groups the ranks by host (the
+// Transport's HostLocator: collnet's host ids) and runs Horovod's
+// hierarchical allreduce, a reduce-scatter within each host, an allreduce
+// of each block across the hosts by the ranks that hold it (all of a
+// host's ranks at once, each on its own cross-host ring), an allgather
+// within each host (the flat ring where hosts differ in size); Auto picks
+// by ChooseAlgorithmOnHosts's α-β model.
 //
 // Transports: an in-memory one for tests (NewMemGroup), and network ones
 // in package collective/... (TCP and shared memory), all passing the one

@@ -145,7 +145,7 @@ func waitCount(ctx context.Context, n *atomic.Int64, notify <-chan struct{}, nee
 
 func (c *Communicator) recvLoop(ctx context.Context, name string, k codec, op Op, quantizeFinal bool) error {
 	peer := c.mod(c.rank - 1)
-	scale := float32(1 / float64(c.size))
+	scale := float32(1 / float64(c.avgN))
 	for t := range c.steps {
 		st := &c.steps[t]
 		if st.noRecv {

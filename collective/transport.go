@@ -45,3 +45,16 @@ func (e *PeerError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e
 
 // Unwrap lets errors.Is find ErrPeer and the cause.
 func (e *PeerError) Unwrap() []error { return []error{ErrPeer, e.Err} }
+
+// HostLocator is implemented by a Transport that knows which ranks share
+// a machine: collnet's transport answers with the ranks' Config.HostID,
+// the notion of host by which it links same-host pairs over shared
+// memory. Hierarchical allreduce groups the ranks by it; a Transport
+// without it counts as every rank on one host.
+type HostLocator interface {
+	// HostOf returns the id of the machine that rank runs on, for rank in
+	// 0..Size()−1; ranks with equal ids share a machine. It does not
+	// block, may be called concurrently, and answers the same for the
+	// transport's life.
+	HostOf(rank int) string
+}

@@ -34,15 +34,15 @@ func TestChooseAlgorithm(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, a := range []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto} {
+	for _, a := range []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto, collective.Hierarchical} {
 		got, err := collective.ParseAlgorithm(strings.ToUpper(a.String()))
 		require.NoError(t, err)
 		assert.Equal(t, a, got)
 	}
-	_, err := collective.ParseAlgorithm("hierarchical")
-	assert.ErrorContains(t, err, `unknown allreduce algorithm "hierarchical"`)
+	_, err := collective.ParseAlgorithm("butterfly")
+	assert.ErrorContains(t, err, `unknown allreduce algorithm "butterfly", want auto, ring, tree or hierarchical`)
 	cfg := collective.DefaultConfig()
-	cfg.Algorithm = collective.Auto + 1
+	cfg.Algorithm = collective.Hierarchical + 1
 	_, err = collective.New(collective.NewMemGroup(1)[0], cfg)
 	assert.ErrorContains(t, err, "Config.Algorithm")
 }

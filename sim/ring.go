@@ -45,26 +45,59 @@ func (c Config) buckets() (sizes, readyAt []float64) {
 	return sizes, readyAt
 }
 
-// allreduceRounds is how an allreduce of a bucket of size bytes goes by
-// Config.Allreduce: its rounds, each a latency and perRound bytes through
-// every rank's NIC each way. The ring: 2(N−1) rounds of size/N.
-// Recursive doubling (collective.Tree): log2(p) rounds of the whole
-// bucket, p the largest power of two up to N, and two more (the fold to
-// p ranks and the result back) where N is not one; its ranks' traffic.
-func (c Config) allreduceRounds(size float64) (rounds, perRound float64) {
+// allreduceCost is what an allreduce of a bucket of size bytes costs by
+// Config.Allreduce: its time, and the bytes each rank sends. A round is
+// a latency plus its bytes through the link at its rate (nicBps: the
+// NIC's, 0 infinite).
+//
+// The ring: 2(N−1) rounds of size/N (with hosts, each the slower of a
+// NIC hop and a host hop). Recursive doubling (collective.Tree):
+// log2(p) rounds of the whole bucket, p the largest power of two up to
+// N, and two more (the fold to p ranks and the result back) where N is
+// not one; its ranks' traffic. Hierarchical, L ranks a host and H =
+// N/L hosts: 2(L−1) rounds of size/L over the host's links (the
+// reduce-scatter and the allgather) and 2(H−1) rounds of size/N a rank
+// across hosts, L ranks at once through the host's NIC, size/H a round.
+func (c Config) allreduceCost(size, nicBps float64) (seconds, sent float64) {
 	n := c.Workers
+	L := c.RanksPerHost
+	if L < 2 || n%L != 0 {
+		L = 1
+	}
 	alg := c.Allreduce
 	if alg == collective.Auto {
-		alg = collective.ChooseAlgorithm(int(size), n)
+		per := L
+		if c.RanksPerHost > 1 && per == 1 {
+			per = 0 // hosts of different sizes
+		}
+		alg = collective.ChooseAlgorithmOnHosts(int(size), n, per)
 	}
-	if alg != collective.Tree {
-		return 2 * float64(n-1), size / float64(n)
+	hop := func(latency, bytes, bps float64) float64 {
+		if bps > 0 {
+			return latency + bytes/bps
+		}
+		return latency
 	}
-	r := bits.Len(uint(n)) - 1
-	if n&(n-1) != 0 {
-		r += 2
+	intraBps := c.IntraGbps * 1e9 / 8
+	N := float64(n)
+	switch {
+	case alg == collective.Tree:
+		r := float64(bits.Len(uint(n)) - 1)
+		if n&(n-1) != 0 {
+			r += 2
+		}
+		return r * hop(c.Latency, size, nicBps), r * size
+	case alg == collective.Hierarchical && L > 1:
+		l, h := float64(L), N/float64(L)
+		host := 2 * (l - 1) * hop(c.IntraLatency, size/l, intraBps)
+		cross := 2 * (h - 1) * hop(c.Latency, size/h, nicBps)
+		return host + cross, 2*(l-1)*size/l + 2*(h-1)*size/N
 	}
-	return float64(r), size
+	round := hop(c.Latency, size/N, nicBps)
+	if L > 1 {
+		round = max(round, hop(c.IntraLatency, size/N, intraBps))
+	}
+	return 2 * (N - 1) * round, 2 * (N - 1) * size / N
 }
 
 // ringState is the ring's progress.
@@ -120,13 +153,9 @@ func (j *job) ringReduce() {
 	commEnd := 0.0
 	var moved float64
 	for k, size := range j.bucketSizes {
-		rounds, perRound := j.cfg.allreduceRounds(size)
-		round := j.cfg.Latency
-		if j.net.bps > 0 {
-			round += perRound / j.net.bps
-		}
-		commEnd = max(commEnd, rs.readyAt[k]) + rounds*round
-		moved += rounds * perRound
+		secs, sent := j.cfg.allreduceCost(size, j.net.bps)
+		commEnd = max(commEnd, rs.readyAt[k]) + secs
+		moved += sent
 	}
 	for _, w := range j.workers {
 		w.nic.sent += moved

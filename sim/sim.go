@@ -40,9 +40,22 @@ type Config struct {
 	ChunkBytes, FusionBytes int64
 	// Allreduce is the ring mode's algorithm, as shoal worker
 	// --allreduce-algorithm: collective.Ring (the default), Tree
-	// (recursive doubling) or Auto (collective.ChooseAlgorithm, bucket
-	// by bucket).
+	// (recursive doubling), Hierarchical (by hosts of RanksPerHost) or
+	// Auto (collective.ChooseAlgorithmOnHosts, bucket by bucket).
 	Allreduce collective.Algorithm
+	// RanksPerHost (ring mode), when > 1, puts the ranks on hosts of that
+	// many (in rank order), which share one NIC of NICGbps and Latency
+	// and reach each other over links of IntraGbps per direction (0:
+	// infinite) and IntraLatency. Hierarchical runs its host phases on
+	// those links and its cross-host rings through the NIC, the host's L
+	// rings at once; the ring crosses each NIC once per direction, so a
+	// round is the slower of a NIC hop and a host hop, each of 1/N of the
+	// bucket. Tree is priced as without hosts, every rank at NIC speed
+	// (optimistic: where its rounds cross hosts, a host's ranks share
+	// the NIC). Where N is no multiple of RanksPerHost, Hierarchical is
+	// the ring, as collective runs it on hosts of different sizes.
+	RanksPerHost            int
+	IntraGbps, IntraLatency float64
 	// Forward and Backward are one step's compute; Jitter, when > 0, is
 	// the standard deviation of a log-normal factor on each step's
 	// compute (mean 1), drawn from Seed.
@@ -182,8 +195,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: local steps in %s mode: only sync and async take them", c.Mode)
 	case c.LocalSteps > 1 && c.Overlap:
 		return errors.New("sim: local steps with overlapped push and pull: a worker of local steps pushes once a round")
-	case c.Allreduce < collective.Ring || c.Allreduce > collective.Auto:
-		return fmt.Errorf("sim: allreduce algorithm %v, want Ring, Tree or Auto", c.Allreduce)
+	case c.Allreduce < collective.Ring || c.Allreduce > collective.Hierarchical:
+		return fmt.Errorf("sim: allreduce algorithm %v, want Ring, Tree, Auto or Hierarchical", c.Allreduce)
+	case c.RanksPerHost < 0 || !(c.IntraGbps >= 0) || !(c.IntraLatency >= 0):
+		return fmt.Errorf("sim: %d ranks a host, host links of %g Gbit/s and %gs latency: want all >= 0", c.RanksPerHost, c.IntraGbps, c.IntraLatency)
 	case c.Pieces < 0:
 		return fmt.Errorf("sim: %d pieces, want >= 0 (0: exact)", c.Pieces)
 	case c.Overlap && c.Mode != consistency.Async:

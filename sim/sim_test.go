@@ -396,3 +396,45 @@ func TestTreeAllreduceMatchesItsFormula(t *testing.T) {
 	big.Allreduce = collective.Auto
 	assert.Equal(t, ring.StepSeconds, run(t, big).StepSeconds, "auto at 64 MiB on 8 ranks: the ring")
 }
+
+// Hierarchical on hosts of L ranks (collective.Hierarchical): 2(L−1)
+// rounds of M/L over the hosts' links, then 2(H−1) rounds through each
+// host's NIC, where its L cross-host rings carry M/H a round; the flat
+// ring on the same hosts is 2(N−1) rounds of M/N, each the slower of a
+// NIC hop and a host hop; where N is no multiple of L, hierarchical is
+// the ring. Auto takes it for a large bucket on 2×4.
+func TestHierarchicalAllreduceMatchesItsFormula(t *testing.T) {
+	const (
+		m       = 4 << 20
+		alpha   = 25e-6
+		intraA  = 2e-6
+		intraGb = 8.0 // Gbit/s: the host's links 8 times the NIC's
+	)
+	for _, tc := range []struct{ n, l int }{{8, 4}, {8, 2}, {512, 4}, {4, 4}, {8, 1}} {
+		cfg := job(consistency.Ring, tc.n, 0, m, 0.01)
+		cfg.Latency, cfg.IntraLatency, cfg.IntraGbps, cfg.RanksPerHost = alpha, intraA, intraGb, tc.l
+		cfg.Allreduce = collective.Hierarchical
+		r := run(t, cfg)
+		l, n := float64(tc.l), float64(tc.n)
+		h := n / l
+		comm := 2*(l-1)*(intraA+m/l/(intraGb*gbit)) + 2*(h-1)*(alpha+m/h/gbit)
+		assert.InEpsilon(t, 0.01+comm, r.StepSeconds, 1e-9, "N=%d, L=%d", tc.n, tc.l)
+		assert.InEpsilon(t, 2*(l-1)*m/l+2*(h-1)*m/n, r.BytesSent, 1e-9, "N=%d, L=%d", tc.n, tc.l)
+
+		cfg.Allreduce = collective.Ring
+		ring := run(t, cfg)
+		round := max(alpha+m/n/gbit, intraA+m/n/(intraGb*gbit))
+		assert.InEpsilon(t, 0.01+2*(n-1)*round, ring.StepSeconds, 1e-9, "ring on hosts, N=%d, L=%d", tc.n, tc.l)
+	}
+	uneven := job(consistency.Ring, 6, 0, m, 0.01)
+	uneven.RanksPerHost, uneven.IntraGbps = 4, intraGb
+	ring := run(t, uneven)
+	uneven.Allreduce = collective.Hierarchical
+	assert.Equal(t, ring.StepSeconds, run(t, uneven).StepSeconds, "6 ranks on hosts of 4: the ring")
+	auto := job(consistency.Ring, 8, 0, m, 0.01)
+	auto.RanksPerHost, auto.IntraGbps, auto.Latency = 4, intraGb, alpha
+	auto.Allreduce = collective.Hierarchical
+	hier := run(t, auto)
+	auto.Allreduce = collective.Auto
+	assert.Equal(t, hier.StepSeconds, run(t, auto).StepSeconds, "auto at 4 MiB on 2x4: hierarchical")
+}

@@ -29,6 +29,11 @@ type CollectiveConfig struct {
 	SharedMemory  bool
 	Compression   collective.Compression
 	Algorithm     collective.Algorithm // Allreduce's
+	// Hosts, when > 1, puts rank r on fake host r·Hosts/NP (its
+	// collnet.Config.HostID): ranks of one host link over shared memory
+	// (with SharedMemory), of two over TCP, and Hierarchical groups them
+	// so. 0 and 1: every rank on this machine.
+	Hosts int
 	// Timeout is the deadline of each collective call.
 	Timeout time.Duration
 	// Security, when not nil, is the ranks' mutual TLS.
@@ -44,6 +49,9 @@ func (cfg CollectiveConfig) Validate() error {
 	}
 	if cfg.NP < 1 || cfg.Iters < 1 || cfg.Warmup < 0 {
 		return fmt.Errorf("--np %d, --iters %d, --warmup %d: want np >= 1, iters >= 1, warmup >= 0", cfg.NP, cfg.Iters, cfg.Warmup)
+	}
+	if cfg.Hosts < 0 || cfg.Hosts > cfg.NP {
+		return fmt.Errorf("--hosts %d: want 1 to --np (%d): the fake hosts the ranks are dealt to", cfg.Hosts, cfg.NP)
 	}
 	if limit := cfg.MaxProcsPerCore * runtime.NumCPU(); cfg.NP > limit {
 		return fmt.Errorf("--np %d: want at most %d processes on this machine's %d cores (%d a core), as for shoal train", cfg.NP, limit, runtime.NumCPU(), cfg.MaxProcsPerCore)
@@ -138,6 +146,9 @@ func CollectiveRank(ctx context.Context, cfg CollectiveConfig, rank int, master 
 	transport := "tcp"
 	if cfg.SharedMemory {
 		transport = "shm"
+		if cfg.Hosts > 1 {
+			transport = "shm+tcp"
+		}
 	}
 	for _, bytes := range cfg.Sizes {
 		t, correct, err := collbench.Measure(ctx, comm, cfg.Op, bytes, cfg.Iters, cfg.Warmup)
@@ -157,6 +168,9 @@ func CollectiveRank(ctx context.Context, cfg CollectiveConfig, rank int, master 
 // and how to close its transport.
 func connectRank(ctx context.Context, cfg CollectiveConfig, rank int, master string, stdout io.Writer) (*collective.Communicator, func() error, error) {
 	ncfg := collnet.Config{Rank: rank, Size: cfg.NP, Master: master, JobID: "shoal-bench", SharedMemory: cfg.SharedMemory, Security: cfg.Security}
+	if cfg.Hosts > 1 {
+		ncfg.HostID = fmt.Sprintf("%s/fake-host-%d", collnet.DefaultHostID(), rank*cfg.Hosts/cfg.NP)
+	}
 	if rank == 0 {
 		lis, err := collnet.ListenMaster(master)
 		if err != nil {

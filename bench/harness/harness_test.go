@@ -66,6 +66,7 @@ func TestValidate(t *testing.T) {
 		{"train eval", TrainConfig{EvalEvery: 0}.Validate(), "--eval-every 0: want >= 1"},
 		{"collective op", CollectiveConfig{Op: "gather"}.Validate(), `--op "gather": want allreduce`},
 		{"collective np", CollectiveConfig{Op: "allreduce", Iters: 1, MaxProcsPerCore: 1}.Validate(), "--np 0, --iters 1, --warmup 0: want np >= 1"},
+		{"collective hosts", CollectiveConfig{Op: "allreduce", NP: 2, Iters: 1, Hosts: 3, MaxProcsPerCore: 8}.Validate(), "--hosts 3: want 1 to --np (2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorContains(t, tc.err, tc.want)

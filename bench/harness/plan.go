@@ -22,7 +22,8 @@ import (
 type PlanRow struct {
 	Mode    string `json:"mode"`
 	Servers int    `json:"servers"`
-	// Allreduce is the ring mode's algorithm (ring, tree, auto; "" in the
+	// Allreduce is the ring mode's algorithm (ring, tree, auto,
+	// hierarchical; "" in the
 	// PS modes).
 	Allreduce string     `json:"allreduce,omitempty"`
 	Result    sim.Result `json:"result"`
@@ -38,8 +39,9 @@ func (r PlanRow) label() string {
 }
 
 // planAlgorithms are the ring mode's allreduce algorithms a plan
-// simulates, each its own row.
-var planAlgorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
+// simulates, each its own row; Hierarchical only on hosts of two or more
+// ranks (Sim.RanksPerHost), where it differs from the ring.
+var planAlgorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto, collective.Hierarchical}
 
 // PlanConfig is one shoal bench plan: the job to simulate in each mode
 // and at each server count, and the time to a test accuracy to predict.
@@ -153,6 +155,9 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 	for _, m := range cfg.Modes {
 		if !m.UsesServers() {
 			for _, a := range planAlgorithms {
+				if a == collective.Hierarchical && cfg.Sim.RanksPerHost < 2 {
+					continue
+				}
 				rows, modes, algs, locals = append(rows, PlanRow{Mode: m.String(), Allreduce: a.String()}), append(modes, m), append(algs, a), append(locals, 0)
 			}
 			continue

@@ -118,6 +118,7 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 // benchCollectiveFlags are shoal bench allreduce's flags.
 type benchCollectiveFlags struct {
 	np, iters, warmup, rank int
+	hosts                   int
 	sizes, op, comp, master string
 	alg                     string
 	jsonOut, shm, tls       bool
@@ -134,7 +135,8 @@ func (f *benchCollectiveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per line")
 	fs.BoolVar(&f.shm, "shared-memory", true, "use shared memory between the processes")
 	fs.StringVar(&f.comp, "compression", "none", "wire format of reductions: none, fp16 or bf16")
-	fs.StringVar(&f.alg, "allreduce-algorithm", "ring", "allreduce: ring, tree (recursive doubling) or auto (by size and ranks)")
+	fs.StringVar(&f.alg, "allreduce-algorithm", "ring", "allreduce: ring, tree (recursive doubling), hierarchical (by host: see --hosts) or auto (by size, ranks and hosts)")
+	fs.IntVar(&f.hosts, "hosts", 1, "fake hosts: rank r on host r*hosts/np, ranks of one host over shared memory (with --shared-memory), of two over TCP")
 	fs.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	fs.StringVar(&f.master, "master", "", "internal: rank 0's rendezvous address")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "deadline of each collective call")
@@ -152,7 +154,7 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 		return harness.CollectiveConfig{}, err
 	}
 	cfg := harness.CollectiveConfig{NP: f.np, Op: f.op, Sizes: sz, Iters: f.iters, Warmup: f.warmup, SharedMemory: f.shm, Timeout: f.timeout,
-		MaxProcsPerCore: maxProcsPerCore}
+		Hosts: f.hosts, MaxProcsPerCore: maxProcsPerCore}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
@@ -170,6 +172,6 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 func (f *benchCollectiveFlags) args() []string {
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(f.np), "--sizes", f.sizes, "--iters", strconv.Itoa(f.iters),
 		"--warmup", strconv.Itoa(f.warmup), "--op", f.op, "--shared-memory=" + strconv.FormatBool(f.shm), "--compression", f.comp, "--allreduce-algorithm", f.alg,
-		"--timeout", f.timeout.String()}
+		"--hosts", strconv.Itoa(f.hosts), "--timeout", f.timeout.String()}
 	return append(common, f.sec.Args()...)
 }

@@ -33,6 +33,8 @@ type benchPlanFlags struct {
 	layerFile string
 	update    flags.Update // --target's emulations
 	local     flags.LocalSteps
+	// intraLatency is --intra-latency, into Sim.IntraLatency.
+	intraLatency time.Duration
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
@@ -44,6 +46,9 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Sim.Batch, "batch", 64, "batch per worker")
 	fs.Float64Var(&f.apply, "apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
 	fs.Int64Var(&c.Sim.FusionBytes, "fusion-bytes", 65536, "ring: bucket size (0: one allreduce after backward)")
+	fs.IntVar(&c.Sim.RanksPerHost, "ranks-per-host", 1, "ring: ranks on each host, sharing its NIC; above 1 the plan adds ring/hierarchical (Horovod's hierarchical allreduce)")
+	fs.Float64Var(&c.Sim.IntraGbps, "intra-gbps", 0, "ring, with --ranks-per-host: the link between two ranks of a host, Gbit/s per direction (0: infinite)")
+	fs.DurationVar(&f.intraLatency, "intra-latency", 0, "ring, with --ranks-per-host: one-way latency between two ranks of a host")
 	fs.Int64Var(&c.Sim.ChunkBytes, "chunk-bytes", 1<<20, "PS: the shard plan's chunk size")
 	fs.Int64Var(&c.Sim.Staleness, "staleness", 1, "ssp: the bound")
 	fs.IntVar(&c.Sim.BackupWorkers, "backup-workers", 0, "sync: backup workers")
@@ -73,6 +78,10 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 	if err := p.job.net().Validate(); err != nil {
 		return *c, err
 	}
+	if c.Sim.RanksPerHost < 1 || c.Sim.IntraGbps < 0 || p.intraLatency < 0 {
+		return *c, fmt.Errorf("--ranks-per-host %d, --intra-gbps %g, --intra-latency %v: want at least 1 rank a host and a host link of >= 0 Gbit/s (0: infinite) and latency", c.Sim.RanksPerHost, c.Sim.IntraGbps, p.intraLatency)
+	}
+	c.Sim.IntraLatency = p.intraLatency.Seconds()
 	if c.Sim.Workers < 1 || c.Sim.Batch < 1 || c.Sim.Steps < 1 || p.apply < 0 {
 		return *c, fmt.Errorf("--workers %d, --batch %d, --steps %d, --apply-gbps %g: want workers, batch, steps >= 1 and an optimizer speed >= 0",
 			c.Sim.Workers, c.Sim.Batch, c.Sim.Steps, p.apply)

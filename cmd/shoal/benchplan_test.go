@@ -149,3 +149,18 @@ func TestBenchPlanTakesTheHarnessModels(t *testing.T) {
 	assert.Equal(t, 16, cfg.Sim.Batch)
 	assert.EqualValues(t, 25_452_810, cfg.Sim.VectorBytes()/4)
 }
+
+// With --ranks-per-host above 1 the ring mode gets a fourth row,
+// ring/hierarchical; a host of no ranks is refused, saying what is
+// wanted.
+func TestBenchPlanHierarchical(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	args := []string{"bench", "plan", "--workers", "16", "--modes", "ring", "--nic-gbps", "10", "--compute", "2ms", "--apply-gbps", "4", "--ranks-per-host", "4", "--intra-gbps", "80", "--intra-latency", "2us"}
+	out, err := exec.CommandContext(ctx, shoalBin, args...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "ring/hierarchical")
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--ranks-per-host", "0").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--ranks-per-host 0")
+	assert.Contains(t, string(out), "want at least 1 rank a host")
+}

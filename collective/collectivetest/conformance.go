@@ -56,9 +56,16 @@ var bigN = []int{2, 3, 4, 8}
 //   - Allreduce runs all of the above for Config.Algorithm Ring and
 //     Tree, and for Auto at N ∈ {1,2,3,8}; Ring and Tree also at N =
 //     9..16 (sizes N+1 and 1009, sum and average, uncompressed: every
-//     remainder of recursive doubling's fold); each algorithm meets
-//     DeadPeer and SilentPeer.
-//   - DeadPeer (N = 2, 3, 5; the dead rank first, middle, last): one rank
+//     remainder of recursive doubling's fold). Hierarchical runs the
+//     same cases on fake hosts (a collective.HostLocator around each
+//     transport): 1×1, one host of 3, 3 and 2 hosts of one rank, 2×2,
+//     2×4, 4×2, 4×4, 2×3 with ranks dealt round-robin to the hosts, and
+//     hosts of different sizes (2+1, 3+3+2: the flat ring); Auto also on
+//     2×2 and 2×4. Each algorithm meets DeadPeer and SilentPeer,
+//     Hierarchical on one host and on hosts of two ranks (N = 4 and 6
+//     too).
+//   - DeadPeer (N = 2, 3, 5, and 4 and 6 for Hierarchical; the dead
+//     rank first, middle, last): one rank
 //     closes its transport, then the others call a collective. For Barrier
 //     and Alltoall every other rank fails with a *PeerError naming it; for
 //     the ring-based collectives (Allreduce, ReduceScatter, Allgather,
@@ -67,7 +74,7 @@ var bigN = []int{2, 3, 4, 8}
 //     at least one names it. No rank may fail by its deadline instead.
 //     Broadcast's ranks upstream of the dead one (they only send) may
 //     succeed.
-//   - SilentPeer (N = 2, 3, 5): one rank never calls; every other rank's
+//   - SilentPeer (N as DeadPeer's): one rank never calls; every other rank's
 //     collective returns an error wrapping context.DeadlineExceeded
 //     within 10 s of a 50 ms deadline (Broadcast's upstream ranks may
 //     succeed).
@@ -181,15 +188,60 @@ func tolerance(comp collective.Compression, op collective.Op, n int, want, mag f
 const maxAllreduceRanks = 16
 
 // algorithms are Allreduce's, each run through the same cases; Auto
-// (which runs one of the other two) only for autoN.
+// (which runs one of the others) only for autoN, and Hierarchical on the
+// fake hosts of hostLayouts.
 var (
-	algorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto}
+	algorithms = []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto, collective.Hierarchical}
 	autoN      = []int{1, 2, 3, 8}
 )
+
+// layout is a named placement of ranks on fake hosts: hosts of sizes in
+// rank order, or with interleave rank r on host r mod len(sizes).
+type layout struct {
+	name       string
+	sizes      []int
+	interleave bool
+	big        bool // also run bigSize
+}
+
+func (l layout) n() int {
+	n := 0
+	for _, k := range l.sizes {
+		n += k
+	}
+	return n
+}
+
+// hostLayouts are Hierarchical's (and, for those named in autoLayouts,
+// Auto's) fake hosts: one host, one rank per host, square and oblong
+// grids, hosts that are not runs of ranks, and hosts of different sizes
+// (which run the flat ring).
+var hostLayouts = []layout{
+	{name: "1x1", sizes: []int{1}},
+	{name: "1x3", sizes: []int{3}, big: true},
+	{name: "3x1", sizes: []int{1, 1, 1}},
+	{name: "2x1", sizes: []int{1, 1}, big: true},
+	{name: "2x2", sizes: []int{2, 2}, big: true},
+	{name: "2+1", sizes: []int{2, 1}},
+	{name: "2x3-interleaved", sizes: []int{3, 3}, interleave: true},
+	{name: "2x4", sizes: []int{4, 4}, big: true},
+	{name: "4x2", sizes: []int{2, 2, 2, 2}},
+	{name: "3+3+2", sizes: []int{3, 3, 2}},
+	{name: "4x4", sizes: []int{4, 4, 4, 4}},
+}
+
+// autoLayouts are the hostLayouts Auto also runs on.
+var autoLayouts = []string{"2x2", "2x4"}
 
 func testAllreduce(t *testing.T, mk NewGroupFunc, comp collective.Compression) {
 	for _, alg := range algorithms {
 		t.Run("alg="+alg.String(), func(t *testing.T) { testAllreduceWith(t, mk, comp, alg) })
+	}
+	for _, l := range hostLayouts {
+		if !slices.Contains(autoLayouts, l.name) {
+			continue
+		}
+		t.Run("alg=auto/hosts="+l.name, func(t *testing.T) { testAllreduceOn(t, mk, comp, collective.Auto, l) })
 	}
 }
 
@@ -207,32 +259,54 @@ func allreduceCase(n int, sc sizeCase, op collective.Op, comp collective.Compres
 }
 
 func testAllreduceWith(t *testing.T, mk NewGroupFunc, comp collective.Compression, alg collective.Algorithm) {
+	if alg == collective.Hierarchical {
+		for _, l := range hostLayouts {
+			t.Run("hosts="+l.name, func(t *testing.T) { testAllreduceOn(t, mk, comp, alg, l) })
+		}
+		return
+	}
 	for n := 1; n <= maxAllreduceRanks; n++ {
-		for _, sc := range sizeCases(n, comp) {
-			in := randVecs(1, n, sc.size)
-			for _, op := range ops {
-				if !allreduceCase(n, sc, op, comp, alg) {
-					continue
-				}
-				t.Run(name("N=%d/size=%d/seg=%d/%v", n, sc.size, sc.seg, op), func(t *testing.T) {
-					c := cfg(sc.seg, comp)
-					c.Algorithm = alg
-					g := newGroup(t, mk, n, c)
-					bufs := clone2(in)
-					g.runOK(func(ctx context.Context, r int, c *collective.Communicator) error {
-						return c.Allreduce(ctx, bufs[r], op)
-					})
-					want, mag := reference(in, op)
-					checkIdentical(t, "allreduce", bufs)
-					if n == 1 {
-						checkEqual(t, "allreduce, one rank", bufs[0], in[0])
-						return
-					}
-					checkClose(t, "allreduce", bufs[0], want, func(i int) float64 {
-						return tolerance(comp, op, n, want[i], mag[i])
-					})
-				})
+		testAllreduceN(t, mk, comp, alg, alg, n, nil, slices.Contains(bigN, n))
+	}
+}
+
+// testAllreduceOn runs the Allreduce cases on l's fake hosts, chosen as
+// the ring's for the same N.
+func testAllreduceOn(t *testing.T, mk NewGroupFunc, comp collective.Compression, alg collective.Algorithm, l layout) {
+	testAllreduceN(t, mk, comp, alg, collective.Ring, l.n(), fakeHosts(l.sizes, l.interleave), l.big)
+}
+
+// testAllreduceN runs Allreduce with Config.Algorithm alg on n ranks (on
+// fake hosts, when not nil) in the cases allreduceCase gives caseAlg,
+// bigSize only when big.
+func testAllreduceN(t *testing.T, mk NewGroupFunc, comp collective.Compression, alg, caseAlg collective.Algorithm, n int, hosts []string, big bool) {
+	for _, sc := range sizeCases(n, comp) {
+		if sc.size == bigSize && !big {
+			continue
+		}
+		in := randVecs(1, n, sc.size)
+		for _, op := range ops {
+			if !allreduceCase(n, sc, op, comp, caseAlg) {
+				continue
 			}
+			t.Run(name("N=%d/size=%d/seg=%d/%v", n, sc.size, sc.seg, op), func(t *testing.T) {
+				c := cfg(sc.seg, comp)
+				c.Algorithm = alg
+				g := newHostGroup(t, mk, n, hosts, c)
+				bufs := clone2(in)
+				g.runOK(func(ctx context.Context, r int, c *collective.Communicator) error {
+					return c.Allreduce(ctx, bufs[r], op)
+				})
+				want, mag := reference(in, op)
+				checkIdentical(t, "allreduce", bufs)
+				if n == 1 {
+					checkEqual(t, "allreduce, one rank", bufs[0], in[0])
+					return
+				}
+				checkClose(t, "allreduce", bufs[0], want, func(i int) float64 {
+					return tolerance(comp, op, n, want[i], mag[i])
+				})
+			})
 		}
 	}
 }

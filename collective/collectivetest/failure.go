@@ -27,6 +27,8 @@ type failKind struct {
 	call func(ctx context.Context, c *collective.Communicator) error
 	// alg is the Communicators' Config.Algorithm.
 	alg collective.Algorithm
+	// hosts, when set, puts the n ranks on fake hosts.
+	hosts func(n int) []string
 }
 
 // config is the Communicators' Config for k.
@@ -68,6 +70,12 @@ func failKinds(n int) []failKind {
 		{name: "Allreduce/auto", root: -1, alg: collective.Auto, call: func(ctx context.Context, c *collective.Communicator) error {
 			return c.Allreduce(ctx, make([]float32, size), collective.Sum)
 		}},
+		{name: "Allreduce/hierarchical", root: -1, alg: collective.Hierarchical, call: func(ctx context.Context, c *collective.Communicator) error {
+			return c.Allreduce(ctx, make([]float32, size), collective.Sum)
+		}},
+		{name: "Allreduce/hierarchical/2-a-host", root: -1, alg: collective.Hierarchical, hosts: twoAHost, call: func(ctx context.Context, c *collective.Communicator) error {
+			return c.Allreduce(ctx, make([]float32, size), collective.Average)
+		}},
 		{name: "ReduceScatter", root: -1, call: func(ctx context.Context, c *collective.Communicator) error {
 			return c.ReduceScatter(ctx, make([]float32, size), make([]float32, collective.Blocks(size, n)[c.Rank()]), collective.Average)
 		}},
@@ -84,6 +92,39 @@ func failKinds(n int) []failKind {
 			return c.AllreduceAdasum(ctx, make([]float32, size))
 		}},
 	}
+}
+
+// twoAHost puts ranks 2h and 2h+1 on fake host h (with odd n the last
+// host has one rank: hosts of different sizes).
+func twoAHost(n int) []string {
+	sizes := make([]int, 0, (n+1)/2)
+	for r := 0; r < n; r += 2 {
+		sizes = append(sizes, min(2, n-r))
+	}
+	return fakeHosts(sizes, false)
+}
+
+// failN are the group sizes of the failure tests: every kind at 2, 3 and
+// 5, and the hierarchical ones also at 4 and 6 (two and three hosts of
+// two ranks).
+var failN = []int{2, 3, 4, 5, 6}
+
+// failKindsAt are the kinds the failure tests run on n ranks.
+func failKindsAt(n int) []failKind {
+	ks := failKinds(n)
+	if n == 4 || n == 6 {
+		ks = slices.DeleteFunc(ks, func(k failKind) bool { return k.alg != collective.Hierarchical })
+	}
+	return ks
+}
+
+// group makes k's group of n ranks.
+func (k failKind) group(t *testing.T, mk NewGroupFunc, n int) *group {
+	var hosts []string
+	if k.hosts != nil {
+		hosts = k.hosts(n)
+	}
+	return newHostGroup(t, mk, n, hosts, k.config())
 }
 
 // failRanks are the ranks the failure tests take down in a group of n.
@@ -111,11 +152,11 @@ func without(ranks []int, x int) []int {
 // every error must be a *PeerError and at least one must name the dead
 // rank.
 func testDeadPeer(t *testing.T, mk NewGroupFunc) {
-	for _, n := range []int{2, 3, 5} {
+	for _, n := range failN {
 		for _, dead := range failRanks(n) {
-			for _, k := range failKinds(n) {
+			for _, k := range failKindsAt(n) {
 				t.Run(name("N=%d/dead=%d/%s", n, dead, k.name), func(t *testing.T) {
-					g := newGroup(t, mk, n, k.config())
+					g := k.group(t, mk, n)
 					g.close(dead)
 					live := without(allRanks(n), dead)
 					errs := g.run(live, func(ctx context.Context, r int, c *collective.Communicator) error {
@@ -161,14 +202,14 @@ func testDeadPeer(t *testing.T, mk NewGroupFunc) {
 // testSilentPeer runs a collective on every rank but one, which never
 // calls: the others must return ctx's deadline error, soon after it.
 func testSilentPeer(t *testing.T, mk NewGroupFunc) {
-	for _, n := range []int{2, 3, 5} {
+	for _, n := range failN {
 		for _, silent := range []int{0, n - 1} {
 			if n == 2 && silent == 0 {
 				continue
 			}
-			for _, k := range failKinds(n) {
+			for _, k := range failKindsAt(n) {
 				t.Run(name("N=%d/silent=%d/%s", n, silent, k.name), func(t *testing.T) {
-					g := newGroup(t, mk, n, k.config())
+					g := k.group(t, mk, n)
 					live := without(allRanks(n), silent)
 					// A call that hung past its deadline would be caught by
 					// the harness's own bound on every call.

@@ -36,8 +36,22 @@ type group struct {
 // (each exactly once) when the test ends.
 func newGroup(t *testing.T, mk NewGroupFunc, n int, cfg collective.Config) *group {
 	t.Helper()
+	return newHostGroup(t, mk, n, nil, cfg)
+}
+
+// newHostGroup is newGroup with rank r on fake host hosts[r] (nil: the
+// transports' own hosts), told to the Communicators by a
+// collective.HostLocator around each transport.
+func newHostGroup(t *testing.T, mk NewGroupFunc, n int, hosts []string, cfg collective.Config) *group {
+	t.Helper()
 	ts := mk(t, n)
 	require.Len(t, ts, n, "newGroup(t, %d) returned %d transports", n, len(ts))
+	if hosts != nil {
+		require.Len(t, hosts, n, "one fake host per rank")
+		for i := range ts {
+			ts[i] = hostedTransport{Transport: ts[i], hosts: hosts}
+		}
+	}
 	g := &group{t: t, ts: ts, cs: make([]*collective.Communicator, n), closed: make([]bool, n)}
 	t.Cleanup(func() {
 		for i := range ts {
@@ -53,6 +67,33 @@ func newGroup(t *testing.T, mk NewGroupFunc, n int, cfg collective.Config) *grou
 		g.cs[i] = c
 	}
 	return g
+}
+
+// hostedTransport is a Transport on fake hosts: rank r on hosts[r].
+type hostedTransport struct {
+	collective.Transport
+	hosts []string
+}
+
+var _ collective.HostLocator = hostedTransport{}
+
+func (h hostedTransport) HostOf(rank int) string { return h.hosts[rank] }
+
+// fakeHosts puts n ranks on hosts of the given sizes, in rank order
+// (interleave: rank r on host r mod len(sizes), sizes all alike).
+func fakeHosts(sizes []int, interleave bool) []string {
+	var hosts []string
+	for h, k := range sizes {
+		for range k {
+			hosts = append(hosts, fmt.Sprintf("host-%d", h))
+		}
+	}
+	if interleave {
+		for r := range hosts {
+			hosts[r] = fmt.Sprintf("host-%d", r%len(sizes))
+		}
+	}
+	return hosts
 }
 
 // close closes rank i's transport unless the suite already did; safe

@@ -36,7 +36,7 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "collnet", "rank", cfg.Rank, "size", cfg.Size)
-	t := &transport{rank: cfg.Rank, size: cfg.Size, log: log, links: make([]*link, cfg.Size)}
+	t := &transport{rank: cfg.Rank, size: cfg.Size, log: log, links: make([]*link, cfg.Size), hosts: []string{cfg.HostID}}
 	if cfg.Size == 1 {
 		if cfg.MasterListener != nil {
 			cfg.MasterListener.Close()
@@ -103,6 +103,10 @@ func Connect(ctx context.Context, cfg Config) (collective.Transport, error) {
 		return nil, fmt.Errorf("collnet: rank %d of %d: rendezvous at %s: %w", cfg.Rank, cfg.Size, master, err)
 	}
 	log.Debug("rendezvous complete", "data_address", advertise)
+	t.hosts = make([]string, cfg.Size)
+	for i, ri := range resp.Ranks {
+		t.hosts[i] = ri.HostId
+	}
 
 	conns, err := mesh(ctx, cfg, lis, resp)
 	for peer, c := range conns {

@@ -31,7 +31,8 @@ var ErrInterrupted = errors.New("collnet: stream out of step after an interrupte
 type transport struct {
 	rank, size int
 	log        *slog.Logger
-	links      []*link // by rank; nil for this rank
+	links      []*link  // by rank; nil for this rank
+	hosts      []string // by rank: the host ids the ranks joined with
 
 	closed atomic.Bool
 	// ops holds a read lock for each call in progress; Close takes the
@@ -68,7 +69,10 @@ type link struct {
 	sendBroken, recvBroken atomic.Bool
 }
 
-var _ collective.Transport = (*transport)(nil)
+var (
+	_ collective.Transport   = (*transport)(nil)
+	_ collective.HostLocator = (*transport)(nil)
+)
 
 func newLink(peer int, conn *net.TCPConn, ctl, data net.Conn) *link {
 	return &link{peer: peer, conn: conn, data: data, ctl: ctl, setRead: data.SetReadDeadline, setWrite: data.SetWriteDeadline}
@@ -79,6 +83,9 @@ func (t *transport) Rank() int { return t.rank }
 
 // Size returns the number of ranks.
 func (t *transport) Size() int { return t.size }
+
+// HostOf returns the Config.HostID rank joined the rendezvous with.
+func (t *transport) HostOf(rank int) string { return t.hosts[rank] }
 
 // Send writes buf to peer. Over TCP it returns once the kernel has the
 // bytes; over shared memory once they are in the ring.
