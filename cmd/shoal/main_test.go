@@ -111,6 +111,7 @@ func TestCommandLineErrors(t *testing.T) {
 			"--workers 3, --workers-per-host 2: want a whole number of hosts"},
 		{"workers per host without aggregation", []string{"train", "--dataset", "synthetic", "--workers-per-host", "2"}, "--workers-per-host 2: groups the workers for --host-aggregate"},
 		{"host aggregation with overlapped pushes", []string{"train", "--dataset", "synthetic", "--host-aggregate", "--overlap-push-pull"}, "--host-aggregate with --overlap-push-pull"},
+		{"plan hosts that do not divide the workers", []string{"bench", "plan", "--workers", "64", "--workers-per-host", "3"}, "--workers-per-host 3, --host-gbps 80: want a divisor of --workers 64"},
 		{"a host's worker without its group", []string{"worker", "--dataset", "synthetic", "--mode", "sync", "--host-aggregate"}, "--host-aggregate: needs --workers-per-host N"},
 		{"local steps in ssp", []string{"train", "--dataset", "synthetic", "--mode", "ssp", "--local-steps", "10"}, "--local-steps 10: for --mode sync or async (the shards apply the pseudo-gradients), have --mode ssp"},
 		{"local steps with push-every", []string{"worker", "--dataset", "synthetic", "--local-steps", "10", "--push-every", "2"}, "--local-steps 10: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull"},
