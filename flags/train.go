@@ -1,6 +1,7 @@
 package flags
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -28,6 +29,10 @@ type Train struct {
 	Overlap        bool
 	ProgressEvery  time.Duration
 	LocalSteps     LocalSteps
+	// HostAggregate and WorkersPerHost: per-host aggregation
+	// (node.HostConfig).
+	HostAggregate  bool
+	WorkersPerHost int
 }
 
 // Register adds the flags to fs.
@@ -42,6 +47,8 @@ func (t *Train) Register(fs *flag.FlagSet) {
 	fs.IntVar(&t.FetchEvery, "fetch-every", 1, SectionPS.Usage("async: pull weights every N steps (Downpour's n_fetch)"))
 	fs.DurationVar(&t.ProgressEvery, "progress-every", 250*time.Millisecond, SectionOutput.Usage("how often a worker reports its progress (0: after every step)"))
 	t.LocalSteps.Register(fs)
+	fs.BoolVar(&t.HostAggregate, "host-aggregate", false, SectionPS.Usage("the workers of a host average their gradients over shared memory and the host's first rank alone pushes the mean and pulls the weights for them (BytePS's per-host aggregation): the servers count hosts, not workers (their --workers, sync's barrier, SSP's bound); async, sync, ssp"))
+	fs.IntVar(&t.WorkersPerHost, "workers-per-host", 0, SectionPS.Usage("with --host-aggregate: the workers of a host, ranks in a row (host = rank / N); shoal train: 0 makes all its --workers one host, and N > 0 splits them into fake hosts of N"))
 	fs.BoolVar(&t.Overlap, "overlap-push-pull", false, SectionPS.Usage("async: push each gradient in the background while pulling the next step's weights (both link directions busy at once; up to one more update of staleness)"))
 }
 
@@ -61,6 +68,9 @@ func (t *Train) Validate() error {
 	}
 	if t.Overlap && (t.Mode != consistency.Async || t.PushEvery != 1 || t.FetchEvery != 1) {
 		return fmt.Errorf("--overlap-push-pull: only for --mode async with --push-every 1 and --fetch-every 1 (have --mode %s, %d, %d)", t.Mode, t.PushEvery, t.FetchEvery)
+	}
+	if err := t.validateHosts(); err != nil {
+		return err
 	}
 	if err := t.LocalSteps.Validate(t.Mode); err != nil {
 		return err
@@ -133,4 +143,21 @@ func (f *Rank) Identity() (cluster.Identity, error) {
 		return cluster.Identity{}, fmt.Errorf("--rank/--world-size: %w", err)
 	}
 	return id, nil
+}
+
+// validateHosts checks --host-aggregate and --workers-per-host.
+func (t *Train) validateHosts() error {
+	switch {
+	case t.WorkersPerHost < 0:
+		return fmt.Errorf("--workers-per-host %d: want >= 1 (or 0 in shoal train: all its workers one host)", t.WorkersPerHost)
+	case t.WorkersPerHost > 0 && !t.HostAggregate:
+		return fmt.Errorf("--workers-per-host %d: groups the workers for --host-aggregate; give that too, or leave it out", t.WorkersPerHost)
+	case !t.HostAggregate:
+		return nil
+	case t.Mode == consistency.Ring:
+		return errors.New("--host-aggregate: for the parameter-server modes (async, sync, ssp); --mode ring allreduces every rank's gradients itself, over shared memory between the ranks of a host (--shared-memory)")
+	case t.Overlap:
+		return errors.New("--host-aggregate with --overlap-push-pull: a host's workers reduce and push one call at a time, and an overlapped push runs beside the next pull; leave one out")
+	}
+	return nil
 }

@@ -78,10 +78,13 @@ type Worker struct {
 	Threads      int
 	CPUs         string // --cpus: the CPUs to bind to
 	Servers      string
-	Events       bool
-	Eval         bool
-	Connect      time.Duration
-	RetryFor     time.Duration
+	// HostMaster is --host-master: the rendezvous of the worker's host
+	// group (--host-aggregate).
+	HostMaster string
+	Events     bool
+	Eval       bool
+	Connect    time.Duration
+	RetryFor   time.Duration
 
 	boundTo     string // the CPUs it may run on after binding; "" unbound
 	id          cluster.Identity
@@ -107,6 +110,7 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.IntVar(&w.Threads, "threads", runtime.NumCPU(), SectionCompute.Usage("GEMM threads of this worker (shoal train gives each of its workers its share of the cores)"))
 	fs.StringVar(&w.CPUs, "cpus", "", SectionCompute.Usage("bind this worker's threads to these CPUs, a list such as 0-3,8 (Linux; shoal train --bind gives each of its workers cores of its own)"))
 	fs.StringVar(&w.Servers, "servers", "localhost:7070", SectionJob.Usage("parameter server addresses, comma-separated, in shard order"))
+	fs.StringVar(&w.HostMaster, "host-master", "", SectionPS.Usage("with --host-aggregate: HOST:PORT of the rendezvous of this worker's host group, where the host's first rank (rank / --workers-per-host * --workers-per-host) listens"))
 	w.Ranks.Register(fs)
 	fs.BoolVar(&w.Events, "events", false, SectionOutput.Usage("write JSON events on stdout for a launcher"))
 	fs.BoolVar(&w.Eval, "eval", true, SectionModel.Usage("evaluate the final weights on the test set (rank 0; in ring mode every rank its share)"))
@@ -185,6 +189,9 @@ func (w *Worker) check() error {
 		if err := v(); err != nil {
 			return err
 		}
+	}
+	if w.Train.HostAggregate && (w.Train.WorkersPerHost < 1 || w.HostMaster == "") {
+		return fmt.Errorf("--host-aggregate: needs --workers-per-host N (the workers of a host, ranks in a row) and --host-master HOST:PORT (where the host's first rank listens), have %d and %q", w.Train.WorkersPerHost, w.HostMaster)
 	}
 	return nil
 }
@@ -274,6 +281,9 @@ func (w *Worker) config() (node.WorkerConfig, error) {
 	}
 	var err error
 	if t.Mode != consistency.Ring {
+		if t.HostAggregate {
+			cfg.PS.Host = node.HostConfig{PerHost: t.WorkersPerHost, Master: w.HostMaster, SharedMemory: true}
+		}
 		if t.LocalSteps.H > 0 {
 			// The inner optimizer: the worker steps it itself, as a ring does.
 			if cfg.PS.Inner, err = w.Opt.Config(); err != nil {

@@ -79,6 +79,13 @@ type JobConfig struct {
 	// failure fails the job); the ranks agree among themselves when to
 	// stop; the first done event carries the test metrics.
 	Rendezvous bool
+	// GroupSize, when above 1 (and without Rendezvous), groups the
+	// workers GroupSize ranks in a row (per-host aggregation's hosts):
+	// each group's first rank starts first and serves a rendezvous, whose
+	// address (its first listening event's) WorkerArgs gets as the
+	// rendezvous of the group's other ranks ("127.0.0.1:0" for the
+	// first).
+	GroupSize int
 	// Elastic: a ring rank killed from outside is a membership change the
 	// others go on after, as a worker killed in the parameter-server modes
 	// always is.
@@ -196,6 +203,8 @@ func (cfg *JobConfig) validate() error {
 		return errors.New("launch: a job needs its children's argv")
 	case cfg.StartupTimeout <= 0:
 		return fmt.Errorf("launch: startup timeout %v, want > 0", cfg.StartupTimeout)
+	case cfg.GroupSize < 0 || cfg.GroupSize > 1 && cfg.Workers%cfg.GroupSize != 0:
+		return fmt.Errorf("launch: %d workers in groups of %d: want groups of 0 or more that divide the workers", cfg.Workers, cfg.GroupSize)
 	case cfg.Stdout == nil || cfg.Stderr == nil:
 		return errors.New("launch: a job needs its stdout and stderr")
 	}
@@ -358,6 +367,18 @@ func (j *job) startWorkers(ctx context.Context) error {
 			rendezvous = ev.Addr
 			if ev.Gossip != "" {
 				gossip = []string{ev.Gossip}
+			}
+		}
+		if g := j.cfg.GroupSize; g > 1 && !j.cfg.Rendezvous {
+			switch {
+			case r%g == 0: // the group's first rank: its rendezvous for the others
+				ev, err := j.l.WaitFor(ctx, c, j.cfg.StartupTimeout, listening)
+				if err != nil {
+					return err
+				}
+				rendezvous = ev.Addr
+			case r%g == g-1: // the next group's first rank serves its own
+				rendezvous = "127.0.0.1:0"
 			}
 		}
 	}

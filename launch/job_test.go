@@ -123,6 +123,12 @@ func TestJob(t *testing.T) {
 func TestJobConfigValidates(t *testing.T) {
 	_, err := RunJob(context.Background(), JobConfig{Exe: "shoal", Workers: 0})
 	assert.ErrorContains(t, err, "0 workers, want >= 1")
+	var out bytes.Buffer
+	cfg := DefaultJobConfig("shoal", &out, &out)
+	cfg.Workers, cfg.GroupSize = 3, 2
+	cfg.WorkerArgs = func(int, []string, []string, string) []string { return nil }
+	_, err = RunJob(context.Background(), cfg)
+	assert.ErrorContains(t, err, "3 workers in groups of 2: want groups of 0 or more that divide the workers")
 }
 
 // TestARingReformIsAMembershipEvent: a ring's re-form with the same

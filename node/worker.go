@@ -50,6 +50,8 @@ type psWorker struct {
 	// inner is the optimizer of the local steps (Loop.LocalSteps), made
 	// once: its state outlives a rejoin.
 	inner *optim.Optimizer
+	// group is the worker's host group (PSConfig.Host); nil without.
+	group *hostGroup
 }
 
 // psStrategy is a parameter-server strategy and what it counts. The
@@ -77,6 +79,12 @@ func (w *psWorker) run(ctx context.Context, stdin io.Reader) error {
 		return err
 	}
 	defer servers.Close()
+	if w.group, err = w.joinHost(ctx); err != nil {
+		return err
+	}
+	if w.group != nil {
+		defer w.group.close()
+	}
 	leaveGossip, err := w.joinGossip(ctx, servers)
 	if err != nil {
 		return err
@@ -89,9 +97,9 @@ func (w *psWorker) run(ctx context.Context, stdin io.Reader) error {
 func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.Client, nic *netshape.NIC) error {
 	// Where this worker begins: 0 in a new run; for a worker restarted
 	// into a run under way, where the servers say.
-	startStep, err := psclient.Join(ctx, servers, w.ID.Rank, w.Loop.PushEvery, w.PS.Connect)
+	startStep, err := w.join(ctx, servers)
 	if err != nil {
-		return fmt.Errorf("worker %d: joining the servers: %w", w.ID.Rank, err)
+		return err
 	}
 	startStep *= w.stepsPerClock() // the shards count outer steps
 	if startStep > 0 {
@@ -133,6 +141,35 @@ func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.C
 		return err
 	}
 	return nil
+}
+
+// join joins the servers' run: as itself, or as its host when it leads
+// a host group (whose other workers do not talk to the servers). It
+// returns the step to begin at.
+func (w *psWorker) join(ctx context.Context, servers *client.Client) (int64, error) {
+	if !w.group.leader() {
+		return 0, nil
+	}
+	id := w.serversID()
+	startStep, err := psclient.Join(ctx, servers, id, w.Loop.PushEvery, w.PS.Connect)
+	if err != nil {
+		return 0, fmt.Errorf("worker %d: joining the servers: %w", w.ID.Rank, err)
+	}
+	if startStep > 0 && w.group != nil {
+		// The group's other workers would begin at 0: their collectives
+		// would not match the leader's steps.
+		return 0, fmt.Errorf("worker %d: the servers' run is under way (at step %d), and host %d's group cannot join one: restart the job", w.ID.Rank, startStep, id)
+	}
+	return startStep, nil
+}
+
+// serversID is the worker id the servers know this worker by: its rank,
+// or its host with a host group.
+func (w *psWorker) serversID() int {
+	if w.group != nil {
+		return int(w.group.host)
+	}
+	return w.ID.Rank
 }
 
 // finalPullAfterSignal bounds rank 0's final pull and evaluation once a
@@ -194,6 +231,11 @@ func (w *psWorker) runSteps(ctx, runCtx context.Context, servers *client.Client,
 // strategy's counts.
 func (w *psWorker) trainRejoining(ctx context.Context, servers *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
 	var st psStrategy
+	if w.group != nil {
+		// A host group does not rejoin: its workers would have to agree
+		// on where, and a dropped leader's host is better restarted.
+		return w.trainOnce(ctx, servers, cfg)
+	}
 	r := psclient.Rejoining{Client: servers, JoinTimeout: w.PS.Connect, PushEvery: w.Loop.PushEvery, Logger: w.Logger, StepsPerClock: w.stepsPerClock(), Strategy: func() (worker.Strategy, error) {
 		var err error
 		if st, err = w.strategy(servers); err != nil {
@@ -205,6 +247,24 @@ func (w *psWorker) trainRejoining(ctx context.Context, servers *client.Client, c
 		return st.strategy, nil
 	}}
 	res, err := r.TrainRejoining(ctx, cfg, w.Model, w.Train)
+	return res, st, err
+}
+
+// trainOnce runs the worker's steps once, without rejoining.
+func (w *psWorker) trainOnce(ctx context.Context, servers *client.Client, cfg worker.Config) (worker.Result, psStrategy, error) {
+	st, err := w.strategy(servers)
+	if err != nil {
+		return worker.Result{}, st, err
+	}
+	if w.metrics != nil {
+		w.metrics.SetSources(metrics.WorkerSources{Staleness: st.staleness, Dropped: st.dropped})
+	}
+	wk, err := worker.New(cfg, w.Model, w.Train, st.strategy)
+	if err != nil {
+		return worker.Result{}, st, err
+	}
+	defer wk.Close()
+	res, err := wk.Run(ctx)
 	return res, st, err
 }
 
@@ -249,11 +309,13 @@ func (w *psWorker) evaluate(ctx context.Context, servers *client.Client) error {
 // gRPC addresses (a shard restarted elsewhere). It returns what ends
 // gossip.
 func (w *psWorker) joinGossip(ctx context.Context, servers *client.Client) (func(), error) {
-	if w.Gossip == nil {
+	if w.Gossip == nil || !w.group.leader() {
+		// A host group's other workers are not the servers' workers:
+		// the leader is seen for the host.
 		return func() {}, nil
 	}
 	fp := fingerprint(w.Model.Layout())
-	m, err := w.Gossip(ctx, fmt.Sprintf("worker-%d", w.ID.Rank), cluster.Meta{Role: cluster.RoleWorker, Rank: w.ID.Rank,
+	m, err := w.Gossip(ctx, fmt.Sprintf("worker-%d", w.serversID()), cluster.Meta{Role: cluster.RoleWorker, Rank: w.serversID(),
 		ModelFingerprint: fp, PlanVersion: uint64(shard.Version)}, w.Logger)
 	if err != nil || m == nil {
 		return func() {}, err
@@ -313,7 +375,10 @@ func (w *psWorker) check(info client.Info) error {
 	switch {
 	case info.Mode != w.Loop.Mode:
 		return fmt.Errorf("--mode %s: the servers run mode %s", w.Loop.Mode, info.Mode)
-	case info.Mode != consistency.Async && info.Workers != w.ID.WorldSize:
+	case info.Mode != consistency.Async && w.PS.Host.PerHost > 0 && info.Workers != w.PS.Host.hosts(w.ID.WorldSize):
+		hosts := w.PS.Host.hosts(w.ID.WorldSize)
+		return fmt.Errorf("--world-size %d, --workers-per-host %d: the servers expect %d workers, and with --host-aggregate they count hosts (start them with --workers %d)", w.ID.WorldSize, w.PS.Host.PerHost, info.Workers, hosts)
+	case info.Mode != consistency.Async && w.PS.Host.PerHost == 0 && info.Workers != w.ID.WorldSize:
 		return fmt.Errorf("--world-size %d: the servers expect %d workers (start them with --workers %d)", w.ID.WorldSize, info.Workers, w.ID.WorldSize)
 	case info.LocalSteps != w.Loop.LocalSteps:
 		// A gradient through an outer optimizer, or a pseudo-gradient
@@ -378,12 +443,16 @@ func (w *psWorker) strategy(servers *client.Client) (psStrategy, error) {
 // modeStrategy is the worker's parameter-server strategy for its mode.
 func (w *psWorker) modeStrategy(servers *client.Client) (psStrategy, error) {
 	shards := servers.Info().Plan.Servers
+	ps, err := w.group.servers(psclient.New(servers), shards)
+	if err != nil {
+		return psStrategy{}, err
+	}
 	if w.Loop.Mode == consistency.Sync {
-		s := worker.NewSync(psclient.New(servers), int64(w.ID.Rank), shards)
+		s := worker.NewSync(ps, int64(w.ID.Rank), shards)
 		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped },
 			pushes: func() []worker.PushRecord { return nil }}, nil
 	}
-	a, err := worker.NewAsync(psclient.New(servers), w.Model.Layout().Size(), shards,
+	a, err := worker.NewAsync(ps, w.Model.Layout().Size(), shards,
 		worker.AsyncConfig{WorkerID: int64(w.ID.Rank), PushEvery: w.Loop.PushEvery, FetchEvery: w.Loop.FetchEvery, Overlap: w.Loop.Overlap, Record: w.PS.RecordPushes != ""})
 	if err != nil {
 		return psStrategy{}, err

@@ -101,6 +101,24 @@ type PSConfig struct {
 	RecordPushes string
 	// Inner is the worker's own optimizer with Loop.LocalSteps.
 	Inner optim.Config
+	// Host, with PerHost set, aggregates per host (worker.HostGroup).
+	Host HostConfig
+}
+
+// HostConfig is per-host aggregation: the workers PerHost ranks in a row
+// are one host (rank / PerHost), average their gradients over shared
+// memory, and the host's first rank alone pushes and pulls, as worker
+// rank / PerHost: the shards count hosts (their --workers is the
+// number of hosts; sync's barrier and SSP's bound count hosts).
+type HostConfig struct {
+	// PerHost is the workers of a host (0: no aggregation).
+	PerHost int
+	// Master is the rendezvous of the host's group, served by its first
+	// rank (which listens there; port 0 picks one, said in its listening
+	// event under a launcher).
+	Master string
+	// SharedMemory: the group talks through shared memory (else TCP).
+	SharedMemory bool
 }
 
 // RingConfig is how a worker trains as a rank of a ring.

@@ -43,5 +43,8 @@
 // answer within 5% of the exact one. The ring needs no events per rank
 // and bucket: a step's buckets are reduced in order, each once the last
 // rank has it, which is worked out when the step starts.
+// Per-host aggregation (RunHosts, shoal train --host-aggregate) is the
+// job of one worker per host, whose step also pays the host's reduce
+// and broadcast by their formula (Hosts.StepSeconds).
 // docs/BENCHMARKS.md compares the predictions with measured runs.
 package sim

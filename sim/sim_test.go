@@ -438,3 +438,47 @@ func TestHierarchicalAllreduceMatchesItsFormula(t *testing.T) {
 	auto.Allreduce = collective.Auto
 	assert.Equal(t, hier.StepSeconds, run(t, auto).StepSeconds, "auto at 4 MiB on 2x4: hierarchical")
 }
+
+// Per-host aggregation: the shards see the hosts, every step pays the
+// host's reduce and broadcast, 2(k−1)(α + M/(kβ)) + (k−1)α + M/β, and
+// the traffic per worker is the hosts' shared by their workers.
+func TestHostsAggregateBeforePushing(t *testing.T) {
+	const m = 4 << 20
+	h := sim.Hosts{PerHost: 2, BytesPerSec: 4e9, Latency: 1e-6}
+	assert.InEpsilon(t, 2*(1e-6+m/2/4e9)+1e-6+m/4e9, h.StepSeconds(m), 1e-12)
+	assert.Zero(t, sim.Hosts{PerHost: 1, BytesPerSec: 1}.StepSeconds(m), "a host of one has nothing to reduce")
+
+	// Without a network, a sync step is compute plus the host's share.
+	cfg := job(consistency.Sync, 4, 1, m, 0.01)
+	cfg.NICGbps = 0
+	r, err := sim.RunHosts(cfg, h)
+	require.NoError(t, err)
+	assert.InEpsilon(t, 0.01+h.StepSeconds(m), r.SteadyStepSeconds, 1e-9)
+	assert.InEpsilon(t, 0.01, r.ComputeSeconds, 1e-9)
+
+	// Free aggregation: the hosts' job, with every worker's samples and
+	// half the bytes per worker (the others send nothing).
+	cfg = job(consistency.Sync, 4, 1, m, 0.01)
+	got, err := sim.RunHosts(cfg, sim.Hosts{PerHost: 2})
+	require.NoError(t, err)
+	hosts := run(t, job(consistency.Sync, 2, 1, m, 0.01))
+	alone := run(t, cfg)
+	assert.InEpsilon(t, hosts.StepSeconds, got.StepSeconds, 1e-9)
+	assert.InEpsilon(t, 2*hosts.SamplesPerSec, got.SamplesPerSec, 1e-9)
+	assert.InEpsilon(t, alone.BytesSent/2, got.BytesSent, 1e-6, "a host pushes what one worker does, for two")
+	assert.Less(t, got.StepSeconds, alone.StepSeconds, "two pushes through the shard's NIC instead of four")
+
+	for _, tc := range []struct {
+		name string
+		cfg  sim.Config
+		h    sim.Hosts
+		want string
+	}{
+		{"ring", job(consistency.Ring, 4, 0, m, 0.01), sim.Hosts{PerHost: 2}, "only the parameter-server modes"},
+		{"uneven", job(consistency.Sync, 3, 1, m, 0.01), sim.Hosts{PerHost: 2}, "3 workers in hosts of 2"},
+		{"none", job(consistency.Sync, 4, 1, m, 0.01), sim.Hosts{}, "0 workers per host"},
+	} {
+		_, err := sim.RunHosts(tc.cfg, tc.h)
+		assert.ErrorContains(t, err, tc.want, tc.name)
+	}
+}

@@ -6,7 +6,10 @@
 // worker/psclient adapts Shoal's client to it), or by ring allreduce
 // (Ring). Local wraps a parameter-server strategy for low-communication
 // training (DiLoCo): H steps of an inner optimizer on the worker's own
-// weights, then the pseudo-gradient through the wrapped strategy. EarlyStop ends a run at a target test accuracy.
+// weights, then the pseudo-gradient through the wrapped strategy. HostGroup is
+// per-host aggregation: the ParameterServers of every worker of a host,
+// which average their gradients over a collective while the host's first
+// alone talks to the servers (which count hosts). EarlyStop ends a run at a target test accuracy.
 //
 // Strategies (async.go, sync.go, allreduce.go, local.go) implement Strategy and, as
 // they need, the optional capabilities a Worker looks for: WaitReporter,

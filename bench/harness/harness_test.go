@@ -211,3 +211,40 @@ func TestPlanPrintsTheSetupsInOrder(t *testing.T) {
 		assert.InEpsilon(t, r.StepSeconds, got[i].Result.StepSeconds, 1e-12, "%s with %d servers", w.mode, w.servers)
 	}
 }
+
+// With Hosts, every PS setup comes again aggregated per host, right after
+// it, each the answer of sim.RunHosts.
+func TestPlanPricesPerHostAggregation(t *testing.T) {
+	hosts := sim.Hosts{PerHost: 4, BytesPerSec: 1e10, Latency: 1e-6}
+	cfg := PlanConfig{Sim: sim.Config{Workers: 8, Batch: 16, Steps: 4, Layers: []int64{3 << 20, 1 << 20}, ApplyBytesPerSec: 4e9},
+		Net:   SimJob{NICGbps: 10, Latency: 25 * time.Microsecond, Compute: 2 * time.Millisecond, Seed: 1},
+		Modes: []consistency.Mode{consistency.Sync}, Counts: []int{1, 2}, JSON: true, Hosts: hosts}
+	var out bytes.Buffer
+	require.NoError(t, Plan(t.Context(), cfg, &out))
+	var got []PlanRow
+	for dec := json.NewDecoder(&out); dec.More(); {
+		var r PlanRow
+		require.NoError(t, dec.Decode(&r))
+		got = append(got, r)
+	}
+	require.Len(t, got, 4)
+	for i, s := range []int{1, 1, 2, 2} {
+		sc := cfg.Sim
+		sc.Mode, sc.Servers, sc.Pieces = consistency.Sync, s, sim.DefaultPieces
+		sc.Forward, sc.Backward, sc.NICGbps, sc.Latency, sc.Seed = 2e-3/3, 4e-3/3, 10, 25e-6, 1
+		want, mode := sc, "sync"
+		var r sim.Result
+		var err error
+		if i%2 == 1 {
+			mode = "sync-host4"
+			r, err = sim.RunHosts(want, hosts)
+		} else {
+			r, err = sim.Run(want)
+		}
+		require.NoError(t, err)
+		assert.Equal(t, mode, got[i].Mode)
+		assert.Equal(t, s, got[i].Servers)
+		assert.InEpsilon(t, r.StepSeconds, got[i].Result.StepSeconds, 1e-12, "%s with %d servers", mode, s)
+	}
+	assert.Less(t, got[1].Result.BytesSent, got[0].Result.BytesSent, "a host's workers share its push")
+}

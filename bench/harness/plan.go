@@ -74,6 +74,10 @@ type PlanConfig struct {
 	// with that many local steps (DiLoCo, shoal train --local-steps), as
 	// the mode "sync-hH" or "async-hH"; --target does not emulate them.
 	LocalSteps int
+	// Hosts, with PerHost above 1, adds to every PS setup the same with
+	// per-host aggregation (sim.RunHosts, shoal train --host-aggregate),
+	// as the mode "sync-hostK"; --target does not emulate them.
+	Hosts sim.Hosts
 }
 
 // floats is the model's size in float32s.
@@ -152,6 +156,7 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 	var modes []consistency.Mode
 	var algs []collective.Algorithm
 	var locals []int
+	hosted := map[int]bool{} // rows aggregated per host
 	for _, m := range cfg.Modes {
 		if !m.UsesServers() {
 			for _, a := range planAlgorithms {
@@ -171,13 +176,23 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps), Servers: s})
 				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, cfg.LocalSteps)
 			}
+			if k := cfg.Hosts.PerHost; k > 1 && base.Workers%k == 0 && base.BackupWorkers < base.Workers/k {
+				hosted[len(rows)] = true
+				rows = append(rows, PlanRow{Mode: fmt.Sprintf("%s-host%d", m, k), Servers: s})
+				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, 0)
+			}
 		}
 	}
 	errs := make([]error, len(rows))
 	eachAtOnce(len(rows), func(i int) {
 		sc := base
 		sc.Mode, sc.Servers, sc.Allreduce, sc.LocalSteps = modes[i], rows[i].Servers, algs[i], locals[i]
-		if rows[i].Result, errs[i] = sim.Run(sc); errs[i] != nil {
+		if hosted[i] {
+			rows[i].Result, errs[i] = sim.RunHosts(sc, cfg.Hosts)
+		} else {
+			rows[i].Result, errs[i] = sim.Run(sc)
+		}
+		if errs[i] != nil {
 			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].Mode, rows[i].Servers, errs[i])
 		}
 	})
@@ -194,7 +209,7 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 
 // modeWidth is the table's mode column: wider for the local steps' labels.
 func (cfg PlanConfig) modeWidth() int {
-	if cfg.LocalSteps > 0 {
+	if cfg.LocalSteps > 0 || cfg.Hosts.PerHost > 1 {
 		return 12
 	}
 	return 6

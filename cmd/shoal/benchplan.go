@@ -35,6 +35,7 @@ type benchPlanFlags struct {
 	local     flags.LocalSteps
 	// intraLatency is --intra-latency, into Sim.IntraLatency.
 	intraLatency time.Duration
+	hostGbps  float64 // --host-gbps
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
@@ -54,6 +55,8 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Sim.BackupWorkers, "backup-workers", 0, "sync: backup workers")
 	fs.IntVar(&c.Sim.Steps, "steps", 10, "steps simulated per worker")
 	f.local.Register(fs) // each sync and async setup again with it, as sync-hH and async-hH
+	fs.IntVar(&c.Hosts.PerHost, "workers-per-host", 0, "each PS setup again with per-host aggregation (shoal train --host-aggregate) of this many workers a host, as sync-hostK (0, 1: none)")
+	fs.Float64Var(&f.hostGbps, "host-gbps", 80, "--workers-per-host: the bandwidth between a host's workers (shared memory), Gbit/s")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per setup")
 	fs.StringVar(&c.Plot, "plot", "", "also write a PNG of each mode's efficiency against the worker count (2, 4, 8, ... up to --workers; the PS modes at their best server count)")
 	fs.Float64Var(&c.Target, "target", 0, "also emulate each mode's fastest setup (shoal bench emulate) and predict its time to this test accuracy, e.g. 0.8 (Shoal's models only)")
@@ -95,6 +98,14 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 	}
 	if c.LocalSteps = p.local.H; c.LocalSteps > 0 && c.Target > 0 {
 		return *c, fmt.Errorf("--local-steps %d with --target: the emulator has no local steps; simulate without --target", c.LocalSteps)
+	}
+	if h := &c.Hosts; h.PerHost != 0 {
+		if h.PerHost < 0 || c.Sim.Workers%h.PerHost != 0 || !(p.hostGbps > 0) || c.Target > 0 {
+			return *c, fmt.Errorf("--workers-per-host %d, --host-gbps %g: want a divisor of --workers %d and a bandwidth > 0, without --target (the emulator does not aggregate)", h.PerHost, p.hostGbps, c.Sim.Workers)
+		}
+		// A hop over shared memory: its bandwidth, and about a
+		// microsecond to see the other side's flag.
+		h.BytesPerSec, h.Latency = p.hostGbps*1e9/8, 1e-6
 	}
 	if c.Counts, err = harness.ServerCounts(c.ServerList, c.Sim.Workers); err != nil {
 		return *c, err

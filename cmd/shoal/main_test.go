@@ -106,6 +106,13 @@ func TestCommandLineErrors(t *testing.T) {
 		{"a server's flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--staleness", "-5", "--servers", "3"},
 			"--servers, --staleness: for the parameter-server modes (async, sync, ssp); --mode ring has no servers and would ignore it: leave it out"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},
+		{"host aggregation in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--host-aggregate"}, "--host-aggregate: for the parameter-server modes (async, sync, ssp); --mode ring allreduces"},
+		{"hosts that do not divide the workers", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--workers", "3", "--host-aggregate", "--workers-per-host", "2"},
+			"--workers 3, --workers-per-host 2: want a whole number of hosts"},
+		{"workers per host without aggregation", []string{"train", "--dataset", "synthetic", "--workers-per-host", "2"}, "--workers-per-host 2: groups the workers for --host-aggregate"},
+		{"host aggregation with overlapped pushes", []string{"train", "--dataset", "synthetic", "--host-aggregate", "--overlap-push-pull"}, "--host-aggregate with --overlap-push-pull"},
+		{"plan hosts that do not divide the workers", []string{"bench", "plan", "--workers", "64", "--workers-per-host", "3"}, "--workers-per-host 3, --host-gbps 80: want a divisor of --workers 64"},
+		{"a host's worker without its group", []string{"worker", "--dataset", "synthetic", "--mode", "sync", "--host-aggregate"}, "--host-aggregate: needs --workers-per-host N"},
 		{"local steps in ssp", []string{"train", "--dataset", "synthetic", "--mode", "ssp", "--local-steps", "10"}, "--local-steps 10: for --mode sync or async (the shards apply the pseudo-gradients), have --mode ssp"},
 		{"local steps with push-every", []string{"worker", "--dataset", "synthetic", "--local-steps", "10", "--push-every", "2"}, "--local-steps 10: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull"},
 		{"negative local steps", []string{"ps", "--mode", "sync", "--local-steps", "-1"}, "--local-steps -1: want 1..1048576, or 0 to push every step's gradient"},
@@ -247,6 +254,30 @@ func TestTrainEndToEnd(t *testing.T) {
 	assert.True(t, l.Equal(model.Layout()), "saved layout %v", l)
 	assert.Len(t, vec, model.Layout().Size())
 	assert.Equal(t, "mlp 784-64-10", meta["shoal_model"])
+}
+
+// TestTrainHostAggregate: 4 sync workers as 2 hosts of 2 train through
+// the servers, which count hosts; only the hosts' first ranks push, so
+// the workers' mean traffic a step is half what it is without.
+func TestTrainHostAggregate(t *testing.T) {
+	run := func(extra ...string) (map[string]any, string) {
+		args := append([]string{"train", "--dataset", "synthetic", "--mode", "sync", "--workers", "4", "--servers", "1",
+			"--hidden", "32", "--epochs", "1", "--batch", "32", "--threads", "1", "--lr", "0.1", "--stats", "--json"}, extra...)
+		cmd := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "stderr: %s", stderr.String())
+		return lastJSON(t, string(out)), string(out)
+	}
+	alone, _ := run()
+	sum, out := run("--host-aggregate", "--workers-per-host", "2")
+	assert.Contains(t, out, "host aggregation: 2 host(s) of 2 workers")
+	assert.Equal(t, alone["steps"], sum["steps"])
+	assert.Greater(t, sum["test_accuracy"], 0.8)
+	// Half the workers push a vector a step: half the mean per worker.
+	sent, sentAlone := sum["bytes_sent_per_step"].(float64), alone["bytes_sent_per_step"].(float64)
+	assert.InDelta(t, 0.5, sent/sentAlone, 0.05, "bytes sent a step: %v with hosts, %v without", sent, sentAlone)
 }
 
 // proc is a child process whose stdout JSON events are read in the

@@ -138,7 +138,7 @@ func (t *trainRun) jobConfig(stdout, stderr io.Writer) (launch.JobConfig, error)
 	}
 	cfg := launch.JobConfig{Exe: exe, Name: "shoal train", Stdout: stdout, Stderr: stderr, TTY: isTerminal(stdout), StartupTimeout: t.startup,
 		Servers: t.shard.Servers, ServerRole: "ps", ServerArgs: t.shardArgs, Workers: t.workers, WorkerArgs: t.workerArgs, WorkerEnv: t.workerEnv,
-		Rendezvous: t.ring, Elastic: t.allreduce.Elastic, Stats: t.stats.Times, Result: t.newResult(),
+		Rendezvous: t.ring, GroupSize: t.groupSize(), Elastic: t.allreduce.Elastic, Stats: t.stats.Times, Result: t.newResult(),
 		ServersUp: func() { t.printHeader(stdout) }, Finish: t.finish}
 	if t.restartable() {
 		cfg.MaxRestarts = maxRestarts
@@ -199,6 +199,10 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	}
 	fmt.Fprintf(stdout, "shoal train: %s, %s, %d worker(s) on %s, %d server(s), %s, %s %s, %s (%d samples; tested on %s)\n",
 		flags.DescribeModel(t.model), t.loop.Mode, t.workers, where, t.shard.Servers, batch, t.ocfg.Algorithm, lr, t.train.Name(), t.train.Len(), t.test.Name())
+	if t.loop.HostAggregate {
+		fmt.Fprintf(stdout, "host aggregation: %d host(s) of %d workers; each host's first rank pushes its workers' mean and pulls for them, and the servers count hosts (sync's barrier, SSP's bound)\n",
+			t.pushers(), t.loop.WorkersPerHost)
+	}
 }
 
 // precision is the half precision the workers compute in ("" in fp32).
@@ -433,10 +437,13 @@ func (t *trainRun) checkRun() error {
 	if _, err := t.shard.UpdateConfig(); err != nil {
 		return err
 	}
+	if err := t.checkHosts(); err != nil {
+		return err
+	}
 	if !t.ring { // the ring's own check refuses every shard flag
 		// Here, not in the shards after they start: one line, before any
 		// process, rather than a shard's error and the launcher's.
-		if err := t.shard.CheckMode(t.loop.Mode, "--workers", t.workers); err != nil {
+		if err := t.shard.CheckMode(t.loop.Mode, "--workers", t.pushers()); err != nil {
 			return err
 		}
 		if _, err := t.allreduce.PushEncoding(t.loop.LocalSteps.H); err != nil {
@@ -450,6 +457,39 @@ func (t *trainRun) checkRun() error {
 	}
 	return errors.Join(flags.WritableFile("--save", t.save), flags.WritableDir("--checkpoint-dir", t.shard.CkptDir), flags.WritableDir("--timeline", t.timeline),
 		flags.WritableDir("--record-pushes", t.record))
+}
+
+// checkHosts settles --host-aggregate's hosts: --workers-per-host 0 makes
+// every worker of this machine one host.
+func (t *trainRun) checkHosts() error {
+	if !t.loop.HostAggregate {
+		return nil
+	}
+	if t.loop.WorkersPerHost == 0 {
+		t.loop.WorkersPerHost = t.workers
+	}
+	if k := t.loop.WorkersPerHost; t.workers%k != 0 {
+		return fmt.Errorf("--workers %d, --workers-per-host %d: want a whole number of hosts (--workers-per-host a divisor of --workers)", t.workers, k)
+	}
+	return nil
+}
+
+// groupSize is the launcher's worker groups: the hosts' workers, with
+// --host-aggregate.
+func (t *trainRun) groupSize() int {
+	if t.loop.HostAggregate {
+		return t.loop.WorkersPerHost
+	}
+	return 0
+}
+
+// pushers is the workers the servers count: the hosts with
+// --host-aggregate, else the workers.
+func (t *trainRun) pushers() int {
+	if t.loop.HostAggregate {
+		return t.workers / t.loop.WorkersPerHost
+	}
+	return t.workers
 }
 
 // batchPerWorker is the batch each worker's steps take: --batch, or a
@@ -507,11 +547,11 @@ func (t *trainRun) build() error {
 		// The linear scaling rule's warm-up: an epoch of the shards' updates.
 		epoch := t.loop
 		epoch.Steps, epoch.Epochs = 0, 1
-		t.optimizer.Warmup = totalUpdates(train.Len(), t.workers, t.shard.Staleness, &epoch)
+		t.optimizer.Warmup = totalUpdates(train.Len(), t.workers, t.pushers(), t.shard.Staleness, &epoch)
 	}
 	if t.optimizer.Decay != "none" && t.optimizer.DecaySteps == 0 {
 		// Decay over the whole run: the servers apply one update per push.
-		t.optimizer.DecaySteps = max(totalUpdates(train.Len(), t.workers, t.shard.Staleness, &t.loop)-t.optimizer.Warmup, 1)
+		t.optimizer.DecaySteps = max(totalUpdates(train.Len(), t.workers, t.pushers(), t.shard.Staleness, &t.loop)-t.optimizer.Warmup, 1)
 	}
 	t.ocfg, err = t.optimizer.Config()
 	return err
@@ -546,7 +586,7 @@ func (t *trainRun) restartable() bool {
 func (t *trainRun) shardArgs(shard int, listen string, join []string, restart int) []string {
 	p := flags.DefaultPS()
 	p.Shard, p.Model, p.Opt, p.Log, p.NIC, p.Sec.Files = t.shard, t.arch, t.optimizer, t.logging, t.nic, t.sec.Files
-	p.Listen, p.Index, p.Mode, p.Workers, p.Events, p.ScaleLR = listen, shard, t.loop.Mode.String(), t.workers, true, t.allreduce.ScaleLR
+	p.Listen, p.Index, p.Mode, p.Workers, p.Events, p.ScaleLR = listen, shard, t.loop.Mode.String(), t.pushers(), true, t.allreduce.ScaleLR
 	p.LocalSteps = t.loop.LocalSteps
 	p.Metrics.Addr, p.Timeline.Path = t.metricsAddr(), t.timelinePath(fmt.Sprintf("ps-%d", shard), restart)
 	t.joinGossip(&p.Gossip, join)
@@ -575,6 +615,9 @@ func (t *trainRun) workerArgs(r int, servers, gossip []string, master string) []
 	}
 	if !t.ring {
 		w.Servers, w.Ring.Compression = strings.Join(servers, ","), t.allreduce.Compression
+		if t.loop.HostAggregate {
+			w.HostMaster = master // the host's first rank's rendezvous
+		}
 		if t.loop.LocalSteps.H > 0 {
 			w.Opt = t.optimizer // the inner optimizer, stepped by the worker itself
 		}
@@ -730,9 +773,9 @@ func (t *trainRun) mergeTimelines(stdout io.Writer) error {
 
 // totalUpdates is how many steps the run's --optimizer takes: one per
 // step in sync mode, and on each worker with --local-steps (the inner
-// optimizer), else one per push (every worker pushes once per push-every
-// steps).
-func totalUpdates(n, workers int, staleness int64, tf *flags.Train) int64 {
+// optimizer), else one per push (each of pushers, the workers or with
+// --host-aggregate the hosts, pushes once per push-every steps).
+func totalUpdates(n, workers, pushers int, staleness int64, tf *flags.Train) int64 {
 	steps := tf.Steps
 	if steps == 0 {
 		perRank := (n + workers - 1) / workers
@@ -741,7 +784,7 @@ func totalUpdates(n, workers int, staleness int64, tf *flags.Train) int64 {
 	if tf.Mode.Synchronous(staleness) || tf.LocalSteps.H > 0 {
 		return steps
 	}
-	return int64(workers) * ((steps + int64(tf.PushEvery) - 1) / int64(tf.PushEvery))
+	return int64(pushers) * ((steps + int64(tf.PushEvery) - 1) / int64(tf.PushEvery))
 }
 
 // pullFinal reads the final weights from the servers.
