@@ -35,7 +35,7 @@ type benchPlanFlags struct {
 	local     flags.LocalSteps
 	// intraLatency is --intra-latency, into Sim.IntraLatency.
 	intraLatency time.Duration
-	hostGbps  float64 // --host-gbps
+	hostGbps     float64 // --host-gbps
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
