@@ -110,6 +110,8 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	s.WorkerGone(1)
 	_, err = s.Join(1, 0, 1)
 	require.NoError(t, err)
+	s.CountRefused(ps.RejectedPlan) // as the gRPC adapter counts a push, and a pull, of another plan version
+	s.CountRefusedPull(ps.RejectedPlan)
 
 	fams := scrape(t, reg)
 	shard0 := map[string]string{"shard": "0"}
@@ -121,6 +123,8 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "session"}))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "session"}))
 	assert.Equal(t, 0.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "worker"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "plan"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "plan"}))
 	assert.Equal(t, 4.0, value(fams, "shoal_ps_push_staleness_steps", shard0))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_pull_wait_seconds", shard0))
 	assert.Equal(t, 2.0, value(fams, "shoal_ps_live_workers", shard0))
