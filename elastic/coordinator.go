@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -72,7 +74,21 @@ type Coordinator struct {
 	changed chan struct{}   // closed and replaced when waiting or the roster changes
 	short   time.Time       // when the round fell short of its minimum; zero when not
 	last    []int           // the members of the latest generation formed here
+
+	// refusals counts the refused Reforms by reason (Refusals), under
+	// rmu; every limits their log lines.
+	rmu      sync.Mutex
+	refusals map[string]int64
+	every    rate.Sometimes
 }
+
+// Reasons a Reform is refused for, as Refusals counts them.
+const (
+	RefusedSignature = "signature" // remote, and not signed with the job's secret
+	RefusedHost      = "host"      // from a host other than the one membership holds for the member
+	RefusedRequest   = "request"   // another job's, or an id, generation or step out of range
+	RefusedMember    = "member"    // for a member the job's membership does not hold (yet): a joiner asks again
+)
 
 // waiter is one member's Reform call in progress.
 type waiter struct {
@@ -113,7 +129,8 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Coordinator{cfg: cfg, log: log.With("component", "elastic", "member", cfg.Self), waiting: map[int]*waiter{}, changed: make(chan struct{})}, nil
+	return &Coordinator{cfg: cfg, log: log.With("component", "elastic", "member", cfg.Self), waiting: map[int]*waiter{}, changed: make(chan struct{}),
+		refusals: map[string]int64{RefusedSignature: 0, RefusedHost: 0, RefusedRequest: 0, RefusedMember: 0}, every: rate.Sometimes{Interval: time.Second}}, nil
 }
 
 // Pending reports whether some member waits for a new generation: one
@@ -152,12 +169,11 @@ func (c *Coordinator) wakeLocked() {
 func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.ReformResponse, error) {
 	if _, remote := peer.FromContext(ctx); remote {
 		if err := verify(c.cfg.Secret, req); err != nil {
-			c.log.Warn("refused a Reform", "from", req.Member, "err", err)
-			return nil, err
+			return nil, c.refuse(ctx, RefusedSignature, req, err)
 		}
 	}
 	if err := c.checkCaller(ctx, int(req.Member)); err != nil {
-		return nil, err
+		return nil, c.refuse(ctx, RefusedHost, req, err)
 	}
 	res := c.reform(ctx, req)
 	if res.lis != nil {
@@ -167,6 +183,43 @@ func (c *Coordinator) Reform(ctx context.Context, req *pb.ReformRequest) (*pb.Re
 		return nil, status.Errorf(codes.Internal, "elastic: member %d made rank 0 but asked remotely", req.Member)
 	}
 	return res.resp, res.err
+}
+
+// refuse counts a Reform refused for reason and returns err. It logs the
+// refusal at most once a second, with the count of refusals so far, so
+// that a flood of forged requests (a loopback process can send thousands
+// a second) cannot fill the log; a member's own request for a membership
+// that has not reached this one yet (RefusedMember) is counted only, as
+// it asks again.
+func (c *Coordinator) refuse(ctx context.Context, reason string, req *pb.ReformRequest, err error) error {
+	c.rmu.Lock()
+	c.refusals[reason]++
+	var n int64
+	for _, k := range c.refusals {
+		n += k
+	}
+	c.rmu.Unlock()
+	if reason == RefusedMember {
+		return err
+	}
+	c.every.Do(func() {
+		from := "in process"
+		if p, ok := peer.FromContext(ctx); ok {
+			from = p.Addr.String()
+		}
+		c.log.Warn("refused a Reform", "from", req.Member, "peer", from, "reason", reason, "refused", n, "err", err)
+	})
+	return err
+}
+
+// Refusals returns how many Reforms this service refused, by reason
+// (every reason, RefusedSignature, …, zero or not): the
+// shoal_elastic_refused_reforms_total metric.
+// Safe from any goroutine.
+func (c *Coordinator) Refusals() map[string]int64 {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return maps.Clone(c.refusals)
 }
 
 // checkCaller refuses a remote request for member id from a host other
@@ -222,13 +275,13 @@ func localIP(ip net.IP) bool {
 // the generation's rendezvous.
 func (c *Coordinator) reform(ctx context.Context, req *pb.ReformRequest) result {
 	if req.JobId != c.cfg.JobID {
-		return result{err: status.Errorf(codes.InvalidArgument, "elastic: job %q asks coordinator of job %q", req.JobId, c.cfg.JobID)}
+		return result{err: c.refuse(ctx, RefusedRequest, req, status.Errorf(codes.InvalidArgument, "elastic: job %q asks coordinator of job %q", req.JobId, c.cfg.JobID))}
 	}
 	if req.Member < 0 {
-		return result{err: status.Errorf(codes.InvalidArgument, "elastic: member id %d: want >= 0", req.Member)}
+		return result{err: c.refuse(ctx, RefusedRequest, req, status.Errorf(codes.InvalidArgument, "elastic: member id %d: want >= 0", req.Member))}
 	}
 	if req.Generation > maxGeneration || req.Step < 0 {
-		return result{err: status.Errorf(codes.InvalidArgument, "elastic: generation %d, step %d: want 0..%d and >= 0", req.Generation, req.Step, uint64(maxGeneration))}
+		return result{err: c.refuse(ctx, RefusedRequest, req, status.Errorf(codes.InvalidArgument, "elastic: generation %d, step %d: want 0..%d and >= 0", req.Generation, req.Step, uint64(maxGeneration)))}
 	}
 	if len(req.Reason) > maxReason {
 		req.Reason = req.Reason[:maxReason] + "…"
@@ -245,7 +298,7 @@ func (c *Coordinator) reform(ctx context.Context, req *pb.ReformRequest) result 
 		// there is one) take part; a joiner asks again once its gossip
 		// has spread.
 		c.mu.Unlock()
-		return result{err: status.Errorf(codes.FailedPrecondition, "elastic: member %d is not in the job's membership (yet): join the gossip first", id)}
+		return result{err: c.refuse(ctx, RefusedMember, req, status.Errorf(codes.FailedPrecondition, "elastic: member %d is not in the job's membership (yet): join the gossip first", id))}
 	}
 	if old := c.waiting[id]; old != nil {
 		old.done <- result{err: status.Errorf(codes.Aborted, "elastic: member %d asked again", id)}

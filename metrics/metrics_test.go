@@ -110,6 +110,8 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	s.WorkerGone(1)
 	_, err = s.Join(1, 0, 1)
 	require.NoError(t, err)
+	s.CountRefused(ps.RejectedPlan) // as the gRPC adapter counts a push, and a pull, of another plan version
+	s.CountRefusedPull(ps.RejectedPlan)
 
 	fams := scrape(t, reg)
 	shard0 := map[string]string{"shard": "0"}
@@ -121,6 +123,8 @@ func TestAShardsCountersAsPrometheusReadsThem(t *testing.T) {
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "session"}))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "session"}))
 	assert.Equal(t, 0.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "worker"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pushes_total", map[string]string{"reason": "plan"}))
+	assert.Equal(t, 1.0, value(fams, "shoal_ps_rejected_pulls_total", map[string]string{"reason": "plan"}))
 	assert.Equal(t, 4.0, value(fams, "shoal_ps_push_staleness_steps", shard0))
 	assert.Equal(t, 1.0, value(fams, "shoal_ps_pull_wait_seconds", shard0))
 	assert.Equal(t, 2.0, value(fams, "shoal_ps_live_workers", shard0))
@@ -140,7 +144,8 @@ func TestAWorkersStepsAsPrometheusReadsThem(t *testing.T) {
 	var sent int64
 	stale := consistency.Staleness{}
 	w := metrics.NewWorker(reg, 3, metrics.WorkerSources{Bytes: func() (int64, int64) { return sent, 2 * sent }})
-	w.SetSources(metrics.WorkerSources{Staleness: func() consistency.Staleness { return stale }, Members: func() int { return 5 }})
+	w.SetSources(metrics.WorkerSources{Staleness: func() consistency.Staleness { return stale }, Members: func() int { return 5 },
+		ReformRefusals: func() map[string]int64 { return map[string]int64{"signature": 40, "host": 0} }})
 	for i := range 3 {
 		sent += 1000
 		stale.Add(int64(i))
@@ -155,6 +160,8 @@ func TestAWorkersStepsAsPrometheusReadsThem(t *testing.T) {
 	assert.Equal(t, 6000.0, value(fams, "shoal_worker_received_bytes_total", rank))
 	assert.Equal(t, 3.0, value(fams, "shoal_worker_push_staleness_steps", rank))
 	assert.Equal(t, 5.0, value(fams, "shoal_members", rank))
+	assert.Equal(t, 40.0, value(fams, "shoal_elastic_refused_reforms_total", map[string]string{"rank": "3", "reason": "signature"}))
+	assert.Equal(t, 0.0, value(fams, "shoal_elastic_refused_reforms_total", map[string]string{"rank": "3", "reason": "host"}))
 	assert.True(t, math.IsNaN(value(fams, "shoal_worker_dropped_pushes_total", rank)), "no source, not exported")
 	var compute *dto.Histogram
 	for _, m := range fams["shoal_worker_phase_seconds"].Metric {

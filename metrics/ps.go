@@ -45,8 +45,8 @@ func NewPS(reg prometheus.Registerer, idx int) *PS {
 		"pulls":       desc("shoal_ps_pulls_total", "Pulls served."),
 		"duplicates":  desc("shoal_ps_duplicate_pushes_total", "Pushes for a step the worker had already pushed, ignored."),
 		"dropped":     desc("shoal_ps_dropped_pushes_total", "Sync pushes that came after their step was applied (backup workers), dropped."),
-		"rejected":    desc("shoal_ps_rejected_pushes_total", "Pushes refused, by reason (shape, non-finite, worker, step, magnitude, wire, session, other).", "reason"),
-		"rejPulls":    desc("shoal_ps_rejected_pulls_total", "Pulls as a worker refused, by reason (session: not the worker's session; worker: no worker of the job).", "reason"),
+		"rejected":    desc("shoal_ps_rejected_pushes_total", "Pushes refused, by reason (shape, non-finite, worker, step, magnitude, wire, session, plan, other).", "reason"),
+		"rejPulls":    desc("shoal_ps_rejected_pulls_total", "Pulls as a worker refused, by reason (session: not the worker's session; worker: no worker of the job; plan: a partition plan version other than the shard's, from any reader).", "reason"),
 		"short":       desc("shoal_ps_short_steps_total", "Sync steps applied without workers that left during the step."),
 		"staleness":   desc("shoal_ps_push_staleness_steps", "How many updates old each applied push's gradient was."),
 		"live":        desc("shoal_ps_live_workers", "Workers the shard waits for (sync, SSP)."),
@@ -96,10 +96,10 @@ func (m *PS) Collect(ch chan<- prometheus.Metric) {
 	counter("pulls", float64(st.Pulls))
 	counter("duplicates", float64(st.Duplicates))
 	counter("dropped", float64(st.Dropped))
-	for _, r := range []string{ps.RejectedShape, ps.RejectedNonFinite, ps.RejectedWorker, ps.RejectedStep, ps.RejectedMagnitude, ps.RejectedWire, ps.RejectedSession, ps.RejectedOther} {
+	for _, r := range []string{ps.RejectedShape, ps.RejectedNonFinite, ps.RejectedWorker, ps.RejectedStep, ps.RejectedMagnitude, ps.RejectedWire, ps.RejectedSession, ps.RejectedPlan, ps.RejectedOther} {
 		counter("rejected", float64(st.RejectedBy[r]), r)
 	}
-	for _, r := range []string{ps.RejectedSession, ps.RejectedWorker} {
+	for _, r := range []string{ps.RejectedSession, ps.RejectedWorker, ps.RejectedPlan} {
 		counter("rejPulls", float64(st.RejectedPullsBy[r]), r)
 	}
 	counter("short", float64(st.ShortSteps))

@@ -26,6 +26,9 @@ type WorkerSources struct {
 	Dropped func() int64
 	// Members reads how many members the job's gossip sees alive.
 	Members func() int
+	// ReformRefusals reads the Reform requests the member's Elastic
+	// service refused, by reason (elastic.Coordinator.Refusals).
+	ReformRefusals func() map[string]int64
 }
 
 // Worker exports one worker's figures, labelled rank=r.
@@ -71,6 +74,9 @@ func NewWorker(reg prometheus.Registerer, rank int, src WorkerSources) *Worker {
 		"staleness": desc("shoal_worker_push_staleness_steps", "How many updates old this worker's pushes were when applied."),
 		"dropped":   desc("shoal_worker_dropped_pushes_total", "This worker's pushes that came after their step was applied (sync backup workers)."),
 		"members":   desc("shoal_members", "Members the job's gossip sees alive (workers and shards)."),
+		"reforms": prometheus.NewDesc("shoal_elastic_refused_reforms_total",
+			"Reform requests this member's Elastic service refused, by reason (signature: not signed with the job's secret; host: not from the member's host; request: another job's, or a field out of range; member: not in the membership yet).",
+			[]string{"reason"}, l),
 	}
 	reg.MustRegister(w.steps, w.samples, phases, w)
 	return w
@@ -114,6 +120,9 @@ func (w *Worker) SetSources(src WorkerSources) {
 	if src.Members != nil {
 		w.src.Members = src.Members
 	}
+	if src.ReformRefusals != nil {
+		w.src.ReformRefusals = src.ReformRefusals
+	}
 }
 
 // Describe implements prometheus.Collector.
@@ -141,5 +150,10 @@ func (w *Worker) Collect(ch chan<- prometheus.Metric) {
 	}
 	if src.Members != nil {
 		ch <- prometheus.MustNewConstMetric(d["members"], prometheus.GaugeValue, float64(src.Members()))
+	}
+	if src.ReformRefusals != nil {
+		for reason, n := range src.ReformRefusals() {
+			ch <- prometheus.MustNewConstMetric(d["reforms"], prometheus.CounterValue, float64(n), reason)
+		}
 	}
 }

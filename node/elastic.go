@@ -80,7 +80,7 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 	if r.Stats.Times {
 		wcfg.OnStep = func(_ int64, t worker.StepTimes) { steps.Add(t) }
 	}
-	_, stopMetrics, err := workerMetrics(r.MetricsAddr, &wcfg, r.ID.Rank, metrics.WorkerSources{Members: func() int { return len(svc.roster.Live()) }}, r.Logger, r.out, r.Events)
+	_, stopMetrics, err := workerMetrics(r.MetricsAddr, &wcfg, r.ID.Rank, metrics.WorkerSources{Members: func() int { return len(svc.roster.Live()) }, ReformRefusals: svc.coord.Refusals}, r.Logger, r.out, r.Events)
 	if err != nil {
 		return err
 	}

@@ -109,7 +109,8 @@ type Stats struct {
 	// RejectedNonFinite, …; "other" for any the shard did not tag).
 	RejectedBy map[string]int64
 	// RejectedPullsBy counts the refused pulls of workers by reason
-	// (RejectedSession, RejectedWorker: CheckPull).
+	// (RejectedSession, RejectedWorker: CheckPull), and pulls of any
+	// reader refused for a wrong plan version (RejectedPlan).
 	RejectedPullsBy map[string]int64
 	Pulls           int64
 	// ShortSteps counts sync steps applied with fewer pushes than

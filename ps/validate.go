@@ -93,6 +93,7 @@ const (
 	RejectedStep      = "step"       // a step or clock outside what the mode allows
 	RejectedMagnitude = "magnitude"  // could take a weight past MaxMagnitude
 	RejectedWire      = "wire"       // a malformed stream: no header, a second one, an unknown encoding, lanes that disagree
+	RejectedPlan      = "plan"       // a partition plan version other than the shard's (CheckPlan)
 	RejectedOther     = "other"      // a refusal no check above tagged
 )
 
@@ -108,6 +109,18 @@ func (s *Server) CountRefused(reason string) {
 		s.stats.RejectedBy = map[string]int64{}
 	}
 	s.stats.RejectedBy[reason]++
+}
+
+// CountRefusedPull counts a pull refused under reason (Stats.RejectedPullsBy)
+// by an adapter before CheckPull saw it (a wrong plan version:
+// RejectedPlan); CheckPull counts its own.
+func (s *Server) CountRefusedPull(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stats.RejectedPullsBy == nil {
+		s.stats.RejectedPullsBy = map[string]int64{}
+	}
+	s.stats.RejectedPullsBy[reason]++
 }
 
 // RefusedFor is the reason a push was refused for (RejectedShape, …),

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"container/list"
 	"log/slog"
 	"net"
 	"sync"
@@ -17,8 +18,9 @@ type Limits struct {
 	// StreamsPerConn caps the streams open at once on one connection;
 	// a client's further streams wait on its side.
 	StreamsPerConn uint32
-	// Conns caps the connections open at once; one past it is closed as
-	// soon as it is accepted.
+	// Conns caps the connections open at once; one past it takes the
+	// place of the oldest still in its handshake, or is closed as soon as
+	// it is accepted when none is (Listener).
 	Conns int
 	// ConnIdle closes a connection that has had no stream open for this
 	// long (a GOAWAY: a gRPC client reconnects when it next calls), so
@@ -65,23 +67,41 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Listener caps lis at l.Conns connections open at once: one past the cap
-// is closed at once, and logged (at most a line a second) with the
-// peer's address and the cap.
+// Listener caps lis at l.Conns connections open at once. A connection
+// that comes when the cap is reached takes the place of one still in its
+// handshake, which is closed: the oldest that has sent nothing (no byte
+// read, none waiting in its socket's receive queue), else the oldest.
+// Connections opened and left silent, even reopened as fast as the server
+// closes them, then cannot keep a client out: a real client sends its
+// first bytes as soon as it connects, so its connection is never taken
+// while a silent one is held, and its handshake is done soon after. Only
+// when every connection held is past its handshake is the one past the
+// cap closed at once. Both are logged (at most a line a second each) with
+// the peer's address, the cap and the count so far.
+//
+// A connection is past its handshake once the server clears its deadline:
+// gRPC's server sets one for the handshake (Limits.Handshake) and clears
+// it once the handshake is done; a connection whose deadline is never
+// cleared (no gRPC server, or a silent peer) stays in its handshake.
 func (l Limits) Listener(lis net.Listener, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &capListener{Listener: lis, max: int64(l.Conns), log: log, every: rate.Sometimes{Interval: time.Second}}
+	return &capListener{Listener: lis, max: l.Conns, log: log, pending: list.New(),
+		everyRefused: rate.Sometimes{Interval: time.Second}, everyReplaced: rate.Sometimes{Interval: time.Second}}
 }
 
 type capListener struct {
 	net.Listener
-	max     int64
-	open    atomic.Int64
-	refused atomic.Int64
-	log     *slog.Logger
-	every   rate.Sometimes
+	max int
+	log *slog.Logger
+
+	mu                sync.Mutex
+	open              int        // connections held
+	pending           *list.List // of *capConn: those in their handshake, oldest first
+	refused, replaced int64
+
+	everyRefused, everyReplaced rate.Sometimes
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
@@ -90,27 +110,104 @@ func (l *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n := l.open.Add(1); n > l.max {
-			l.open.Add(-1)
-			refused := l.refused.Add(1)
-			l.every.Do(func() {
-				l.log.Warn("refused a connection: the server holds as many as its cap", "component", "rpc", "peer", c.RemoteAddr().String(), "cap", l.max, "refused", refused)
-			})
-			c.Close()
-			continue
+		cc := &capConn{Conn: c, l: l}
+		var old *capConn
+		l.mu.Lock()
+		if l.open >= l.max {
+			e := l.victimLocked()
+			if e == nil {
+				l.refused++
+				refused := l.refused
+				l.mu.Unlock()
+				l.everyRefused.Do(func() {
+					l.log.Warn("refused a connection: the server holds as many as its cap, each past its handshake", "component", "rpc", "peer", c.RemoteAddr().String(), "cap", l.max, "refused", refused)
+				})
+				c.Close()
+				continue
+			}
+			// The new connection takes old's place: old no longer counts.
+			old = l.pending.Remove(e).(*capConn)
+			old.elem, old.released = nil, true
+			l.replaced++
+		} else {
+			l.open++
 		}
-		return &capConn{Conn: c, l: l}, nil
+		cc.elem = l.pending.PushBack(cc)
+		replaced := l.replaced
+		l.mu.Unlock()
+		if old != nil {
+			old.Conn.Close()
+			l.everyReplaced.Do(func() {
+				l.log.Warn("closed a connection still in its handshake to take a new one: the server holds as many as its cap", "component", "rpc",
+					"peer", old.RemoteAddr().String(), "new", c.RemoteAddr().String(), "cap", l.max, "closed", replaced)
+			})
+		}
+		return cc, nil
 	}
 }
 
-// capConn gives its place back once closed.
+// maxScan bounds how many connections in their handshake an accept looks
+// at for a silent one (a system call each).
+const maxScan = 64
+
+// victimLocked is the connection in its handshake whose place a new one
+// takes: the oldest silent one among the first maxScan, else the oldest;
+// nil when none is in its handshake.
+func (l *capListener) victimLocked() *list.Element {
+	i := 0
+	for e := l.pending.Front(); e != nil && i < maxScan; e, i = e.Next(), i+1 {
+		c := e.Value.(*capConn)
+		if c.spoke.Load() {
+			continue
+		}
+		if n, ok := queued(c.Conn); ok && n > 0 {
+			continue
+		}
+		return e
+	}
+	return l.pending.Front()
+}
+
+// capConn gives its place back once closed, and leaves the list of those
+// in their handshake once its deadline is cleared.
 type capConn struct {
 	net.Conn
-	l    *capListener
-	once sync.Once
+	l        *capListener
+	elem     *list.Element // in l.pending while in its handshake; under l.mu
+	released bool          // its place is given back (closed, or taken); under l.mu
+	spoke    atomic.Bool   // a read returned bytes
+}
+
+func (c *capConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.spoke.Load() {
+		c.spoke.Store(true)
+	}
+	return n, err
+}
+
+func (c *capConn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.l.mu.Lock()
+		if c.elem != nil {
+			c.l.pending.Remove(c.elem)
+			c.elem = nil
+		}
+		c.l.mu.Unlock()
+	}
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *capConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.l.mu.Lock()
+	if !c.released {
+		c.released = true
+		c.l.open--
+		if c.elem != nil {
+			c.l.pending.Remove(c.elem)
+			c.elem = nil
+		}
+	}
+	c.l.mu.Unlock()
 	return c.Conn.Close()
 }

@@ -263,6 +263,8 @@ func (s *psService) pullRanges(ranges []*pb.Range) ([]shard.Range, error) {
 
 func (s *psService) Pull(req *pb.PullRequest, stream grpc.ServerStreamingServer[pb.PullPiece]) error {
 	if err := s.core.CheckPlan(req.PlanVersion); err != nil {
+		// Counted like CheckPull's refusals (shoal_ps_rejected_pulls_total).
+		s.core.CountRefusedPull(ps.RejectedPlan)
 		return toStatus(err)
 	}
 	// A pull as a worker is waited for and served as that worker: only
@@ -608,7 +610,9 @@ func (pr *pushReader) start(first *pb.PushPiece) error {
 		return pr.s.refuse(ps.RejectedWire, invalid("push: first message has no header"))
 	}
 	if err := pr.s.core.CheckPlan(h.PlanVersion); err != nil {
-		return toStatus(err)
+		// Each stream that carries it is refused and counted, as a
+		// session's refusal is: a lane of a push-pull on its own.
+		return pr.s.refuse(ps.RejectedPlan, toStatus(err))
 	}
 	// Only the worker's session pushes for it: checked before anything
 	// is allocated or any lane joins, so that a caller without it cannot

@@ -93,8 +93,8 @@ func TestPushBadInput(t *testing.T) {
 		want   string
 		// reason is what Stats.RejectedBy counts the refusal under, once,
 		// wherever it was refused (rpc or ps); "" where nothing is counted
-		// (a plan mismatch is no push to refuse; an oversize piece is
-		// refused by gRPC itself, before Shoal's code sees it).
+		// (an oversize piece is refused by gRPC itself, before Shoal's
+		// code sees it).
 		reason string
 	}{
 		{"empty stream", nil, codes.InvalidArgument, "ended before its header", "wire"},
@@ -110,7 +110,7 @@ func TestPushBadInput(t *testing.T) {
 		{"inf in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, inf, 1, 1)}}, codes.InvalidArgument, "index 5 is +Inf", "non-finite"},
 		{"huge in second piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Grads: floats(1, 3e38, 1, 1)}}, codes.InvalidArgument, "reaches 3e+38 (at index 5)", "magnitude"},
 		{"second header", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: floats(1, 1, 1, 1)}, {Header: header(0, [2]int64{0, 8})}}, codes.InvalidArgument, "second header", "wire"},
-		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version", ""},
+		{"wrong plan version", []*pb.PushPiece{{Header: &pb.PushHeader{PlanVersion: shard.Version + 1, Ranges: []*pb.Range{{Offset: 0, Length: 8}}}}}, codes.FailedPrecondition, "plan version", "plan"},
 		{"oversize piece", []*pb.PushPiece{{Header: header(0, [2]int64{0, 8}), Grads: make([]byte, 2<<20)}}, codes.ResourceExhausted, "larger than max", ""},
 	} {
 		for _, rpc := range pushRPCs {
@@ -663,6 +663,38 @@ func TestJoinWorkerAndTheLiveSet(t *testing.T) {
 			assert.Equal(t, []int64{0, 1}, core.LiveWorkers(), "a refused join changes nothing")
 		})
 	}
+}
+
+// TestAWrongPlanVersionIsCounted: a pull with a plan version other than
+// the shard's, as a worker or as a reader, and each lane of a push-pull
+// that carries one, are refused (FailedPrecondition) and counted under
+// "plan" (Stats.RejectedPullsBy, RejectedBy: the
+// shoal_ps_rejected_*_total metrics), where before only gRPC's own
+// counters showed them (issue 44). TestPushBadInput checks Push and
+// PushPull.
+func TestAWrongPlanVersionIsCounted(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 2, 0.5)...)
+	cl := pb.NewParameterServerClient(dial(t, c, 0))
+	for _, worker := range []int64{1, -1} {
+		stream, err := cl.Pull(ctxT(t), &pb.PullRequest{WorkerId: worker, PlanVersion: shard.Version + 1})
+		require.NoError(t, err)
+		_, err = stream.Recv()
+		assert.Equal(t, codes.FailedPrecondition, status.Code(err), "pull as %d: %v", worker, err)
+		assert.ErrorContains(t, err, "plan version")
+	}
+	for l := range 2 {
+		h := header(0, [2]int64{int64(4 * l), 4})
+		h.Lane, h.Lanes, h.PlanVersion = uint32(l), 2, shard.Version+1
+		stream, err := cl.PushPull(ctxT(t))
+		require.NoError(t, err)
+		require.NoError(t, stream.Send(&pb.PushPiece{Header: h, Grads: floats(1, 1, 1, 1)}))
+		_, err = stream.Recv()
+		assert.Equal(t, codes.FailedPrecondition, status.Code(err), "lane %d: %v", l, err)
+	}
+	st := c.Shard(0).Core.Stats()
+	assert.Equal(t, map[string]int64{ps.RejectedPlan: 2}, st.RejectedPullsBy, "each pull counted")
+	assert.Equal(t, map[string]int64{ps.RejectedPlan: 2}, st.RejectedBy, "each lane's stream counted, as a session's refusal is")
+	assert.Equal(t, int64(0), c.Shard(0).Core.Clock())
 }
 
 // Info's stats count a refused push under its reason.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -232,44 +233,122 @@ func TestATricklingStreamIsEnded(t *testing.T) {
 	t.Logf("ended by the server %v after the stream opened (limit %v)", took.Round(time.Millisecond), total)
 }
 
-// TestTheConnectionCap: one connection past the cap is closed at once;
-// once one closes, a new one is taken.
-func TestTheConnectionCap(t *testing.T) {
+// capped serves nothing on a listener capped at conns connections: it
+// returns the listener and the server's side of each connection as it is
+// accepted.
+func capped(t *testing.T, conns int) (net.Listener, <-chan net.Conn) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	lis := rpc.Limits{Conns: 2}.Listener(inner, nil)
-	defer lis.Close()
-	accepted := make(chan net.Conn, 4)
+	lis := rpc.Limits{Conns: conns}.Listener(inner, nil)
+	accepted := make(chan net.Conn, 8)
+	var all []net.Conn // every one accepted, closed at the end
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			c, err := lis.Accept()
 			if err != nil {
-				close(accepted)
 				return
 			}
+			all = append(all, c)
 			accepted <- c
 		}
 	}()
-	var dialed []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", lis.Addr().String())
-		require.NoError(t, err)
-		defer c.Close()
-		dialed = append(dialed, c)
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+		for _, c := range all {
+			c.Close()
+		}
+	})
+	return lis, accepted
+}
+
+// next is the next connection the server accepted, within 10 s.
+func next(t *testing.T, accepted <-chan net.Conn) net.Conn {
+	t.Helper()
+	select {
+	case c := <-accepted:
+		return c
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the server accepted no connection within 10 s")
+		return nil
 	}
-	first, second := <-accepted, <-accepted
-	// The third was closed by the server: reading it ends.
-	require.NoError(t, dialed[2].SetReadDeadline(time.Now().Add(10*time.Second)))
-	_, err = dialed[2].Read(make([]byte, 1))
-	assert.ErrorIs(t, err, io.EOF, "the connection past the cap")
-	require.NoError(t, first.Close())
-	c, err := net.Dial("tcp", lis.Addr().String())
+}
+
+// dialT dials addr, closing the connection at the test's end.
+func dialT(t *testing.T, addr string) net.Conn {
+	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	defer c.Close()
-	fourth := <-accepted
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByServer says whether the server closed c: a read ends with
+// io.EOF (within 10 s), rather than waiting (for 100 ms).
+func closedByServer(t *testing.T, c net.Conn, closed bool) {
+	t.Helper()
+	wait := 100 * time.Millisecond
+	if closed {
+		wait = 10 * time.Second
+	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(wait)))
+	_, err := c.Read(make([]byte, 1))
+	if closed {
+		assert.ErrorIs(t, err, io.EOF, "the server closed it")
+	} else {
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "the server kept it")
+	}
+}
+
+// TestTheConnectionCap: with every connection held past its handshake
+// (the server cleared its deadline, as gRPC's does once the handshake is
+// done), one past the cap is closed at once; once one closes, a new one
+// is taken.
+func TestTheConnectionCap(t *testing.T) {
+	lis, accepted := capped(t, 2)
+	addr := lis.Addr().String()
+	dialT(t, addr)
+	dialT(t, addr)
+	first, second := next(t, accepted), next(t, accepted)
+	require.NoError(t, first.SetDeadline(time.Time{}))
+	require.NoError(t, second.SetDeadline(time.Time{}))
+	closedByServer(t, dialT(t, addr), true)
+	require.NoError(t, first.Close())
+	c := dialT(t, addr)
+	fourth := next(t, accepted)
 	assert.Equal(t, c.LocalAddr().String(), fourth.RemoteAddr().String(), "a place freed is taken")
-	second.Close()
-	fourth.Close()
+}
+
+// TestANewConnectionTakesThePlaceOfOneInItsHandshake: at the cap, a new
+// connection takes the place of the oldest silent one still in its
+// handshake (which is closed), never of one past its handshake, nor of one
+// that sent bytes while a silent one is held; so silent connections,
+// however fast they are reopened, cannot keep a client out
+// (TestAWorkerTrainsThroughAConnectionFlood).
+func TestANewConnectionTakesThePlaceOfOneInItsHandshake(t *testing.T) {
+	lis, accepted := capped(t, 3)
+	addr := lis.Addr().String()
+	a := dialT(t, addr)
+	next(t, accepted)
+	talks := dialT(t, addr)
+	_, err := talks.Write([]byte{1})
+	require.NoError(t, err)
+	_, err = io.ReadFull(next(t, accepted), make([]byte, 1)) // the server read its byte
+	require.NoError(t, err)
+	b := dialT(t, addr)
+	require.NoError(t, next(t, accepted).SetDeadline(time.Time{}), "b is past its handshake")
+
+	c := dialT(t, addr)
+	third := next(t, accepted)
+	assert.Equal(t, c.LocalAddr().String(), third.RemoteAddr().String(), "c is taken")
+	closedByServer(t, a, true) // the oldest silent one in its handshake
+	d := dialT(t, addr)
+	next(t, accepted)
+	closedByServer(t, c, true) // now the oldest silent one, younger than talks
+	closedByServer(t, talks, false)
+	closedByServer(t, b, false)
+	closedByServer(t, d, false)
 }
 
 // TestSilentConnectionsDoNotLockTheClientsOut: connections that never

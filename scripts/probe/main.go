@@ -9,6 +9,7 @@
 //
 //	gossip    -join G                  join G's gossip without the job's key, announce shard 0 at 127.0.0.1:1
 //	conns     -addr S -n N             hold N idle TCP connections to shard S, then try a real gRPC call
+//	flood     -addr S -n N -hold D     keep N silent TCP connections to shard S for D, each reopened as soon as the shard closes it; a real gRPC call every 250 ms
 //	reform    -addrs A,B,.. -n N       send N forged Elastic.Reform requests to each address
 //	session   -addr S                  push and pull as worker 0 without its session, at a far-ahead step
 //	hijack    -addr S                  join as worker 0 (ending its session) and push far ahead: the documented limit
@@ -43,7 +44,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe gossip|conns|reform|session|malformed|metrics [flags]")
+		fmt.Fprintln(os.Stderr, "usage: probe gossip|conns|flood|reform|session|malformed|metrics [flags]")
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -64,6 +65,8 @@ func main() {
 		err = attackGossip(*join, *hold)
 	case "conns":
 		err = attackConns(*addr, def(*n, 1100), *hold)
+	case "flood":
+		err = attackFlood(*addr, def(*n, 64), *hold)
 	case "reform":
 		err = attackReform(strings.Split(*addrs, ","), def(*n, 40))
 	case "session":
@@ -207,6 +210,83 @@ func attackConns(addr string, n int, hold time.Duration) error {
 	fmt.Printf("conns: the shard closed %d of the %d idle connections, the last %v after the first was opened\n", k, len(conns), last.Round(time.Millisecond))
 	for _, c := range conns {
 		c.Close()
+	}
+	return nil
+}
+
+// attackFlood (attack 2, sustained): n goroutines each hold one silent
+// connection to addr and open the next as soon as the shard closes one,
+// for hold; meanwhile a real client (a new connection each time) calls
+// Info every 250 ms. It prints how many connections the flood opened and
+// how many of the real calls succeeded.
+func attackFlood(addr string, n int, hold time.Duration) error {
+	if err := loopback(addr); err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	var opened, failed sync.Map // per flooder counts, summed below
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var o, f int
+			defer func() { opened.Store(i, o); failed.Store(i, f) }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+				if err != nil {
+					f++
+					continue
+				}
+				o++
+				closed := make(chan struct{})
+				go func() { io.Copy(io.Discard, c); close(closed) }()
+				select {
+				case <-closed:
+				case <-stop:
+				}
+				c.Close()
+				<-closed
+			}
+		}()
+	}
+	ok, tries := 0, 0
+	var firstErr error
+	for time.Since(t0) < hold {
+		time.Sleep(250 * time.Millisecond)
+		tries++
+		cc, err := dial(addr)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = pb.NewParameterServerClient(cc).Info(ctx, &pb.InfoRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			ok++
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	close(stop)
+	wg.Wait()
+	sum := func(m *sync.Map) (t int) {
+		m.Range(func(_, v any) bool { t += v.(int); return true })
+		return t
+	}
+	fmt.Printf("flood: %d flooders opened %d silent connections to %s in %v (%d dials failed); a real client's Info: %d of %d ok\n",
+		n, sum(&opened), addr, time.Since(t0).Round(time.Millisecond), sum(&failed), ok, tries)
+	if firstErr != nil {
+		fmt.Printf("flood: the first failed Info: %s\n", trimErr(firstErr))
 	}
 	return nil
 }

@@ -2,7 +2,7 @@
 # Reruns issue 44's attacks 1-5 against live `shoal train` runs on loopback,
 # each beside an undisturbed run of the same command (docs/PROBE.md).
 #
-#   scripts/probe/run.sh [attack...]     attacks: base gossip gossip-plain conns reform session hijack malformed restart
+#   scripts/probe/run.sh [attack...]     attacks: base gossip gossip-plain conns flood reform session hijack malformed restart
 #
 # Env: SHOAL (the shoal binary; built to /tmp/probe-shoal if unset), PROBE
 # (this probe; built to /tmp/probe-bin), OUT (folder of the runs' output,
@@ -80,6 +80,24 @@ for attack in "${@:-base gossip gossip-plain conns reform session hijack malform
 			ps_run conns
 			"$PROBE" conns -addr "$(shard_addr conns)" -n 1100 -hold 8s
 			finish conns ;;
+		flood)
+			# shoal ps --max-connections 16 + 2 shoal worker started during a
+			# sustained flood of 32 silent connections, each reopened as soon as
+			# the shard closes it.
+			echo "== flood: shoal ps --max-connections 16; 32 flooders; 2 shoal worker --steps 300 started during the flood"
+			P=127.0.0.1:${PS_PORT:-17072}
+			"$SHOAL" ps --listen "$P" --mode async --workers 2 --max-connections 16 --log-level info >"$OUT/flood-ps.out" 2>&1 & local_ps=$!
+			sleep 2
+			"$PROBE" flood -addr "$P" -n 32 -hold "${FLOOD_HOLD:-40s}" & probe=$!
+			sleep 2
+			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps 300 >"$OUT/flood-w1.out" 2>&1 & w1=$!
+			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 300 >"$OUT/flood-w0.out" 2>&1; rc0=$?
+			wait $w1; rc1=$?
+			echo "   worker 0 exit $rc0: $(grep -E '^test:|^shoal:' "$OUT/flood-w0.out" | cut -c1-200)"
+			echo "   worker 1 exit $rc1: $(grep -E 'steps,|^shoal:' "$OUT/flood-w1.out" | cut -c1-200)"
+			wait $probe
+			echo "   shard: $(grep -c 'closed a connection still in its handshake' "$OUT/flood-ps.out") 'closed a connection still in its handshake' lines, $(grep -c 'refused a connection' "$OUT/flood-ps.out") 'refused a connection' lines"
+			kill "$local_ps"; wait "$local_ps" 2>/dev/null ;;
 		reform)
 			start reform "${RING_ARGS[@]}"
 			wait_for reform 'msg=generation ' ; sleep 1
