@@ -244,8 +244,9 @@ func (cfg EmulateConfig) emulate(ctx context.Context, j Job, sc sim.Config, stdo
 	if cfg.JSON {
 		return run, json.NewEncoder(stdout).Encode(run)
 	}
-	fmt.Fprintf(stdout, "%-6s %-5s %-6s %-9s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
-		m, boundLabel(m, s), localLabel(j.LocalSteps), rule, n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
+	// SSP's bound and DiLoCo's H share a column: SSP takes no local steps.
+	fmt.Fprintf(stdout, "%-6s %-5s %-9s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
+		m, boundLabel(m, s)+localLabel(j.LocalSteps), rule, n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
 	if res.Diverged != "" {
 		fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
 	}
