@@ -24,6 +24,12 @@
 // recorded pushes (shoal train --record-pushes), and with one shard the
 // emulation is then the recorded run, push for push.
 //
+// Config.LocalSteps emulates low-communication training (DiLoCo): each
+// worker is a worker.Local over its strategy, taking H steps with an
+// inner optimizer of its own, and the shard applies the pseudo-gradients
+// with the outer optimizer; the schedule is the simulated job's with H
+// local steps (one read and one push a round), a replay cannot give it.
+//
 // Run evaluates the server's weights on the test set every EvalEvery
 // updates, giving accuracy against the samples trained on.
 package emulate

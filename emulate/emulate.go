@@ -38,8 +38,18 @@ type Config struct {
 	// the job makes (each worker over its 1/N of it).
 	Batch, Epochs int
 	// Optimizer is the shard's, as shoal train's flags make it (its
-	// schedule's DecaySteps counted in updates).
+	// schedule's DecaySteps counted in updates); with LocalSteps, the
+	// outer optimizer.
 	Optimizer optim.Config
+	// LocalSteps, when > 0 (sync and async), is low-communication
+	// training (DiLoCo, shoal train --local-steps): each worker takes
+	// LocalSteps steps with an Inner optimizer of its own (its
+	// DecaySteps counted in the worker's steps), then pushes the
+	// pseudo-gradient, which the shard applies with Optimizer. The
+	// schedule is then one read and one push a round (Sim.LocalSteps is
+	// set to LocalSteps), and the shard's updates count rounds.
+	LocalSteps int
+	Inner      optim.Config
 	// Update is how the shard applies each push in async and SSP (its
 	// zero value: the mode's default rule).
 	Update      ps.UpdateConfig
@@ -123,6 +133,12 @@ func (c Config) validate() error {
 		return errors.New("emulate: want a model, a training set and a test set")
 	case c.EvalEvery < 0 || c.EvalBatch < 0:
 		return fmt.Errorf("emulate: eval every %d updates, batch %d: want >= 0", c.EvalEvery, c.EvalBatch)
+	case c.LocalSteps < 0 || c.LocalSteps > ps.MaxLocalSteps:
+		return fmt.Errorf("emulate: %d local steps, want 0..%d (0: workers push gradients)", c.LocalSteps, ps.MaxLocalSteps)
+	case c.LocalSteps > 0 && c.Sim.Mode != consistency.Sync && c.Sim.Mode != consistency.Async:
+		return fmt.Errorf("emulate: %d local steps in %s mode: only %s and %s take local steps", c.LocalSteps, c.Sim.Mode, consistency.Sync, consistency.Async)
+	case c.LocalSteps > 0 && c.Schedule != nil:
+		return fmt.Errorf("emulate: %d local steps with a replayed schedule: a recording of pushes of gradients cannot order pseudo-gradients; emulate a simulated schedule", c.LocalSteps)
 	}
 	return nil
 }
@@ -149,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	srv, err := ps.New(ps.Config{Mode: cfg.Sim.Mode, Plan: plan, Layout: layout, Optimizer: cfg.Optimizer, Update: cfg.Update,
-		Workers: n, Staleness: cfg.Sim.Staleness, MaxWait: 10 * time.Minute}, initial)
+		Workers: n, Staleness: cfg.Sim.Staleness, LocalSteps: cfg.LocalSteps, MaxWait: 10 * time.Minute}, initial)
 	if err != nil {
 		return Result{}, err
 	}
@@ -197,6 +213,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 			s, asyncs[r] = a, a
 		}
+		if cfg.LocalSteps > 0 {
+			inner, err := optim.New(cfg.Inner, layout.Size())
+			if err != nil {
+				return Result{}, fmt.Errorf("emulate: worker %d's inner optimizer: %w", r, err)
+			}
+			if s, err = worker.NewLocal(s, inner, cfg.LocalSteps); err != nil {
+				return Result{}, fmt.Errorf("emulate: worker %d: %w", r, err)
+			}
+		}
 		wc := worker.DefaultConfig()
 		wc.Rank, wc.WorldSize, wc.Batch, wc.Epochs, wc.Seed, wc.Prefetch = r, n, cfg.Batch, cfg.Epochs, cfg.Seed, 1
 		wc.ProgressEvery = time.Hour
@@ -206,7 +231,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	perEpoch := int64(workers[0].StepsPerEpoch())
 	steps := perEpoch * int64(cfg.Epochs)
-	t.steps = steps
+	// With local steps the shard sees rounds: the strategies below the
+	// workers' Local count them as their steps.
+	h := int64(max(cfg.LocalSteps, 1))
+	rounds := (steps + h - 1) / h
+	t.steps = rounds
 
 	var simulated sim.Result
 	if cfg.Schedule != nil {
@@ -216,17 +245,24 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		t.ops = cfg.Schedule
 	} else {
 		sc := cfg.Sim
-		sc.Steps, sc.Batch, sc.Trace = int(steps), cfg.Batch, true
+		sc.Steps, sc.Batch, sc.Trace, sc.LocalSteps = int(steps), cfg.Batch, true, cfg.LocalSteps
 		if simulated, err = sim.Run(sc); err != nil {
 			return Result{}, fmt.Errorf("emulate: simulating the schedule: %w", err)
 		}
 		t.ops, simulated.Schedule = simulated.Schedule, nil
+		// The simulation names each op by the worker's step (a push by
+		// its round's last step, a read by its round's first); the shard
+		// sees the round.
+		for i := range t.ops {
+			t.ops[i].Step /= h
+		}
 	}
 
-	updatesPerEpoch := UpdatesPerEpoch(cfg.Sim.Mode, cfg.Sim.Staleness, n, perEpoch)
+	totalUpdates := UpdatesPerEpoch(cfg.Sim.Mode, cfg.Sim.Staleness, n, rounds)
+	updatesPerEpoch := float64(totalUpdates) / float64(cfg.Epochs)
 	every := cfg.EvalEvery
 	if every == 0 {
-		every = max(updatesPerEpoch*int64(cfg.Epochs)/20, 1)
+		every = max(totalUpdates/20, 1)
 	}
 	params := make([]float32, layout.Size())
 	var curve []Point
@@ -239,7 +275,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return err
 		}
-		curve = append(curve, Point{Updates: clock, Epochs: float64(clock) / float64(updatesPerEpoch), Accuracy: ev.Accuracy, Loss: ev.Loss})
+		curve = append(curve, Point{Updates: clock, Epochs: float64(clock) / updatesPerEpoch, Accuracy: ev.Accuracy, Loss: ev.Loss})
 		return nil
 	}
 	t.evalAt, t.every, t.evaluate = every, every, evaluate

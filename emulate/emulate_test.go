@@ -16,6 +16,7 @@ import (
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/sim"
 )
 
@@ -101,6 +102,60 @@ func TestAnEmulationIsReproducible(t *testing.T) {
 	assert.Equal(t, a.Curve, b.Curve)
 }
 
+// DiLoCo with one local step, inner SGD at the job's learning rate and
+// outer SGD at lr 1 without momentum is sync SGD (issue 42's
+// equivalence): the emulation ends where sync's does, its curve point
+// for point.
+func TestOneLocalStepWithOuterSGDIsSync(t *testing.T) {
+	want, err := emulate.Run(ctxT(t), job(t, consistency.Sync, 4, 0))
+	require.NoError(t, err)
+	cfg := job(t, consistency.Sync, 4, 0)
+	cfg.LocalSteps, cfg.Inner = 1, cfg.Optimizer
+	cfg.Optimizer = optim.DefaultConfig()
+	cfg.Optimizer.Algorithm, cfg.Optimizer.LR, cfg.Optimizer.Momentum = optim.SGD, 1, 0
+	got, err := emulate.Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	assert.Equal(t, want.Updates, got.Updates)
+	require.Len(t, got.Curve, len(want.Curve))
+	for i, w := range want.Curve {
+		g := got.Curve[i]
+		assert.Equal(t, w.Updates, g.Updates, "point %d", i)
+		assert.InDelta(t, w.Epochs, g.Epochs, 1e-12, "point %d", i)
+		assert.InEpsilon(t, w.Loss, g.Loss, 1e-5, "point %d: the test loss", i)
+		assert.InDelta(t, w.Accuracy, g.Accuracy, 0.0021, "point %d: at most one test sample of 500 apart", i)
+	}
+}
+
+// With H local steps the shard applies one update a round (per worker in
+// async), the async staleness is the simulated one, and the model
+// learns.
+func TestLocalStepsFollowTheSimulatedRounds(t *testing.T) {
+	const h = 5
+	steps := int64((2000/4 + 31) / 32 * 2)
+	rounds := (steps + h - 1) / h
+	for _, mode := range []consistency.Mode{consistency.Sync, consistency.Async} {
+		cfg := job(t, mode, 4, 0)
+		cfg.LocalSteps, cfg.Inner = h, cfg.Optimizer
+		cfg.Optimizer = optim.DefaultConfig()
+		cfg.Optimizer.Algorithm, cfg.Optimizer.LR, cfg.Optimizer.Momentum = optim.SGD, 1, 0
+		if mode == consistency.Async {
+			cfg.Update = ps.UpdateConfig{Rule: ps.UpdateAverage}
+		}
+		res, err := emulate.Run(ctxT(t), cfg)
+		require.NoError(t, err, "%s", mode)
+		assert.Equal(t, steps, res.Steps)
+		want := rounds
+		if mode == consistency.Async {
+			want = 4 * rounds
+			assert.Equal(t, res.Simulated.Staleness, res.Staleness, "async: staleness measured by the shard against the simulation's")
+		}
+		assert.Equal(t, want, res.Updates, "%s: one update a round", mode)
+		require.NotEmpty(t, res.Curve)
+		assert.InDelta(t, 2.0, res.Curve[len(res.Curve)-1].Epochs, 1e-9)
+		assert.Greater(t, res.Final.Accuracy, 0.5, "%s H=%d learns (10 classes)", mode, h)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	ring := job(t, consistency.Ring, 2, 0)
 	_, err := emulate.Run(ctxT(t), ring)
@@ -109,6 +164,18 @@ func TestConfigErrors(t *testing.T) {
 	backup.Sim.BackupWorkers = 1
 	_, err = emulate.Run(ctxT(t), backup)
 	assert.ErrorContains(t, err, "backup workers")
+	ssp := job(t, consistency.SSP, 4, 1)
+	ssp.LocalSteps, ssp.Inner = 10, ssp.Optimizer
+	_, err = emulate.Run(ctxT(t), ssp)
+	assert.ErrorContains(t, err, "10 local steps in ssp mode: only sync and async")
+	negative := job(t, consistency.Sync, 4, 0)
+	negative.LocalSteps = -1
+	_, err = emulate.Run(ctxT(t), negative)
+	assert.ErrorContains(t, err, "-1 local steps, want 0..")
+	replay := job(t, consistency.Async, 4, 0)
+	replay.LocalSteps, replay.Inner, replay.Schedule = 10, replay.Optimizer, []sim.Op{{Worker: 0, Read: true}}
+	_, err = emulate.Run(ctxT(t), replay)
+	assert.ErrorContains(t, err, "with a replayed schedule")
 }
 
 // A job whose loss turns NaN is reported, with its curve up to there,

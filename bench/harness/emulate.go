@@ -26,17 +26,19 @@ type EmulateRun struct {
 	Workers   int    `json:"workers"`
 	Staleness int64  `json:"staleness,omitempty"`
 	// Update is the shard's update rule (async and SSP).
-	Update   string                `json:"update_rule,omitempty"`
-	Model    string                `json:"model"`
-	Batch    int                   `json:"batch"`
-	Epochs   int                   `json:"epochs"`
-	Accuracy float64               `json:"test_accuracy"`
-	Loss     *float64              `json:"test_loss"` // null when not finite (diverged)
-	Updates  int64                 `json:"updates"`
-	Pushes   consistency.Staleness `json:"staleness_histogram,omitempty"`
-	Curve    []emulate.Point       `json:"curve"`
-	Seconds  float64               `json:"seconds"`
-	Diverged string                `json:"diverged,omitempty"`
+	Update string `json:"update_rule,omitempty"`
+	// LocalSteps is DiLoCo's H (0: every step's gradient pushed).
+	LocalSteps int                   `json:"local_steps,omitempty"`
+	Model      string                `json:"model"`
+	Batch      int                   `json:"batch"`
+	Epochs     int                   `json:"epochs"`
+	Accuracy   float64               `json:"test_accuracy"`
+	Loss       *float64              `json:"test_loss"` // null when not finite (diverged)
+	Updates    int64                 `json:"updates"`
+	Pushes     consistency.Staleness `json:"staleness_histogram,omitempty"`
+	Curve      []emulate.Point       `json:"curve"`
+	Seconds    float64               `json:"seconds"`
+	Diverged   string                `json:"diverged,omitempty"`
 	// Simulated: the schedule's job, as shoal bench plan would print it.
 	StepSeconds float64 `json:"simulated_step_seconds"`
 }
@@ -52,10 +54,13 @@ type EmulateConfig struct {
 	Bounds    []int // ssp's
 	// Rules are the update rules to emulate async and SSP with (none:
 	// Job.Update's alone).
-	Rules   []ps.Update
-	Servers int // shards of the simulated job
-	Out     string
-	JSON    bool
+	Rules []ps.Update
+	// LocalSteps are the H to emulate each sync and async job with
+	// again (DiLoCo, Job.Outer the shard's optimizer); none: none.
+	LocalSteps []int
+	Servers    int // shards of the simulated job
+	Out        string
+	JSON       bool
 	// Replay, when not nil, is the recorded run to follow instead.
 	Replay *Replay
 }
@@ -69,6 +74,11 @@ func (cfg EmulateConfig) Validate() error {
 	}
 	if err := cfg.Net.Validate(); err != nil {
 		return err
+	}
+	for _, h := range cfg.LocalSteps {
+		if h > ps.MaxLocalSteps {
+			return fmt.Errorf("--local-steps %d: want 1..%d", h, ps.MaxLocalSteps)
+		}
 	}
 	if cfg.Job.Batch < 1 || cfg.Job.Epochs < 1 || cfg.Servers < 1 || cfg.Job.EvalEvery < 0 {
 		return fmt.Errorf("--batch %d, --epochs %d, --servers %d, --eval-every %d: want batch, epochs, servers >= 1, eval-every >= 0",
@@ -118,6 +128,9 @@ func Emulate(ctx context.Context, cfg EmulateConfig, stdout io.Writer) error {
 	if !cfg.JSON {
 		fmt.Fprintf(stdout, "shoal bench emulate: %s, batch %d per worker, %d epochs of %s, %s lr %g (%s decay); schedules simulated with compute %.2f ms a step (jitter %g), %d server(s), NICs of %g Gbit/s\n",
 			cfg.ModelName, j.Batch, j.Epochs, j.Train.Name(), j.Optimizer.Algorithm, j.Optimizer.LR, j.Decay, c*1e3, n.Jitter, cfg.Servers, n.NICGbps)
+		if len(cfg.LocalSteps) > 0 {
+			fmt.Fprintf(stdout, "with local steps H: the workers' inner optimizer is the above, the shard's outer %s lr %g momentum %g\n", j.Outer.Algorithm, j.Outer.LR, j.Outer.Momentum)
+		}
 	}
 	base := sim.Config{Servers: cfg.Servers, Layers: model.Layout().Bytes(), Forward: c / 3, Backward: 2 * c / 3,
 		Jitter: n.Jitter, Seed: n.Seed, NICGbps: n.NICGbps, Latency: n.Latency.Seconds()}
@@ -135,15 +148,17 @@ func (cfg EmulateConfig) sweep(ctx context.Context, base sim.Config, stdout io.W
 		for _, m := range cfg.Modes {
 			for _, s := range cfg.boundsOf(m) {
 				for _, u := range cfg.rulesOf(m, s) {
-					sc := base
-					sc.Mode, sc.Workers, sc.Staleness = m, n, s
-					j := cfg.Job
-					j.Update.Rule = u
-					run, err := cfg.emulate(ctx, j, sc, stdout)
-					if err != nil {
-						return nil, err
+					for _, h := range cfg.localStepsOf(m) {
+						sc := base
+						sc.Mode, sc.Workers, sc.Staleness = m, n, s
+						j := cfg.Job
+						j.Update.Rule, j.LocalSteps = u, h
+						run, err := cfg.emulate(ctx, j, sc, stdout)
+						if err != nil {
+							return nil, err
+						}
+						runs = append(runs, run)
 					}
-					runs = append(runs, run)
 				}
 			}
 		}
@@ -183,6 +198,15 @@ func (cfg EmulateConfig) boundsOf(m consistency.Mode) []int64 {
 	return bs
 }
 
+// localStepsOf is the local steps to emulate mode m with: none (0), then
+// LocalSteps in sync and async.
+func (cfg EmulateConfig) localStepsOf(m consistency.Mode) []int {
+	if m != consistency.Sync && m != consistency.Async {
+		return []int{0}
+	}
+	return append([]int{0}, cfg.LocalSteps...)
+}
+
 // rulesOf is the update rules to emulate mode m at bound s with: Rules
 // (or Job.Update's) in async and SSP, the barrier's alone in sync.
 func (cfg EmulateConfig) rulesOf(m consistency.Mode, s int64) []ps.Update {
@@ -212,16 +236,17 @@ func (cfg EmulateConfig) emulate(ctx context.Context, j Job, sc sim.Config, stdo
 	start := time.Now()
 	res, err := j.Run(ctx, sc)
 	if err != nil {
-		return EmulateRun{}, fmt.Errorf("%s, %d workers: %w", strings.Join(strings.Fields(m.String()+" "+boundLabel(m, s)+" "+rule), " "), n, err)
+		return EmulateRun{}, fmt.Errorf("%s, %d workers: %w", strings.Join(strings.Fields(m.String()+" "+boundLabel(m, s)+" "+localLabel(j.LocalSteps)+" "+rule), " "), n, err)
 	}
-	run := EmulateRun{Mode: m.String(), Workers: n, Staleness: s, Update: rule, Model: cfg.ModelName, Batch: j.Batch, Epochs: j.Epochs,
+	run := EmulateRun{Mode: m.String(), Workers: n, Staleness: s, Update: rule, LocalSteps: j.LocalSteps, Model: cfg.ModelName, Batch: j.Batch, Epochs: j.Epochs,
 		Accuracy: res.Final.Accuracy, Loss: Finite(res.Final.Loss), Updates: res.Updates, Pushes: res.Staleness, Curve: res.Curve,
 		Seconds: time.Since(start).Seconds(), StepSeconds: res.Simulated.StepSeconds, Diverged: res.Diverged}
 	if cfg.JSON {
 		return run, json.NewEncoder(stdout).Encode(run)
 	}
+	// SSP's bound and DiLoCo's H share a column: SSP takes no local steps.
 	fmt.Fprintf(stdout, "%-6s %-5s %-9s N=%-4d test accuracy %6.2f%%  loss %.4f  %6d updates  staleness mean %5.2f max %3d  (%.1fs)\n",
-		m, boundLabel(m, s), rule, n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
+		m, boundLabel(m, s)+localLabel(j.LocalSteps), rule, n, 100*res.Final.Accuracy, res.Final.Loss, res.Updates, res.Staleness.Mean(), max(res.Staleness.Worst(), 0), run.Seconds)
 	if res.Diverged != "" {
 		fmt.Fprintf(stdout, "       diverged after %d updates: %s\n", res.Updates, res.Diverged)
 	}
@@ -235,6 +260,14 @@ func Finite(x float64) *float64 {
 		return nil
 	}
 	return &x
+}
+
+// localLabel names DiLoCo's H ("" without local steps).
+func localLabel(h int) string {
+	if h == 0 {
+		return ""
+	}
+	return "H=" + strconv.Itoa(h)
 }
 
 func boundLabel(m consistency.Mode, s int64) string {
@@ -288,6 +321,9 @@ func accuracyCurves(runs []EmulateRun) (map[int][]bench.Curve, []int) {
 		var notes []string
 		if r.Mode == consistency.SSP.String() {
 			notes = append(notes, fmt.Sprintf("s = %d", r.Staleness))
+		}
+		if r.LocalSteps > 0 {
+			notes = append(notes, fmt.Sprintf("H = %d", r.LocalSteps))
 		}
 		if r.Update != "" && (r.Mode != consistency.SSP.String() || r.Update != ps.UpdateAverage.String()) {
 			notes = append(notes, r.Update)

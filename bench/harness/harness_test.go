@@ -100,7 +100,7 @@ func TestFastest(t *testing.T) {
 func TestAccuracyCurves(t *testing.T) {
 	runs := []EmulateRun{{Mode: "async", Workers: 2, Update: "full"}, {Mode: "async", Workers: 2, Update: "staleness"},
 		{Mode: "ssp", Workers: 2, Staleness: 4, Update: "average", Diverged: "NaN", Updates: 7}, {Mode: "ssp", Workers: 2, Staleness: 4, Update: "staleness"},
-		{Mode: "sync", Workers: 8}}
+		{Mode: "sync", Workers: 8}, {Mode: "sync", Workers: 8, LocalSteps: 10}}
 	byN, order := accuracyCurves(runs)
 	assert.Equal(t, []int{2, 8}, order)
 	require.Len(t, byN[2], 4)
@@ -112,6 +112,8 @@ func TestAccuracyCurves(t *testing.T) {
 		assert.Equal(t, want.dash, byN[2][i].Dash, want.label)
 	}
 	assert.Equal(t, "sync", byN[8][0].Label)
+	assert.Equal(t, "sync (H = 10)", byN[8][1].Label)
+	assert.Equal(t, 1, byN[8][1].Dash)
 }
 
 func TestTrainArgs(t *testing.T) {

@@ -95,6 +95,11 @@ type Job struct {
 	Epochs    int
 	EvalEvery int64
 	Optimizer optim.Config
+	// LocalSteps, when > 0 (sync, async), is DiLoCo: Optimizer becomes
+	// each worker's inner optimizer (its decay over the worker's steps)
+	// and Outer the shard's.
+	LocalSteps int
+	Outer      optim.Config
 	// Update is the shard's update rule in async and SSP.
 	Update ps.UpdateConfig
 	// WholeJob: the decay spans the job, as in shoal train (its length
@@ -112,12 +117,22 @@ func (j Job) Run(ctx context.Context, sc sim.Config) (emulate.Result, error) {
 	opt := j.Optimizer
 	n := sc.Workers
 	perRank := (j.Train.Len() + n - 1) / n
-	perEpoch := emulate.UpdatesPerEpoch(sc.Mode, sc.Staleness, n, int64((perRank+j.Batch-1)/j.Batch))
+	steps := int64((perRank + j.Batch - 1) / j.Batch)
+	perEpoch := emulate.UpdatesPerEpoch(sc.Mode, sc.Staleness, n, steps)
+	if j.LocalSteps > 0 {
+		// The inner optimizer decays over the worker's own steps, as
+		// shoal train's workers' do.
+		perEpoch = steps
+	}
 	if j.WholeJob {
 		opt.Schedule.DecaySteps = max(perEpoch*int64(j.Epochs)-j.Warmup, 1)
 	}
-	return emulate.Run(ctx, emulate.Config{Sim: sc, Model: j.Model, Seed: j.Seed, Batch: j.Batch, Epochs: j.Epochs, Optimizer: opt, Update: j.Update,
-		Train: j.Train, Test: j.Test, EvalEvery: j.EvalEvery, Schedule: j.Schedule})
+	cfg := emulate.Config{Sim: sc, Model: j.Model, Seed: j.Seed, Batch: j.Batch, Epochs: j.Epochs, Optimizer: opt, Update: j.Update,
+		Train: j.Train, Test: j.Test, EvalEvery: j.EvalEvery, Schedule: j.Schedule}
+	if j.LocalSteps > 0 {
+		cfg.LocalSteps, cfg.Inner, cfg.Optimizer = j.LocalSteps, opt, j.Outer
+	}
+	return emulate.Run(ctx, cfg)
 }
 
 // ParseModes reads --modes: mode names, comma-separated.

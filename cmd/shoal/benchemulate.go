@@ -28,7 +28,13 @@ the run's model, data, --batch, --epochs, optimizer and --seed. With one shard
 the replay is the recorded run, gradient for gradient.
 
 --update-rules emulates async and ssp once per rule by which the shard applies
-each push (shoal ps --update-rule): e.g. full,average,staleness,dcasgd.`
+each push (shoal ps --update-rule): e.g. full,average,staleness,dcasgd.
+
+--local-steps 10,50,100 emulates every sync and async job again with each H
+(DiLoCo, shoal train --local-steps): each worker takes H steps with the
+optimizer of --optimizer, --lr, … on its own weights and pushes the pseudo-
+gradient, which the shard applies with --outer-optimizer, --outer-lr and
+--outer-momentum; the schedule has one push-pull a round.`
 
 // benchEmulateFlags are shoal bench emulate's flags.
 type benchEmulateFlags struct {
@@ -38,6 +44,8 @@ type benchEmulateFlags struct {
 	modeList   string // --modes, read into cfg.Modes
 	boundList  string // --staleness, read into cfg.Bounds
 	ruleList   string // --update-rules, read into cfg.Rules
+	localList  string // --local-steps, read into cfg.LocalSteps
+	outer      flags.Outer
 	dc         flags.DC
 	replay     string // --replay DIR
 }
@@ -48,6 +56,8 @@ func (f *benchEmulateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.modeList, "modes", "async,ssp,sync", "modes: async, ssp, sync")
 	fs.StringVar(&f.boundList, "staleness", "1,4,16", "ssp: the bounds to emulate, comma-separated")
 	fs.StringVar(&f.ruleList, "update-rules", ps.UpdateAuto.String(), "async, ssp: the shard's update rules to emulate, comma-separated (full, average, staleness, dcasgd; auto: each mode's default)")
+	fs.StringVar(&f.localList, "local-steps", "", "sync, async: emulate each job again with each of these local steps H, comma-separated (DiLoCo: --optimizer is the workers' inner optimizer, --outer-optimizer the shard's); empty: none")
+	f.outer.Register(fs)
 	f.dc.Register(fs)
 	fs.IntVar(&f.cfg.Job.Batch, "batch", 64, "batch per worker")
 	fs.IntVar(&f.cfg.Job.Epochs, "epochs", 3, "epochs of the job")
@@ -87,11 +97,22 @@ func parseBenchEmulate(args []string, stderr io.Writer) (*benchEmulateFlags, err
 	if c.Job.Update, err = p.dc.Config(c.Rules[0]); err != nil {
 		return nil, err
 	}
+	if p.localList != "" {
+		if c.LocalSteps, err = harness.PositiveInts("--local-steps", p.localList); err != nil {
+			return nil, err
+		}
+	}
+	if c.Job.Outer, err = p.outer.Config(); err != nil {
+		return nil, err
+	}
 	c.Net = p.job.net()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if p.replay != "" {
+		if len(c.LocalSteps) > 0 {
+			return nil, fmt.Errorf("--replay %s with --local-steps %s: a recording of gradient pushes cannot order pseudo-gradients; leave one out", p.replay, p.localList)
+		}
 		if len(c.Rules) > 1 {
 			return nil, fmt.Errorf("--replay %s with --update-rules %s: a replay is one run; give one rule", p.replay, p.ruleList)
 		}
@@ -116,7 +137,7 @@ func runBenchEmulate(ctx context.Context, args []string, stdout, stderr io.Write
 	if cfg.Job, err = p.job.emulation(cfg.Job.Batch, cfg.Job.Epochs, cfg.Job.EvalEvery); err != nil {
 		return err
 	}
-	cfg.Job.Update = p.cfg.Job.Update
+	cfg.Job.Update, cfg.Job.Outer = p.cfg.Job.Update, p.cfg.Job.Outer
 	model, err := cfg.Job.Model()
 	if err != nil {
 		return err

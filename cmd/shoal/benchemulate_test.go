@@ -126,6 +126,25 @@ func TestBenchEmulateSweepsTheRules(t *testing.T) {
 	assert.Equal(t, []string{"async full", "async staleness", "async dcasgd", "ssp full", "ssp staleness", "ssp dcasgd", "sync"}, got)
 }
 
+// TestBenchEmulateSweepsTheLocalSteps: --local-steps emulates every sync
+// and async job again with each H (ssp once), one update a round.
+func TestBenchEmulateSweepsTheLocalSteps(t *testing.T) {
+	runs := emulateJSON(t, "--dataset", "synthetic", "--workers", "2", "--modes", "async,ssp,sync", "--staleness", "2", "--local-steps", "4,100",
+		"--update-rules", "average", "--outer-optimizer", "sgd", "--outer-lr", "1", "--epochs", "1", "--hidden", "16", "--compute", "1ms")
+	var got []string
+	updates := map[string]int64{}
+	for _, r := range runs {
+		label := strings.TrimSpace(fmt.Sprintf("%s H=%d", r.Mode, r.LocalSteps))
+		got = append(got, label)
+		updates[label] = r.Updates
+		assert.Greater(t, r.Accuracy, 0.5, "%s learns (10 classes)", label)
+	}
+	assert.Equal(t, []string{"async H=0", "async H=4", "async H=100", "ssp H=0", "sync H=0", "sync H=4", "sync H=100"}, got)
+	steps := updates["sync H=0"]
+	assert.Equal(t, (steps+3)/4, updates["sync H=4"], "sync: one update a round of 4 steps")
+	assert.Equal(t, 2*((steps+3)/4), updates["async H=4"], "async: one update per worker and round")
+}
+
 func TestBenchEmulateErrors(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, tc := range []struct{ args, want string }{
@@ -138,6 +157,10 @@ func TestBenchEmulateErrors(t *testing.T) {
 		{"--update-rules full,fast", `--update-rules: update rule "fast": unknown`},
 		{"--update-rules dcasgd --dc-lambda -1", "--dc-lambda -1: want a finite value >= 0"},
 		{"--replay /nonexistent --update-rules full,average", "a replay is one run; give one rule"},
+		{"--local-steps 10,0", `--local-steps "10,0": want positive integers`},
+		{"--local-steps 2000000", "--local-steps 2000000: want 1..1048576"},
+		{"--local-steps 10 --outer-lr -1", "--outer-optimizer, --outer-lr, --outer-momentum:"},
+		{"--replay /nonexistent --local-steps 10", "--replay /nonexistent with --local-steps 10: a recording of gradient pushes cannot order pseudo-gradients"},
 	} {
 		out, err := exec.CommandContext(ctx, shoalBin, append([]string{"bench", "emulate", "--dataset", "synthetic"}, strings.Fields(tc.args)...)...).CombinedOutput()
 		assert.Error(t, err, tc.args)
