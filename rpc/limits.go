@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"container/list"
+	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 )
 
 // Limits bound what clients can hold of a server.
@@ -19,8 +21,10 @@ type Limits struct {
 	// a client's further streams wait on its side.
 	StreamsPerConn uint32
 	// Conns caps the connections open at once; one past it takes the
-	// place of the oldest still in its handshake, or is closed as soon as
-	// it is accepted when none is (Listener).
+	// place of the oldest still in its handshake, else of the quietest
+	// that never carried a call that succeeded and has none in flight, or
+	// is closed as soon as it is accepted when there is neither
+	// (Listener).
 	Conns int
 	// ConnIdle closes a connection that has had no stream open for this
 	// long (a GOAWAY: a gRPC client reconnects when it next calls), so
@@ -53,7 +57,8 @@ var DefaultLimits = Limits{StreamsPerConn: 64, Conns: 1024, ConnIdle: 5 * time.M
 // closed with "too many pings"), and the server pings a connection
 // quiet for a minute and closes it when the ping is not answered within
 // 20 s, so a peer that died does not hold it; l.ConnIdle; and
-// l.Handshake.
+// l.Handshake; and the stats handler that tells Listener which
+// connections carry calls.
 func (l Limits) ServerOptions() []grpc.ServerOption {
 	handshake := l.Handshake
 	if handshake <= 0 {
@@ -64,6 +69,7 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(l.StreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second, MaxConnectionIdle: l.ConnIdle}),
+		grpc.StatsHandler(connCalls{}),
 	}
 }
 
@@ -75,9 +81,21 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 // closes them, then cannot keep a client out: a real client sends its
 // first bytes as soon as it connects, so its connection is never taken
 // while a silent one is held, and its handshake is done soon after. Only
-// when every connection held is past its handshake is the one past the
-// cap closed at once. Both are logged (at most a line a second each) with
-// the peer's address, the cap and the count so far.
+// when every connection held is past its handshake does the one past the
+// cap take the place of one past it: of a connection with no call in
+// flight that has never carried a call that succeeded, the one quiet
+// longest (since its handshake or its last call's end). A connection
+// that completed its HTTP/2 handshake and never calls (possible without
+// a credential where the token is checked per call, not per connection)
+// therefore cannot hold its place against a new one until ConnIdle,
+// while a worker's connection is never taken: its first call goes out
+// with its handshake, and once a call succeeded on it (or while one is
+// in flight, a push-pull waiting at a barrier included) it is never
+// replaced. Only when no connection can give its place is the one past
+// the cap closed at once. Each is logged (at most a line a second each)
+// with the peer's address, the cap and the count so far. The calls are
+// counted by ServerOptions' stats handler: a server without it never
+// replaces a connection past its handshake.
 //
 // A connection is past its handshake once the server clears its deadline:
 // gRPC's server sets one for the handshake (Limits.Handshake) and clears
@@ -87,7 +105,7 @@ func (l Limits) Listener(lis net.Listener, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &capListener{Listener: lis, max: l.Conns, log: log, pending: list.New(),
+	return &capListener{Listener: lis, max: l.Conns, log: log, pending: list.New(), done: list.New(),
 		everyRefused: rate.Sometimes{Interval: time.Second}, everyReplaced: rate.Sometimes{Interval: time.Second}}
 }
 
@@ -99,6 +117,7 @@ type capListener struct {
 	mu                sync.Mutex
 	open              int        // connections held
 	pending           *list.List // of *capConn: those in their handshake, oldest first
+	done              *list.List // of *capConn: those past it, in the order they got there
 	refused, replaced int64
 
 	everyRefused, everyReplaced rate.Sometimes
@@ -126,19 +145,23 @@ func (l *capListener) Accept() (net.Conn, error) {
 				continue
 			}
 			// The new connection takes old's place: old no longer counts.
-			old = l.pending.Remove(e).(*capConn)
-			old.elem, old.released = nil, true
+			old = e.Value.(*capConn)
+			old.list.Remove(e)
+			old.elem, old.list, old.released = nil, nil, true
+			l.forgetLocked(old)
 			l.replaced++
 		} else {
 			l.open++
 		}
-		cc.elem = l.pending.PushBack(cc)
+		cc.elem, cc.list = l.pending.PushBack(cc), l.pending
+		cc.key = connKey(c.LocalAddr(), c.RemoteAddr())
+		conns.Store(cc.key, cc)
 		replaced := l.replaced
 		l.mu.Unlock()
 		if old != nil {
 			old.Conn.Close()
 			l.everyReplaced.Do(func() {
-				l.log.Warn("closed a connection still in its handshake to take a new one: the server holds as many as its cap", "component", "rpc",
+				l.log.Warn("closed a connection still in its handshake, or past it and never carrying a call, to take a new one: the server holds as many as its cap", "component", "rpc",
 					"peer", old.RemoteAddr().String(), "new", c.RemoteAddr().String(), "cap", l.max, "closed", replaced)
 			})
 		}
@@ -150,9 +173,13 @@ func (l *capListener) Accept() (net.Conn, error) {
 // at for a silent one (a system call each).
 const maxScan = 64
 
-// victimLocked is the connection in its handshake whose place a new one
-// takes: the oldest silent one among the first maxScan, else the oldest;
-// nil when none is in its handshake.
+// victimLocked is the connection whose place a new one takes: the oldest
+// silent one in its handshake among the first maxScan, else the quietest
+// past its handshake that never carried a call (quietLocked), else the
+// oldest in its handshake; nil when there is none. One past its handshake
+// comes before one in its handshake that has spoken, which may be a real
+// client's: a flood of connections that finish their handshake then does
+// not take a real client's still in its own.
 func (l *capListener) victimLocked() *list.Element {
 	i := 0
 	for e := l.pending.Front(); e != nil && i < maxScan; e, i = e.Next(), i+1 {
@@ -165,17 +192,98 @@ func (l *capListener) victimLocked() *list.Element {
 		}
 		return e
 	}
+	if e := l.quietLocked(); e != nil {
+		return e
+	}
 	return l.pending.Front()
 }
 
-// capConn gives its place back once closed, and leaves the list of those
-// in their handshake once its deadline is cleared.
+// quietLocked is the connection past its handshake whose place a new
+// one takes: of those with no call in flight that never carried one that
+// succeeded, the one quiet longest; nil when there is none.
+func (l *capListener) quietLocked() *list.Element {
+	var best *list.Element
+	var bestQuiet int64
+	for e := l.done.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*capConn)
+		if c.inFlight.Load() > 0 || c.served.Load() {
+			continue
+		}
+		if q := c.quiet.Load(); best == nil || q < bestQuiet {
+			best, bestQuiet = e, q
+		}
+	}
+	return best
+}
+
+// forgetLocked drops c from the connections the stats handler finds.
+func (l *capListener) forgetLocked(c *capConn) {
+	conns.CompareAndDelete(c.key, c)
+}
+
+// conns maps a connection's local and remote addresses to its *capConn,
+// for connCalls: grpc's stats handler is given a connection's addresses,
+// not the net.Conn, and the handler (ServerOptions) is built apart from
+// the listener. Two connections open at once never share both addresses.
+var conns sync.Map
+
+func connKey(local, remote net.Addr) string {
+	return local.String() + " " + remote.String()
+}
+
+// connCalls is the stats handler that counts, per connection a capListener
+// accepted, the calls in flight, whether one ever succeeded, and when the
+// last ended.
+type connCalls struct{}
+
+type connCallsKey struct{}
+
+func (connCalls) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if info.LocalAddr == nil || info.RemoteAddr == nil {
+		return ctx
+	}
+	if v, ok := conns.Load(connKey(info.LocalAddr, info.RemoteAddr)); ok {
+		return context.WithValue(ctx, connCallsKey{}, v.(*capConn))
+	}
+	return ctx
+}
+
+func (connCalls) HandleConn(context.Context, stats.ConnStats) {}
+
+func (connCalls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (connCalls) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	c, ok := ctx.Value(connCallsKey{}).(*capConn)
+	if !ok {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.Begin:
+		c.inFlight.Add(1)
+	case *stats.End:
+		if s.Error == nil {
+			c.served.Store(true)
+		}
+		c.quiet.Store(time.Now().UnixNano())
+		c.inFlight.Add(-1)
+	}
+}
+
+// capConn gives its place back once closed, and moves from the list of
+// those in their handshake to that of those past it once its deadline is
+// cleared.
 type capConn struct {
 	net.Conn
 	l        *capListener
-	elem     *list.Element // in l.pending while in its handshake; under l.mu
+	key      string        // connKey, in conns while open
+	elem     *list.Element // in list; under l.mu
+	list     *list.List    // l.pending, l.done, or nil once its place is given back; under l.mu
 	released bool          // its place is given back (closed, or taken); under l.mu
 	spoke    atomic.Bool   // a read returned bytes
+
+	inFlight atomic.Int32 // calls begun and not ended
+	served   atomic.Bool  // a call ended without error
+	quiet    atomic.Int64 // when it last went quiet (handshake done, or a call ended), in Unix ns
 }
 
 func (c *capConn) Read(b []byte) (int, error) {
@@ -189,9 +297,10 @@ func (c *capConn) Read(b []byte) (int, error) {
 func (c *capConn) SetDeadline(t time.Time) error {
 	if t.IsZero() {
 		c.l.mu.Lock()
-		if c.elem != nil {
+		if c.list == c.l.pending {
 			c.l.pending.Remove(c.elem)
-			c.elem = nil
+			c.quiet.Store(time.Now().UnixNano())
+			c.elem, c.list = c.l.done.PushBack(c), c.l.done
 		}
 		c.l.mu.Unlock()
 	}
@@ -203,10 +312,11 @@ func (c *capConn) Close() error {
 	if !c.released {
 		c.released = true
 		c.l.open--
-		if c.elem != nil {
-			c.l.pending.Remove(c.elem)
-			c.elem = nil
+		if c.list != nil {
+			c.list.Remove(c.elem)
+			c.elem, c.list = nil, nil
 		}
+		c.l.forgetLocked(c)
 	}
 	c.l.mu.Unlock()
 	return c.Conn.Close()
