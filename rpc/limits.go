@@ -200,13 +200,14 @@ func (l *capListener) victimLocked() *list.Element {
 
 // quietLocked is the connection past its handshake whose place a new
 // one takes: of those with no call in flight that never carried one that
-// succeeded, the one quiet longest; nil when there is none.
+// succeeded, the one quiet longest; nil when there is none. Only
+// connections whose calls connCalls counts are candidates.
 func (l *capListener) quietLocked() *list.Element {
 	var best *list.Element
 	var bestQuiet int64
 	for e := l.done.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*capConn)
-		if c.inFlight.Load() > 0 || c.served.Load() {
+		if !c.counted.Load() || c.inFlight.Load() > 0 || c.served.Load() {
 			continue
 		}
 		if q := c.quiet.Load(); best == nil || q < bestQuiet {
@@ -243,7 +244,9 @@ func (connCalls) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.C
 		return ctx
 	}
 	if v, ok := conns.Load(connKey(info.LocalAddr, info.RemoteAddr)); ok {
-		return context.WithValue(ctx, connCallsKey{}, v.(*capConn))
+		c := v.(*capConn)
+		c.counted.Store(true)
+		return context.WithValue(ctx, connCallsKey{}, c)
 	}
 	return ctx
 }
@@ -281,6 +284,7 @@ type capConn struct {
 	released bool          // its place is given back (closed, or taken); under l.mu
 	spoke    atomic.Bool   // a read returned bytes
 
+	counted  atomic.Bool  // connCalls counts its calls: without, it is never taken past its handshake
 	inFlight atomic.Int32 // calls begun and not ended
 	served   atomic.Bool  // a call ended without error
 	quiet    atomic.Int64 // when it last went quiet (handshake done, or a call ended), in Unix ns
