@@ -10,6 +10,7 @@
 //	gossip    -join G                  join G's gossip without the job's key, announce shard 0 at 127.0.0.1:1
 //	conns     -addr S -n N             hold N idle TCP connections to shard S, then try a real gRPC call
 //	flood     -addr S -n N -hold D     keep N silent TCP connections to shard S for D, each reopened as soon as the shard closes it; a real gRPC call every 250 ms
+//	          [-http2]                 each connection first completes the HTTP/2 handshake (preface and SETTINGS), then never calls
 //	reform    -addrs A,B,.. -n N       send N forged Elastic.Reform requests to each address
 //	session   -addr S                  push and pull as worker 0 without its session, at a far-ahead step
 //	hijack    -addr S                  join as worker 0 (ending its session) and push far ahead: the documented limit
@@ -57,6 +58,7 @@ func main() {
 	hold := fs.Duration("hold", 20*time.Second, "how long to hold the connections or the fake member")
 	url := fs.String("url", "", "a /metrics URL")
 	asWorker := fs.Int64("join-as", -1, "malformed: first join as this worker id (ending its session) so that the pushes carry a session and reach the shape checks")
+	http2 := fs.Bool("http2", false, "flood: complete the HTTP/2 handshake on each connection, then never call")
 	fs.Parse(args)
 
 	var err error
@@ -66,7 +68,7 @@ func main() {
 	case "conns":
 		err = attackConns(*addr, def(*n, 1100), *hold)
 	case "flood":
-		err = attackFlood(*addr, def(*n, 64), *hold)
+		err = attackFlood(*addr, def(*n, 64), *hold, *http2)
 	case "reform":
 		err = attackReform(strings.Split(*addrs, ","), def(*n, 40))
 	case "session":
@@ -218,8 +220,10 @@ func attackConns(addr string, n int, hold time.Duration) error {
 // connection to addr and open the next as soon as the shard closes one,
 // for hold; meanwhile a real client (a new connection each time) calls
 // Info every 250 ms. It prints how many connections the flood opened and
-// how many of the real calls succeeded.
-func attackFlood(addr string, n int, hold time.Duration) error {
+// how many of the real calls succeeded. With http2, each connection first
+// sends the HTTP/2 preface and an empty SETTINGS frame, which completes a
+// gRPC server's handshake without a credential.
+func attackFlood(addr string, n int, hold time.Duration, http2 bool) error {
 	if err := loopback(addr); err != nil {
 		return err
 	}
@@ -245,6 +249,9 @@ func attackFlood(addr string, n int, hold time.Duration) error {
 					continue
 				}
 				o++
+				if http2 {
+					c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"))
+				}
 				closed := make(chan struct{})
 				go func() { io.Copy(io.Discard, c); close(closed) }()
 				select {
