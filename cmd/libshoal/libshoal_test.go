@@ -463,17 +463,18 @@ func TestHorovodOptimizerPSEquivalence(t *testing.T) {
 	}
 }
 
-// TestHorovodLocalSteps runs the ring test's script unchanged on two sync
-// shards with local steps (DiLoCo, shoal run --local-steps 4): each rank
-// takes 4 steps of its own SGD with momentum, then pushes the
-// pseudo-gradient; with the outer optimizer SGD at lr 1 without momentum
-// the shards' weights become the ranks' mean every 4 steps, which the
-// script's localref mode computes in one process. Each rank pushes 3
-// times in 12 steps, not 12. Ranks told another H than the shards' are
-// refused, naming both.
+// TestHorovodLocalSteps runs the ring test's script on two sync shards with
+// local steps (DiLoCo, shoal run --local-steps 5): each rank takes 5 steps
+// of its own SGD with momentum, then pushes the pseudo-gradient; with the
+// outer optimizer SGD at lr 1 without momentum the shards' weights become
+// the ranks' mean every 5 steps, and after the last 2 when the script
+// calls push_local_steps, which the script's localref mode computes in
+// one process. Each rank pushes 3 times in 12 steps, not 12, though the script calls synchronize() before
+// each step() (Horovod's pattern for gradient clipping). Ranks told
+// another H than the shards' are refused, naming both.
 func TestHorovodLocalSteps(t *testing.T) {
 	needTorch(t)
-	const batch, h = 32, 4
+	const batch, h = 32, 5
 	ref := runRanks(t, 1, 3*time.Minute, "localref", strconv.Itoa(batch), "2", strconv.Itoa(h))
 	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
 	want := ref[0].out["params"].(map[string]any)
@@ -482,11 +483,13 @@ func TestHorovodLocalSteps(t *testing.T) {
 		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
 	}
 	addrs, initPath := startShardsConfig(t, consistency.Sync, 2, 2, nil, outer)
-	env := append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS="+strconv.Itoa(h))
+	// Horovod's synchronize-then-step pattern (gradient clipping) keeps
+	// the local steps: synchronize has nothing to reduce on the servers.
+	env := append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS="+strconv.Itoa(h), "SYNC_THEN_STEP=1", "PUSH_AT_END=1")
 	res := runRanksEnv(t, 2, 4*time.Minute, env, "train", strconv.Itoa(batch), "67108864", "1")
 	for r, rr := range res {
 		require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
-		assert.Equal(t, 3.0, rr.out["ps"].(map[string]any)["steps"], "rank %d pushed every %d steps", r, h)
+		assert.Equal(t, 3.0, rr.out["ps"].(map[string]any)["steps"], "rank %d pushed every %d steps, and the last 2 at the end", r, h)
 		assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
 	}
 
@@ -494,7 +497,7 @@ func TestHorovodLocalSteps(t *testing.T) {
 	res = runRanksEnv(t, 2, 3*time.Minute, append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS=2"), "train", strconv.Itoa(batch), "67108864", "1")
 	for r, rr := range res {
 		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
-		assert.Contains(t, rr.out["error"], "this rank pushes every 2 steps (SHOAL_LOCAL_STEPS=2), but the parameter servers run with --local-steps 4", "rank %d", r)
+		assert.Contains(t, rr.out["error"], "this rank pushes every 2 steps (SHOAL_LOCAL_STEPS=2), but the parameter servers run with --local-steps 5", "rank %d", r)
 	}
 }
 

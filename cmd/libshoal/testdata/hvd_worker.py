@@ -14,7 +14,7 @@ train: a small model, SGD through DistributedOptimizer; argv[2] is the
 localref: what train computes on parameter servers with local steps, in
        one process: argv[3] simulated ranks from rank 0's initial weights,
        each with its own SGD state on its share of argv[2], every argv[4]
-       steps the weights set to the ranks' mean (the outer SGD at lr 1
+       steps and after the last the weights set to the ranks' mean (the outer SGD at lr 1
        without momentum); prints the final parameters.
 die:   rank argv[2] exits after one allreduce; the others go on and must fail.
 stall: rank argv[2] stops issuing collectives for $STALL_SECONDS; the others
@@ -117,7 +117,15 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
             # passes is the mean over the rank's share
             loss = torch.nn.functional.mse_loss(model(X[lo:lo + micro]), Y[lo:lo + micro]) / passes
             loss.backward()
-        opt.step()
+        if os.environ.get("SYNC_THEN_STEP") == "1":
+            # Horovod's pattern for gradient clipping
+            opt.synchronize()
+            with opt.skip_synchronize():
+                opt.step()
+        else:
+            opt.step()
+    if os.environ.get("PUSH_AT_END") == "1":
+        opt.push_local_steps()  # the last, partial round of local steps
     return {"rank": r, "size": n, "params": {k: v.reshape(-1).tolist() for k, v in model.state_dict().items()},
             "buckets": len(opt._buckets), "ps": opt.ps_stats()}
 
@@ -139,7 +147,7 @@ def localref(global_batch, n, h):
             opts[r].zero_grad()
             torch.nn.functional.mse_loss(models[r](X[lo:lo + share]), Y[lo:lo + share]).backward()
             opts[r].step()
-        if (s + 1) % h == 0:
+        if (s + 1) % h == 0 or s == 11:  # the last, partial round pushed too (PUSH_AT_END)
             with torch.no_grad():
                 for ps in zip(*(m.parameters() for m in models)):
                     mean = sum(p.detach() for p in ps) / n

@@ -21,7 +21,7 @@ takes H steps on its own weights and pushes only then, the pseudo-gradient
 (the weights it pulled minus its own after the H steps), and the shards
 apply it with the outer optimizer (--outer-optimizer, Nesterov by
 default). Between pushes the model holds the rank's own weights, so an
-evaluation there sees them; optimizer.synchronize() pushes the steps taken
+evaluation there sees them; optimizer.push_local_steps() pushes the steps taken
 since the last push now and loads the shards' weights (every rank must
 call it at the same point, as any collective, since sync shards wait for
 every rank's push).

@@ -167,11 +167,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Queues the buckets not yet queued, waits for every bucket and
-        writes the reduced gradients back. On the parameter servers with
-        local steps (SHOAL_LOCAL_STEPS), pushes the steps taken since the
-        last push now and loads the shards' weights."""
+        writes the reduced gradients back. On the parameter servers there
+        is nothing to reduce: step() pushes (so the usual
+        synchronize(); clip; with skip_synchronize(): step() pattern keeps
+        its local steps)."""
         if self._ps is not None:
-            self._ps.flush()
             return
         if not self._buckets:
             self._synchronized = True
@@ -217,6 +217,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
+
+    def push_local_steps(self):
+        """On the parameter servers with local steps (SHOAL_LOCAL_STEPS):
+        pushes the pseudo-gradient of the steps taken since the last push
+        now and loads the shards' weights, e.g. before an evaluation that
+        should see the shared weights. Every rank must call it at the same
+        point, as a collective. Nothing to do otherwise."""
+        if self._ps is not None:
+            self._ps.flush()
 
     def ps_stats(self):
         """On the parameter servers: steps pushed, the step this rank began
