@@ -268,23 +268,30 @@ func TestHorovodOptimizerRingEquivalence(t *testing.T) {
 	ref := runRanks(t, 1, 3*time.Minute, "train", strconv.Itoa(batch), "67108864", "1")
 	require.Equal(t, 0, ref[0].code, "%s\n%s", ref[0].raw, ref[0].stderr)
 	want := ref[0].out["params"].(map[string]any)
+	// The model's 6 tensors are all contiguous, so each one's gradient
+	// must end as a view into its bucket (no copy in or out), also when
+	// zero_grad(set_to_none=True) drops the views every step.
+	const tensors = 6
 	tests := []struct {
 		name        string
 		ranks       int
 		fusion      int
 		passes      int
+		env         []string
 		wantBuckets float64
 	}{
-		{"2 ranks, one bucket", 2, 64 << 20, 1, 1},
-		{"2 ranks, a bucket per tensor or two, 2 backward passes per step", 2, 256, 2, 4},
-		{"4 ranks, small buckets", 4, 256, 1, 4},
+		{"2 ranks, one bucket", 2, 64 << 20, 1, nil, 1},
+		{"2 ranks, a bucket per tensor or two, 2 backward passes per step", 2, 256, 2, nil, 4},
+		{"4 ranks, small buckets", 4, 256, 1, nil, 4},
+		{"2 ranks, zero_grad(set_to_none=True)", 2, 256, 1, []string{"ZERO_TO_NONE=1"}, 4},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := runRanks(t, tc.ranks, 4*time.Minute, "train", strconv.Itoa(batch), strconv.Itoa(tc.fusion), strconv.Itoa(tc.passes))
+			res := runRanksEnv(t, tc.ranks, 4*time.Minute, tc.env, "train", strconv.Itoa(batch), strconv.Itoa(tc.fusion), strconv.Itoa(tc.passes))
 			for r, rr := range res {
 				require.Equal(t, 0, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
 				assert.Equal(t, tc.wantBuckets, rr.out["buckets"], "rank %d's fusion buckets", r)
+				assert.Equal(t, float64(tensors), rr.out["grad_views"], "rank %d's gradients that are views into their buckets", r)
 				assertParamsNear(t, want, rr.out["params"].(map[string]any), r)
 			}
 		})

@@ -110,7 +110,7 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
     steps = 12
     for s in range(steps):
         base = (s * global_batch) % 512
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=os.environ.get("ZERO_TO_NONE") == "1")
         for k in range(passes):
             lo = base + r * share + k * micro
             # each micro-batch's mean loss, divided by passes: the sum over
@@ -127,7 +127,18 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
     if os.environ.get("PUSH_AT_END") == "1":
         opt.push_local_steps()  # the last, partial round of local steps
     return {"rank": r, "size": n, "params": {k: v.reshape(-1).tolist() for k, v in model.state_dict().items()},
-            "buckets": len(opt._buckets), "ps": opt.ps_stats()}
+            "buckets": len(opt._buckets), "ps": opt.ps_stats(), "grad_views": grad_views(opt)}
+
+
+def grad_views(opt):
+    """How many parameters' gradients lie in their fusion bucket's buffer
+    (DistributedOptimizer's gradient-as-bucket-view)."""
+    n = 0
+    for b in opt._buckets:
+        lo = b.buf.data_ptr()
+        hi = lo + b.buf.numel() * b.buf.element_size()
+        n += sum(1 for p in b.params if p.grad is not None and lo <= p.grad.data_ptr() < hi)
+    return n
 
 
 def localref(global_batch, n, h):

@@ -6,12 +6,17 @@ each parameter's gradient accumulator counts the backward passes; once a
 parameter has had backward_passes_per_step of them its gradient is ready.
 Parameters are cut, in reverse order (the order backward produces them),
 into fusion buckets of at most SHOAL_FUSION_THRESHOLD bytes (else
-HOROVOD_FUSION_THRESHOLD, default 25 MiB) of one dtype; a bucket is packed
-into one flat tensor and its allreduce queued as soon as all its gradients
-are ready, so communication overlaps the rest of backward. synchronize()
-(called by step()) queues the buckets still waiting (a missing gradient
-counts as zeros), waits for all of them and unpacks the results into the
-gradients.
+HOROVOD_FUSION_THRESHOLD, default 25 MiB; the first at most 1 MiB) of one
+dtype; a bucket's allreduce is queued as soon as all its gradients are
+ready, so communication overlaps the rest of backward. Each bucket is one
+flat tensor kept between steps, and the gradients of its contiguous CPU
+parameters are views into it (DDP's gradient_as_bucket_view): backward
+accumulates into the bucket, the ring reduces it in place, and step() reads
+the result there, with no copy in or out. A gradient that is not such a view
+(the first step, or after zero_grad(set_to_none=True)) is copied in once and
+replaced by its view. synchronize() (called by step()) queues the buckets
+still waiting (a missing gradient counts as zeros), waits for all of them and
+writes the results into the gradients that are not views.
 
 On the parameter servers (SHOAL_MODE=async, sync or ssp) there are no
 buckets: step() runs the wrapped optimizer on this rank and exchanges its
@@ -31,23 +36,65 @@ from shoal.torch.compression import Compression
 # the bucket size bounds how much communication overlaps backward: with
 # Horovod's 64 MiB, a model under 64 MiB (resnet18's 47 MB) was one bucket
 # sent after backward. 25 MiB is DDP's default (docs/BENCHMARKS.md, "Horovod's
-# PyTorch API", has the measurement).
+# PyTorch API", has the measurement). The first bucket (the last layers,
+# whose gradients backward produces first) is capped at 1 MiB, as DDP's is,
+# so the first reduction starts as early in backward as it can.
 DEFAULT_FUSION_BYTES = 25 << 20
+FIRST_BUCKET_BYTES = 1 << 20
 
 
 _OP_NAMES = {mpi_ops.Sum: "hvd.Sum", mpi_ops.Adasum: "hvd.Adasum"}
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "ready", "handle", "flat", "ctx", "launched", "buf")
+    """A fusion bucket: its parameters, their flat buffer (kept between
+    steps), and per parameter its offset and, for a contiguous parameter,
+    the view of the buffer that becomes its gradient."""
+
+    __slots__ = ("index", "params", "ready", "handle", "flat", "ctx", "launched", "buf", "offsets", "views")
 
     def __init__(self, index, params):
         self.index, self.params = index, params
         self.ready, self.handle, self.flat, self.ctx, self.launched = 0, None, None, None, False
-        # buf is the bucket's fusion buffer, made at its first launch and
-        # kept: a fresh one each step costs the allocator's page faults on
-        # tens of MB (DDP keeps its buckets too)
-        self.buf = None
+        self.offsets, off = [], 0
+        for p in params:
+            self.offsets.append(off)
+            off += p.numel()
+        self.buf = torch.zeros(off, dtype=params[0].dtype, device=params[0].device)
+        self.views = [self.buf[o:o + p.numel()].view_as(p) if p.is_contiguous() else None
+                      for o, p in zip(self.offsets, params)]
+
+    def gather(self):
+        """Brings every gradient into buf (zeros for a missing one) and makes
+        each contiguous parameter's gradient its view; a gradient already
+        its view (every step after the first, unless zero_grad set it to
+        None) costs nothing."""
+        with torch.no_grad():
+            for p, off, v in zip(self.params, self.offsets, self.views):
+                g = p.grad
+                if v is not None and g is not None and g.data_ptr() == v.data_ptr() and g.shape == v.shape:
+                    continue
+                dst = self.buf[off:off + p.numel()]
+                if g is None:
+                    dst.zero_()
+                else:
+                    dst.copy_(g.detach().reshape(-1))
+                if v is not None:
+                    p.grad = v
+
+    def scatter(self, out):
+        """Writes the reduced out into the gradients that are not views of
+        buf (all of them when out is not buf itself)."""
+        in_place = out.data_ptr() == self.buf.data_ptr() and out.device == self.buf.device
+        with torch.no_grad():
+            for p, off, v in zip(self.params, self.offsets, self.views):
+                if in_place and v is not None and p.grad is not None and p.grad.data_ptr() == v.data_ptr():
+                    continue
+                chunk = out[off:off + p.numel()].view_as(p).to(device=p.device, dtype=p.dtype)
+                if p.grad is None:
+                    p.grad = chunk.clone()
+                else:
+                    p.grad.copy_(chunk)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -104,10 +151,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_buckets(self, params):
         limit = int(os.environ.get("SHOAL_FUSION_THRESHOLD", os.environ.get("HOROVOD_FUSION_THRESHOLD",
                                                                            DEFAULT_FUSION_BYTES)))
+        first = min(limit, int(os.environ.get("SHOAL_FIRST_BUCKET_BYTES", FIRST_BUCKET_BYTES)))
         cur, cur_bytes = [], 0
         for p in reversed(params):
             nb = p.numel() * p.element_size()
-            if cur and (cur_bytes + nb > limit or p.dtype != cur[0].dtype or p.device != cur[0].device):
+            cap = first if not self._buckets else limit
+            if cur and (cur_bytes + nb > cap or p.dtype != cur[0].dtype or p.device != cur[0].device):
                 self._buckets.append(_Bucket(len(self._buckets), cur))
                 cur, cur_bytes = [], 0
             cur.append(p)
@@ -143,13 +192,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _launch(self, b):
-        """Packs bucket b's gradients and queues their allreduce."""
-        grads = [p.grad.detach().reshape(-1) if p.grad is not None
-                 else torch.zeros(p.numel(), dtype=p.dtype, device=p.device) for p in b.params]
-        n = sum(g.numel() for g in grads)
-        if b.buf is None or b.buf.numel() != n or b.buf.dtype != grads[0].dtype or b.buf.device != grads[0].device:
-            b.buf = torch.empty(n, dtype=grads[0].dtype, device=grads[0].device)
-        flat = torch.cat(grads, out=b.buf) if len(grads) > 1 else b.buf.copy_(grads[0])
+        """Brings bucket b's gradients into its buffer and queues their allreduce."""
+        b.gather()
+        flat = b.buf
         op, pre, post = self._op, 1.0, 1.0
         if op == mpi_ops.Average and self._predivide != 1.0:
             op, pre, post = mpi_ops.Sum, 1.0 / self._predivide, self._predivide / mpi_ops.size()
@@ -183,16 +228,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             out = mpi_ops.synchronize(b.handle)
             if b.ctx is not None or self._compression not in (None, Compression.none, Compression.fp16, Compression.bf16):
                 out = self._compression.decompress(out, b.ctx)
-            off = 0
-            with torch.no_grad():
-                for p in b.params:
-                    n = p.numel()
-                    chunk = out[off:off + n].view_as(p).to(device=p.device, dtype=p.dtype)
-                    if p.grad is None:
-                        p.grad = chunk.clone()
-                    else:
-                        p.grad.copy_(chunk)
-                    off += n
+            b.scatter(out)
             b.handle, b.flat, b.ctx, b.launched, b.ready = None, None, None, False, 0
         for k in self._delay:
             self._delay[k] = self._passes
