@@ -38,6 +38,7 @@ func tinyGrad(w int, theta, g []float32) {
 // at lr 0.1, outer on the shards, in fragments as cfg says (Fragments 0:
 // worker.Local instead).
 type streamRun struct {
+	async                   bool // async shards (outer SGD, update rule average) and worker.Async
 	workers, servers, chunk int
 	steps                   int64
 	cfg                     worker.StreamConfig
@@ -60,6 +61,9 @@ func (r *streamRun) run(t *testing.T) []float32 {
 	l.Add("w", tinyN)
 	cfg := ps.DefaultConfig()
 	cfg.Mode, cfg.Workers, cfg.LocalSteps, cfg.Fragments, cfg.Optimizer = consistency.Sync, r.workers, r.cfg.LocalSteps, r.cfg.Fragments, r.outer
+	if r.async {
+		cfg.Mode, cfg.Update.Rule = consistency.Async, ps.UpdateAverage
+	}
 	r.cores = testcluster.CoresWith(t, cfg, l, r.initial(), r.servers, r.chunk)
 	c := testcluster.Start(t, r.cores...)
 	inner := optim.DefaultConfig()
@@ -87,7 +91,13 @@ func (r *streamRun) run(t *testing.T) []float32 {
 					}
 				} else {
 					fs := worker.NewFragmentServers(psclient.New(cl))
-					if st, err = worker.NewStreaming(worker.NewSync(fs, int64(w), r.servers), fs, opt, cl.Info().Plan, r.cfg); err != nil {
+					var inner worker.Strategy = worker.NewSync(fs, int64(w), r.servers)
+					if r.async {
+						if inner, err = worker.NewAsync(fs, tinyN, r.servers, worker.AsyncConfig{WorkerID: int64(w)}); err != nil {
+							return err
+						}
+					}
+					if st, err = worker.NewStreaming(inner, fs, opt, cl.Info().Plan, r.cfg); err != nil {
 						return err
 					}
 					st.Record, s = true, st
@@ -377,4 +387,24 @@ func TestStreamConfigRefusesBadInput(t *testing.T) {
 	r, err := s.Fragment(1)
 	require.NoError(t, err)
 	assert.Equal(t, shard.Range{Off: 8, Len: 8}, r)
+}
+
+// TestAsyncStreamingAppliesEveryFragment: async shards apply each
+// worker's fragment as it arrives: two workers of 4 fragments (H = 8, 32
+// steps, one step overlapped) make 2·16 exchanges, every shard applies
+// all of them and refuses none, and the weights move.
+func TestAsyncStreamingAppliesEveryFragment(t *testing.T) {
+	outer := optim.DefaultConfig()
+	outer.Algorithm, outer.LR = optim.SGD, 1
+	r := &streamRun{async: true, workers: 2, servers: 2, chunk: 2, steps: 32, cfg: worker.DefaultStreamConfig(8, 4), outer: outer}
+	got := r.run(t)
+	for s, core := range r.cores {
+		st := core.Stats()
+		assert.Equal(t, int64(2*16), core.Clock(), "shard %d applied every exchange", s)
+		assert.Zero(t, st.Rejected, "shard %d refused nothing: %v", s, st.RejectedBy)
+	}
+	assert.Greater(t, testcluster.RelErr(got, r.initial()), 0.1, "the weights moved")
+	for w := range r.workers {
+		assert.Len(t, r.exchanges[w], 16, "worker %d: an exchange every 2 steps", w)
+	}
 }
