@@ -44,6 +44,8 @@ type Info struct {
 	Workers, BackupWorkers int
 	Staleness              int64
 	LocalSteps             int
+	// Fragments the F of streaming fragments (0 or 1: whole pushes).
+	Fragments int
 	// Clocks holds each shard's clock when Dial asked.
 	Clocks Clocks
 }
@@ -58,6 +60,8 @@ type (
 	PullArgs = pscall.PullArgs
 	// PushArgs is one gradient push.
 	PushArgs = pscall.PushArgs
+	// Span is the part of the vector a push covers (PushArgs.Span).
+	Span = pscall.Span
 	// PushResult says what the shards did with a push.
 	PushResult = pscall.PushResult
 	// PushPullArgs is a push and, when Pull is set, the weights after it.
@@ -205,9 +209,9 @@ func (c *Client) handshake(ctx context.Context) error {
 		if p.GetVersion() != first.Plan.Version || p.GetVectorLength() != first.Plan.VectorLength || p.GetServers() != first.Plan.Servers || p.GetChunkFloats() != first.Plan.ChunkFloats {
 			return fmt.Errorf("client: server %s has plan %v, server %s has %v", c.addrs[i], p, c.addrs[0], first.Plan)
 		}
-		if in.Mode != first.Mode || in.Workers != first.Workers || in.BackupWorkers != first.BackupWorkers || in.Staleness != first.Staleness || in.LocalSteps != first.LocalSteps {
-			return fmt.Errorf("client: server %s runs mode %s (workers %d, backup %d, staleness %d, local steps %d), server %s mode %s (workers %d, backup %d, staleness %d, local steps %d)",
-				c.addrs[i], in.Mode, in.Workers, in.BackupWorkers, in.Staleness, in.LocalSteps, c.addrs[0], first.Mode, first.Workers, first.BackupWorkers, first.Staleness, first.LocalSteps)
+		if in.Mode != first.Mode || in.Workers != first.Workers || in.BackupWorkers != first.BackupWorkers || in.Staleness != first.Staleness || in.LocalSteps != first.LocalSteps || in.Fragments != first.Fragments {
+			return fmt.Errorf("client: server %s runs mode %s (workers %d, backup %d, staleness %d, local steps %d, fragments %d), server %s mode %s (workers %d, backup %d, staleness %d, local steps %d, fragments %d)",
+				c.addrs[i], in.Mode, in.Workers, in.BackupWorkers, in.Staleness, in.LocalSteps, in.Fragments, c.addrs[0], first.Mode, first.Workers, first.BackupWorkers, first.Staleness, first.LocalSteps, first.Fragments)
 		}
 		c.info.Clocks = append(c.info.Clocks, in.Clock)
 	}
@@ -217,7 +221,7 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	c.info.Plan, c.info.Mode, c.info.Optimizer = plan, mode, first.Optimizer
 	c.info.Workers, c.info.BackupWorkers, c.info.Staleness = int(first.Workers), int(first.BackupWorkers), first.Staleness
-	c.info.LocalSteps = int(first.LocalSteps)
+	c.info.LocalSteps, c.info.Fragments = int(first.LocalSteps), int(first.Fragments)
 	for _, t := range first.Layout {
 		tt := Tensor{Name: t.Name, Offset: int(t.Offset)}
 		for _, d := range t.Shape {

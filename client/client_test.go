@@ -667,3 +667,29 @@ func TestAutoLanesTurnOnWithTheCores(t *testing.T) {
 		assert.Equal(t, c.lanes, client.AutoLanes(c.cpus), "lanes on %d CPUs", c.cpus)
 	}
 }
+
+// TestASpanOffTheChunksIsRefused: a push's span must run from one chunk
+// boundary to another within the vector, or the client sends nothing; a
+// span of whole chunks to a shard that takes no fragments is refused
+// there; either way the weights stay as they were.
+func TestASpanOffTheChunksIsRefused(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Cores(t, 8, 1, 4, 0.5)...)
+	cl := dial(t, c)
+	for _, sp := range []client.Span{{Off: 1, End: 4}, {Off: 0, End: 9}, {Off: 4, End: 4}, {Off: -4, End: 4}} {
+		_, err := cl.Push(ctxT(t), client.PushArgs{Grads: make([]float32, 8), Span: sp})
+		assert.ErrorContains(t, err, fmt.Sprintf("push of the span [%d,%d): want a non-empty part of the vector's 8 floats from one chunk boundary to another", sp.Off, sp.End))
+	}
+	grads := make([]float32, 8)
+	for i := range grads {
+		grads[i] = 1
+	}
+	_, err := cl.Push(ctxT(t), client.PushArgs{WorkerID: 1, Grads: grads, Span: client.Span{Off: 0, End: 4}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "push covers 4 floats, the shard owns 8: push every owned chunk (this shard takes no fragments)")
+	params := make([]float32, 8)
+	_, err = cl.Pull(ctxT(t), params)
+	require.NoError(t, err)
+	for i, v := range params {
+		require.Equal(t, float32(i), v, "index %d", i)
+	}
+}

@@ -23,13 +23,14 @@ func (c *Client) Push(ctx context.Context, args PushArgs) (PushResult, error) {
 	}
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		if args.Skips(s) {
+		ranges := c.spanRanges(s, args.Span)
+		if args.Skips(s) || len(ranges) == 0 {
 			return nil
 		}
 		return c.asWorker(ctx, args.WorkerID, s, func(session []byte) error {
 			return c.retry(ctx, "push to "+c.addrs[s], func(ctx context.Context) error {
 				var err error
-				replies[s], err = c.pushShard(ctx, s, args, session)
+				replies[s], err = c.pushShard(ctx, s, ranges, args, session)
 				return err
 			})
 		})
@@ -48,7 +49,35 @@ func (c *Client) checkPush(args PushArgs) error {
 	if args.Skip != nil && len(args.Skip) != len(c.stubs) {
 		return fmt.Errorf("client: push skipping %d shards' worth, want one flag per shard (%d)", len(args.Skip), len(c.stubs))
 	}
+	if sp := args.Span; sp != (Span{}) {
+		p := c.info.Plan
+		if sp.Off < 0 || sp.End > p.VectorLen || sp.End <= sp.Off || !p.IsBoundary(sp.Off) || !p.IsBoundary(sp.End) {
+			return fmt.Errorf("client: push of the span [%d,%d): want a non-empty part of the vector's %d floats from one chunk boundary to another (chunk %d is %v)",
+				sp.Off, sp.End, p.VectorLen, p.ChunkAt(min(max(sp.Off, 0), p.VectorLen-1)), p.Chunk(p.ChunkAt(min(max(sp.Off, 0), p.VectorLen-1))))
+		}
+	}
 	return nil
+}
+
+// spanRanges is what a call covering sp sends shard s: its whole share
+// for the zero Span, else its chunks inside sp, merged where adjacent
+// (none: the call leaves s out).
+func (c *Client) spanRanges(s int, sp Span) []shard.Range {
+	if sp == (Span{}) {
+		return c.push[s]
+	}
+	var rs []shard.Range
+	for _, r := range c.info.Plan.Ranges(s) {
+		if r.Off < sp.Off || r.End() > sp.End {
+			continue
+		}
+		if n := len(rs); n > 0 && rs[n-1].End() == r.Off {
+			rs[n-1].Len += r.Len
+			continue
+		}
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 // pushResult sums up the shards' replies to a push (nil: no reply).
@@ -69,25 +98,25 @@ func pushResult(replies []*pb.PushResponse) PushResult {
 	return res
 }
 
-func (c *Client) pushShard(ctx context.Context, s int, args PushArgs, session []byte) (*pb.PushResponse, error) {
+func (c *Client) pushShard(ctx context.Context, s int, ranges []shard.Range, args PushArgs, session []byte) (*pb.PushResponse, error) {
 	stream, err := c.pushStubs[s].Push(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.sendGrads(stream, c.push[s], c.header(s, args, session), args.Grads); err != nil {
+	if err := c.sendGrads(stream, ranges, c.header(s, ranges, args, session), args.Grads); err != nil {
 		return nil, err
 	}
 	return stream.CloseAndRecv()
 }
 
-// header opens shard s's part of a push, carrying the worker's session
-// there.
-func (c *Client) header(s int, args PushArgs, session []byte) *pb.PushHeader {
+// header opens shard s's part of a push, of ranges, carrying the
+// worker's session there.
+func (c *Client) header(s int, ranges []shard.Range, args PushArgs, session []byte) *pb.PushHeader {
 	h := &pb.PushHeader{WorkerId: args.WorkerID, Step: args.Step, PlanVersion: shard.Version, Encoding: c.opts.encoding, Session: session}
 	if args.Clocks != nil {
 		h.Clock = args.Clocks[s]
 	}
-	for _, r := range c.push[s] {
+	for _, r := range ranges {
 		h.Ranges = append(h.Ranges, &pb.Range{Offset: int64(r.Off), Length: int64(r.Len)})
 	}
 	return h

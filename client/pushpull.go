@@ -64,15 +64,22 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 	replies := make([]*pb.PushResponse, len(c.stubs))
 	held := make([]time.Duration, len(c.stubs))
 	err := c.fanOut(func(s int) error {
-		if args.Skips(s) {
+		ranges := c.spanRanges(s, args.Span)
+		if args.Skips(s) || len(ranges) == 0 {
 			return nil
 		}
 		var dst []float32
 		if args.Pull {
 			dst = args.Dst
 		}
+		// A span's push-pull reads back only its ranges, and goes over
+		// one stream (lanes split the whole share).
+		var only []shard.Range
+		if args.Span != (Span{}) {
+			only = ranges
+		}
 		return c.asWorker(ctx, args.WorkerID, s, func(session []byte) error {
-			h := c.header(s, args.PushArgs, session)
+			h := c.header(s, ranges, args.PushArgs, session)
 			h.Pull = args.Pull
 			if args.Pull && args.Steps != nil {
 				h.PullStep = args.Steps[s]
@@ -80,10 +87,10 @@ func (c *Client) PushPull(ctx context.Context, args PushPullArgs) (PushPullResul
 			return c.retry(ctx, "push-pull with "+c.addrs[s], func(ctx context.Context) error {
 				var clock int64
 				var err error
-				if c.lanes[s] != nil {
+				if c.lanes[s] != nil && only == nil {
 					clock, replies[s], err = c.pushPullLanes(ctx, s, h, args.Grads, dst, &held[s])
 				} else {
-					clock, replies[s], err = c.pushPullStream(ctx, c.pushStubs[s], s, nil, h, args.Grads, dst, &held[s])
+					clock, replies[s], err = c.pushPullStream(ctx, c.pushStubs[s], s, only, h, args.Grads, dst, &held[s])
 				}
 				if err == nil && args.Pull {
 					res.PullClocks[s] = clock

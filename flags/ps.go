@@ -79,7 +79,7 @@ func (p *PS) Register(fs *flag.FlagSet) {
 	fs.UintVar(&p.MaxStreams, "max-streams-per-conn", uint(rpc.DefaultLimits.StreamsPerConn), SectionCommunication.Usage("streams open at once on one connection; a client's further streams wait"))
 	fs.StringVar(&p.InitFrom, "init-from", "", SectionModel.Usage("take the model (its tensors and initial values) from this file, which the worker that holds the model writes (rank 0 of a PyTorch job: shoal run sets this), in place of --model and --hidden; the shard listens at once and waits for the file"))
 	fs.DurationVar(&p.InitWait, "init-wait", 10*time.Minute, SectionModel.Usage("with --init-from: how long to wait for the file"))
-	p.LocalSteps.Register(fs)
+	p.LocalSteps.RegisterShard(fs)
 	p.Shard.Register(fs)
 	p.Model.Register(fs)
 	p.Opt.Register(fs, "none")
@@ -200,7 +200,7 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd, ScaleLR: p.ScaleLR, LocalSteps: p.LocalSteps.H,
+	cfg.PS = ps.Config{Mode: m, Shard: p.Index, Optimizer: ocfg, Update: upd, ScaleLR: p.ScaleLR, LocalSteps: p.LocalSteps.H, Fragments: p.LocalSteps.F,
 		Workers: p.Workers, BackupWorkers: p.Backup, Staleness: p.Staleness, MaxWait: p.MaxWait, ParallelStep: p.ParallelStep,
 		CheckpointDir: p.CkptDir, CheckpointEvery: p.CkptEvery, CheckpointErrorsWarn: p.CkptErrors == "warn", Journal: p.Journal, Logger: log, StallWarning: p.Log.Stall}
 	if p.InitFrom != "" {
@@ -208,7 +208,9 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 			return fmt.Errorf("--init-wait %v: want > 0", p.InitWait)
 		}
 		cfg.InitFrom, cfg.InitWait = p.InitFrom, p.InitWait
-		cfg.PlanFor = func(floats int) (shard.Plan, error) { return shard.New(floats, p.Servers, p.ChunkBytes) }
+		cfg.PlanFor = func(floats int) (shard.Plan, error) {
+			return shard.New(floats, p.Servers, shard.FragmentChunkBytes(floats, p.Servers, p.LocalSteps.F, p.ChunkBytes))
+		}
 		return nil
 	}
 	model, err := p.Model.Build()
@@ -216,7 +218,8 @@ func (p *PS) configure(cfg *node.ShardConfig, stderr io.Writer) error {
 		return err
 	}
 	layout := model.Layout()
-	plan, err := shard.New(layout.Size(), p.Servers, p.ChunkBytes)
+	// Fragments are whole rows of chunks: each server owns F chunks or more.
+	plan, err := shard.New(layout.Size(), p.Servers, shard.FragmentChunkBytes(layout.Size(), p.Servers, p.LocalSteps.F, p.ChunkBytes))
 	if err != nil {
 		return err
 	}

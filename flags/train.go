@@ -75,6 +75,9 @@ func (t *Train) Validate() error {
 	if err := t.LocalSteps.Validate(t.Mode); err != nil {
 		return err
 	}
+	if t.LocalSteps.F > 0 && t.HostAggregate {
+		return fmt.Errorf("--fragments %d with --host-aggregate: a host's push-pull carries the whole vector; leave out one of them", t.LocalSteps.F)
+	}
 	if t.LocalSteps.H > 0 && (t.PushEvery != 1 || t.FetchEvery != 1 || t.Overlap) {
 		return fmt.Errorf("--local-steps %d: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull", t.LocalSteps.H)
 	}

@@ -272,7 +272,8 @@ func (w *Worker) config() (node.WorkerConfig, error) {
 	t := w.Train
 	cfg := node.WorkerConfig{ID: w.id, Logger: w.log, Model: w.model, ModelName: DescribeModel(w.model), Train: w.train, Test: w.test, Seed: w.Model.Seed,
 		Loop: node.Loop{Mode: t.Mode, TakeServersMode: !t.ModeGiven, Batch: t.Batch, Epochs: t.Epochs, Steps: t.Steps, BackwardPasses: t.BackwardPasses, PushEvery: t.PushEvery, FetchEvery: t.FetchEvery,
-			Overlap: t.Overlap, ProgressEvery: t.ProgressEvery, LocalSteps: t.LocalSteps.H},
+			Overlap: t.Overlap, ProgressEvery: t.ProgressEvery, LocalSteps: t.LocalSteps.H,
+			Fragments: t.LocalSteps.F, FragmentOverlap: t.LocalSteps.OverlapSteps(), FragmentMix: t.LocalSteps.Mix},
 		Stats: node.Stats{Times: w.Stats.Times, EvalEvery: w.Stats.EvalEvery, StopAt: w.Stats.StopAt}, Stall: w.Log.Stall,
 		Events: w.Events, Eval: w.Eval, CPUs: w.boundTo, CallTimeout: w.Calls.CallTimeout, Creds: w.Sec.Creds, NIC: w.NIC.Config(), GossipBind: w.Gossip.BindAddr(), MetricsAddr: w.Metrics.Addr,
 		PS: node.PSConfig{Servers: strings.Split(w.Servers, ","), Connect: w.Connect, RetryFor: w.RetryFor, Lanes: w.Calls.Lanes, AutoLanes: client.AutoLanes(runtime.NumCPU()), RecordPushes: w.RecordPushes}}

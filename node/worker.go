@@ -64,6 +64,9 @@ type psStrategy struct {
 	dropped   func() int64
 	// pushes has the pushes recorded (RecordPushes; async and SSP).
 	pushes func() []worker.PushRecord
+	// frags carries the fragment exchanges' spans (Loop.Fragments); nil
+	// without.
+	frags *worker.FragmentServers
 }
 
 // run trains against the parameter servers: it dials them, checks they
@@ -384,6 +387,9 @@ func (w *psWorker) check(info client.Info) error {
 		// A gradient through an outer optimizer, or a pseudo-gradient
 		// through a gradient's, trains on silently wrong.
 		return fmt.Errorf("--local-steps %d: the servers apply pushes of %d local steps (0: gradients); start both with the same --local-steps", w.Loop.LocalSteps, info.LocalSteps)
+	case max(info.Fragments, 1) != max(w.Loop.Fragments, 1):
+		// Their clocks would count other exchanges than the worker's.
+		return fmt.Errorf("--fragments %d: the servers synchronise %d fragment(s) (0 or 1: the whole vector); start both with the same --fragments", w.Loop.Fragments, max(info.Fragments, 1))
 	}
 	return nil
 }
@@ -419,8 +425,11 @@ func (w *psWorker) warnLanes() {
 }
 
 // stepsPerClock is how many of the worker's steps one step of the
-// shards' clock is: Loop.LocalSteps, or 1.
-func (w *psWorker) stepsPerClock() int64 { return int64(max(w.Loop.LocalSteps, 1)) }
+// shards' clock is: Loop.LocalSteps (divided by Loop.Fragments, one
+// exchange a clock step), or 1.
+func (w *psWorker) stepsPerClock() int64 {
+	return int64(max(w.Loop.LocalSteps/max(w.Loop.Fragments, 1), 1))
+}
 
 // strategy is the worker's parameter-server strategy for its mode, with
 // Loop.LocalSteps wrapped in worker.Local.
@@ -433,6 +442,13 @@ func (w *psWorker) strategy(servers *client.Client) (psStrategy, error) {
 		if w.inner, err = optim.New(w.PS.Inner, w.Model.Layout().Size()); err != nil {
 			return psStrategy{}, fmt.Errorf("the local steps' optimizer: %w", err)
 		}
+	}
+	if w.Loop.Fragments > 0 {
+		cfg := worker.StreamConfig{LocalSteps: w.Loop.LocalSteps, Fragments: w.Loop.Fragments, Overlap: w.Loop.FragmentOverlap, Mix: w.Loop.FragmentMix}
+		if st.strategy, err = worker.NewStreaming(st.strategy, st.frags, w.inner, servers.Info().Plan, cfg); err != nil {
+			return psStrategy{}, fmt.Errorf("--fragments %d: %w", w.Loop.Fragments, err)
+		}
+		return st, nil
 	}
 	if st.strategy, err = worker.NewLocal(st.strategy, w.inner, w.Loop.LocalSteps); err != nil {
 		return psStrategy{}, err
@@ -447,10 +463,15 @@ func (w *psWorker) modeStrategy(servers *client.Client) (psStrategy, error) {
 	if err != nil {
 		return psStrategy{}, err
 	}
+	var frags *worker.FragmentServers
+	if w.Loop.Fragments > 0 {
+		frags = worker.NewFragmentServers(ps)
+		ps = frags
+	}
 	if w.Loop.Mode == consistency.Sync {
 		s := worker.NewSync(ps, int64(w.ID.Rank), shards)
 		return psStrategy{strategy: s, staleness: func() consistency.Staleness { return nil }, dropped: func() int64 { return s.Dropped },
-			pushes: func() []worker.PushRecord { return nil }}, nil
+			pushes: func() []worker.PushRecord { return nil }, frags: frags}, nil
 	}
 	a, err := worker.NewAsync(ps, w.Model.Layout().Size(), shards,
 		worker.AsyncConfig{WorkerID: int64(w.ID.Rank), PushEvery: w.Loop.PushEvery, FetchEvery: w.Loop.FetchEvery, Overlap: w.Loop.Overlap, Record: w.PS.RecordPushes != ""})
@@ -458,7 +479,7 @@ func (w *psWorker) modeStrategy(servers *client.Client) (psStrategy, error) {
 		return psStrategy{}, err
 	}
 	return psStrategy{strategy: a, staleness: func() consistency.Staleness { return a.Staleness }, dropped: func() int64 { return 0 },
-		pushes: func() []worker.PushRecord { return a.Pushes }}, nil
+		pushes: func() []worker.PushRecord { return a.Pushes }, frags: frags}, nil
 }
 
 // checkLayout refuses servers that hold another model's parameters; name

@@ -76,6 +76,12 @@ type Loop struct {
 	// LocalSteps, when > 0, takes that many steps of PSConfig.Inner on
 	// the worker between pushes of the pseudo-gradient (worker.Local).
 	LocalSteps int
+	// Fragments, when > 0 with LocalSteps, synchronises the vector in
+	// that many fragments on a staggered schedule (worker.Streaming),
+	// FragmentOverlap steps overlapping each exchange and FragmentMix
+	// what the merge keeps of the worker's own fragment.
+	Fragments, FragmentOverlap int
+	FragmentMix                float64
 }
 
 // Stats are a worker's statistics for the benchmark harness: step times,

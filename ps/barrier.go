@@ -61,12 +61,13 @@ func (b *barrier) complete(step int64) bool {
 	return len(b.arrived) > 0 && len(b.arrived) >= b.need(step)
 }
 
-// add adds w's gradient to step and reports whether the step is now
-// complete. The caller has checked that w is a member of step and has
-// not pushed it.
-func (b *barrier) add(w, step int64, grads []float32, gmax float64) bool {
+// add adds w's gradient, of the floats from at on (a fragment's), to
+// step and reports whether the step is now complete. The caller has
+// checked that w is a member of step and has not pushed it.
+func (b *barrier) add(w, step int64, at int, grads []float32, gmax float64) bool {
+	acc := b.acc[at : at+len(grads)]
 	for i, g := range grads {
-		b.acc[i] += g
+		acc[i] += g
 	}
 	b.gmax = max(b.gmax, gmax)
 	b.arrived = append(b.arrived, w)

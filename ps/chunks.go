@@ -106,6 +106,12 @@ func (s *Server) ownLocked(ch *chunk) {
 // memory-bound, and on one core it held the shard's lock for most of a
 // push of the 670k MLP.
 func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
+	s.stepChunksLocked(0, len(s.chunks), grads, gmax, after)
+}
+
+// stepChunksLocked is stepLocked on the chunks lo..hi-1 alone (a
+// fragment, Config.Fragments), grads holding their floats.
+func (s *Server) stepChunksLocked(lo, hi int, grads []float32, gmax float64, after func(*chunk)) {
 	defer s.cfg.Timeline.Since(0, "optimizer step", time.Now(), timeline.Arg{Key: "clock", Val: s.clock})
 	step := func(i int, g []float32) {
 		ch := &s.chunks[i]
@@ -123,11 +129,11 @@ func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 			ch.buf = dst
 		}
 	}
-	n := len(s.chunks)
+	n := hi - lo
 	par := min(runtime.GOMAXPROCS(0), n)
-	if !s.cfg.ParallelStep || par < 2 || s.floats < parallelStepFloats {
+	if !s.cfg.ParallelStep || par < 2 || len(grads) < parallelStepFloats {
 		at := 0
-		for i := range s.chunks {
+		for i := lo; i < hi; i++ {
 			step(i, grads[at:at+s.chunks[i].r.Len])
 			at += s.chunks[i].r.Len
 			if after != nil {
@@ -140,8 +146,8 @@ func (s *Server) stepLocked(grads []float32, gmax float64, after func(*chunk)) {
 	var wg sync.WaitGroup
 	for range par {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				at := s.chunkAt[i]
+			for i := lo + int(next.Add(1)-1); i < hi; i = lo + int(next.Add(1)-1) {
+				at := s.chunkAt[i] - s.chunkAt[lo]
 				step(i, grads[at:at+s.chunks[i].r.Len])
 				if after != nil {
 					after(&s.chunks[i])

@@ -50,6 +50,15 @@ type Config struct {
 	// computed from weights of a clock the shard has not reached. Sync and
 	// async only; not with ScaleLR. 0: the workers push gradients.
 	LocalSteps int
+	// Fragments, when > 1 with LocalSteps, is Streaming DiLoCo (Douillard
+	// et al. 2025): the workers synchronise the vector in Fragments
+	// fragments (shard.Plan.Fragment) on a staggered schedule, one
+	// fragment every LocalSteps/Fragments steps, and each push carries
+	// one fragment's pseudo-gradient (fragment.go). It divides
+	// LocalSteps, and the plan has at least Fragments chunks per shard.
+	// Not with Journal, nor with the dcasgd update rule. 0 or 1: one
+	// fragment, the whole share.
+	Fragments int
 	// Update is how async and SSP apply each push (update.go); its zero
 	// value is each mode's default. Sync ignores it.
 	Update UpdateConfig
@@ -157,6 +166,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("staleness %d: want >= 0", c.Staleness)
 	}
 	if err := c.validateLocalSteps(); err != nil {
+		return err
+	}
+	if err := c.withDefaults().validateFragments(); err != nil {
 		return err
 	}
 	if err := c.Update.validate(); err != nil {

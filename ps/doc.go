@@ -27,7 +27,11 @@
 // Config.LocalSteps (DiLoCo) makes the pushes pseudo-gradients of H local
 // steps and the optimizer the outer one; sync and async apply them with
 // their own applier unchanged, and async refuses one from an outer step
-// the shard has not reached.
+// the shard has not reached. Config.Fragments (Streaming DiLoCo) cuts
+// the vector into fragments of whole rows of the plan: a push carries one
+// fragment's chunks, the sync barrier is per exchange (exchange e is
+// fragment e mod F), and the outer optimizer's state is per chunk, so
+// per fragment (fragment.go).
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise

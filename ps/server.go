@@ -49,7 +49,10 @@ type Server struct {
 	chunks []chunk    // owned chunks in vector order
 	// chunkAt holds where each chunk's floats begin in the share.
 	chunkAt []int
-	clock   int64
+	// fragLo holds, for each fragment (Config.Fragments), its first
+	// chunk, and the number of chunks last (fragment.go).
+	fragLo []int
+	clock  int64
 	// changed is closed (and replaced) whenever clock or progress moves,
 	// waking the calls that wait for them.
 	changed chan struct{}
@@ -190,6 +193,9 @@ func New(cfg Config, initial []float32) (*Server, error) {
 		s.chunks = append(s.chunks, ch)
 		s.chunkAt = append(s.chunkAt, s.floats)
 		s.floats += r.Len
+	}
+	if err := s.initFragments(); err != nil {
+		return nil, fmt.Errorf("parameter server: %w", err)
 	}
 	if !cfg.synchronous() {
 		if cfg.Update.Rule == UpdateDCASGD {
@@ -393,6 +399,9 @@ type Push struct {
 	// encoding, and int8's scales), which Stats.PushBytes counts once the
 	// push is applied or taken into a sync step; 0 where none travelled.
 	Bytes int64
+	// frag is the fragment Ranges cover (Config.Fragments; 0 with one),
+	// set once they are checked.
+	frag int
 }
 
 // PushResult says what a push did.
@@ -482,6 +491,7 @@ func (s *Server) PushPull(ctx context.Context, in Push, pullStep int64, read Chu
 		return res, err
 	}
 	res.Waited = time.Since(start)
+	read = s.fragmentReader(s.fragmentAt(in.Ranges[0].Off), read)
 	s.ViewFor(in.WorkerID, func(c ChunkRead) { read(res, c) })
 	return res, nil
 }
@@ -494,9 +504,10 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	if len(in.Grads) != total {
 		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push of %d floats, its ranges hold %d", ErrInvalidArgument, len(in.Grads), total))
 	}
-	if total != s.floats {
-		return PushResult{}, refuse(RejectedShape, fmt.Errorf("%w: push covers %d floats, the shard owns %d: push every owned chunk", ErrInvalidArgument, total, s.floats))
+	if in.frag, err = s.fragmentOf(in, total); err != nil {
+		return PushResult{}, refuse(RejectedShape, err)
 	}
+	read = s.fragmentReader(in.frag, read)
 	gmax, err := in.scanned()
 	if err != nil {
 		return PushResult{}, refuse(RejectedNonFinite, err)
@@ -579,7 +590,7 @@ func (s *Server) applyLocked(in Push, gmax float64, n int, read ChunkReader, pro
 	if read != nil {
 		after = func(ch *chunk) { read(res, s.chunkRead(ch, res.Clock)) }
 	}
-	s.stepLocked(grads, gmax, after)
+	s.stepChunksLocked(s.fragLo[in.frag], s.fragLo[in.frag+1], grads[:len(in.Grads)], gmax, after)
 	s.acceptLocked(in.WorkerID, in.Step)
 	s.clock++
 	s.stats.Pushes++

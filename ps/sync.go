@@ -45,6 +45,10 @@ func (a *syncApplier) pushLocked(ctx context.Context, in Push, gmax float64, _ C
 
 func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64) (PushResult, error) {
 	s := a.s
+	if f := int64(s.cfg.fragments()); f > 1 && int64(in.frag) != in.Clock%f {
+		return PushResult{}, fmt.Errorf("%w: pseudo-gradient of fragment %d from worker %d for shard step %d: the staggered schedule syncs fragment %d there (step e syncs fragment e mod %d)",
+			ErrInvalidArgument, in.frag, in.WorkerID, in.Clock, in.Clock%f, f)
+	}
 	switch {
 	case in.Clock > s.clock+1:
 		return PushResult{}, fmt.Errorf("%w: push for step %d from worker %d: the shard is at step %d; a push may be at most one step ahead",
@@ -91,7 +95,7 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 	s.stats.Pushes++
 	s.stats.PushBytes += in.Bytes
 	s.stats.Staleness.Add(0)
-	if a.bar.add(in.WorkerID, s.clock, in.Grads, gmax) {
+	if a.bar.add(in.WorkerID, s.clock, s.chunkAt[s.fragLo[in.frag]], in.Grads, gmax) {
 		if err := a.applyStepLocked(); err != nil {
 			return PushResult{}, err
 		}
@@ -120,7 +124,9 @@ func (a *syncApplier) applyStepLocked() error {
 			return err
 		}
 	}
-	s.stepLocked(mean, a.bar.gmax, nil)
+	f := int(s.clock % int64(s.cfg.fragments()))
+	lo, hi := s.fragLo[f], s.fragLo[f+1]
+	s.stepChunksLocked(lo, hi, mean[s.chunkAt[lo]:s.chunkEnd(hi-1)], a.bar.gmax, nil)
 	a.bar.reset()
 	clear(a.barPrev)
 	s.clock++

@@ -37,6 +37,19 @@ type PushArgs struct {
 	// in the result are zero. A sync worker skips the shards that already
 	// applied every step of its run.
 	Skip []bool
+	// Span, when not empty, is the part of the vector the call covers (a
+	// fragment of Streaming DiLoCo): only Grads' values in it go out,
+	// each shard getting its chunks inside it, and a PushPull reads back
+	// only those into Dst (which keeps its other values). Its ends lie on
+	// chunk boundaries. A shard with no chunk inside it is left out, as
+	// by Skip.
+	Span Span
+}
+
+// Span is the part [Off, End) of the vector, in floats; the zero Span is
+// the whole vector.
+type Span struct {
+	Off, End int
 }
 
 // Skips says whether a leaves shard s out.

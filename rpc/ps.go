@@ -176,6 +176,7 @@ func (s *psService) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespon
 		Staleness:     cfg.Staleness,
 		Floats:        int64(s.core.Floats()),
 		LocalSteps:    int32(cfg.LocalSteps),
+		Fragments:     int32(cfg.Fragments),
 	}
 	st := s.core.Stats()
 	resp.Stats = &pb.Stats{Pushes: st.Pushes, Duplicates: st.Duplicates, Dropped: st.Dropped, Rejected: st.Rejected, Pulls: st.Pulls, ShortSteps: st.ShortSteps,

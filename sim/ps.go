@@ -41,13 +41,30 @@ type psWorker struct {
 	// every shard on the last step (no reply comes) and with Overlap
 	// (the reply is a pull of its own); none otherwise.
 	acks, wantAcks int
+	// inflight: a fragment exchange's reply is still coming while the
+	// worker computes on (Config.FragmentOverlap); it is needed before
+	// step mergeAt, and blocked says the worker waits for it there.
+	inflight, blocked bool
+	mergeAt           int
+	// step is the worker's step the push under way is of (the worker
+	// may be past it while an overlapped exchange is in flight).
+	step int
 }
 
 // progress ends w's step (or its first pull) once the reply and the
-// acknowledgements it waits for are in, and starts the next.
+// acknowledgements it waits for are in, and starts the next; an
+// overlapped exchange's reply only lets a worker waiting for it go on.
 func (j *job) progress(w *simWorker) {
 	pw := &j.ps[w.id]
 	if pw.back < pw.want || pw.acks < pw.wantAcks {
+		return
+	}
+	if pw.inflight {
+		pw.inflight = false
+		if pw.blocked {
+			pw.blocked = false
+			j.psStep(w)
+		}
 		return
 	}
 	if pw.pulling {
@@ -87,7 +104,7 @@ func (j *job) startPS() error {
 		j.e.at(w.end, func() { j.trace(j.shards[0], Op{Worker: w.id, Step: 0, Read: true}) })
 		for _, s := range j.shards {
 			pw.want += len(s.chunks)
-			j.e.at(w.end+j.cfg.Latency, func() { j.replyAll(s, w) })
+			j.e.at(w.end+j.cfg.Latency, func() { j.replyWhole(s, w) })
 		}
 	}
 	return nil
@@ -96,6 +113,11 @@ func (j *job) startPS() error {
 // psStep computes w's next step and pushes it, or ends w.
 func (j *job) psStep(w *simWorker) {
 	if w.step == j.cfg.Steps {
+		return
+	}
+	if pw := &j.ps[w.id]; pw.inflight && (w.step >= pw.mergeAt || j.lastStep(w)) {
+		// The overlapped exchange's fragment is merged before this step.
+		pw.blocked = true
 		return
 	}
 	f, b := j.computeTime()
@@ -115,13 +137,22 @@ func (j *job) psStep(w *simWorker) {
 // localStep says whether w's current step ends inside a round of local
 // steps (Config.LocalSteps), with nothing to push.
 func (j *job) localStep(w *simWorker) bool {
-	h := j.cfg.LocalSteps
-	return h > 1 && (w.step+1)%h != 0 && !j.lastStep(w)
+	p := j.stepsPerExchange()
+	return p > 1 && (w.step+1)%p != 0 && !j.lastStep(w)
 }
 
-// round is the shards' step w's push belongs to: its step, or with local
-// steps its round.
-func (j *job) round(w *simWorker) int64 { return int64(w.step / max(j.cfg.LocalSteps, 1)) }
+// stepsPerExchange is how many steps a worker takes per exchange: 1, or
+// LocalSteps, or with fragments LocalSteps/Fragments.
+func (j *job) stepsPerExchange() int { return max(j.cfg.LocalSteps/max(j.cfg.Fragments, 1), 1) }
+
+// fragment is the share of each shard's chunks an exchange carries: 1,
+// or 1/Fragments.
+func (j *job) fragment() float64 {
+	if j.cfg.LocalSteps > 1 && j.cfg.Fragments > 1 {
+		return 1 / float64(j.cfg.Fragments)
+	}
+	return 1
+}
 
 // lastStep says whether w is on its last step, whose push fetches no
 // weights: the shards only acknowledge it.
@@ -133,7 +164,16 @@ func (j *job) lastStep(w *simWorker) bool { return w.step == j.cfg.Steps-1 }
 func (j *job) push(w *simWorker) {
 	pw := &j.ps[w.id]
 	last := j.lastStep(w)
-	*pw = psWorker{}
+	*pw = psWorker{step: w.step}
+	if tau := j.cfg.FragmentOverlap; tau > 0 && !last && j.cfg.LocalSteps > 1 {
+		// The worker computes on while the exchange is in flight; its
+		// reply is needed before step step+1+τ (psStep waits there).
+		defer func() {
+			pw.inflight, pw.mergeAt = true, w.step+1+tau
+			j.stepDone(w)
+			j.psStep(w)
+		}()
+	}
 	if last || j.cfg.Overlap {
 		pw.wantAcks = len(j.shards)
 	}
@@ -143,7 +183,7 @@ func (j *job) push(w *simWorker) {
 		}
 		s.left[w.id] = len(s.chunks)
 		for _, c := range s.chunks {
-			s.up[w.id].send(c, func() { j.arrive(s, w) })
+			s.up[w.id].send(c*j.fragment(), func() { j.arrive(s, w) })
 		}
 		if j.cfg.Overlap && !last {
 			// The pull's request takes the latency; the shard answers with
@@ -179,9 +219,10 @@ func (j *job) arrive(s *simShard, w *simWorker) {
 		j.syncPushed(s, w)
 		return
 	}
-	last := j.lastStep(w)
+	last := j.ps[w.id].step == j.cfg.Steps-1
 	replies := j.cfg.Mode == consistency.Async && !last && !j.cfg.Overlap
 	for i, bytes := range s.chunks {
+		bytes *= j.fragment()
 		s.cpu.run(j.e, j.applyTime(bytes/float64(s.count)), func() {
 			if i == 0 && s.id == 0 {
 				// The shard's updates since w read (its pushes apply whole,
@@ -278,12 +319,12 @@ func (j *job) releaseSSP(s *simShard) {
 // answered at once.
 func (j *job) syncPushed(s *simShard, w *simWorker) {
 	j.trace(s, Op{Worker: w.id, Step: int64(w.step)})
-	last := j.lastStep(w)
+	last := j.ps[w.id].step == j.cfg.Steps-1
 	if last {
 		// The last push is acknowledged at once; it waits for no reply.
 		j.ack(w)
 	}
-	if j.round(w) < s.clock {
+	if int64(j.ps[w.id].step/j.stepsPerExchange()) < s.clock {
 		if last {
 			return
 		}
@@ -299,7 +340,7 @@ func (j *job) syncPushed(s *simShard, w *simWorker) {
 	if s.arrived < j.cfg.Workers-j.cfg.BackupWorkers {
 		return
 	}
-	apply := j.applyTime(s.bytes / float64(s.count))
+	apply := j.applyTime(s.bytes * j.fragment() / float64(s.count))
 	waiting := s.waiting
 	s.arrived, s.waiting = 0, nil
 	s.clock++ // pushes for this step from now on are late
@@ -311,8 +352,16 @@ func (j *job) syncPushed(s *simShard, w *simWorker) {
 	})
 }
 
-// replyAll sends every chunk of s to w.
+// replyAll sends every chunk of s to w: of the exchange's fragment
+// (Config.Fragments), or whole.
 func (j *job) replyAll(s *simShard, w *simWorker) {
+	for _, c := range s.chunks {
+		j.reply(s, w, c*j.fragment())
+	}
+}
+
+// replyWhole sends every chunk of s to w whole (the first pull).
+func (j *job) replyWhole(s *simShard, w *simWorker) {
 	for _, c := range s.chunks {
 		j.reply(s, w, c)
 	}

@@ -92,6 +92,14 @@ type Config struct {
 	// LocalSteps steps (and on its last), computing alone in between; the
 	// shards' clock counts those rounds. 0 and 1: every step.
 	LocalSteps int
+	// Fragments, when > 1 with LocalSteps, is streaming fragments (shoal
+	// train --fragments): a worker exchanges one fragment, 1/Fragments of
+	// each shard's share, every LocalSteps/Fragments steps (a divisor),
+	// and the shards' clock counts those exchanges. FragmentOverlap is
+	// how many steps the worker computes while an exchange is in flight
+	// before it needs its reply (--fragment-overlap, less than
+	// LocalSteps/Fragments; 0 waits for it).
+	Fragments, FragmentOverlap int
 	// Overlap (async): each step's push and the next step's pull go at
 	// once, as shoal train --overlap-push-pull sends them; the pull gets
 	// the weights the shard has when it comes, the push applied or not.
@@ -193,6 +201,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: %d local steps, want >= 0", c.LocalSteps)
 	case c.LocalSteps > 1 && c.Mode != consistency.Sync && c.Mode != consistency.Async:
 		return fmt.Errorf("sim: local steps in %s mode: only sync and async take them", c.Mode)
+	case c.Fragments < 0 || c.Fragments > 1 && (c.LocalSteps < c.Fragments || c.LocalSteps%c.Fragments != 0):
+		return fmt.Errorf("sim: %d fragments with %d local steps: want a divisor of the local steps", c.Fragments, c.LocalSteps)
+	case c.FragmentOverlap < 0 || c.FragmentOverlap > 0 && c.FragmentOverlap >= c.LocalSteps/max(c.Fragments, 1):
+		return fmt.Errorf("sim: a fragment overlap of %d steps with %d local steps in %d fragments: want 0..H/F-1", c.FragmentOverlap, c.LocalSteps, c.Fragments)
 	case c.LocalSteps > 1 && c.Overlap:
 		return errors.New("sim: local steps with overlapped push and pull: a worker of local steps pushes once a round")
 	case c.Allreduce < collective.Ring || c.Allreduce > collective.Hierarchical:

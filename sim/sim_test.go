@@ -482,3 +482,39 @@ func TestHostsAggregateBeforePushing(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want, tc.name)
 	}
 }
+
+// TestFragmentsSendAFifthAnExchangeAndOverlap: with H = 10 local steps in
+// F = 5 fragments a sync worker exchanges every 2 steps, each exchange
+// 1/5 of the vector, so it sends the bytes per step of whole-vector
+// DiLoCo in five times as many exchanges; overlapping each exchange
+// with the next step (τ = 1) hides a step of compute behind it, so its
+// step is shorter than without overlap by about a step's compute every
+// 2 steps, while the exchange is longer than the compute.
+func TestFragmentsSendAFifthAnExchangeAndOverlap(t *testing.T) {
+	const m, c = 8 << 20, 0.02
+	cfg := job(consistency.Sync, 4, 1, m, c)
+	cfg.LocalSteps = 10
+	whole := run(t, cfg)
+	cfg.Fragments = 5
+	blocking := run(t, cfg)
+	cfg.FragmentOverlap = 1
+	overlapped := run(t, cfg)
+	t.Logf("step: whole %.4fs, 5 fragments %.4fs, overlapped %.4fs; bytes sent per step %.0f, %.0f, %.0f",
+		whole.StepSeconds, blocking.StepSeconds, overlapped.StepSeconds, whole.BytesSent, blocking.BytesSent, overlapped.BytesSent)
+	assert.InEpsilon(t, whole.BytesSent, blocking.BytesSent, 1e-6, "the same bytes per step")
+	assert.InEpsilon(t, whole.BytesSent, overlapped.BytesSent, 1e-6)
+	// Without overlap a 2-step window is 2 computes and one exchange of a
+	// fifth of the vector; with it, one compute of the two runs beside
+	// the exchange.
+	exchange := 2 * (blocking.StepSeconds - c)
+	assert.Greater(t, exchange, c, "the exchange outlasts a step: the overlap can hide a whole step")
+	assert.InEpsilon(t, blocking.StepSeconds-c/2, overlapped.StepSeconds, 0.1, "a step's compute hidden every 2 steps")
+	bad := cfg
+	bad.FragmentOverlap = 2
+	_, err := sim.Run(bad)
+	assert.ErrorContains(t, err, "want 0..H/F-1")
+	bad = cfg
+	bad.Fragments = 3
+	_, err = sim.Run(bad)
+	assert.ErrorContains(t, err, "want a divisor of the local steps")
+}

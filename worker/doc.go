@@ -6,7 +6,10 @@
 // worker/psclient adapts Shoal's client to it), or by ring allreduce
 // (Ring). Local wraps a parameter-server strategy for low-communication
 // training (DiLoCo): H steps of an inner optimizer on the worker's own
-// weights, then the pseudo-gradient through the wrapped strategy. HostGroup is
+// weights, then the pseudo-gradient through the wrapped strategy.
+// Streaming is Local in fragments (Streaming DiLoCo): one fragment
+// exchanged every H/F steps through FragmentServers, in flight while the
+// worker trains on, then merged into its weights. HostGroup is
 // per-host aggregation: the ParameterServers of every worker of a host,
 // which average their gradients over a collective while the host's first
 // alone talks to the servers (which count hosts). EarlyStop ends a run at a target test accuracy.

@@ -74,6 +74,9 @@ type PlanConfig struct {
 	// with that many local steps (DiLoCo, shoal train --local-steps), as
 	// the mode "sync-hH" or "async-hH"; --target does not emulate them.
 	LocalSteps int
+	// Fragments and FragmentOverlap, with LocalSteps, make those setups
+	// streaming fragments (sim.Config.Fragments), as "sync-hH-fF".
+	Fragments, FragmentOverlap int
 	// Hosts, with PerHost above 1, adds to every PS setup the same with
 	// per-host aggregation (sim.RunHosts, shoal train --host-aggregate),
 	// as the mode "sync-hostK"; --target does not emulate them.
@@ -173,7 +176,7 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 			}
 			rows, modes, algs, locals = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m), append(algs, collective.Ring), append(locals, 0)
 			if cfg.LocalSteps > 0 && (m == consistency.Sync || m == consistency.Async) {
-				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps), Servers: s})
+				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps, cfg.Fragments), Servers: s})
 				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, cfg.LocalSteps)
 			}
 			if k := cfg.Hosts.PerHost; k > 1 && base.Workers%k == 0 && base.BackupWorkers < base.Workers/k {
@@ -187,6 +190,9 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 	eachAtOnce(len(rows), func(i int) {
 		sc := base
 		sc.Mode, sc.Servers, sc.Allreduce, sc.LocalSteps = modes[i], rows[i].Servers, algs[i], locals[i]
+		if locals[i] > 0 {
+			sc.Fragments, sc.FragmentOverlap = cfg.Fragments, cfg.FragmentOverlap
+		}
 		if hosted[i] {
 			rows[i].Result, errs[i] = sim.RunHosts(sc, cfg.Hosts)
 		} else {
@@ -209,6 +215,9 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 
 // modeWidth is the table's mode column: wider for the local steps' labels.
 func (cfg PlanConfig) modeWidth() int {
+	if cfg.Fragments > 1 {
+		return 16
+	}
 	if cfg.LocalSteps > 0 || cfg.Hosts.PerHost > 1 {
 		return 12
 	}
@@ -216,9 +225,12 @@ func (cfg PlanConfig) modeWidth() int {
 }
 
 // modeLabel is a setup's mode in the table with its local steps h
-// (h > 0) as "-hH".
-func modeLabel(m consistency.Mode, h int) string {
-	if h > 0 {
+// (h > 0) as "-hH", and its fragments f (f > 1) as "-fF".
+func modeLabel(m consistency.Mode, h, f int) string {
+	switch {
+	case h > 0 && f > 1:
+		return fmt.Sprintf("%s-h%d-f%d", m, h, f)
+	case h > 0:
 		return fmt.Sprintf("%s-h%d", m, h)
 	}
 	return m.String()

@@ -96,6 +96,7 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 	if err := p.local.Validate(consistency.Sync); err != nil {
 		return *c, err
 	}
+	c.Fragments, c.FragmentOverlap = p.local.F, p.local.OverlapSteps()
 	if c.LocalSteps = p.local.H; c.LocalSteps > 0 && c.Target > 0 {
 		return *c, fmt.Errorf("--local-steps %d with --target: the emulator has no local steps; simulate without --target", c.LocalSteps)
 	}

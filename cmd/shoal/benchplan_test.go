@@ -73,6 +73,24 @@ func TestBenchPlanLocalSteps(t *testing.T) {
 	assert.InEpsilon(t, sent["sync"]/10, sent["sync-h10"], 1e-9)
 	assert.InEpsilon(t, sent["async"]/10, sent["async-h10"], 1e-9)
 
+	// --fragments makes those rows streaming fragments: the same bytes
+	// per step, in F times as many exchanges of 1/F.
+	out, err = exec.CommandContext(ctx, shoalBin, append(args, "--fragments", "5")...).Output()
+	require.NoError(t, err)
+	frags := map[string]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Mode   string
+			Result struct{ BytesSent float64 }
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &row), l)
+		frags[row.Mode] = row.Result.BytesSent
+	}
+	require.Contains(t, frags, "sync-h10-f5", "%v", frags)
+	require.Contains(t, frags, "async-h10-f5", "%v", frags)
+	assert.InEpsilon(t, sent["sync-h10"], frags["sync-h10-f5"], 1e-6)
+	assert.InEpsilon(t, sent["async-h10"], frags["async-h10-f5"], 1e-6)
+
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--local-steps", "10", "--target", "0.8").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--local-steps 10 with --target: the emulator has no local steps")

@@ -86,6 +86,9 @@ func parseBenchTrain(args []string, stderr io.Writer) (harness.TrainConfig, erro
 	if cfg.Plan, err = f.plan.plan(f.nic); err != nil {
 		return *cfg, err
 	}
+	if f.local.F > 0 {
+		return *cfg, fmt.Errorf("--fragments %d: bench train does not run streaming fragments; run shoal train --fragments, or simulate them with bench plan", f.local.F)
+	}
 	if err := f.local.Validate(consistency.Sync); err != nil {
 		return *cfg, err
 	}

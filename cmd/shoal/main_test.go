@@ -117,6 +117,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{"local steps with push-every", []string{"worker", "--dataset", "synthetic", "--local-steps", "10", "--push-every", "2"}, "--local-steps 10: the worker pushes and pulls once a round; leave out --push-every, --fetch-every and --overlap-push-pull"},
 		{"negative local steps", []string{"ps", "--mode", "sync", "--local-steps", "-1"}, "--local-steps -1: want 1..1048576, or 0 to push every step's gradient"},
 		{"a bad outer optimizer", []string{"ps", "--mode", "sync", "--local-steps", "10", "--outer-lr", "-1"}, "--outer-optimizer, --outer-lr, --outer-momentum: lr -1"},
+		{"fragments without local steps", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--fragments", "2"}, "--fragments 2: fragments are synchronised every --local-steps H steps, and there are no local steps: give --local-steps"},
+		{"fragments in a ring", []string{"worker", "--dataset", "synthetic", "--mode", "ring", "--fragments", "2"}, "--fragments 2: for --mode sync or async with --local-steps"},
+		{"fragments not a divisor", []string{"ps", "--mode", "sync", "--local-steps", "10", "--fragments", "3"}, "--fragments 3 with --local-steps 10: want a divisor of 10"},
+		{"fragments in bench train", []string{"bench", "train", "--local-steps", "10", "--fragments", "2"}, "--fragments 2: bench train does not run streaming fragments"},
 		{"scale-lr with local steps", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--local-steps", "10", "--scale-lr"}, "--scale-lr with --local-steps 10: "},
 		{"outer flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--outer-lr", "1"}, "--outer-lr: for the parameter-server modes"},
 		{"recording a sync run", []string{"train", "--dataset", "synthetic", "--mode", "sync", "--record-pushes", "rec"}, "--record-pushes: only async and ssp runs are recorded (have --mode sync)"},
@@ -532,6 +536,14 @@ func TestLocalStepsSendFewerBytes(t *testing.T) {
 	t.Logf("bytes sent per step: sync %.0f, 5 local steps %.0f", sync, local)
 	assert.GreaterOrEqual(t, sync/local, 2.5)
 	assert.Contains(t, out, "traffic: each worker sent ")
+
+	// Streaming fragments: the same bytes per step (each exchange 1/F of
+	// the vector, F times as many), within the exchanges' headers.
+	frags, out := sent("--local-steps", "10", "--fragments", "5")
+	whole, _ := sent("--local-steps", "10")
+	t.Logf("bytes sent per step: 10 local steps %.0f, in 5 fragments %.0f", whole, frags)
+	assert.InEpsilon(t, whole, frags, 0.1)
+	assert.Contains(t, out, "in 5 fragment(s), one every 2 steps, 1 step(s) overlapped")
 }
 
 // TestEveryShardCountTrains: sync and SSP runs of the default model over

@@ -185,6 +185,9 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 		if o.Name == optim.Momentum || o.Name == optim.Nesterov {
 			lr += fmt.Sprintf(" momentum %g", o.Momentum)
 		}
+		if l := t.loop.LocalSteps; l.F > 0 {
+			lr += fmt.Sprintf(", in %d fragment(s), one every %d steps, %d step(s) overlapped, mix %g", l.F, h/l.F, l.OverlapSteps(), l.Mix)
+		}
 	}
 	if warning != "" {
 		defer fmt.Fprintf(stdout, "warning: %s\n", warning)

@@ -342,7 +342,11 @@ type InfoResponse struct {
 	// local_steps, when > 0, says the workers push pseudo-gradients after
 	// that many local steps (DiLoCo) and optimizer is the outer optimizer;
 	// 0: they push gradients.
-	LocalSteps    int32 `protobuf:"varint,15,opt,name=local_steps,json=localSteps,proto3" json:"local_steps,omitempty"`
+	LocalSteps int32 `protobuf:"varint,15,opt,name=local_steps,json=localSteps,proto3" json:"local_steps,omitempty"`
+	// fragments, when > 1, says the workers synchronise the vector in that
+	// many fragments on a staggered schedule (Streaming DiLoCo), each push
+	// carrying one fragment; 0 or 1: whole pushes.
+	Fragments     int32 `protobuf:"varint,16,opt,name=fragments,proto3" json:"fragments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +482,13 @@ func (x *InfoResponse) GetStall() *Stall {
 func (x *InfoResponse) GetLocalSteps() int32 {
 	if x != nil {
 		return x.LocalSteps
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetFragments() int32 {
+	if x != nil {
+		return x.Fragments
 	}
 	return 0
 }
@@ -1321,7 +1332,7 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\rvector_length\x18\x02 \x01(\x03R\fvectorLength\x12\x18\n" +
 	"\aservers\x18\x03 \x01(\x05R\aservers\x12!\n" +
 	"\fchunk_floats\x18\x04 \x01(\x03R\vchunkFloats\"\r\n" +
-	"\vInfoRequest\"\xf0\x03\n" +
+	"\vInfoRequest\"\x8e\x04\n" +
 	"\fInfoResponse\x12,\n" +
 	"\x06layout\x18\x01 \x03(\v2\x14.shoal.v1.TensorInfoR\x06layout\x12\"\n" +
 	"\x04plan\x18\x02 \x01(\v2\x0e.shoal.v1.PlanR\x04plan\x12\x14\n" +
@@ -1339,7 +1350,8 @@ const file_proto_shoalpb_ps_proto_rawDesc = "" +
 	"\flive_workers\x18\r \x03(\x03R\vliveWorkers\x12%\n" +
 	"\x05stall\x18\x0e \x01(\v2\x0f.shoal.v1.StallR\x05stall\x12\x1f\n" +
 	"\vlocal_steps\x18\x0f \x01(\x05R\n" +
-	"localSteps\"u\n" +
+	"localSteps\x12\x1c\n" +
+	"\tfragments\x18\x10 \x01(\x05R\tfragments\"u\n" +
 	"\x05Stall\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x18\n" +
 	"\aworkers\x18\x02 \x03(\x03R\aworkers\x12(\n" +
