@@ -22,7 +22,7 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 point() { # name np hosts alg [extra...]
 	local name=$1 np=$2 hosts=$3 alg=$4
 	shift 4
-	local l0 l1
+	local l0
 	l0=$(load)
 	"$SHOAL" bench allreduce --np "$np" --hosts "$hosts" --sizes "$SIZES" --iters "$ITERS" --warmup 2 \
 		--allreduce-algorithm "$alg" --json "$@" | while read -r line; do
