@@ -43,6 +43,13 @@
 // answer within 5% of the exact one. The ring needs no events per rank
 // and bucket: a step's buckets are reduced in order, each once the last
 // rank has it, which is worked out when the step starts.
+// In the colocated layout (Config.Colocated, BytePS's) the shards run on
+// the workers' hosts and their streams pass those workers' NICs, so a
+// host's line carries its worker's push and pull and its shard's share
+// of every other worker's; a worker's bytes for the shard of its own
+// host cross no NIC. On the fast path the hosts of shards simulated as
+// one share them as a pool, each of their workers' pieces also taking
+// its time on the pool's lines.
 // Per-host aggregation (RunHosts, shoal train --host-aggregate) is the
 // job of one worker per host, whose step also pays the host's reduce
 // and broadcast by their formula (Hosts.StepSeconds).

@@ -88,9 +88,25 @@ func (j *job) startPS() error {
 		for _, c := range cl.chunks {
 			s.bytes += c
 		}
+		// Where its pieces pass: its own NIC; colocated, its host's (one
+		// shard), or a pool its hosts' workers share (a class).
+		line, home := &s.nic, -1
+		if j.cfg.Colocated {
+			if cl.count == 1 {
+				home = host(cl.members[0], j.cfg.Servers, n)
+				line = &j.workers[home].nic
+			} else {
+				for _, m := range cl.members {
+					j.workers[host(m, j.cfg.Servers, n)].nic.pool = &s.nic
+				}
+			}
+		}
 		for w, wk := range j.workers {
-			s.up[w], s.down[w] = j.net.stream(&wk.nic, &s.nic), j.net.stream(&s.nic, &wk.nic)
-			s.up[w].piece, s.down[w].piece = cl.piece, cl.piece
+			up, down := j.net.stream(&wk.nic, line), j.net.stream(line, &wk.nic)
+			up.pb, down.pa = &s.nic, &s.nic
+			up.local, down.local = w == home, w == home
+			up.piece, down.piece = cl.piece, cl.piece
+			s.up[w], s.down[w] = up, down
 		}
 		j.shards[i] = s
 	}

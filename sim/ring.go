@@ -54,7 +54,10 @@ func (c Config) buckets() (sizes, readyAt []float64) {
 // NIC hop and a host hop). Recursive doubling (collective.Tree):
 // log2(p) rounds of the whole bucket, p the largest power of two up to
 // N, and two more (the fold to p ranks and the result back) where N is
-// not one; its ranks' traffic. Hierarchical, L ranks a host and H =
+// not one; its ranks' traffic. On hosts of L ranks (N and L powers of
+// two) its log2(L) rounds of a distance under L are host hops, and the
+// log2(N/L) others NIC hops of L vectors, a host's ranks at once.
+// Hierarchical, L ranks a host and H =
 // N/L hosts: 2(L−1) rounds of size/L over the host's links (the
 // reduce-scatter and the allgather) and 2(H−1) rounds of size/N a rank
 // across hosts, L ranks at once through the host's NIC, size/H a round.
@@ -81,6 +84,12 @@ func (c Config) allreduceCost(size, nicBps float64) (seconds, sent float64) {
 	intraBps := c.IntraGbps * 1e9 / 8
 	N := float64(n)
 	switch {
+	case alg == collective.Tree && L > 1 && n&(n-1) == 0 && L&(L-1) == 0:
+		// Rounds of a distance under L pair ranks of one host; the others
+		// pair every rank of a host with one of another host at once, L
+		// vectors through the host's NIC each way.
+		host, cross := float64(bits.Len(uint(L))-1), float64(bits.Len(uint(n/L))-1)
+		return host*hop(c.IntraLatency, size, intraBps) + cross*hop(c.Latency, float64(L)*size, nicBps), (host + cross) * size
 	case alg == collective.Tree:
 		r := float64(bits.Len(uint(n)) - 1)
 		if n&(n-1) != 0 {

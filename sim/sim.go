@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/shoalml/shoal/collective"
@@ -50,10 +51,13 @@ type Config struct {
 	// those links and its cross-host rings through the NIC, the host's L
 	// rings at once; the ring crosses each NIC once per direction, so a
 	// round is the slower of a NIC hop and a host hop, each of 1/N of the
-	// bucket. Tree is priced as without hosts, every rank at NIC speed
-	// (optimistic: where its rounds cross hosts, a host's ranks share
-	// the NIC). Where N is no multiple of RanksPerHost, Hierarchical is
-	// the ring, as collective runs it on hosts of different sizes.
+	// bucket. Tree, where N and RanksPerHost are powers of two, runs its
+	// rounds of a distance under RanksPerHost on the host's links and
+	// the others through the NIC, every rank of a host at once (the NIC
+	// carries RanksPerHost vectors a round); elsewhere it is priced as
+	// without hosts, every rank at NIC speed (optimistic). Where N is no
+	// multiple of RanksPerHost, Hierarchical is the ring, as collective
+	// runs it on hosts of different sizes.
 	RanksPerHost            int
 	IntraGbps, IntraLatency float64
 	// Forward and Backward are one step's compute; Jitter, when > 0, is
@@ -100,6 +104,19 @@ type Config struct {
 	// before it needs its reply (--fragment-overlap, less than
 	// LocalSteps/Fragments; 0 waits for it).
 	Fragments, FragmentOverlap int
+	// Colocated (PS modes) puts the shards on the workers' hosts, as
+	// BytePS's colocated layout does: shard s runs on the host of worker
+	// s·Workers/Servers and shares that worker's NIC, both directions, so
+	// the shards' traffic and the workers' meet on the same lines; a
+	// worker's transfers to the shard on its own host cross no NIC and
+	// take no latency (its requests and acknowledgements keep theirs).
+	// Servers at most Workers. With Pieces and a shard on every worker's
+	// host, shards simulated as one (a class) share their hosts' NICs as
+	// a pool (with fewer shards each is simulated alone): a
+	// piece of a host's worker passes its own line and takes its share of
+	// the pool's, and the class's traffic to its own hosts is counted as
+	// crossing the NIC too (1/count of it does not, in the exact layout).
+	Colocated bool
 	// Overlap (async): each step's push and the next step's pull go at
 	// once, as shoal train --overlap-push-pull sends them; the pull gets
 	// the weights the shard has when it comes, the push applied or not.
@@ -114,9 +131,10 @@ type Config struct {
 	Trace bool
 	// Pieces, when > 0, lets the PS modes simulate fewer, larger pieces
 	// (a planner's what-if at a thousand workers; 0: exact): shards with
-	// the same chunks are simulated as one shard with their NICs and
-	// cores together (each a copy of the others, they see the same
-	// traffic from every worker), and a message to them goes in Pieces
+	// alike chunks (as many, each within 0.1%: the shard plan's differ by
+	// a float) are simulated as one shard with their NICs and cores
+	// together (each a copy of the others, they see the same traffic from
+	// every worker), and a message to them goes in Pieces
 	// pieces, or in pieces of 256 KiB for each shard if those are larger.
 	// Ignored, exact, with Trace, NICBurst, CPUPerByte or HostCores,
 	// whose effects depend on each shard and piece. DefaultPieces is what
@@ -213,6 +231,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: %d ranks a host, host links of %g Gbit/s and %gs latency: want all >= 0", c.RanksPerHost, c.IntraGbps, c.IntraLatency)
 	case c.Pieces < 0:
 		return fmt.Errorf("sim: %d pieces, want >= 0 (0: exact)", c.Pieces)
+	case c.Colocated && (!c.Mode.UsesServers() || c.Servers > c.Workers):
+		return fmt.Errorf("sim: colocated shards in %s mode, %d servers on %d workers' hosts: want a parameter-server mode and at most one server a worker", c.Mode, c.Servers, c.Workers)
 	case c.Overlap && c.Mode != consistency.Async:
 		return fmt.Errorf("sim: overlapped push and pull in %s mode: only async overlaps them", c.Mode)
 	}
@@ -450,9 +470,10 @@ func group(sizes []float64, n int) []float64 {
 // with the same messages, each of chunks' bytes, piece the bytes of a
 // piece of a message to all of them together.
 type shardClass struct {
-	chunks []float64
-	count  int
-	piece  float64
+	chunks  []float64
+	count   int
+	piece   float64
+	members []int // the shards of the plan it stands for
 }
 
 // coarse says whether the job may be simulated in fewer, larger pieces
@@ -462,13 +483,19 @@ func (c Config) coarse() bool {
 }
 
 // classes are the shards to simulate: each shard of the plan alone, or,
-// coarse, the shards with the same messages as one, their messages
-// merged to fit Pieces/Workers pieces a worker (at least one message a
-// class) and the pieces of a message as large as that needs. Shards with
-// the same messages receive the same pieces from each worker at the same
-// rate, so one of their NICs and cores together (count times one's)
-// passes the same bytes at the same times as they do, up to how the
-// pieces of one worker interleave on its NIC.
+// coarse, the shards with alike messages as one (a class), the pieces of
+// a message as large as Pieces a message needs. Alike is as many
+// messages, each within alikeBytes of the first member's: the shard plan
+// cuts chunks of q or q+1 floats, so shards differ by a float a chunk at
+// most, and which shards own the longer chunks would otherwise split
+// them into many classes of one. A class's messages are its members'
+// added up (the bytes are exact; each member's load is their mean, which
+// is off a member's by the same 0.1% at most). Shards with alike
+// messages receive alike pieces from each worker at the same rate, so
+// one of their NICs and cores together (count times one's) passes the
+// same bytes at about the same times as they do, up to how the pieces of
+// one worker interleave on its NIC. Colocated shards are merged only
+// where there is one on every worker's host.
 func (c Config) classes() ([]shardClass, error) {
 	plan, err := c.plan()
 	if err != nil {
@@ -477,32 +504,61 @@ func (c Config) classes() ([]shardClass, error) {
 	if !c.coarse() {
 		out := make([]shardClass, len(plan))
 		for i, chunks := range plan {
-			out[i] = shardClass{chunks: chunks, count: 1, piece: pieceBytes}
+			out[i] = shardClass{chunks: chunks, count: 1, piece: pieceBytes, members: []int{i}}
 		}
 		return out, nil
 	}
 	var out []shardClass
-	seen := map[string]int{}
-	for _, chunks := range plan {
-		key := fmt.Sprint(chunks)
-		if i, ok := seen[key]; ok {
-			out[i].count++
-			continue
+	first := map[int][]int{} // classes by their messages' count
+	// Colocated shards on some of the workers' hosts load those hosts
+	// apart from the others, which a pool cannot stand for: only where
+	// every worker's host has one are they alike.
+	merge := !c.Colocated || c.Servers == c.Workers
+next:
+	for s, chunks := range plan {
+		for _, i := range first[len(chunks)] {
+			if !merge {
+				break
+			}
+			if alike(plan[out[i].members[0]], chunks) {
+				cl := &out[i]
+				cl.count++
+				cl.members = append(cl.members, s)
+				for k, b := range chunks {
+					cl.chunks[k] += b
+				}
+				continue next
+			}
 		}
-		seen[key] = len(out)
-		out = append(out, shardClass{chunks: chunks, count: 1})
+		first[len(chunks)] = append(first[len(chunks)], len(out))
+		out = append(out, shardClass{chunks: slices.Clone(chunks), count: 1, members: []int{s}})
 	}
 	for i := range out {
 		cl := &out[i]
-		var largest float64
-		for k := range cl.chunks {
-			cl.chunks[k] *= float64(cl.count)
-			largest = max(largest, cl.chunks[k])
-		}
-		cl.piece = max(pieceBytes*float64(cl.count), math.Ceil(largest/float64(c.Pieces)))
+		cl.piece = max(pieceBytes*float64(cl.count), math.Ceil(slices.Max(cl.chunks)/float64(c.Pieces)))
 	}
 	return out, nil
 }
+
+// alikeBytes is how far, relative to its size, a message of one shard
+// may be from another's for the two to be simulated as one (classes).
+const alikeBytes = 1e-3
+
+// alike says whether two shards' messages, as many, are each within
+// alikeBytes of each other.
+func alike(a, b []float64) bool {
+	for k := range a {
+		if math.Abs(a[k]-b[k]) > alikeBytes*a[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// host is the worker on whose host shard s of servers runs in the
+// colocated layout (Config.Colocated): the shards spread evenly over the
+// workers' hosts.
+func host(s, servers, workers int) int { return s * workers / servers }
 
 // MeasureOptimizer times momentum steps on a vector of floats floats (at
 // least 1M) here and returns the bytes of weights updated per second,

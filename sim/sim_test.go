@@ -285,16 +285,32 @@ func bigModel(mode consistency.Mode, workers, servers int) sim.Config {
 // The planner's fast path (Config.Pieces: alike shards as one, a message
 // in DefaultPieces pieces) answers within 5% of the exact simulation, at
 // 64 workers and each of shoal bench plan's server counts.
+// So does the colocated layout, where the shards simulated as one share
+// their hosts' NICs as a pool.
 func TestCoarsePiecesKeepTheAnswer(t *testing.T) {
-	for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
-		for _, servers := range []int{1, 4, 16, 64} {
-			exact := bigModel(mode, 64, servers)
-			fast := exact
-			fast.Pieces = sim.DefaultPieces
-			want, got := run(t, exact), run(t, fast)
-			assert.InEpsilon(t, want.StepSeconds, got.StepSeconds, 0.05, "%s, %d servers", mode, servers)
-			assert.InEpsilon(t, want.BytesSent, got.BytesSent, 1e-9, "%s, %d servers", mode, servers)
+	for _, colocated := range []bool{false, true} {
+		for _, mode := range []consistency.Mode{consistency.Async, consistency.Sync, consistency.SSP} {
+			for _, servers := range []int{1, 4, 16, 64} {
+				exact := bigModel(mode, 64, servers)
+				exact.Colocated = colocated
+				fast := exact
+				fast.Pieces = sim.DefaultPieces
+				want, got := run(t, exact), run(t, fast)
+				assert.InEpsilon(t, want.StepSeconds, got.StepSeconds, 0.05, "%s, %d servers, colocated %v", mode, servers, colocated)
+				assert.InEpsilon(t, want.BytesSent, got.BytesSent, 1e-9, "%s, %d servers, colocated %v", mode, servers, colocated)
+				t.Logf("%s, %d servers, colocated %v: exact %.2f ms, fast %.2f ms (%+.1f%%)", mode, servers, colocated,
+					want.StepSeconds*1e3, got.StepSeconds*1e3, 100*(got.StepSeconds/want.StepSeconds-1))
+			}
 		}
+	}
+	// The ring is worked out step by step, not piece by piece: the fast
+	// path is the exact one.
+	for _, alg := range []collective.Algorithm{collective.Ring, collective.Tree, collective.Auto} {
+		exact := bigModel(consistency.Ring, 64, 0)
+		exact.Allreduce = alg
+		fast := exact
+		fast.Pieces = sim.DefaultPieces
+		assert.Equal(t, run(t, exact).StepSeconds, run(t, fast).StepSeconds, "ring/%s", alg)
 	}
 }
 
@@ -395,6 +411,16 @@ func TestTreeAllreduceMatchesItsFormula(t *testing.T) {
 	ring := run(t, big)
 	big.Allreduce = collective.Auto
 	assert.Equal(t, ring.StepSeconds, run(t, big).StepSeconds, "auto at 64 MiB on 8 ranks: the ring")
+
+	// On 2 hosts of 4 ranks the first two rounds (distances 1 and 2)
+	// stay on the host, and in the third the host's four ranks swap with
+	// the other host's at once: four vectors through each NIC each way.
+	hosts := job(consistency.Ring, 8, 0, m, 0.01)
+	hosts.Latency, hosts.RanksPerHost, hosts.IntraGbps, hosts.IntraLatency = 25e-6, 4, 8, 2e-6
+	hosts.Allreduce = collective.Tree
+	r := run(t, hosts)
+	assert.InEpsilon(t, 2*(2e-6+m/(8*gbit))+25e-6+4*m/gbit, r.StepSeconds-0.01, 1e-6, "tree on 2 hosts of 4: its allreduce")
+	assert.InEpsilon(t, 3*m, r.BytesSent, 1e-9)
 }
 
 // Hierarchical on hosts of L ranks (collective.Hierarchical): 2(L−1)
@@ -517,4 +543,41 @@ func TestFragmentsSendAFifthAnExchangeAndOverlap(t *testing.T) {
 	bad.Fragments = 3
 	_, err = sim.Run(bad)
 	assert.ErrorContains(t, err, "want a divisor of the local steps")
+}
+
+// The colocated layout (BytePS's): with a shard on every worker's host,
+// a sync step moves M(N−1)/N through each NIC per direction to push and
+// as much to pull (the 1/N for the host's own shard stays on the host),
+// 2(N−1)/N·M/B in all, the ring's bandwidth term; on shards of their
+// own each worker's NIC carries all of M each way, 2M/B. With fewer
+// shards than workers, the NIC of a host with a shard takes in the
+// other N−1 workers' pushes to it, (N−1)·M/S, and sends as much back,
+// and every worker waits for it at the barrier: 2(N−1)·M/S against
+// the dedicated shards' 2N·M/S.
+func TestColocatedShardsShareTheWorkersNICs(t *testing.T) {
+	const m, c = 64 << 20, 0.01
+	for _, tc := range []struct {
+		name      string
+		n, s      int
+		colocated bool
+		comm      float64 // bytes through the busiest NIC, push and pull
+	}{
+		{"dedicated, a shard a worker", 4, 4, false, 2 * m},
+		{"colocated, a shard a worker", 4, 4, true, 2 * 3.0 / 4 * m},
+		{"colocated, 8 workers, 2 shards", 8, 2, true, 2 * 7 * m / 2},
+		{"dedicated, 8 workers, 2 shards", 8, 2, false, 2 * 8 * m / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := job(consistency.Sync, tc.n, tc.s, m, c)
+			cfg.Steps, cfg.Colocated = 4, tc.colocated
+			r := run(t, cfg)
+			// The second step of worker 0: compute, the push, the barrier,
+			// the weights back (the last step has no reply to wait for).
+			assert.InEpsilon(t, c+tc.comm/gbit, r.StepDurations[0], 0.01)
+		})
+	}
+	_, err := sim.Run(sim.Config{Mode: consistency.Sync, Workers: 2, Servers: 4, Batch: 1, Steps: 1, Layers: []int64{1 << 20}, Forward: 1, Colocated: true})
+	assert.ErrorContains(t, err, "at most one server a worker")
+	_, err = sim.Run(sim.Config{Mode: consistency.Ring, Workers: 2, Batch: 1, Steps: 1, Layers: []int64{1 << 20}, Forward: 1, Colocated: true})
+	assert.ErrorContains(t, err, "want a parameter-server mode")
 }

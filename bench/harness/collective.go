@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -15,6 +18,7 @@ import (
 	"github.com/shoalml/shoal/bench/collbench"
 	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/collective/collnet"
+	"github.com/shoalml/shoal/internal/netshape"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/secure"
 )
@@ -34,6 +38,14 @@ type CollectiveConfig struct {
 	// (with SharedMemory), of two over TCP, and Hierarchical groups them
 	// so. 0 and 1: every rank on this machine.
 	Hosts int
+	// NICGbps, when > 0 (with Hosts > 1), puts each fake host's ranks
+	// behind one NIC of that many Gbit/s a direction (the harness's NIC
+	// model, internal/netshape, its lines shared by the host's processes
+	// through a file in NICDir): their TCP links pass it, which with
+	// SharedMemory are the links between hosts only. NICDir is made by
+	// Collective for its ranks.
+	NICGbps float64
+	NICDir  string
 	// Timeout is the deadline of each collective call.
 	Timeout time.Duration
 	// Security, when not nil, is the ranks' mutual TLS.
@@ -53,6 +65,9 @@ func (cfg CollectiveConfig) Validate() error {
 	if cfg.Hosts < 0 || cfg.Hosts > cfg.NP {
 		return fmt.Errorf("--hosts %d: want 1 to --np (%d): the fake hosts the ranks are dealt to", cfg.Hosts, cfg.NP)
 	}
+	if !(cfg.NICGbps >= 0) || math.IsInf(cfg.NICGbps, 1) || (cfg.NICGbps > 0 && cfg.Hosts < 2) {
+		return fmt.Errorf("--nic-gbps %g with --hosts %d: want a rate >= 0 (0: no NIC model), and with a rate 2 or more hosts, whose ranks share a NIC each", cfg.NICGbps, cfg.Hosts)
+	}
 	if limit := cfg.MaxProcsPerCore * runtime.NumCPU(); cfg.NP > limit {
 		return fmt.Errorf("--np %d: want at most %d processes on this machine's %d cores (%d a core), as for shoal train", cfg.NP, limit, runtime.NumCPU(), cfg.MaxProcsPerCore)
 	}
@@ -65,6 +80,16 @@ func (cfg CollectiveConfig) Validate() error {
 // measurements as they come (a table row, or with JSON an object) until
 // the ranks have exited; a rank's failure or a wrong result is an error.
 func Collective(ctx context.Context, l *launch.Launcher, cfg CollectiveConfig, args []string, jsonOut bool, stdout io.Writer) error {
+	if cfg.NICGbps > 0 {
+		// The hosts' NIC files: every rank maps its host's (a file's
+		// shared mapping is the same memory in every process).
+		dir, err := os.MkdirTemp("", "shoal-nic-")
+		if err != nil {
+			return fmt.Errorf("the hosts' NICs: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		args = append(slices.Clip(args), "--nic-dir", dir)
+	}
 	if err := startRanks(ctx, l, cfg.NP, args); err != nil {
 		return err
 	}
@@ -168,12 +193,29 @@ func CollectiveRank(ctx context.Context, cfg CollectiveConfig, rank int, master 
 // and how to close its transport.
 func connectRank(ctx context.Context, cfg CollectiveConfig, rank int, master string, stdout io.Writer) (*collective.Communicator, func() error, error) {
 	ncfg := collnet.Config{Rank: rank, Size: cfg.NP, Master: master, JobID: "shoal-bench", SharedMemory: cfg.SharedMemory, Security: cfg.Security}
+	var nic *netshape.NIC // the host's, with NICGbps
 	if cfg.Hosts > 1 {
 		ncfg.HostID = fmt.Sprintf("%s/fake-host-%d", collnet.DefaultHostID(), rank*cfg.Hosts/cfg.NP)
+	}
+	if cfg.NICGbps > 0 {
+		if cfg.NICDir == "" {
+			return nil, nil, errors.New("--nic-gbps without --nic-dir: a rank needs the directory of its host's NIC file, which the launcher makes")
+		}
+		var err error
+		if nic, err = netshape.New(netshape.Config{Gbps: cfg.NICGbps, HostFile: filepath.Join(cfg.NICDir, fmt.Sprintf("host-%d", rank*cfg.Hosts/cfg.NP))}); err != nil {
+			return nil, nil, err
+		}
+		ncfg.WrapData = nic.Conn
+	}
+	closeNIC := func() {
+		if nic != nil {
+			nic.Close()
+		}
 	}
 	if rank == 0 {
 		lis, err := collnet.ListenMaster(master)
 		if err != nil {
+			closeNIC()
 			return nil, nil, err
 		}
 		ncfg.MasterListener = lis
@@ -183,12 +225,17 @@ func connectRank(ctx context.Context, cfg CollectiveConfig, rank int, master str
 	tr, err := collnet.Connect(cctx, ncfg)
 	cancel()
 	if err != nil {
+		closeNIC()
 		return nil, nil, err
 	}
 	comm, err := collective.New(tr, collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: cfg.Compression, CallTimeout: cfg.Timeout, Algorithm: cfg.Algorithm})
 	if err != nil {
 		tr.Close()
+		closeNIC()
 		return nil, nil, err
 	}
-	return comm, tr.Close, nil
+	return comm, func() error {
+		defer closeNIC()
+		return tr.Close()
+	}, nil
 }

@@ -24,9 +24,10 @@ func TestServerCounts(t *testing.T) {
 		want    []int
 		err     string
 	}{
-		{"default, few workers", "", 2, []int{1}, ""},
-		{"default, ×4 up to the workers", "", 20, []int{1, 4, 16}, ""},
-		{"default, at most 64", "", 1000, []int{1, 4, 16, 64}, ""},
+		{"default, few workers", "", 2, []int{1, 2}, ""},
+		{"default, one worker", "", 1, []int{1}, ""},
+		{"default, ×4 up to the workers, then theirs", "", 20, []int{1, 4, 16, 20}, ""},
+		{"default, a power of 4", "", 1024, []int{1, 4, 16, 64, 256, 1024}, ""},
 		{"given", "2, 3", 8, []int{2, 3}, ""},
 		{"not a count", "1,x", 8, nil, `--servers "1,x": want positive integers separated by commas, e.g. 1,4,16`},
 	} {
@@ -34,6 +35,30 @@ func TestServerCounts(t *testing.T) {
 			got, err := ServerCounts(tc.list, tc.workers)
 			if tc.err != "" {
 				assert.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestColocatedCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name, list string
+		want       []int
+		err        string
+	}{
+		{"default: a server a worker", "", []int{16}, ""},
+		{"none", "none", nil, ""},
+		{"given", "4,16", []int{4, 16}, ""},
+		{"more than the workers", "32", nil, `--colocated-servers "32": 32 servers on 16 workers' hosts, want at most one a worker`},
+		{"not a count", "x", nil, `--colocated-servers "x": want positive integers`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ColocatedCounts(tc.list, 16)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
@@ -67,6 +92,8 @@ func TestValidate(t *testing.T) {
 		{"collective op", CollectiveConfig{Op: "gather"}.Validate(), `--op "gather": want allreduce`},
 		{"collective np", CollectiveConfig{Op: "allreduce", Iters: 1, MaxProcsPerCore: 1}.Validate(), "--np 0, --iters 1, --warmup 0: want np >= 1"},
 		{"collective hosts", CollectiveConfig{Op: "allreduce", NP: 2, Iters: 1, Hosts: 3, MaxProcsPerCore: 8}.Validate(), "--hosts 3: want 1 to --np (2)"},
+		{"collective NIC on one host", CollectiveConfig{Op: "allreduce", NP: 2, Iters: 1, Hosts: 1, NICGbps: 1, MaxProcsPerCore: 8}.Validate(),
+			"--nic-gbps 1 with --hosts 1: want a rate >= 0 (0: no NIC model), and with a rate 2 or more hosts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.ErrorContains(t, tc.err, tc.want)

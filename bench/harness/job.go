@@ -175,16 +175,42 @@ func PositiveInts(flag, s string) ([]int, error) {
 }
 
 // ServerCounts parses --servers, or gives 1 and then ×4 up to the
-// workers or 64.
+// workers, and the workers' count (as many servers as workers, their
+// NICs' bandwidth the workers').
 func ServerCounts(s string, workers int) ([]int, error) {
 	if s == "" {
 		out := []int{1}
-		for n := 4; n <= min(workers, 64); n *= 4 {
+		for n := 4; n <= workers; n *= 4 {
 			out = append(out, n)
+		}
+		if out[len(out)-1] < workers {
+			out = append(out, workers)
 		}
 		return out, nil
 	}
 	return PositiveInts("--servers", s)
+}
+
+// ColocatedCounts parses --colocated-servers: the server counts of the
+// colocated layout (the servers on the workers' hosts), each at most
+// the workers; "" gives one a worker (BytePS's layout), "none" none.
+func ColocatedCounts(s string, workers int) ([]int, error) {
+	switch s {
+	case "":
+		return []int{workers}, nil
+	case "none":
+		return nil, nil
+	}
+	out, err := PositiveInts("--colocated-servers", s)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range out {
+		if n > workers {
+			return nil, fmt.Errorf("--colocated-servers %q: %d servers on %d workers' hosts, want at most one a worker", s, n, workers)
+		}
+	}
+	return out, nil
 }
 
 // ReadLayers reads a model's tensor sizes in bytes from file (--layers:

@@ -25,14 +25,21 @@ type PlanRow struct {
 	// Allreduce is the ring mode's algorithm (ring, tree, auto,
 	// hierarchical; "" in the
 	// PS modes).
-	Allreduce string     `json:"allreduce,omitempty"`
+	Allreduce string `json:"allreduce,omitempty"`
+	// Colocated: the servers run on the workers' hosts and share their
+	// NICs (sim.Config.Colocated, BytePS's layout); the table's mode is
+	// then "sync-colo".
+	Colocated bool       `json:"colocated,omitempty"`
 	Result    sim.Result `json:"result"`
 }
 
 // label is r's mode as the table prints it: the ring mode with its
 // allreduce algorithm when that is not the ring's.
 func (r PlanRow) label() string {
-	if r.Allreduce == "" || r.Allreduce == collective.Ring.String() {
+	switch {
+	case r.Colocated:
+		return r.Mode + "-colo"
+	case r.Allreduce == "" || r.Allreduce == collective.Ring.String():
 		return r.Mode
 	}
 	return r.Mode + "/" + r.Allreduce
@@ -60,7 +67,11 @@ type PlanConfig struct {
 	// counts at Sim.Workers.
 	ServerList string
 	Counts     []int
-	JSON       bool
+	// Colocated are the server counts (each at most Sim.Workers) at
+	// which every PS mode is simulated again with the servers on the
+	// workers' hosts (sim.Config.Colocated), as the mode "sync-colo".
+	Colocated []int
+	JSON      bool
 	// Plot, when not "", is the PNG of each mode's efficiency against
 	// the worker count.
 	Plot string
@@ -185,11 +196,18 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, 0)
 			}
 		}
+		// Beside them, the servers on the workers' hosts.
+		for _, s := range cfg.Colocated {
+			if s <= base.Workers && int64(s) <= cfg.floats() {
+				rows = append(rows, PlanRow{Mode: m.String(), Servers: s, Colocated: true})
+				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, 0)
+			}
+		}
 	}
 	errs := make([]error, len(rows))
 	eachAtOnce(len(rows), func(i int) {
 		sc := base
-		sc.Mode, sc.Servers, sc.Allreduce, sc.LocalSteps = modes[i], rows[i].Servers, algs[i], locals[i]
+		sc.Mode, sc.Servers, sc.Allreduce, sc.LocalSteps, sc.Colocated = modes[i], rows[i].Servers, algs[i], locals[i], rows[i].Colocated
 		if locals[i] > 0 {
 			sc.Fragments, sc.FragmentOverlap = cfg.Fragments, cfg.FragmentOverlap
 		}
@@ -199,7 +217,7 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 			rows[i].Result, errs[i] = sim.Run(sc)
 		}
 		if errs[i] != nil {
-			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].Mode, rows[i].Servers, errs[i])
+			errs[i] = fmt.Errorf("%s with %d servers: %w", rows[i].label(), rows[i].Servers, errs[i])
 		}
 	})
 	for i, row := range rows {
@@ -218,7 +236,7 @@ func (cfg PlanConfig) modeWidth() int {
 	if cfg.Fragments > 1 {
 		return 16
 	}
-	if cfg.LocalSteps > 0 || cfg.Hosts.PerHost > 1 {
+	if cfg.LocalSteps > 0 || cfg.Hosts.PerHost > 1 || (len(cfg.Colocated) > 0 && slices.ContainsFunc(cfg.Modes, consistency.Mode.UsesServers)) {
 		return 12
 	}
 	return 6

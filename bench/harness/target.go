@@ -91,7 +91,7 @@ func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRo
 		return TargetRow{}, 0, err
 	}
 	sc := base
-	sc.Mode, sc.Servers = m, max(r.Servers, 1)
+	sc.Mode, sc.Servers, sc.Colocated = m, max(r.Servers, 1), r.Colocated
 	if sc.Mode == consistency.Ring {
 		sc.Mode = consistency.Sync
 	}

@@ -119,6 +119,8 @@ func runBenchCollective(ctx context.Context, args []string, stdout, stderr io.Wr
 type benchCollectiveFlags struct {
 	np, iters, warmup, rank int
 	hosts                   int
+	nicGbps                 float64
+	nicDir                  string
 	sizes, op, comp, master string
 	alg                     string
 	jsonOut, shm, tls       bool
@@ -137,6 +139,8 @@ func (f *benchCollectiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.comp, "compression", "none", "wire format of reductions: none, fp16 or bf16")
 	fs.StringVar(&f.alg, "allreduce-algorithm", "ring", "allreduce: ring, tree (recursive doubling), hierarchical (by host: see --hosts) or auto (by size, ranks and hosts)")
 	fs.IntVar(&f.hosts, "hosts", 1, "fake hosts: rank r on host r*hosts/np, ranks of one host over shared memory (with --shared-memory), of two over TCP")
+	fs.Float64Var(&f.nicGbps, "nic-gbps", 0, "with --hosts: each host's ranks share one NIC of this many Gbit/s a direction (the NIC model) on their TCP links, between hosts with --shared-memory (0: none)")
+	fs.StringVar(&f.nicDir, "nic-dir", "", "internal: the directory of the hosts' NIC files")
 	fs.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	fs.StringVar(&f.master, "master", "", "internal: rank 0's rendezvous address")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "deadline of each collective call")
@@ -154,7 +158,7 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 		return harness.CollectiveConfig{}, err
 	}
 	cfg := harness.CollectiveConfig{NP: f.np, Op: f.op, Sizes: sz, Iters: f.iters, Warmup: f.warmup, SharedMemory: f.shm, Timeout: f.timeout,
-		Hosts: f.hosts, MaxProcsPerCore: maxProcsPerCore}
+		Hosts: f.hosts, NICGbps: f.nicGbps, NICDir: f.nicDir, MaxProcsPerCore: maxProcsPerCore}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
@@ -172,6 +176,6 @@ func (f *benchCollectiveFlags) config() (harness.CollectiveConfig, error) {
 func (f *benchCollectiveFlags) args() []string {
 	common := []string{"bench", "allreduce", "--np", strconv.Itoa(f.np), "--sizes", f.sizes, "--iters", strconv.Itoa(f.iters),
 		"--warmup", strconv.Itoa(f.warmup), "--op", f.op, "--shared-memory=" + strconv.FormatBool(f.shm), "--compression", f.comp, "--allreduce-algorithm", f.alg,
-		"--hosts", strconv.Itoa(f.hosts), "--timeout", f.timeout.String()}
+		"--hosts", strconv.Itoa(f.hosts), "--nic-gbps", strconv.FormatFloat(f.nicGbps, 'g', -1, 64), "--timeout", f.timeout.String()}
 	return append(common, f.sec.Args()...)
 }

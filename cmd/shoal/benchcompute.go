@@ -77,6 +77,9 @@ func parseBenchCompute(args []string, stderr io.Writer) (*benchComputeRun, error
 	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
+	if err := flags.ExpandHarnessModel(fs); err != nil { // --model big, as shoal bench train --models names it
+		return nil, err
+	}
 	if err := b.cfg.Validate(b.threads); err != nil {
 		return nil, err
 	}

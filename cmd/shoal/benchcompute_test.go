@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,4 +223,16 @@ func TestDeviceCUDAOnTheEmulator(t *testing.T) {
 		// Synthetic data is easy: 40 steps of a working model learn it.
 		assert.Greater(t, res["test_accuracy"], 0.8, "%s: %s", name, out)
 	}
+}
+
+// --model big is the harness's 25.4M-parameter MLP at batch 16, as shoal
+// bench train --models names it; a --batch given wins.
+func TestBenchComputeTakesTheHarnessModels(t *testing.T) {
+	b, err := parseBenchCompute([]string{"--model", "big"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []int{16384, 768}, b.spec.Hidden)
+	assert.Equal(t, 16, b.cfg.Batch)
+	b, err = parseBenchCompute([]string{"--model", "big", "--batch", "4"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 4, b.cfg.Batch)
 }

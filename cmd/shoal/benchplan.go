@@ -36,13 +36,15 @@ type benchPlanFlags struct {
 	// intraLatency is --intra-latency, into Sim.IntraLatency.
 	intraLatency time.Duration
 	hostGbps     float64 // --host-gbps
+	colocated    string  // --colocated-servers
 }
 
 func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	f.job.register(fs)
 	c := &f.cfg
 	fs.IntVar(&c.Sim.Workers, "workers", 64, "workers of the job")
-	fs.StringVar(&c.ServerList, "servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers or 64)")
+	fs.StringVar(&c.ServerList, "servers", "", "server counts to try in the PS modes, e.g. 1,4,16 (default: 1, then ×4 up to the workers, and the workers' count)")
+	fs.StringVar(&f.colocated, "colocated-servers", "", "server counts at which each PS mode is tried again with the servers on the workers' hosts, sharing their NICs, as sync-colo (default: one a worker, BytePS's layout; none: not tried)")
 	fs.StringVar(&f.modeList, "modes", "async,sync,ssp,ring", "modes to simulate")
 	fs.IntVar(&c.Sim.Batch, "batch", 64, "batch per worker")
 	fs.Float64Var(&f.apply, "apply-gbps", 0, "optimizer speed, GB/s of weights updated (0: measure it here)")
@@ -109,6 +111,9 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 		h.BytesPerSec, h.Latency = p.hostGbps*1e9/8, 1e-6
 	}
 	if c.Counts, err = harness.ServerCounts(c.ServerList, c.Sim.Workers); err != nil {
+		return *c, err
+	}
+	if c.Colocated, err = harness.ColocatedCounts(p.colocated, c.Sim.Workers); err != nil {
 		return *c, err
 	}
 	if err := p.layers(); err != nil {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,15 +25,18 @@ func TestBenchPlan(t *testing.T) {
 	text := string(out)
 	assert.Contains(t, text, "mlp 784-256-128-10 (0.9 MB), 16 workers of batch 64, NICs of 10 Gbit/s")
 	assert.Contains(t, text, "compute 2.00 ms a step, optimizer 4.00 GB/s")
-	for _, row := range []string{"async        1", "async        4", "sync         1", "sync         4", "ssp          1", "ssp          4", "ring         -", "ring/tree       -", "ring/auto       -"} {
-		assert.Contains(t, text, row)
+	// Each PS mode at each server count, and again with a server on
+	// every worker's host (the colocated layout, by default).
+	for _, row := range [][2]string{{"async", "1"}, {"async", "4"}, {"sync", "1"}, {"sync", "4"}, {"ssp", "1"}, {"ssp", "4"}, {"ring", "-"}, {"ring/tree", "-"}, {"ring/auto", "-"},
+		{"async-colo", "16"}, {"sync-colo", "16"}, {"ssp-colo", "16"}} {
+		assert.Contains(t, text, fmt.Sprintf("%-12s %7s", row[0], row[1]))
 	}
 	assert.Contains(t, text, "fastest: ")
 
 	out, err = exec.CommandContext(ctx, shoalBin, append(args, "--json")...).Output()
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Len(t, lines, 9) // the ring mode thrice: ring, tree, auto
+	require.Len(t, lines, 12) // the ring mode thrice (ring, tree, auto), each PS mode colocated
 	for _, l := range lines {
 		var row struct {
 			Mode    string
@@ -49,6 +54,9 @@ func TestBenchPlan(t *testing.T) {
 	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--modes", "sync,fast").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--modes")
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--workers", "8", "--colocated-servers", "16").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "16 servers on 8 workers' hosts, want at most one a worker")
 }
 
 // TestBenchPlanLocalSteps: --local-steps adds each sync and async setup
@@ -181,4 +189,30 @@ func TestBenchPlanHierarchical(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(out), "--ranks-per-host 0")
 	assert.Contains(t, string(out), "want at least 1 rank a host")
+}
+
+// TestBenchAllreduceHostsBehindANIC: on 2 fake hosts of 2 ranks behind
+// the NIC model, every algorithm's results are checked correct, and the
+// hosts' NIC files are gone afterwards.
+func TestBenchAllreduceHostsBehindANIC(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	tmp := t.TempDir()
+	for _, alg := range []string{"ring", "hierarchical", "tree"} {
+		cmd := exec.CommandContext(ctx, shoalBin, "bench", "allreduce", "--np", "4", "--hosts", "2", "--nic-gbps", "2", "--sizes", "4KiB,1MiB",
+			"--iters", "2", "--warmup", "1", "--allreduce-algorithm", alg, "--json")
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		out, err := cmd.Output()
+		require.NoError(t, err, alg)
+		var n int
+		for l := range strings.Lines(string(out)) {
+			var r struct{ Correct bool }
+			require.NoError(t, json.Unmarshal([]byte(l), &r), l)
+			assert.True(t, r.Correct, "%s: %s", alg, l)
+			n++
+		}
+		assert.Equal(t, 2, n, "%s: one record a size", alg)
+	}
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the hosts' NIC files are removed")
 }

@@ -103,6 +103,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"more processes than the cores carry", []string{"train", "--dataset", "synthetic", "--servers", "100000"}, "--workers 2 and --servers 100000: 100002 processes on this machine's"},
 		{"more allreduce processes than the cores carry", []string{"bench", "allreduce", "--np", "100000"}, "--np 100000: want at most"},
 		{"an unknown allreduce algorithm", []string{"bench", "allreduce", "--allreduce-algorithm", "butterfly"}, `--allreduce-algorithm: unknown allreduce algorithm "butterfly"`},
+		{"a NIC model without hosts", []string{"bench", "allreduce", "--nic-gbps", "1"}, "--nic-gbps 1 with --hosts 1: want a rate >= 0 (0: no NIC model), and with a rate 2 or more hosts"},
 		{"a server's flags in ring mode", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--staleness", "-5", "--servers", "3"},
 			"--servers, --staleness: for the parameter-server modes (async, sync, ssp); --mode ring has no servers and would ignore it: leave it out"},
 		{"a ring larger than the cores carry", []string{"train", "--dataset", "synthetic", "--mode", "ring", "--workers", "100000"}, "--workers 100000: 100000 processes on this machine's"},

@@ -57,6 +57,14 @@ type Config struct {
 	// waits while the queue is full. 0 picks max(4 MiB, 2·rate·RTT/2 +
 	// Burst). Unused when the NIC has neither a rate nor an RTT.
 	Queue int
+	// HostFile, when set (with Gbps), is a file that every NIC of one
+	// host opens, in this process or another: they share its two lines
+	// (the host's one NIC, as the processes of a fake host on one
+	// machine do; a NIC of one process shares its lines among its conns
+	// anyway). The file holds the lines' clocks, is created if missing,
+	// and must be on a local file system (whose shared mappings are one
+	// memory in every process); whoever made it removes it. Unix only.
+	HostFile string
 }
 
 // DefaultConfig returns an unlimited NIC with no added latency.

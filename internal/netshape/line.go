@@ -2,6 +2,7 @@ package netshape
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,10 @@ type line struct {
 	perByte float64       // nanoseconds a byte takes at line rate
 	burst   time.Duration // the bucket's depth, in line-rate time
 	free    time.Time     // when everything reserved so far has passed
+	// shared, when set, holds free instead (Unix nanoseconds) in memory
+	// that other processes' NICs of the same host map (Config.HostFile):
+	// they reserve on one line, first come first served.
+	shared *atomic.Int64
 }
 
 func newLine(bytesPerSec float64, burst int) *line {
@@ -30,6 +35,19 @@ func newLine(bytesPerSec float64, burst int) *line {
 // they may pass: at once while the bucket holds k tokens, else when it has
 // refilled that far. Reservations are first come, first served.
 func (l *line) reserve(at time.Time, k int) time.Time {
+	if l.shared != nil {
+		took, burst, from := int64(float64(k)*l.perByte), l.burst.Nanoseconds(), at.UnixNano()
+		for {
+			old := l.shared.Load()
+			free := max(old, from) + took // an idle line's bucket is full
+			if l.shared.CompareAndSwap(old, free) {
+				if due := free - burst; due > from {
+					return at.Add(time.Duration(due - from))
+				}
+				return at
+			}
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	start := l.free
@@ -48,6 +66,9 @@ func (l *line) took(k int) time.Duration { return time.Duration(float64(k) * l.p
 
 // until returns how long until everything reserved so far has passed.
 func (l *line) until() time.Duration {
+	if l.shared != nil {
+		return time.Duration(l.shared.Load() - time.Now().UnixNano())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return time.Until(l.free)

@@ -40,6 +40,13 @@ func New(cfg Config) (*NIC, error) {
 		r := bytesPerSecond(cfg.Gbps)
 		n.out = newLine(r, cfg.burst())
 		n.in = newLine(r, cfg.burst())
+		if cfg.HostFile != "" {
+			clocks, err := mapHostFile(cfg.HostFile)
+			if err != nil {
+				return nil, fmt.Errorf("netshape: the host's NIC in %s: %w", cfg.HostFile, err)
+			}
+			n.out.shared, n.in.shared = &clocks[0], &clocks[1]
+		}
 	}
 	n.pool.New = func() any {
 		b := make([]byte, 0, n.chunk)
