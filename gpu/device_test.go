@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/shoalml/shoal/internal/ringtest"
+	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/nn/devicetest"
 	"github.com/stretchr/testify/require"
 )
@@ -30,4 +32,7 @@ func TestCUDADeviceConformance(t *testing.T) {
 	d := openGPU(t)
 	t.Logf("device %s", d.Name())
 	devicetest.Run(t, d)
+	// The device-resident ring step (one rank: a Device is one
+	// goroutine's) against the ring stepping on the host.
+	t.Run("ResidentRing", func(t *testing.T) { ringtest.Run(t, 1, func(int) nn.Device { return d }) })
 }
