@@ -12,7 +12,7 @@
 #   scripts/gpu-check.sh --only "info train-ring"
 #
 # The parts, each under its own timeout (seconds, TIMEOUT_<part> with the
-# dashes as underscores overrides; the defaults add up to 7.4 minutes, so
+# dashes as underscores overrides; the defaults add up to 7.9 minutes, so
 # that one hang cannot eat an 8-minute call):
 #
 #   info           shoal info (text and --json), nvidia-smi               15
@@ -33,6 +33,10 @@
 #   train-async    shoal train --device cuda --stats, 2 workers sharing   40
 #   train-ring     the GPU, async and ring, the default MLP, $TRAIN_ARGS
 #                  (default --epochs 3 on $DATA)                          40
+#   train-ring-resident  train-ring with --device-resident: the weights
+#                  and optimizer state kept on the GPU, the reduced
+#                  gradient uploaded and stepped there (off by default
+#                  until this part and train-ring compare it)             30
 #   torch-hvd      shoal.torch with CUDA tensors (scripts/gpu-torch-hvd.sh,
 #                  .gpubin/libshoal.so): hvd.allreduce_ against gloo at 2
 #                  ranks, 16 and 64 MiB, and synthetic resnet18 training
@@ -63,7 +67,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring torch-hvd"
+ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring train-ring-resident torch-hvd"
 usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 parts=$ALL_PARTS
 prev=""
@@ -105,7 +109,7 @@ if [ -z "${TRAIN_ARGS+x}" ]; then
 	TRAIN_ARGS="--epochs 3 --dataset synthetic"
 	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
 fi
-declare -A limit=([info]=15 [conformance]=40 [compute-shoal]=75 [compute-shoal-eager]=40 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [torch-hvd]=100)
+declare -A limit=([info]=15 [conformance]=40 [compute-shoal]=75 [compute-shoal-eager]=40 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [train-ring-resident]=30 [torch-hvd]=100)
 for p in $ALL_PARTS; do
 	v=TIMEOUT_${p//-/_}
 	[ -n "${!v:-}" ] && limit[$p]=${!v}
@@ -183,7 +187,7 @@ report() {
 	[ "${status[compute-torch]}" = skip ] && tnote=${note[compute-torch]}
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py compute "$WORK/compute-shoal.jsonl" "$WORK/compute-torch.jsonl" \
 		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --shoal-upload "$WORK/compute-shoal-upload.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
-	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" \
+	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" "$WORK/train-ring-resident.json" \
 		>"$WORK/train.md" 2>>"$WORK/tables.log"
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py torch "$WORK/torch-hvd.jsonl" --note "${note[torch-hvd]}" \
 		>"$WORK/torch.md" 2>>"$WORK/tables.log"
@@ -253,11 +257,13 @@ if want compute-torch; then
 	esac
 	report
 fi
-for mode in async ring; do
-	if want "train-$mode"; then
-		if need "$SHOAL" "train-$mode"; then
+for part in async ring ring-resident; do
+	if want "train-$part"; then
+		if need "$SHOAL" "train-$part"; then
+			extra=()
+			[ "$part" = ring-resident ] && extra=(--device-resident)
 			# shellcheck disable=SC2086 # TRAIN_ARGS is a list of flags
-			run "train-$mode" "$SHOAL" train --device "$DEVICE" --workers 2 --mode "$mode" $TRAIN_ARGS --stats --json >"$WORK/train-$mode.json"
+			run "train-$part" "$SHOAL" train --device "$DEVICE" --workers 2 --mode "${part%-resident}" "${extra[@]}" $TRAIN_ARGS --stats --json >"$WORK/train-$part.json"
 		fi
 		report
 	fi
