@@ -12,18 +12,22 @@
 #   scripts/gpu-check.sh --only "info train-ring"
 #
 # The parts, each under its own timeout (seconds, TIMEOUT_<part> with the
-# dashes as underscores overrides; the defaults add up to 7.9 minutes, so
+# dashes as underscores overrides; the defaults add up to 8.0 minutes, so
 # that one hang cannot eat an 8-minute call):
 #
 #   info           shoal info (text and --json), nvidia-smi               15
 #   conformance    the CUDA conformance suite, SHOAL_REQUIRE_GPU=1
 #                  (gpu.test; the emulator's own tests skipped)           40
+#   optimizer-step the fused optimizer kernels (momentum, Adam) over the
+#                  whole vector on the GPU beside optim's step on the
+#                  host (gpu.test's BenchmarkOptimizerStep, $OPT_BENCHTIME
+#                  each, into optimizer-step.txt)                         20
 #   compute-shoal  shoal bench compute --device cuda --sweep, ONE process:
 #                  $SWEEP in each of $PRECISIONS, $ROUNDS rounds, the
 #                  steps replayed as CUDA graphs, the batch kept on the
-#                  GPU (--batch-on-device) as the PyTorch peer keeps it   75
+#                  GPU (--batch-on-device) as the PyTorch peer keeps it   65
 #   compute-shoal-eager  the same in fp32 with --cuda-graphs=false: the
-#                  graphs' share of the speed                             40
+#                  graphs' share of the speed                             35
 #   compute-shoal-upload  the same in fp32 with the batch uploaded each
 #                  step, as a training worker's step                      35
 #   compute-torch  bench/peers/torch_train.py --sweep, the same points in
@@ -60,14 +64,14 @@
 # SWEEP ("mlp:64,256,1024,4096 cnn:64,256"), HIDDEN (512,512), PRECISIONS
 # (fp32,bf16,fp16), ROUNDS (3), STEPS (200), WARMUP (20), TRAIN_ARGS,
 # CONFORMANCE_RUN and CONFORMANCE_SKIP (gpu.test's -test.run and
-# -test.skip), DEVICE (cuda).
+# -test.skip), OPT_BENCHTIME (50x), DEVICE (cuda).
 #
 # On the CUDA emulator (internal/cudaemu), to try the whole script on a
 # machine without a GPU: make gpu-check-emu (Makefile says what it sets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring train-ring-resident torch-hvd"
+ALL_PARTS="info conformance optimizer-step compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring train-ring-resident torch-hvd"
 usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 parts=$ALL_PARTS
 prev=""
@@ -105,11 +109,12 @@ STEPS=${STEPS:-200}
 WARMUP=${WARMUP:-20}
 CONFORMANCE_RUN=${CONFORMANCE_RUN:-}
 CONFORMANCE_SKIP=${CONFORMANCE_SKIP:-Emulator|ALostContext}
+OPT_BENCHTIME=${OPT_BENCHTIME:-50x}
 if [ -z "${TRAIN_ARGS+x}" ]; then
 	TRAIN_ARGS="--epochs 3 --dataset synthetic"
 	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
 fi
-declare -A limit=([info]=15 [conformance]=40 [compute-shoal]=75 [compute-shoal-eager]=40 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [train-ring-resident]=30 [torch-hvd]=100)
+declare -A limit=([info]=15 [conformance]=40 [optimizer-step]=20 [compute-shoal]=65 [compute-shoal-eager]=35 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [train-ring-resident]=30 [torch-hvd]=100)
 for p in $ALL_PARTS; do
 	v=TIMEOUT_${p//-/_}
 	[ -n "${!v:-}" ] && limit[$p]=${!v}
@@ -193,7 +198,7 @@ report() {
 		>"$WORK/torch.md" 2>>"$WORK/tables.log"
 	if [ -n "$OUT" ]; then
 		mkdir -p "$OUT"
-		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$WORK/torch.md" "$OUT/" 2>/dev/null
+		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$WORK/torch.md" "$WORK/optimizer-step.txt" "$OUT/" 2>/dev/null
 		tar -C "$(dirname "$WORK")" -czf "$OUT/gpu-check.tgz.part" --exclude=cuda-cache --exclude=bin "$(basename "$WORK")" &&
 			mv "$OUT/gpu-check.tgz.part" "$OUT/gpu-check.tgz"
 	fi
@@ -223,6 +228,14 @@ if want conformance; then
 		args=(-test.v -test.count=1 -test.skip "$CONFORMANCE_SKIP")
 		[ -n "$CONFORMANCE_RUN" ] && args+=(-test.run "$CONFORMANCE_RUN")
 		run conformance env -C gpu SHOAL_REQUIRE_GPU=1 "$abs" "${args[@]}" >"$WORK/conformance.txt"
+	fi
+	report
+fi
+if want optimizer-step; then
+	if need "$GPU_TEST" optimizer-step; then
+		abs=$(cd "$(dirname "$GPU_TEST")" && pwd)/$(basename "$GPU_TEST")
+		run optimizer-step env -C gpu SHOAL_REQUIRE_GPU=1 "$abs" -test.run '^$' -test.bench BenchmarkOptimizerStep \
+			-test.benchtime "$OPT_BENCHTIME" >"$WORK/optimizer-step.txt"
 	fi
 	report
 fi
