@@ -116,8 +116,8 @@ gpu-check-emu: gpubin
 	$(GO) run ./internal/cudaemu/emubuild gpu-check-emu/lib
 	SHOAL_LIBCUDA=$(CURDIR)/gpu-check-emu/lib/libcuda.so.1 SHOAL_CUDA_LIB_DIR=$(CURDIR)/gpu-check-emu/lib \
 	WORK=gpu-check-emu/work OUT=gpu-check-emu/out PYTHON=$(EMU_PYTHON) \
-	SWEEP='mlp:8,16 cnn:2' HIDDEN=32 ROUNDS=2 STEPS=2 WARMUP=1 TIMEOUT_conformance=300 \
-	CONFORMANCE_RUN='TestCUDADeviceConformance/(BiasAct|SGDMomentum|TrainStep|Graph)$$' \
+	SWEEP='mlp:8,16 cnn:2' HIDDEN=32 ROUNDS=2 STEPS=2 WARMUP=1 TIMEOUT_conformance=300 OPT_BENCHTIME=2x TIMEOUT_optimizer_step=120 \
+	CONFORMANCE_RUN='TestCUDADeviceConformance/(BiasAct|SGDMomentum|Adam|TrainStep|Graph|ResidentRing)$$' \
 	TRAIN_ARGS='--steps 10 --hidden 32 --dataset synthetic' \
 	scripts/gpu-check.sh
 	@echo "gpu-check-emu: see gpu-check-emu/out/summary.txt, compute.md, train.md"

@@ -247,12 +247,33 @@ func TestSurvivorsReformAndFinish(t *testing.T) {
 // their optimizer's state, which the re-form carries over (before, each
 // generation's ring started from a zero state: every rank's optimizer
 // had counted the last generation's steps only, and lost its momentum).
+//
+// With the weights and state resident on each member's device
+// (RingConfig.Resident, here nn's host device), the same: a re-form
+// takes the device's weights and state, which each run's Finish copied
+// back.
 func TestAJoiningMemberIsTakenIn(t *testing.T) {
+	for _, resident := range []bool{false, true} {
+		t.Run(fmt.Sprint("resident ", resident), func(t *testing.T) { testAJoiningMemberIsTakenIn(t, resident) })
+	}
+}
+
+func testAJoiningMemberIsTakenIn(t *testing.T, resident bool) {
 	j := newJob(t, 2)
 	j.roster.set(0, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfgs := []Config{j.member(0, 2), j.member(1, 2), j.member(2, 2)}
+	if resident {
+		for i := range cfgs {
+			dm, err := nn.NewOnDevice(j.spec, nn.NewHostDevice(nil))
+			require.NoError(t, err)
+			defer dm.Close()
+			cfgs[i].Model, cfgs[i].Ring.Resident = dm, dm
+			// No desync check: only the runs' ends copy the weights back.
+			cfgs[i].Ring.DesyncEvery = 0
+		}
+	}
 	joined := make(chan (<-chan outcome), 1)
 	var once sync.Once
 	cfgs[0].Worker.OnStep = func(step int64, _ worker.StepTimes) {
@@ -279,6 +300,8 @@ func TestAJoiningMemberIsTakenIn(t *testing.T) {
 		assert.Equal(t, r.out.Steps, r.out.Ring.State().Steps, "member %d: optimizer steps against steps trained", i)
 	}
 	assert.Equal(t, ra.out.Ring.State(), rc.out.Ring.State(), "the joiner's optimizer state differs")
+	assert.NotEqual(t, cfgs[0].Initial, ra.out.Params, "the weights trained")
+	assert.NotEqual(t, make([]float32, len(ra.out.Params)), ra.out.Ring.State().Slots[optim.SlotMomentumBuffer], "the momentum came back")
 }
 
 // Below --min-workers the survivor waits --rejoin-timeout, then stops

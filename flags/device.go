@@ -94,6 +94,25 @@ func (d *Device) OnGPU(spec nn.Spec, p gpu.Placement) (Placed, error) {
 		Close: func() { m.Close(); dev.Close() }}, nil
 }
 
+// CheckResident refuses --device-resident (resident) where d places any
+// of the workers of local ranks 0..n-1 on the CPU, whose weights are in
+// host memory already.
+func (d *Device) CheckResident(resident bool, n int) error {
+	if !resident {
+		return nil
+	}
+	for r := range n {
+		p, err := d.Place(r)
+		if err != nil {
+			return err
+		}
+		if !p.OnGPU() {
+			return fmt.Errorf("--device-resident: keeps the weights on a GPU, but --device %s places worker %d on the CPU (%s): use --device cuda, or leave it out", d.Choice, r, p.Why)
+		}
+	}
+	return nil
+}
+
 // DescribePlacement says in a few words where workers 0..n-1 (local ranks
 // 0..n-1 of this machine) compute, e.g. "the CPU" or "cuda:0, cuda:1".
 func (d *Device) DescribePlacement(n int) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoalml/shoal/collective"
+	"github.com/shoalml/shoal/consistency"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
 
@@ -24,6 +25,9 @@ type Ring struct {
 	SharedMemory bool
 	JobID        string
 	FusionBytes  int
+	// DeviceResident keeps a GPU ring's weights and optimizer state on
+	// the device between steps (worker.RingConfig.Resident).
+	DeviceResident bool
 	// The elastic ring (gossip on).
 	Elastic       bool
 	MinWorkers    int
@@ -44,6 +48,7 @@ func (r *Ring) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.Elastic, "elastic", true, SectionRing.Usage("ring: with gossip on (--gossip-addr or --join), re-form the ring when a rank dies or joins instead of ending the run"))
 	fs.IntVar(&r.MinWorkers, "min-workers", 1, SectionRing.Usage("elastic ring: the fewest ranks it goes on with; below it the job waits --rejoin-timeout for ranks to join, then stops"))
 	fs.DurationVar(&r.RejoinTimeout, "rejoin-timeout", 60*time.Second, SectionRing.Usage("elastic ring: how long a re-form may take (a short ring waits this long for ranks to join)"))
+	fs.BoolVar(&r.DeviceResident, "device-resident", false, SectionRing.Usage("ring on a GPU (--device cuda): keep the weights and the optimizer's state (sgd, momentum, nesterov, adam, adamw) on the device between steps, the reduced gradient uploaded and the optimizer step run there; the host copy is made for the desync check, evaluations, --save and elastic re-forms. Off by default until measured on a GPU (scripts/gpu-check.sh measures both)"))
 	fs.IntVar(&r.FusionBytes, "fusion-bytes", 64<<10, SectionRing.Usage("ring: allreduce gradients in buckets of at least this many bytes while backward runs (0: one allreduce after backward); average and sum only"))
 }
 
@@ -54,6 +59,15 @@ func (r *Ring) Validate() error {
 	}
 	if r.RejoinTimeout <= 0 {
 		return fmt.Errorf("--rejoin-timeout %v: want > 0", r.RejoinTimeout)
+	}
+	return nil
+}
+
+// CheckResident refuses --device-resident in a mode other than ring,
+// which would ignore it.
+func (r *Ring) CheckResident(mode consistency.Mode) error {
+	if r.DeviceResident && mode != consistency.Ring {
+		return fmt.Errorf("--device-resident: for --mode ring, whose ranks run the optimizer themselves; --mode %s would ignore it: leave it out, or run --mode ring", mode)
 	}
 	return nil
 }

@@ -190,6 +190,9 @@ func (w *Worker) check() error {
 			return err
 		}
 	}
+	if err := w.Ring.CheckResident(w.Train.Mode); err != nil {
+		return err
+	}
 	if w.Train.HostAggregate && (w.Train.WorkersPerHost < 1 || w.HostMaster == "") {
 		return fmt.Errorf("--host-aggregate: needs --workers-per-host N (the workers of a host, ranks in a row) and --host-master HOST:PORT (where the host's first rank listens), have %d and %q", w.Train.WorkersPerHost, w.HostMaster)
 	}
@@ -318,7 +321,7 @@ func (w *Worker) ringConfig() (node.RingConfig, error) {
 		return node.RingConfig{}, err
 	}
 	cfg := node.RingConfig{Listen: r.Listen, JobID: r.JobID, ReduceOp: r.ReduceOp, Compression: comp, Algorithm: alg, DesyncEvery: r.DesyncEvery, SharedMemory: r.SharedMemory,
-		FusionBytes: r.FusionBytes, Optimizer: ocfg, ScaleLR: r.ScaleLR, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
+		FusionBytes: r.FusionBytes, DeviceResident: r.DeviceResident, Optimizer: ocfg, ScaleLR: r.ScaleLR, Elastic: r.Elastic, MinWorkers: r.MinWorkers, RejoinTimeout: r.RejoinTimeout, Save: w.Save}
 	if r.Elastic && w.Gossip.KeyFile != "" {
 		// The members that hold the gossip key sign their re-forms with
 		// it; the Elastic service refuses what they did not send.

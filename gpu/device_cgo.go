@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 )
 
 // Count returns the number of CUDA devices, loading the libraries first.
@@ -594,6 +595,13 @@ func (d *Device) SGDMomentum(p, buf, g nn.Mem, n int, lr, mu, wd float32, nester
 	a := new(args).ptr(ptr("SGDMomentum", p, n)).ptr(ptr("SGDMomentum", buf, n)).ptr(ptr("SGDMomentum", g, n)).
 		i(n).f(lr).f(mu).f(wd).i(boolInt(nesterov))
 	d.launch(kSGDMomentum, n, blockThreads, a)
+}
+
+// Adam: see nn.Device.
+func (d *Device) Adam(p, m, v, g nn.Mem, n int, k optim.AdamStep) {
+	a := new(args).ptr(ptr("Adam", p, n)).ptr(ptr("Adam", m, n)).ptr(ptr("Adam", v, n)).ptr(ptr("Adam", g, n)).i(n).
+		f(k.StepSize).f(k.BC2Sqrt).f(k.Weight).f(k.Beta2).f(k.OneMinusBeta2).f(k.Eps).f(k.WD).f(k.Decay)
+	d.launch(kAdam, n, blockThreads, a)
 }
 
 // Im2Col: see nn.Device.

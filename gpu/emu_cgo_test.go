@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoalml/shoal/internal/cudaemu"
 	"github.com/shoalml/shoal/internal/dl"
+	"github.com/shoalml/shoal/internal/ringtest"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/nn/devicetest"
 )
@@ -58,6 +59,7 @@ func TestDeviceOnTheEmulator(t *testing.T) {
 	d := emulatedDevice(t, dir)
 	assert.Equal(t, "cuda:0 Shoal CUDA emulator (sm_80)", d.Name())
 	devicetest.Run(t, d)
+	t.Run("ResidentRing", func(t *testing.T) { ringtest.Run(t, 1, func(int) nn.Device { return d }) })
 	require.NoError(t, d.Close())
 
 	// The kernels were cached: a second device loads them from there.

@@ -246,6 +246,42 @@ extern "C" __global__ void shoal_sgd_momentum(float* p, float* buf, const float*
 	}
 }
 
+// shoal_adam is optim's stepAdam on p, m, v and g (n each), PyTorch's
+// single-tensor Adam and AdamW: g' = g + wd·p (if wd != 0); m = lerp(m,
+// g', weight) (m + weight·(g' - m), or g' - (g' - m)·(1 - weight) when
+// weight >= 0.5, as torch.lerp); v = beta2·v + (one_min_b2·g')·g';
+// p = p·decay (if decay != 1: AdamW's decoupled decay) - (step_size·m) /
+// (sqrt(v)/bc2_sqrt + eps). The scalars are optim.AdamStep's. Every
+// operation is rounded to float32 on its own (sqrt and the divisions
+// correctly rounded), so p, m and v are bit-identical to the Go code's.
+// N = n.
+extern "C" __global__ void shoal_adam(float* p, float* m, float* v, const float* g, int n, float step_size,
+				      float bc2_sqrt, float weight, float beta2, float one_min_b2, float eps, float wd,
+				      float decay)
+{
+	int small = weight < 0.5f;
+	float one_min_w = __fsub_rn(1.0f, weight);
+	SHOAL_FOR(i, n)
+	{
+		float pi = p[i];
+		float gi = g[i];
+		if (wd != 0.0f)
+			gi = __fadd_rn(gi, __fmul_rn(wd, pi));
+		float mi = m[i];
+		if (small)
+			mi = __fadd_rn(mi, __fmul_rn(weight, __fsub_rn(gi, mi)));
+		else
+			mi = __fsub_rn(gi, __fmul_rn(__fsub_rn(gi, mi), one_min_w));
+		m[i] = mi;
+		float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_min_b2, gi), gi));
+		v[i] = vi;
+		float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+		if (decay != 1.0f)
+			pi = __fmul_rn(pi, decay);
+		p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, mi), denom));
+	}
+}
+
 // shoal_unscale multiplies the n gradients g by s (rounded to float32, as
 // nn's HostDevice does) and sets *found to 1 if any product is NaN or
 // infinite (all exponent bits set), leaving it alone otherwise: dynamic

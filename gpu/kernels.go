@@ -19,6 +19,7 @@ const (
 	kColSum          = "shoal_col_sum"
 	kSoftmaxXent     = "shoal_softmax_xent"
 	kSGDMomentum     = "shoal_sgd_momentum"
+	kAdam            = "shoal_adam"
 	kUnscale         = "shoal_unscale"
 	kIm2col          = "shoal_im2col"
 	kCol2im          = "shoal_col2im"
@@ -41,6 +42,7 @@ var kernelNames = []string{
 	kColSum,
 	kSoftmaxXent,
 	kSGDMomentum,
+	kAdam,
 	kUnscale,
 	kIm2col,
 	kCol2im,

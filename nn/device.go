@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/shoalml/shoal/optim"
 )
 
 // Device runs a model's whole step in memory of its own, a GPU's: the
@@ -56,6 +58,9 @@ type Device interface {
 	// SGDMomentum is optim's momentum step (g = grad + wd·p; buf = μ·buf +
 	// g; p -= lr·(nesterov ? g + μ·buf : buf)), bit for bit.
 	SGDMomentum(p, buf, g Mem, n int, lr, mu, wd float32, nesterov bool)
+	// Adam is optim's Adam (AdamW) step k on p with its moments m (exp_avg)
+	// and v (exp_avg_sq) from the gradient g (optim.StepAdam), bit for bit.
+	Adam(p, m, v, g Mem, n int, k optim.AdamStep)
 	// Im2Col unrolls n samples x (n×c×h×w) for a kh×kw convolution with
 	// zero padding pad and stride 1 into col ((c·kh·kw) × (n·oh·ow)): row
 	// (ci·kh+i)·kw+j, column s·oh·ow + oy·ow+ox holds sample s's

@@ -21,6 +21,10 @@ const (
 	opEvaluate
 	opTrainStep
 	opTrainPass // TrainStep's pass under FP16: the update waits for the overflow check
+	// ForwardBackward's and Evaluate's steps in a resident run (resident.go):
+	// without the weights' upload.
+	opResidentPass
+	opResidentEvaluate
 )
 
 // graphKey is what a captured step depends on beyond the model's buffers

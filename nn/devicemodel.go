@@ -81,6 +81,9 @@ type DeviceModel struct {
 	resident bool
 	kept     int
 
+	// The resident ring run (resident.go), nil outside one.
+	res *residentRun
+
 	// Mixed precision (SetPrecision): per layer, the half copies of its
 	// weight tensor and of its GEMM input (a dense layer's x, a conv's
 	// im2col columns), a half copy of the output gradient of the layer
@@ -148,6 +151,7 @@ func (m *DeviceModel) LossScale() (scale float32, overflows int) {
 
 // Close frees the model's device memory and graphs.
 func (m *DeviceModel) Close() {
+	m.EndResident()
 	m.releaseGraphs()
 	for _, b := range m.owned {
 		m.dev.Free(b)
@@ -278,9 +282,14 @@ func (m *DeviceModel) ForwardBackward(params, grads, x []float32, labels []int32
 		return math.NaN(), 0
 	}
 	m.resident = false
-	ups := m.uploads(x, labels, params)
+	key, up := m.key(opForwardBackward, n), params
+	if m.res != nil { // the weights are on the device already
+		m.residentParams("ForwardBackward", params, false)
+		key.op, up = opResidentPass, nil
+	}
+	ups := m.uploads(x, labels, up)
 	downs := m.downloads(n, F32Bytes(grads), true)
-	m.step(m.key(opForwardBackward, n), ups, downs, func() { m.pass(n, true) })
+	m.step(key, ups, downs, func() { m.pass(n, true) })
 	for {
 		sum, correct, ok := m.finish(n)
 		if !ok {
@@ -393,7 +402,12 @@ func (m *DeviceModel) Evaluate(params, x []float32, labels []int32) (float64, in
 		return math.NaN(), 0
 	}
 	m.resident = false
-	m.step(m.key(opEvaluate, n), m.uploads(x, labels, params), m.downloads(n, nil, false), func() {
+	key, up := m.key(opEvaluate, n), params
+	if m.res != nil { // the weights are on the device already
+		m.residentParams("Evaluate", params, true)
+		key.op, up = opResidentEvaluate, nil
+	}
+	m.step(key, m.uploads(x, labels, up), m.downloads(n, nil, false), func() {
 		m.forward(n)
 		m.dev.SoftmaxXent(m.acts[len(m.host.layers)], m.labels, Mem{}, m.loss, m.correct, n, m.host.classes, 1)
 	})
@@ -410,6 +424,7 @@ func (m *DeviceModel) Evaluate(params, x []float32, labels []int32) (float64, in
 // params and end the resident run; Load again to start another.)
 func (m *DeviceModel) Load(params []float32) error {
 	m.host.checkVec("Load", "params", params)
+	m.EndResident()
 	if m.err != nil {
 		return m.err
 	}

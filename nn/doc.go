@@ -57,6 +57,14 @@
 // gradients, and for FP16 dynamic loss scaling (GradScaler's schedule; a
 // step that overflows is taken again at half the scale). See Precision.
 //
+// A resident run (LoadResident to EndResident) keeps the weights and an
+// optimizer's state slots on the device between steps, for a ring whose
+// ranks step their own replicas: ForwardBackward then uploads only the
+// batch, StepResident uploads the reduced gradient and applies the
+// optimizer there (Device's SGDMomentum and Adam kernels, bit for bit
+// optim's), and StoreResident copies the weights back when the host
+// needs them.
+//
 // # Caller errors
 //
 // ForwardBackward, Evaluate and Init are hot paths without an error

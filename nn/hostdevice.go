@@ -172,6 +172,11 @@ func (d *HostDevice) SGDMomentum(p, buf, g Mem, n int, lr, mu, wd float32, neste
 	optim.StepMomentum(f32("SGDMomentum", p, n), f32("SGDMomentum", g, n), f32("SGDMomentum", buf, n), lr, wd, mu, nesterov)
 }
 
+// Adam runs optim's Adam step.
+func (d *HostDevice) Adam(p, m, v, g Mem, n int, k optim.AdamStep) {
+	optim.StepAdam(f32("Adam", p, n), f32("Adam", g, n), f32("Adam", m, n), f32("Adam", v, n), k)
+}
+
 // Im2Col runs the CPU layers' im2col on each sample and lays the
 // samples' columns side by side.
 func (d *HostDevice) Im2Col(x, col Mem, n, c, h, w, kh, kw, pad, oh, ow int) {

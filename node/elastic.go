@@ -71,6 +71,10 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 	}
 	defer closeNIC()
 
+	resident, err := r.resident()
+	if err != nil {
+		return err
+	}
 	n := r.Model.Layout().Size()
 	initial := make([]float32, n)
 	r.Model.Init(initial, r.Seed)
@@ -93,7 +97,7 @@ func runElastic(ctx context.Context, r ringRun) (err error) {
 		Connect: r.connector(wrap, &current),
 		Comm:    collective.Config{SegmentBytes: collective.DefaultConfig().SegmentBytes, Compression: comp, CallTimeout: r.CallTimeout, Algorithm: r.Ring.Algorithm},
 		Model:   r.Model, Train: r.Train, Initial: initial,
-		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline},
+		Ring:   worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, DesyncEvery: r.Ring.DesyncEvery, FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline, Resident: resident},
 		Worker: wcfg, ReformTimeout: r.Ring.RejoinTimeout, Logger: r.Logger, DialOptions: r.Creds.DialOptions(), CheckDial: r.Creds.CheckDial,
 		OnGeneration: r.generationEvents(),
 	})

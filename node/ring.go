@@ -135,8 +135,25 @@ func (r ringRun) strategy(comm *collective.Communicator) (*worker.Ring, error) {
 		initial = make([]float32, n)
 		r.Model.Init(initial, r.Seed)
 	}
+	resident, err := r.resident()
+	if err != nil {
+		return nil, err
+	}
 	return worker.NewRing(comm, n, worker.RingConfig{Optimizer: r.Ring.Optimizer, ScaleLR: r.Ring.ScaleLR, ReduceOp: r.Ring.ReduceOp, Initial: initial, DesyncEvery: r.Ring.DesyncEvery,
-		FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline})
+		FusionBytes: r.Ring.FusionBytes, Timeline: r.Timeline, Resident: resident})
+}
+
+// resident is the model as the ring's device-resident step takes it,
+// nil without DeviceResident.
+func (r ringRun) resident() (worker.ResidentModel, error) {
+	if !r.Ring.DeviceResident {
+		return nil, nil
+	}
+	rm, ok := r.Model.(worker.ResidentModel)
+	if !ok {
+		return nil, fmt.Errorf("--device-resident: model %s computes in host memory (not on a GPU), where its weights are already: use --device cuda, or leave the flag out", r.Model.Name())
+	}
+	return rm, nil
 }
 
 // workerConfig is the rank's training loop.

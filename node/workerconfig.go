@@ -137,7 +137,11 @@ type RingConfig struct {
 	DesyncEvery           int64
 	SharedMemory          bool
 	FusionBytes           int
-	Optimizer             optim.Config
+	// DeviceResident keeps the weights and optimizer state on the
+	// model's device between steps (worker.RingConfig.Resident): the
+	// model must be a worker.ResidentModel (a model on a GPU).
+	DeviceResident bool
+	Optimizer      optim.Config
 	// ScaleLR multiplies the learning rate by the ring's size, which
 	// follows the elastic ring's re-forms (worker.RingConfig.ScaleLR).
 	ScaleLR bool

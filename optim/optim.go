@@ -1,6 +1,7 @@
 package optim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -105,27 +106,77 @@ func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 		// clr = lr / (1 + (t-1)·lr_decay) with lr_decay 0 is lr itself.
 		stepAdagrad(dst, params, grads, o.buf, float32(lr), wd, float32(c.Epsilon))
 	case algAdam, algAdamW:
-		t := float64(o.steps)
-		bc1 := 1 - math.Pow(c.Beta1, t)
-		bc2 := 1 - math.Pow(c.Beta2, t)
-		k := adamScalars{
-			stepSize: float32(lr / bc1),
-			bc2Sqrt:  float32(math.Sqrt(bc2)),
-			weight:   float32(1 - c.Beta1),
-			beta2:    float32(c.Beta2),
-			oneMinB2: float32(1 - c.Beta2),
-			eps:      float32(c.Epsilon),
-			wd:       wd,
-			decay:    1,
-		}
-		if o.alg == algAdamW {
-			// PyTorch's AdamW: param.mul_(1 - lr * weight_decay), then
-			// Adam without the L2 term.
-			k.wd, k.decay = 0, float32(1-lr*c.WeightDecay)
-		}
+		k := o.adamStep(lr)
 		stepAdam(dst, params, grads, o.m, o.v, k)
 	}
 	return nil
+}
+
+// adamStep is the scalars of Adam's (AdamW's) step o.steps (counted from 1) at learning rate lr.
+func (o *Optimizer) adamStep(lr float64) AdamStep {
+	c := &o.cfg
+	t := float64(o.steps)
+	bc1 := 1 - math.Pow(c.Beta1, t)
+	bc2 := 1 - math.Pow(c.Beta2, t)
+	k := AdamStep{
+		StepSize:      float32(lr / bc1),
+		BC2Sqrt:       float32(math.Sqrt(bc2)),
+		Weight:        float32(1 - c.Beta1),
+		Beta2:         float32(c.Beta2),
+		OneMinusBeta2: float32(1 - c.Beta2),
+		Eps:           float32(c.Epsilon),
+		WD:            float32(c.WeightDecay),
+		Decay:         1,
+	}
+	if o.alg == algAdamW {
+		// PyTorch's AdamW: param.mul_(1 - lr * weight_decay), then
+		// Adam without the L2 term.
+		k.WD, k.Decay = 0, float32(1-lr*c.WeightDecay)
+	}
+	return k
+}
+
+// DeviceStep is one step's update for a caller that holds the vector and the state slots
+// elsewhere (a GPU's memory) and applies the update there: what StepInto would compute, as the
+// scalars the device's kernels take (nn.Device's SGDMomentum and Adam).
+type DeviceStep struct {
+	// Algorithm is the Config's: SGD, Momentum, Nesterov, Adam or AdamW.
+	Algorithm string
+	// LR is the step's learning rate (schedule and scale applied), WD the weight decay and
+	// Momentum μ: SGD's and the momentum algorithms'.
+	LR, WD, Momentum float32
+	// Adam is Adam's and AdamW's step.
+	Adam AdamStep
+}
+
+// ErrNotOnDevice: Advance was asked for an algorithm no device kernel applies (adagrad).
+var ErrNotOnDevice = errors.New("no device kernel for the algorithm")
+
+// Advance returns the next step's DeviceStep and counts the step, as StepInto does, without
+// touching a vector: the caller applies the update to the vector and to the slots it holds
+// (LiveSlots moves them to and from the optimizer). Adagrad has no device kernel: Advance then
+// returns an error wrapping ErrNotOnDevice and counts nothing.
+func (o *Optimizer) Advance() (DeviceStep, error) {
+	if o.alg == algAdagrad {
+		return DeviceStep{}, errorf(ErrNotOnDevice, "optimizer %s: no device step (want sgd, momentum, nesterov, adam or adamw)", o.cfg.Algorithm)
+	}
+	lr := o.LR()
+	o.steps++
+	c := &o.cfg
+	s := DeviceStep{Algorithm: o.cfg.Algorithm, LR: float32(lr), WD: float32(c.WeightDecay)}
+	switch o.alg {
+	case algMomentum, algNesterov:
+		s.Momentum = float32(c.Momentum)
+	case algAdam, algAdamW:
+		s.Adam = o.adamStep(lr)
+	}
+	return s, nil
+}
+
+// OnDevice reports whether Advance can give the algorithm's steps to a device (all but adagrad).
+func OnDevice(algorithm string) bool {
+	a, ok := parseAlgorithm(algorithm)
+	return ok && a != algAdagrad
 }
 
 // The kernels follow PyTorch's single-tensor (CPU) implementations operation by operation, each
@@ -229,33 +280,40 @@ func stepAdagrad(d, p, grad, sum []float32, lr, wd, eps float32) {
 	}
 }
 
-type adamScalars struct {
-	stepSize float32 // lr / (1 − β1^t)
-	bc2Sqrt  float32 // sqrt(1 − β2^t)
-	weight   float32 // 1 − β1, the lerp weight
-	beta2    float32
-	oneMinB2 float32 // 1 − β2
-	eps      float32
-	wd       float32 // coupled (L2) weight decay: Adam's
-	decay    float32 // decoupled weight decay, 1 − lr·wd: AdamW's (1: none)
+// AdamStep are the scalars of one Adam or AdamW step, which the optimizer derives from its
+// configuration, learning rate and step count (DeviceStep.Adam).
+type AdamStep struct {
+	StepSize      float32 // lr / (1 − β1^t)
+	BC2Sqrt       float32 // sqrt(1 − β2^t)
+	Weight        float32 // 1 − β1, the lerp weight
+	Beta2         float32
+	OneMinusBeta2 float32 // 1 − β2
+	Eps           float32
+	WD            float32 // coupled (L2) weight decay: Adam's (0 for AdamW)
+	Decay         float32 // decoupled weight decay, 1 − lr·wd: AdamW's (1: none)
 }
+
+// StepAdam applies one Adam (AdamW) step k to p with its moments m and v, exactly as an
+// Optimizer configured for it does (the reference a device's Adam kernel is checked against).
+// All four slices have len(p) elements.
+func StepAdam(p, grad, m, v []float32, k AdamStep) { stepAdam(p, p, grad, m, v, k) }
 
 // stepAdam (AdamW: p *= decay first, and no wd in g): g = grad + wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
 // p -= (lr/bias1)·m / (sqrt(v)/sqrt(bias2) + eps).
 // m is updated with PyTorch's lerp (m + w·(g−m), or g − (g−m)·(1−w) when w >= 0.5), which is
 // β1·m + (1−β1)·g up to rounding.
-func stepAdam(d, p, grad, m, v []float32, k adamScalars) {
+func stepAdam(d, p, grad, m, v []float32, k AdamStep) {
 	d = d[:len(p)]
 	grad = grad[:len(p)]
 	m = m[:len(p)]
 	v = v[:len(p)]
-	w := k.weight
+	w := k.Weight
 	smallWeight := w < 0.5
 	oneMinW := 1 - w
 	for i := range p {
 		g := grad[i]
-		if k.wd != 0 {
-			g += float32(k.wd * p[i])
+		if k.WD != 0 {
+			g += float32(k.WD * p[i])
 		}
 		mi := m[i]
 		if smallWeight {
@@ -264,13 +322,13 @@ func stepAdam(d, p, grad, m, v []float32, k adamScalars) {
 			mi = g - float32((g-mi)*oneMinW)
 		}
 		m[i] = mi
-		vi := float32(v[i]*k.beta2) + float32(float32(k.oneMinB2*g)*g)
+		vi := float32(v[i]*k.Beta2) + float32(float32(k.OneMinusBeta2*g)*g)
 		v[i] = vi
-		denom := float32(float32(math.Sqrt(float64(vi)))/k.bc2Sqrt) + k.eps
+		denom := float32(float32(math.Sqrt(float64(vi)))/k.BC2Sqrt) + k.Eps
 		pi := p[i]
-		if k.decay != 1 {
-			pi = float32(pi * k.decay)
+		if k.Decay != 1 {
+			pi = float32(pi * k.Decay)
 		}
-		d[i] = pi - float32(float32(k.stepSize*mi)/denom)
+		d[i] = pi - float32(float32(k.StepSize*mi)/denom)
 	}
 }

@@ -43,6 +43,17 @@ func (o *Optimizer) slot(name string) []float32 {
 // SlotNames returns the names of the algorithm's state slots, sorted (none for "sgd").
 func (o *Optimizer) SlotNames() []string { return o.slotNames() }
 
+// LiveSlots returns the optimizer's own state slots by name, not copies (none for "sgd"): for a
+// caller that applies the steps elsewhere (Advance) and copies the state there and back, in
+// place. Step and StepInto change them; the caller must not keep them past its use.
+func (o *Optimizer) LiveSlots() map[string][]float32 {
+	s := make(map[string][]float32)
+	for _, name := range o.slotNames() {
+		s[name] = o.slot(name)
+	}
+	return s
+}
+
 // State returns a deep copy of the optimizer's state; the caller owns it, and later steps do not
 // change it. It allocates Len() floats per slot.
 func (o *Optimizer) State() State {

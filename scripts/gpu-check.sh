@@ -12,18 +12,22 @@
 #   scripts/gpu-check.sh --only "info train-ring"
 #
 # The parts, each under its own timeout (seconds, TIMEOUT_<part> with the
-# dashes as underscores overrides; the defaults add up to 7.4 minutes, so
+# dashes as underscores overrides; the defaults add up to 8.0 minutes, so
 # that one hang cannot eat an 8-minute call):
 #
 #   info           shoal info (text and --json), nvidia-smi               15
 #   conformance    the CUDA conformance suite, SHOAL_REQUIRE_GPU=1
 #                  (gpu.test; the emulator's own tests skipped)           40
+#   optimizer-step the fused optimizer kernels (momentum, Adam) over the
+#                  whole vector on the GPU beside optim's step on the
+#                  host (gpu.test's BenchmarkOptimizerStep, $OPT_BENCHTIME
+#                  each, into optimizer-step.txt)                         20
 #   compute-shoal  shoal bench compute --device cuda --sweep, ONE process:
 #                  $SWEEP in each of $PRECISIONS, $ROUNDS rounds, the
 #                  steps replayed as CUDA graphs, the batch kept on the
-#                  GPU (--batch-on-device) as the PyTorch peer keeps it   75
+#                  GPU (--batch-on-device) as the PyTorch peer keeps it   65
 #   compute-shoal-eager  the same in fp32 with --cuda-graphs=false: the
-#                  graphs' share of the speed                             40
+#                  graphs' share of the speed                             35
 #   compute-shoal-upload  the same in fp32 with the batch uploaded each
 #                  step, as a training worker's step                      35
 #   compute-torch  bench/peers/torch_train.py --sweep, the same points in
@@ -33,6 +37,10 @@
 #   train-async    shoal train --device cuda --stats, 2 workers sharing   40
 #   train-ring     the GPU, async and ring, the default MLP, $TRAIN_ARGS
 #                  (default --epochs 3 on $DATA)                          40
+#   train-ring-resident  train-ring with --device-resident: the weights
+#                  and optimizer state kept on the GPU, the reduced
+#                  gradient uploaded and stepped there (off by default
+#                  until this part and train-ring compare it)             30
 #   torch-hvd      shoal.torch with CUDA tensors (scripts/gpu-torch-hvd.sh,
 #                  .gpubin/libshoal.so): hvd.allreduce_ against gloo at 2
 #                  ranks, 16 and 64 MiB, and synthetic resnet18 training
@@ -56,14 +64,14 @@
 # SWEEP ("mlp:64,256,1024,4096 cnn:64,256"), HIDDEN (512,512), PRECISIONS
 # (fp32,bf16,fp16), ROUNDS (3), STEPS (200), WARMUP (20), TRAIN_ARGS,
 # CONFORMANCE_RUN and CONFORMANCE_SKIP (gpu.test's -test.run and
-# -test.skip), DEVICE (cuda).
+# -test.skip), OPT_BENCHTIME (50x), DEVICE (cuda).
 #
 # On the CUDA emulator (internal/cudaemu), to try the whole script on a
 # machine without a GPU: make gpu-check-emu (Makefile says what it sets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_PARTS="info conformance compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring torch-hvd"
+ALL_PARTS="info conformance optimizer-step compute-shoal compute-shoal-eager compute-shoal-upload compute-torch train-async train-ring train-ring-resident torch-hvd"
 usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 parts=$ALL_PARTS
 prev=""
@@ -101,11 +109,12 @@ STEPS=${STEPS:-200}
 WARMUP=${WARMUP:-20}
 CONFORMANCE_RUN=${CONFORMANCE_RUN:-}
 CONFORMANCE_SKIP=${CONFORMANCE_SKIP:-Emulator|ALostContext}
+OPT_BENCHTIME=${OPT_BENCHTIME:-50x}
 if [ -z "${TRAIN_ARGS+x}" ]; then
 	TRAIN_ARGS="--epochs 3 --dataset synthetic"
 	[ -n "$DATA" ] && TRAIN_ARGS="--epochs 3 --data $DATA"
 fi
-declare -A limit=([info]=15 [conformance]=40 [compute-shoal]=75 [compute-shoal-eager]=40 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [torch-hvd]=100)
+declare -A limit=([info]=15 [conformance]=40 [optimizer-step]=20 [compute-shoal]=65 [compute-shoal-eager]=35 [compute-shoal-upload]=35 [compute-torch]=60 [train-async]=40 [train-ring]=40 [train-ring-resident]=30 [torch-hvd]=100)
 for p in $ALL_PARTS; do
 	v=TIMEOUT_${p//-/_}
 	[ -n "${!v:-}" ] && limit[$p]=${!v}
@@ -183,13 +192,13 @@ report() {
 	[ "${status[compute-torch]}" = skip ] && tnote=${note[compute-torch]}
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py compute "$WORK/compute-shoal.jsonl" "$WORK/compute-torch.jsonl" \
 		--shoal-eager "$WORK/compute-shoal-eager.jsonl" --shoal-upload "$WORK/compute-shoal-upload.jsonl" --torch-note "$tnote" >"$WORK/compute.md" 2>>"$WORK/tables.log"
-	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" \
+	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py train "$WORK/train-async.json" "$WORK/train-ring.json" "$WORK/train-ring-resident.json" \
 		>"$WORK/train.md" 2>>"$WORK/tables.log"
 	"${PYTHON_TABLES:-python3}" scripts/gpu_tables.py torch "$WORK/torch-hvd.jsonl" --note "${note[torch-hvd]}" \
 		>"$WORK/torch.md" 2>>"$WORK/tables.log"
 	if [ -n "$OUT" ]; then
 		mkdir -p "$OUT"
-		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$WORK/torch.md" "$OUT/" 2>/dev/null
+		cp "$WORK/summary.txt" "$WORK/compute.md" "$WORK/train.md" "$WORK/torch.md" "$WORK/optimizer-step.txt" "$OUT/" 2>/dev/null
 		tar -C "$(dirname "$WORK")" -czf "$OUT/gpu-check.tgz.part" --exclude=cuda-cache --exclude=bin "$(basename "$WORK")" &&
 			mv "$OUT/gpu-check.tgz.part" "$OUT/gpu-check.tgz"
 	fi
@@ -219,6 +228,14 @@ if want conformance; then
 		args=(-test.v -test.count=1 -test.skip "$CONFORMANCE_SKIP")
 		[ -n "$CONFORMANCE_RUN" ] && args+=(-test.run "$CONFORMANCE_RUN")
 		run conformance env -C gpu SHOAL_REQUIRE_GPU=1 "$abs" "${args[@]}" >"$WORK/conformance.txt"
+	fi
+	report
+fi
+if want optimizer-step; then
+	if need "$GPU_TEST" optimizer-step; then
+		abs=$(cd "$(dirname "$GPU_TEST")" && pwd)/$(basename "$GPU_TEST")
+		run optimizer-step env -C gpu SHOAL_REQUIRE_GPU=1 "$abs" -test.run '^$' -test.bench BenchmarkOptimizerStep \
+			-test.benchtime "$OPT_BENCHTIME" >"$WORK/optimizer-step.txt"
 	fi
 	report
 fi
@@ -253,11 +270,13 @@ if want compute-torch; then
 	esac
 	report
 fi
-for mode in async ring; do
-	if want "train-$mode"; then
-		if need "$SHOAL" "train-$mode"; then
+for part in async ring ring-resident; do
+	if want "train-$part"; then
+		if need "$SHOAL" "train-$part"; then
+			extra=()
+			[ "$part" = ring-resident ] && extra=(--device-resident)
 			# shellcheck disable=SC2086 # TRAIN_ARGS is a list of flags
-			run "train-$mode" "$SHOAL" train --device "$DEVICE" --workers 2 --mode "$mode" $TRAIN_ARGS --stats --json >"$WORK/train-$mode.json"
+			run "train-$part" "$SHOAL" train --device "$DEVICE" --workers 2 --mode "${part%-resident}" "${extra[@]}" $TRAIN_ARGS --stats --json >"$WORK/train-$part.json"
 		fi
 		report
 	fi

@@ -77,6 +77,36 @@ type RingConfig struct {
 	// Timeline, when set, records each allreduce bucket (row 1 when it
 	// overlaps backward, else row 0) and each optimizer step (row 0).
 	Timeline *timeline.Writer
+	// Resident, when set, is the model the worker trains, whose weights
+	// and optimizer state then stay on its device for each run (the
+	// device-resident step): Params loads them there once, Apply uploads
+	// the reduced gradient and steps there, with the optimizer's scalars
+	// from the host (optim.Optimizer.Advance), and the host vector and
+	// state are brought up to date only for the desync check, State, a
+	// SyncHost (an evaluation) and Finish. The optimizer must have a
+	// device step (optim.OnDevice: not adagrad).
+	Resident ResidentModel
+}
+
+// ResidentModel is a model whose weights and optimizer state can stay on
+// its device between steps (nn.DeviceModel). Its methods are called from
+// the worker's goroutine, one at a time; they block on the device only
+// where they say so.
+type ResidentModel interface {
+	// LoadResident copies params and the optimizer's slots to the
+	// device, and waits for the copies; from then on the model's
+	// ForwardBackward and Evaluate are given params and compute with the
+	// device's weights.
+	LoadResident(params []float32, slots map[string][]float32) error
+	// StepResident uploads the reduced gradient and applies step s on
+	// the device; it may return before the device is done, and grads
+	// must stay unchanged until the model's next ForwardBackward.
+	StepResident(grads []float32, s optim.DeviceStep) error
+	// StoreResident copies the device's weights into LoadResident's
+	// params and its slots into slots (in place), and waits.
+	StoreResident(slots map[string][]float32) error
+	// EndResident ends it: the model uploads its params again.
+	EndResident()
 }
 
 // ErrInterrupted: rank 0's RingConfig.Interrupt asked the ring to stop
@@ -104,12 +134,19 @@ type Ring struct {
 	buckets chan []float32
 	done    chan error
 	cancel  context.CancelFunc
+	// The device-resident step (RingConfig.Resident): whether the
+	// weights and state are on the device, whether the host's copies
+	// are older than the device's, and a failure to bring them back
+	// from State, for the next Apply or Finish.
+	loaded, stale bool
+	residentErr   error
 }
 
 var (
 	_ Strategy   = (*Ring)(nil)
 	_ Overlapper = (*Ring)(nil)
 	_ Reducer    = (*Ring)(nil)
+	_ HostSyncer = (*Ring)(nil)
 )
 
 // NewRing returns the ring strategy for a vector of n floats.
@@ -130,6 +167,9 @@ func NewRing(comm Collective, n int, cfg RingConfig) (*Ring, error) {
 	opt, err := optim.New(cfg.Optimizer, n)
 	if err != nil {
 		return nil, fmt.Errorf("ring: %w", err)
+	}
+	if cfg.Resident != nil && !optim.OnDevice(cfg.Optimizer.Algorithm) {
+		return nil, fmt.Errorf("ring: the device-resident step: optimizer %s has no device kernel (want sgd, momentum, nesterov, adam or adamw)", cfg.Optimizer.Algorithm)
 	}
 	if cfg.ScaleLR {
 		opt.SetLRScale(float64(comm.Size()))
@@ -161,16 +201,21 @@ func (r *Ring) Params(ctx context.Context, _ int64, params []float32) error {
 		}
 		r.checked = true
 	}
-	if r.started {
-		return nil
+	if !r.started {
+		if r.comm.Rank() == 0 {
+			copy(params, r.cfg.Initial)
+		}
+		if err := r.comm.Broadcast(ctx, params, 0); err != nil {
+			return fmt.Errorf("broadcasting the initial weights: %w", err)
+		}
+		r.started = true
 	}
-	if r.comm.Rank() == 0 {
-		copy(params, r.cfg.Initial)
+	if r.cfg.Resident != nil && !r.loaded {
+		if err := r.cfg.Resident.LoadResident(params, r.opt.LiveSlots()); err != nil {
+			return fmt.Errorf("putting the weights and the optimizer's state on the device: %w", err)
+		}
+		r.loaded, r.stale = true, false
 	}
-	if err := r.comm.Broadcast(ctx, params, 0); err != nil {
-		return fmt.Errorf("broadcasting the initial weights: %w", err)
-	}
-	r.started = true
 	return nil
 }
 
@@ -186,13 +231,52 @@ func (r *Ring) Apply(ctx context.Context, step int64, params, grads []float32) e
 		return fmt.Errorf("allreduce of the gradients: %w", err)
 	}
 	to := time.Now()
-	if err := r.opt.Step(params, grads); err != nil {
+	if err := r.step(params, grads); err != nil {
 		return err
 	}
 	r.cfg.Timeline.Since(0, "optimizer step", to, timeline.Arg{Key: "step", Val: step})
 	if r.cfg.DesyncEvery > 0 && (step+1)%r.cfg.DesyncEvery == 0 {
+		if err := r.SyncHost(); err != nil {
+			return fmt.Errorf("desynchronisation check: %w", err)
+		}
 		return r.CheckDesync(ctx, step, params)
 	}
+	return nil
+}
+
+// step applies the optimizer: on the host, or on the device in a
+// resident run.
+func (r *Ring) step(params, grads []float32) error {
+	if !r.loaded {
+		return r.opt.Step(params, grads)
+	}
+	if err := r.residentErr; err != nil {
+		return err
+	}
+	s, err := r.opt.Advance()
+	if err != nil {
+		return err
+	}
+	r.stale = true
+	if err := r.cfg.Resident.StepResident(grads, s); err != nil {
+		return fmt.Errorf("the optimizer step on the device: %w", err)
+	}
+	return nil
+}
+
+// SyncHost brings the host's weights (the vector Params was given) and
+// optimizer state up to date with the device's in a resident run
+// (RingConfig.Resident), waiting for the copies; elsewhere they are the
+// host's already, and it does nothing. A worker calls it before it
+// hands the vector to an evaluation.
+func (r *Ring) SyncHost() error {
+	if !r.loaded || !r.stale {
+		return nil
+	}
+	if err := r.cfg.Resident.StoreResident(r.opt.LiveSlots()); err != nil {
+		return fmt.Errorf("copying the weights and the optimizer's state from the device: %w", err)
+	}
+	r.stale = false
 	return nil
 }
 
@@ -269,18 +353,45 @@ func (r *Ring) Abort() {
 	_ = r.endStep()
 }
 
-// State returns a copy of the optimizer's state (momentum, step count…).
-func (r *Ring) State() optim.State { return r.opt.State() }
+// State returns a copy of the optimizer's state (momentum, step count…),
+// brought from the device first in a resident run (a failure to is
+// returned by the next Apply or Finish).
+func (r *Ring) State() optim.State {
+	if err := r.SyncHost(); err != nil && r.residentErr == nil {
+		r.residentErr = err
+	}
+	return r.opt.State()
+}
 
 // LR is the learning rate of the ring's next step.
 func (r *Ring) LR() float64 { return r.opt.LR() }
 
 // Restore replaces the optimizer's state, as State returned it on a
 // rank whose state the ring adopts.
-func (r *Ring) Restore(s optim.State) error { return r.opt.Restore(s) }
+// It is an error in a resident run, whose state is on the device.
+func (r *Ring) Restore(s optim.State) error {
+	if r.loaded {
+		return errors.New("ring: restoring the optimizer's state while a resident run holds it on the device")
+	}
+	return r.opt.Restore(s)
+}
 
-// Finish has nothing pending.
-func (r *Ring) Finish(context.Context) error { return nil }
+// Finish ends a resident run: the device's weights and state are copied
+// into the host's (the vector Params was given), also after a failed
+// run, whose last completed step they hold (the update comes after the
+// allreduce). Otherwise nothing is pending.
+func (r *Ring) Finish(context.Context) error {
+	if !r.loaded {
+		return nil
+	}
+	err := r.SyncHost()
+	if err == nil {
+		err = r.residentErr
+	}
+	r.cfg.Resident.EndResident()
+	r.loaded, r.stale, r.residentErr = false, false, nil
+	return err
+}
 
 // Allreduces: Apply is an allreduce and a local optimizer step.
 func (r *Ring) Allreduces() bool { return true }

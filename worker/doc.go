@@ -16,7 +16,8 @@
 //
 // Strategies (async.go, sync.go, allreduce.go, local.go) implement Strategy and, as
 // they need, the optional capabilities a Worker looks for: WaitReporter,
-// LastStepper, Starter, Reducer, Overlapper. They are exported, so a
+// LastStepper, Starter, Reducer, Overlapper, HostSyncer (a Ring whose
+// weights stay on the model's device: RingConfig.Resident). They are exported, so a
 // strategy can be written outside this package.
 //
 // Concurrency: a Worker runs on the caller's goroutine, which also calls
@@ -29,7 +30,9 @@
 //
 // Ownership: the Worker owns its parameter and gradient vectors; a
 // Strategy must not keep the slices it is handed after a call returns (an
-// overlapped push sends a copy).
+// overlapped push sends a copy). In a resident ring run the model keeps
+// the parameter vector from the run's first Params to its Finish, to copy
+// the device's weights into it.
 //
 // Example (example_test.go) trains through two parameter-server shards.
 package worker

@@ -200,6 +200,7 @@ type Worker struct {
 	notifier nn.GradNotifier
 	reduces  bool
 	phased   nn.Phased // for the timeline's forward and backward
+	syncer   HostSyncer
 }
 
 // New returns a worker training model on its shard of train. It allocates
@@ -256,6 +257,7 @@ func New(cfg Config, model nn.Model, train data.Dataset, s Strategy) (*Worker, e
 		wk.pass = make([]float32, n)
 	}
 	wk.waits, _ = s.(WaitReporter)
+	wk.syncer, _ = s.(HostSyncer)
 	wk.phased, _ = model.(nn.Phased)
 	if r, ok := s.(Reducer); ok {
 		wk.reduces = r.Allreduces()
@@ -359,6 +361,11 @@ func (w *Worker) train(ctx context.Context) (Result, error) {
 			p.LossSum += loss
 			p.Correct += correct
 			if w.cfg.Eval != nil && res.Steps%w.cfg.EvalEvery == 0 {
+				if w.syncer != nil {
+					if err := w.syncer.SyncHost(); err != nil {
+						return res, fmt.Errorf("evaluating after step %d: %w", res.Steps, err)
+					}
+				}
 				err := w.cfg.Eval(ctx, res.Steps, w.params)
 				if errors.Is(err, ErrStop) {
 					res.Stopped = true
@@ -531,6 +538,16 @@ type Starter interface {
 	// StartAt is called once, before the first Params, with
 	// Config.StartStep.
 	StartAt(step int64)
+}
+
+// HostSyncer is a strategy whose updates may leave the worker's
+// parameter vector older than the weights it trains (a ring whose
+// weights stay on the device: RingConfig.Resident); Finish brings it up
+// to date at the end of every run.
+type HostSyncer interface {
+	// SyncHost brings the vector up to date; the worker calls it before
+	// it hands the vector to Config.Eval. It may block on the device.
+	SyncHost() error
 }
 
 // Reducer is a strategy whose Apply may combine the gradients across the

@@ -189,6 +189,11 @@ func TestFlagsAModeIgnoresAreRefusedOnce(t *testing.T) {
 		{"a shard's bound in async", []string{"ps", "--mode", "async", "--staleness", "2"}, "--staleness 2: the bound of --mode ssp; --mode async would ignore it"},
 		{"a shard's backups in ssp", []string{"ps", "--mode", "ssp", "--workers", "3", "--backup-workers", "1"}, "--backup-workers 1: for --mode sync"},
 		{"shoal run's bound in sync", []string{"run", "-np", "2", "--mode", "sync", "--staleness", "2", "true"}, "--staleness 2: the bound of --mode ssp; --mode sync would ignore it"},
+		{"the resident ring step in async", append([]string{"train", "--mode", "async", "--device-resident"}, job...),
+			"--device-resident: for --mode ring, whose ranks run the optimizer themselves; --mode async would ignore it"},
+		{"the resident ring step on the CPU", append([]string{"train", "--mode", "ring", "--device", "cpu", "--device-resident"}, job...),
+			"--device-resident: keeps the weights on a GPU, but --device cpu places worker 0 on the CPU"},
+		{"a worker's resident step in sync", []string{"worker", "--mode", "sync", "--device-resident"}, "--device-resident: for --mode ring"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := exec.CommandContext(ctxT(t, time.Minute), shoalBin, tc.args...).CombinedOutput()

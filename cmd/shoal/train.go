@@ -413,6 +413,9 @@ func (t *trainRun) check() error {
 	if err := flags.CheckLanes(t.calls.Lanes); err != nil {
 		return err
 	}
+	if err := t.allreduce.CheckResident(t.loop.Mode); err != nil {
+		return err
+	}
 	return t.checkRun()
 }
 
@@ -539,6 +542,9 @@ func (t *trainRun) build() error {
 	// Worker r is local rank r: a --device that finds no GPU fails here,
 	// before any process starts.
 	if t.where, err = t.device.DescribePlacement(t.workers); err != nil {
+		return err
+	}
+	if err := t.device.CheckResident(t.allreduce.DeviceResident, t.workers); err != nil {
 		return err
 	}
 	train, test, err := t.dataset.Load(t.arch.Seed)

@@ -69,7 +69,14 @@ static __device__ __forceinline__ float log1pf(float x) { return __nv_log1pf(x);
 SHOAL_RN(__fadd_rn, "add")
 SHOAL_RN(__fsub_rn, "sub")
 SHOAL_RN(__fmul_rn, "mul")
+SHOAL_RN(__fdiv_rn, "div")
 #undef SHOAL_RN
+static __device__ __forceinline__ float __fsqrt_rn(float a)
+{
+	float r;
+	asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
+	return r;
+}
 
 // Bit casts.
 static __device__ __forceinline__ unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }

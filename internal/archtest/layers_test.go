@@ -53,6 +53,7 @@ var harnesses = map[string]bool{
 	"internal/cudaemu/emubuild": true,
 	"collective/collectivetest": true,
 	"nn/devicetest":             true,
+	"internal/ringtest":         true,
 	"deploy":                    true,
 	"scripts/probe":             true, // issue 44's attacks, run by hand (docs/PROBE.md)
 }

@@ -29,6 +29,7 @@ func Run(t *testing.T, dev nn.Device) {
 	t.Run("ReLUBackward", func(t *testing.T) { testReLUBackward(t, dev) })
 	t.Run("SoftmaxXent", func(t *testing.T) { testSoftmaxXent(t, dev) })
 	t.Run("SGDMomentum", func(t *testing.T) { testSGDMomentum(t, dev) })
+	t.Run("Adam", func(t *testing.T) { testAdam(t, dev) })
 	t.Run("Im2Col", func(t *testing.T) { testIm2Col(t, dev) })
 	t.Run("SwapAxes", func(t *testing.T) { testSwapAxes(t, dev) })
 	t.Run("MaxPool", func(t *testing.T) { testMaxPool(t, dev) })
@@ -395,6 +396,60 @@ func testSGDMomentum(t *testing.T, dev nn.Device) {
 			same(t, name+" buffer", b, get(t, dev, db))
 		}
 	}
+}
+
+// adamTol is testAdam's relative tolerance: 16 float32 ulps (2⁻²⁰). The
+// kernel rounds every operation as optim does, so it should be exact; the
+// test asks only what float32 arithmetic in another order would keep.
+const adamTol = 1.0 / (1 << 20)
+
+// testAdam runs three Adam (AdamW) steps on the device, with the scalars
+// optim.Optimizer.Advance gives, against optim's CPU Adam stepping a copy.
+func testAdam(t *testing.T, dev nn.Device) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, n := range Sizes {
+		for _, c := range []struct {
+			name string
+			cfg  optim.Config
+		}{
+			{"adam", optim.Config{Algorithm: optim.Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999}},
+			{"adam wd", optim.Config{Algorithm: optim.Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, WeightDecay: 1e-2}},
+			{"adamw wd", optim.Config{Algorithm: optim.AdamW, LR: 1e-2, Beta1: 0.9, Beta2: 0.99, WeightDecay: 1e-1}},
+			{"adam beta1 0.3", optim.Config{Algorithm: optim.Adam, LR: 1e-2, Beta1: 0.3, Beta2: 0.9, Epsilon: 1e-6}}, // the lerp's other branch
+		} {
+			name := fmt.Sprintf("%s n=%d", c.name, n)
+			ref, err := optim.New(c.cfg, n)
+			require.NoError(t, err, name)
+			steps, err := optim.New(c.cfg, n)
+			require.NoError(t, err, name)
+			p := randVec(rng, n)
+			dp := put(t, dev, p)
+			dm, dv := alloc(t, dev, n), alloc(t, dev, n)
+			dev.Zero(dm.m, n)
+			dev.Zero(dv.m, n)
+			for range 3 {
+				g := randVec(rng, n)
+				require.NoError(t, ref.Step(p, g), name)
+				s, err := steps.Advance()
+				require.NoError(t, err, name)
+				require.Equal(t, c.cfg.Algorithm, s.Algorithm, name)
+				dev.Adam(dp.m, dm.m, dv.m, put(t, dev, g).m, n, s.Adam)
+			}
+			slots := ref.LiveSlots()
+			near(t, name+" params", widen(p), get(t, dev, dp), adamTol)
+			near(t, name+" exp_avg", widen(slots[optim.SlotExpAvg]), get(t, dev, dm), adamTol)
+			near(t, name+" exp_avg_sq", widen(slots[optim.SlotExpAvgSq]), get(t, dev, dv), adamTol)
+		}
+	}
+}
+
+// widen returns v in float64.
+func widen(v []float32) []float64 {
+	w := make([]float64, len(v))
+	for i, x := range v {
+		w[i] = float64(x)
+	}
+	return w
 }
 
 func testIm2Col(t *testing.T, dev nn.Device) {
