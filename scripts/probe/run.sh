@@ -7,7 +7,9 @@
 # Env: SHOAL (the shoal binary; built to /tmp/probe-shoal if unset), PROBE
 # (this probe; built to /tmp/probe-bin), OUT (folder of the runs' output,
 # default /tmp/probe-runs), EPOCHS (default 2), FLOOD_HTTP2 (set: the
-# flood's connections complete the HTTP/2 handshake, then never call).
+# flood's connections complete the HTTP/2 handshake, then never call),
+# FLOOD_HEALTH (check or watch: each of the flood's connections makes one
+# health Check, or holds a health Watch, then never calls).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/probe-runs}
@@ -89,7 +91,7 @@ for attack in "${@:-base gossip gossip-plain conns reform session hijack malform
 			P=127.0.0.1:${PS_PORT:-17072}
 			"$SHOAL" ps --listen "$P" --mode async --workers 2 --max-connections 16 --log-level info >"$OUT/flood-ps.out" 2>&1 & local_ps=$!
 			sleep 2
-			"$PROBE" flood -addr "$P" -n 32 -hold "${FLOOD_HOLD:-40s}" ${FLOOD_HTTP2:+-http2} & probe=$!
+			"$PROBE" flood -addr "$P" -n 32 -hold "${FLOOD_HOLD:-40s}" ${FLOOD_HTTP2:+-http2} ${FLOOD_HEALTH:+-health $FLOOD_HEALTH} & probe=$!
 			sleep 2
 			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps 300 >"$OUT/flood-w1.out" 2>&1 & w1=$!
 			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 300 >"$OUT/flood-w0.out" 2>&1; rc0=$?
