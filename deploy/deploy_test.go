@@ -138,6 +138,22 @@ func TestSlurmScriptSyntax(t *testing.T) {
 	}
 }
 
+// TestSlurmScriptAsksForItsSignal: the recipe asks Slurm to send SIGTERM
+// to its batch shell (B:) before the time limit, which the script's trap
+// passes to the workers' step alone, so that rank 0 evaluates and the
+// shards write their shutdown checkpoint (issue 44, item 10). TestRealSlurm
+// checks what follows on a real Slurm, but its time-limit job gives the
+// signal on sbatch's command line, which overrides the script's own.
+func TestSlurmScriptAsksForItsSignal(t *testing.T) {
+	src, err := os.ReadFile(sbatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^#SBATCH --signal=B:TERM@[0-9]+\s*$`).Match(src) {
+		t.Errorf("%s has no line #SBATCH --signal=B:TERM@<seconds>: at its time limit Slurm would kill the job's steps without a signal the script passes on", sbatch)
+	}
+}
+
 // scriptArgs matches the lines of the script that add shoal flags to its
 // arrays, and a flag in them.
 var (
@@ -336,6 +352,9 @@ func TestSlurmScriptRuns(t *testing.T) {
 				}
 				count[c[0]]++
 				checkFlags(t, "shoal.sbatch ran", c[0], c[1:], known)
+				if c[0] == "ps" {
+					checkLateRanksWaited(t, c[1:])
+				}
 			}
 			if count["ps"] != tc.ps || count["worker"] != tc.workers {
 				t.Errorf("the script ran %d shoal ps and %d shoal worker: want %d and %d\n%q", count["ps"], count["worker"], tc.ps, tc.workers, calls)
@@ -345,6 +364,33 @@ func TestSlurmScriptRuns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// minExitWait is the least --exit-wait the recipe may give its shards:
+// on real Slurm under load a rank started 40 s after the others, and the
+// shards' default (30 s) would have ended the job without it (issue 44,
+// item 11).
+const minExitWait = 5 * time.Minute
+
+// checkLateRanksWaited checks that a shard's argv waits at least
+// minExitWait for ranks that have not joined.
+func checkLateRanksWaited(t *testing.T, args []string) {
+	t.Helper()
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--exit-wait=")
+		if !ok && a == "--exit-wait" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minExitWait {
+			t.Errorf("the script gave shoal ps --exit-wait %q: want a duration of at least %v, so that a rank that starts late still joins", v, minExitWait)
+		}
+		return
+	}
+	t.Errorf("the script gave shoal ps no --exit-wait (the default is 30 s): want at least %v, so that a rank that starts late still joins\n%q", minExitWait, args)
 }
 
 func TestSlurmScriptRefusesBadMode(t *testing.T) {

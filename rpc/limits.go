@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
+
+	"github.com/shoalml/shoal/secure"
 )
 
 // Limits bound what clients can hold of a server.
@@ -91,8 +93,11 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 // while a worker's connection is never taken: its first call goes out
 // with its handshake, and once a call succeeded on it (or while one is
 // in flight, a push-pull waiting at a barrier included) it is never
-// replaced. Only when no connection can give its place is the one past
-// the cap closed at once. Each is logged (at most a line a second each)
+// replaced. Only calls that needed the token count (connCalls.TagRPC):
+// the health service is served without one, so a connection whose only
+// calls were health Checks, or that holds a health Watch open, counts as
+// one that never carried a call. Only when no connection can give its
+// place is the one past the cap closed at once. Each is logged (at most a line a second each)
 // with the peer's address, the cap and the count so far. The calls are
 // counted by ServerOptions' stats handler: a server without it never
 // replaces a connection past its handshake.
@@ -234,7 +239,7 @@ func connKey(local, remote net.Addr) string {
 
 // connCalls is the stats handler that counts, per connection a capListener
 // accepted, the calls in flight, whether one ever succeeded, and when the
-// last ended.
+// last ended: only calls that needed the token (TagRPC).
 type connCalls struct{}
 
 type connCallsKey struct{}
@@ -253,11 +258,27 @@ func (connCalls) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.C
 
 func (connCalls) HandleConn(context.Context, stats.ConnStats) {}
 
-func (connCalls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+// TagRPC hides the connection from HandleRPC for a call to a method
+// served without the token (secure.Open: the health service): such a call
+// proves nothing of its caller, so it neither marks its connection as one
+// that carried a call that succeeded nor keeps it while in flight (a
+// health Watch stays open as long as its caller likes). Every other call
+// that reaches a stats handler has passed the token check where the
+// server has one (the check is a tap, run before the call is handed to
+// the server), so a connection counts as carrying a real call only once
+// one of those succeeded, or while one is in flight.
+func (connCalls) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if secure.Open(info.FullMethodName) {
+		if _, ok := ctx.Value(connCallsKey{}).(*capConn); ok {
+			return context.WithValue(ctx, connCallsKey{}, (*capConn)(nil))
+		}
+	}
+	return ctx
+}
 
 func (connCalls) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	c, ok := ctx.Value(connCallsKey{}).(*capConn)
-	if !ok {
+	c, _ := ctx.Value(connCallsKey{}).(*capConn)
+	if c == nil {
 		return
 	}
 	switch s := s.(type) {

@@ -264,11 +264,15 @@ type authenticator struct {
 	every   rate.Sometimes
 }
 
-// open lists the methods served without a token: health probes.
-func open(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
+// Open says whether method (a full gRPC method name, "/service/method")
+// is served without the token: the health service's, for probes that
+// hold no credential. A call to any other method has passed the token
+// check once it reaches a handler (or a stats handler), where the server
+// has a token; rpc's connection cap counts only those.
+func Open(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
 
 func (a *authenticator) check(ctx context.Context, method string) error {
-	if open(method) {
+	if Open(method) {
 		return nil
 	}
 	var got string

@@ -11,6 +11,7 @@
 //	conns     -addr S -n N             hold N idle TCP connections to shard S, then try a real gRPC call
 //	flood     -addr S -n N -hold D     keep N silent TCP connections to shard S for D, each reopened as soon as the shard closes it; a real gRPC call every 250 ms
 //	          [-http2]                 each connection first completes the HTTP/2 handshake (preface and SETTINGS), then never calls
+//	          [-health check|watch]    each connection makes one health Check (or holds a health Watch open: the health service needs no token), then never calls
 //	reform    -addrs A,B,.. -n N       send N forged Elastic.Reform requests to each address
 //	session   -addr S                  push and pull as worker 0 without its session, at a far-ahead step
 //	hijack    -addr S                  join as worker 0 (ending its session) and push far ahead: the documented limit
@@ -37,7 +38,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/shoalml/shoal/cluster"
 	pb "github.com/shoalml/shoal/proto/shoalpb"
@@ -59,6 +62,7 @@ func main() {
 	url := fs.String("url", "", "a /metrics URL")
 	asWorker := fs.Int64("join-as", -1, "malformed: first join as this worker id (ending its session) so that the pushes carry a session and reach the shape checks")
 	http2 := fs.Bool("http2", false, "flood: complete the HTTP/2 handshake on each connection, then never call")
+	healthCall := fs.String("health", "", "flood: on each connection make one health Check (check) or hold a health Watch (watch), then never call")
 	fs.Parse(args)
 
 	var err error
@@ -68,7 +72,7 @@ func main() {
 	case "conns":
 		err = attackConns(*addr, def(*n, 1100), *hold)
 	case "flood":
-		err = attackFlood(*addr, def(*n, 64), *hold, *http2)
+		err = attackFlood(*addr, def(*n, 64), *hold, *http2, *healthCall)
 	case "reform":
 		err = attackReform(strings.Split(*addrs, ","), def(*n, 40))
 	case "session":
@@ -222,11 +226,19 @@ func attackConns(addr string, n int, hold time.Duration) error {
 // Info every 250 ms. It prints how many connections the flood opened and
 // how many of the real calls succeeded. With http2, each connection first
 // sends the HTTP/2 preface and an empty SETTINGS frame, which completes a
-// gRPC server's handshake without a credential.
-func attackFlood(addr string, n int, hold time.Duration, http2 bool) error {
+// gRPC server's handshake without a credential. With healthCall "check"
+// or "watch", each connection is a gRPC client's that makes one health
+// Check, or holds a health Watch open, and then never calls (the health
+// service is served without the token).
+func attackFlood(addr string, n int, hold time.Duration, http2 bool, healthCall string) error {
 	if err := loopback(addr); err != nil {
 		return err
 	}
+	if healthCall != "" && healthCall != "check" && healthCall != "watch" {
+		return fmt.Errorf("-health %q: want check or watch", healthCall)
+	}
+	stopCtx, stopCalls := context.WithCancel(context.Background())
+	defer stopCalls()
 	stop := make(chan struct{})
 	var opened, failed sync.Map // per flooder counts, summed below
 	var wg sync.WaitGroup
@@ -242,6 +254,14 @@ func attackFlood(addr string, n int, hold time.Duration, http2 bool) error {
 				case <-stop:
 					return
 				default:
+				}
+				if healthCall != "" {
+					if holdHealth(stopCtx, addr, healthCall == "watch") {
+						o++
+					} else {
+						f++
+					}
+					continue
 				}
 				c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 				if err != nil {
@@ -271,6 +291,7 @@ func attackFlood(addr string, n int, hold time.Duration, http2 bool) error {
 		cc, err := dial(addr)
 		if err != nil {
 			close(stop)
+			stopCalls()
 			wg.Wait()
 			return err
 		}
@@ -285,17 +306,62 @@ func attackFlood(addr string, n int, hold time.Duration, http2 bool) error {
 		}
 	}
 	close(stop)
+	stopCalls()
 	wg.Wait()
 	sum := func(m *sync.Map) (t int) {
 		m.Range(func(_, v any) bool { t += v.(int); return true })
 		return t
 	}
-	fmt.Printf("flood: %d flooders opened %d silent connections to %s in %v (%d dials failed); a real client's Info: %d of %d ok\n",
-		n, sum(&opened), addr, time.Since(t0).Round(time.Millisecond), sum(&failed), ok, tries)
+	what := "silent connections"
+	if healthCall != "" {
+		what = "connections with a health " + healthCall + " that succeeded"
+	}
+	fmt.Printf("flood: %d flooders opened %d %s to %s in %v (%d dials or calls failed); a real client's Info: %d of %d ok\n",
+		n, sum(&opened), what, addr, time.Since(t0).Round(time.Millisecond), sum(&failed), ok, tries)
 	if firstErr != nil {
 		fmt.Printf("flood: the first failed Info: %s\n", trimErr(firstErr))
 	}
 	return nil
+}
+
+// holdHealth opens a gRPC connection to addr, makes one health Check on
+// it (or opens a health Watch and reads its first status) and holds it
+// until the shard closes it or ctx ends: whether the call succeeded.
+func holdHealth(ctx context.Context, addr string, watch bool) bool {
+	cc, err := dial(addr)
+	if err != nil {
+		return false
+	}
+	defer cc.Close()
+	h := healthpb.NewHealthClient(cc)
+	if watch {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w, err := h.Watch(wctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return false
+		}
+		if _, err := w.Recv(); err != nil {
+			return false
+		}
+		for {
+			if _, err := w.Recv(); err != nil {
+				return true
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = h.Check(cctx, &healthpb.HealthCheckRequest{})
+	cancel()
+	if err != nil {
+		return false
+	}
+	for st := cc.GetState(); st == connectivity.Ready; st = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, st) {
+			break
+		}
+	}
+	return true
 }
 
 // attackReform (item 3): forged Elastic.Reform requests, unsigned, to every

@@ -7,7 +7,11 @@
 # Env: SHOAL (the shoal binary; built to /tmp/probe-shoal if unset), PROBE
 # (this probe; built to /tmp/probe-bin), OUT (folder of the runs' output,
 # default /tmp/probe-runs), EPOCHS (default 2), FLOOD_HTTP2 (set: the
-# flood's connections complete the HTTP/2 handshake, then never call).
+# flood's connections complete the HTTP/2 handshake, then never call),
+# FLOOD_HEALTH (check or watch: each of the flood's connections makes one
+# health Check, or holds a health Watch, then never calls), RESTART_STEPS
+# (restart's --steps per worker, default 600: more, so that the hijack 5 s
+# in lands mid-run on a fast machine).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/probe-runs}
@@ -89,7 +93,7 @@ for attack in "${@:-base gossip gossip-plain conns reform session hijack malform
 			P=127.0.0.1:${PS_PORT:-17072}
 			"$SHOAL" ps --listen "$P" --mode async --workers 2 --max-connections 16 --log-level info >"$OUT/flood-ps.out" 2>&1 & local_ps=$!
 			sleep 2
-			"$PROBE" flood -addr "$P" -n 32 -hold "${FLOOD_HOLD:-40s}" ${FLOOD_HTTP2:+-http2} & probe=$!
+			"$PROBE" flood -addr "$P" -n 32 -hold "${FLOOD_HOLD:-40s}" ${FLOOD_HTTP2:+-http2} ${FLOOD_HEALTH:+-health $FLOOD_HEALTH} & probe=$!
 			sleep 2
 			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps 300 >"$OUT/flood-w1.out" 2>&1 & w1=$!
 			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 300 >"$OUT/flood-w0.out" 2>&1; rc0=$?
@@ -115,16 +119,16 @@ for attack in "${@:-base gossip gossip-plain conns reform session hijack malform
 			finish hijack ;;
 		restart)
 			# shoal ps + shoal worker by hand: the hijack, then worker 0 restarted with its flags.
-			echo "== restart: shoal ps + 2 shoal worker --steps 600; hijack worker 0; restart it"
+			echo "== restart: shoal ps + 2 shoal worker --steps ${RESTART_STEPS:-600}; hijack worker 0; restart it"
 			P=127.0.0.1:${PS_PORT:-17071}
 			"$SHOAL" ps --listen "$P" --mode async --workers 2 --log-level info >"$OUT/restart-ps.out" 2>&1 & local_ps=$!
 			sleep 2
-			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps 600 >"$OUT/restart-w1.out" 2>&1 & w1=$!
-			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 600 >"$OUT/restart-w0.out" 2>&1 & w0=$!
+			"$SHOAL" worker --servers "$P" --mode async --rank 1 --world-size 2 --steps "${RESTART_STEPS:-600}" >"$OUT/restart-w1.out" 2>&1 & w1=$!
+			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps "${RESTART_STEPS:-600}" >"$OUT/restart-w0.out" 2>&1 & w0=$!
 			sleep 5
 			"$PROBE" hijack -addr "$P"
 			wait $w0; echo "   worker 0 exit $?: $(grep '^shoal:' "$OUT/restart-w0.out" | cut -c1-200)"
-			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps 600 >"$OUT/restart-w0b.out" 2>&1
+			"$SHOAL" worker --servers "$P" --mode async --rank 0 --world-size 2 --steps "${RESTART_STEPS:-600}" >"$OUT/restart-w0b.out" 2>&1
 			echo "   restarted worker 0 exit $?:"; grep -E 'joining a run|steps,|^test' "$OUT/restart-w0b.out" | sed 's/^/     /'
 			wait $w1; echo "   worker 1 exit $?"
 			kill "$local_ps"; wait "$local_ps" 2>/dev/null ;;
