@@ -324,7 +324,7 @@ func runScript(t *testing.T, env ...string) (string, [][]string) {
 }
 
 // accuracyLine is what worker 0 (ring: rank 0) prints at the end.
-var accuracyLine = regexp.MustCompile(`(?m)^test: loss [0-9.]+, accuracy ([0-9.]+)% \(1000 samples of synthetic/test\)$`)
+var accuracyLine = regexp.MustCompile(`(?m)^test: loss [0-9.]+, accuracy ([0-9.]+)% \(1000 samples of synthetic/test(; [^)]*)?\)$`)
 
 func TestSlurmScriptRuns(t *testing.T) {
 	known := knownFlags(t)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,7 +138,7 @@ func (w *psWorker) train(ctx context.Context, stdin io.Reader, servers *client.C
 	if w.Events || !w.Eval || w.ID.Rank != 0 {
 		return nil
 	}
-	if err := w.evaluate(ctx, servers); err != nil {
+	if err := w.evaluate(ctx, servers, st.strategy); err != nil {
 		if stoppedBy != "" {
 			fmt.Fprintf(w.out, "test: not evaluated: stopped early by %s, and %v\n", stoppedBy, err)
 		}
@@ -292,18 +293,48 @@ func (w *psWorker) report(res worker.Result, st psStrategy, steps *launch.StepLo
 }
 
 // evaluate pulls the final weights and prints their loss and accuracy on
-// the test set.
-func (w *psWorker) evaluate(ctx context.Context, servers *client.Client) error {
+// the test set, and which weights they were. Where the strategy knows the
+// pull of the run's final weights (sync, also with local steps: the last
+// step applied on every shard, waiting for the other workers' last pushes
+// within the call's deadline) it reads those; otherwise (async, SSP, a run
+// stopped early) the shards' weights as they are when this worker
+// finished, which other workers may still be changing, and the line says
+// so with the shards' clocks.
+func (w *psWorker) evaluate(ctx context.Context, servers *client.Client, strategy worker.Strategy) error {
 	params := make([]float32, w.Model.Layout().Size())
-	if _, err := servers.Pull(ctx, params); err != nil {
-		return fmt.Errorf("pulling the final weights: %w", err)
+	args, final := worker.PullArgs{WorkerID: -1}, false
+	if fp, ok := strategy.(worker.FinalPuller); ok {
+		args, final = fp.FinalPull()
+		if !final {
+			args = worker.PullArgs{WorkerID: -1}
+		}
+	}
+	clocks, err := servers.PullFor(ctx, args, params)
+	if err != nil {
+		what := "pulling the final weights"
+		if final {
+			what = fmt.Sprintf("pulling the weights of the run's last step (waiting for the shards to reach clocks %v)", args.Steps)
+		}
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	ev, err := worker.Evaluate(ctx, w.Model, params, w.Test, 1000)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w.out, "test: loss %.4f, accuracy %.2f%% (%d samples of %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.Test.Name())
+	what := fmt.Sprintf("the run's final weights, shards at clock %s", clockList(clocks))
+	if !final {
+		what = fmt.Sprintf("the shards' weights when rank 0 finished, at clock %s; other workers may still have been pushing", clockList(clocks))
+	}
+	fmt.Fprintf(w.out, "test: loss %.4f, accuracy %.2f%% (%d samples of %s; %s)\n", ev.Loss, 100*ev.Accuracy, ev.Samples, w.Test.Name(), what)
 	return nil
+}
+
+// clockList is clocks as "7" when every shard is at 7, else "[7 6]".
+func clockList(clocks []int64) string {
+	if len(clocks) > 0 && slices.Min(clocks) == slices.Max(clocks) {
+		return strconv.FormatInt(clocks[0], 10)
+	}
+	return fmt.Sprint(clocks)
 }
 
 // joinGossip puts the worker into the job's gossip cluster, when gossip

@@ -39,6 +39,7 @@ var (
 	_ WaitReporter = (*Local)(nil)
 	_ LastStepper  = (*Local)(nil)
 	_ Starter      = (*Local)(nil)
+	_ FinalPuller  = (*Local)(nil)
 )
 
 // NewLocal returns the strategy that takes h local steps with opt
@@ -62,6 +63,15 @@ func (l *Local) SetLastStep(step int64) {
 	if ls, ok := l.inner.(LastStepper); ok {
 		ls.SetLastStep(l.Round(step))
 	}
+}
+
+// FinalPull is the inner strategy's: after the last round's push, the
+// pull that reads the weights of the run's last outer step.
+func (l *Local) FinalPull() (PullArgs, bool) {
+	if fp, ok := l.inner.(FinalPuller); ok {
+		return fp.FinalPull()
+	}
+	return PullArgs{}, false
 }
 
 // StartAt makes a worker that joins late begin at step, which the caller

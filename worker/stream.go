@@ -113,6 +113,7 @@ var (
 	_ Strategy     = (*Streaming)(nil)
 	_ WaitReporter = (*Streaming)(nil)
 	_ LastStepper  = (*Streaming)(nil)
+	_ FinalPuller  = (*Streaming)(nil)
 	_ Starter      = (*Streaming)(nil)
 )
 
@@ -157,6 +158,15 @@ func (s *Streaming) SetLastStep(step int64) {
 	if ls, ok := s.inner.(LastStepper); ok {
 		ls.SetLastStep(s.exchange(step))
 	}
+}
+
+// FinalPull is the inner strategy's: the shards' clock counts
+// exchanges, so waiting for the last one waits for every earlier one.
+func (s *Streaming) FinalPull() (PullArgs, bool) {
+	if fp, ok := s.inner.(FinalPuller); ok {
+		return fp.FinalPull()
+	}
+	return PullArgs{}, false
 }
 
 // StartAt makes a worker that joins late begin at step, which the caller

@@ -24,6 +24,9 @@ type Sync struct {
 	// weights into params.
 	prefetched bool
 	lastStep   int64 // the step after which no weights are wanted (-1: not known)
+	// final, once the last step is pushed: per shard, the clock at which
+	// that shard will have applied the run's last step (FinalPull).
+	final []int64
 	// complete: the last pull came from past the run's last step (see
 	// worker.ErrRunComplete).
 	complete bool
@@ -34,6 +37,7 @@ var (
 	_ WaitReporter = (*Sync)(nil)
 	_ LastStepper  = (*Sync)(nil)
 	_ Starter      = (*Sync)(nil)
+	_ FinalPuller  = (*Sync)(nil)
 )
 
 // NewSync returns the synchronous strategy of worker over shards shards.
@@ -78,6 +82,18 @@ func (s *Sync) Params(ctx context.Context, _ int64, params []float32) error {
 	return nil
 }
 
+// FinalPull is the pull that reads the run's final weights once the last
+// step is pushed: as this worker, waiting on each shard until it applied
+// that step (the other workers' last pushes too, or their backups), so
+// rank 0 evaluates the run's end and not the moment it finished itself.
+// false before the last step is pushed (a run stopped early).
+func (s *Sync) FinalPull() (PullArgs, bool) {
+	if s.final == nil {
+		return PullArgs{}, false
+	}
+	return PullArgs{WorkerID: s.worker, Steps: slices.Clone(s.final)}, true
+}
+
 // pastLastStep says the shards, as last read, applied every step of a run
 // of lastStep+1 steps.
 func (s *Sync) pastLastStep() bool { return s.lastStep >= 0 && slices.Min(s.clocks) > s.lastStep }
@@ -113,6 +129,13 @@ func (s *Sync) Apply(ctx context.Context, step int64, params, grads []float32) e
 			return err
 		}
 		s.Dropped += int64(res.Dropped)
+		// A shard left out was past the last step already: as it was.
+		s.final = slices.Clone(s.next)
+		for i := range skip {
+			if skip[i] {
+				s.final[i] = s.clocks[i]
+			}
+		}
 		return nil
 	}
 	res, err := s.ps.PushPull(ctx, PushPullArgs{PushArgs: push, Steps: s.next, Dst: params, Waited: &s.waited})

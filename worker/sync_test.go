@@ -201,3 +201,103 @@ func TestABackupStragglerDoesNotPushPastTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFinalPullWaitsForTheLastStep: a sync worker that finishes first
+// (its last push goes out before another worker's) must read the run's
+// final weights through FinalPull, the last step applied on every shard,
+// not the weights of the step before it (issue 44, item 9: rank 0 of a
+// standalone PS job evaluated whatever the shards held when it finished).
+func TestTheFinalPullWaitsForTheLastStep(t *testing.T) {
+	const steps = 3
+	model := newModel(t)
+	train, _ := synthetic(t)
+	cfg := ps.DefaultConfig()
+	cfg.Mode, cfg.Workers, cfg.MaxWait = consistency.Sync, 2, 30*time.Second
+	cfg.Optimizer = optim.DefaultConfig()
+	cfg.Optimizer.Algorithm, cfg.Optimizer.LR = optim.SGD, 0.1
+	initial := make([]float32, model.Layout().Size())
+	model.Init(initial, 7)
+	cores := testcluster.CoresWith(t, cfg, model.Layout(), initial, 2, 512)
+	c := testcluster.Start(t, cores...)
+	// Worker 1 pushes straight into the shards, beside worker 0: every
+	// step but the last (a push waits for the step before it).
+	sessions := make([]ps.Session, len(cores))
+	push := func(step int64) error {
+		for i, core := range cores {
+			g := make([]float32, core.Floats())
+			for j := range g {
+				g[j] = 0.01 * float32(step+1)
+			}
+			if _, err := core.Push(ctxT(t), ps.Push{WorkerID: 1, Session: sessions[i], Step: step, Clock: step, Ranges: core.Ranges(), Grads: g}); err != nil {
+				return fmt.Errorf("worker 1's push of step %d to shard %d: %w", step, i, err)
+			}
+		}
+		return nil
+	}
+	for i, core := range cores {
+		var err error
+		sessions[i], err = core.Rebind(1)
+		require.NoError(t, err)
+	}
+	pushed := make(chan error, 1)
+	go func() {
+		for s := range int64(steps - 1) {
+			if err := push(s); err != nil {
+				pushed <- err
+				return
+			}
+		}
+		pushed <- nil
+	}()
+	cl, err := client.Dial(ctxT(t), c.Addrs(), client.WithDialOptions(c.DialOption()))
+	require.NoError(t, err)
+	defer cl.Close()
+	sync := worker.NewSync(psclient.New(cl), 0, len(cores))
+	_, ok := sync.FinalPull()
+	require.False(t, ok, "no final pull before the last step is pushed")
+	w, err := worker.New(worker.Config{Rank: 0, WorldSize: 2, Batch: 16, Steps: steps, Seed: 11}, model, train, sync)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Run(ctxT(t))
+	require.NoError(t, err)
+	require.NoError(t, <-pushed)
+	require.Equal(t, []int64{steps - 1, steps - 1}, []int64{cores[0].Clock(), cores[1].Clock()}, "the last step waits for worker 1's push")
+
+	args, ok := sync.FinalPull()
+	require.True(t, ok)
+	type read struct {
+		clocks client.Clocks
+		err    error
+	}
+	params := make([]float32, model.Layout().Size())
+	done := make(chan read, 1)
+	go func() {
+		clocks, err := cl.PullFor(ctxT(t), args, params)
+		done <- read{clocks, err}
+	}()
+	// The final pull must wait at the shards for worker 1's last push: it
+	// is sent once a shard holds the pull (or the pull came back at once,
+	// which is the defect).
+	var r read
+	returned := false
+	require.Eventually(t, func() bool {
+		select {
+		case r = <-done:
+			returned = true
+			return true
+		default:
+		}
+		_, waiting := cores[0].Stall()
+		return waiting
+	}, time.Minute, time.Millisecond)
+	if !returned {
+		require.NoError(t, push(steps-1))
+		r = <-done
+	}
+	require.NoError(t, r.err)
+	assert.Equal(t, client.Clocks{steps, steps}, r.clocks, "the final pull read the weights of the run's last step")
+	final := make([]float32, model.Layout().Size())
+	_, err = cl.Pull(ctxT(t), final)
+	require.NoError(t, err)
+	assert.Equal(t, final, params, "the final pull's weights are the run's end")
+}

@@ -522,6 +522,14 @@ type WaitReporter interface {
 	LastWait() time.Duration
 }
 
+// FinalPuller is a strategy that knows, once its run's last step is
+// pushed, the pull that reads the run's final weights (sync: waiting for
+// the last step to be applied on every shard). ok is false when it does
+// not know (a run stopped before its last step).
+type FinalPuller interface {
+	FinalPull() (args PullArgs, ok bool)
+}
+
 // LastStepper is a strategy that fetches the next step's weights with the
 // last step's push, and so wants to know which step is the last: nothing
 // is fetched after it (a sync or SSP pull for a step no one computes would
