@@ -27,7 +27,10 @@
 // Config.LocalSteps (DiLoCo) makes the pushes pseudo-gradients of H local
 // steps and the optimizer the outer one; sync and async apply them with
 // their own applier unchanged, and async refuses one from an outer step
-// the shard has not reached.
+// the shard has not reached. In async, outer momentum on every arriving
+// pseudo-gradient diverges; optim.DelayedNesterov (Liu et al.) is the
+// outer optimizer for it, its delay defaulting to Workers (Config.Delay)
+// and its update rule to full (UpdateConfig.ResolveFor).
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise
