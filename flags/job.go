@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoalml/shoal/collective"
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/launch"
 	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 )
 
 // Job is the contract of `shoal run`, Shoal's horovodrun: how many ranks
@@ -35,6 +37,8 @@ type Job struct {
 	Local    LocalSteps
 	Sec      Sec
 	Startup  time.Duration
+	// Compression is how the ranks' pushes travel in the PS modes.
+	Compression string
 
 	mode consistency.Mode // ModeName, parsed by Config
 }
@@ -44,6 +48,7 @@ func (j *Job) Register(fs *flag.FlagSet) {
 	fs.IntVar(&j.NP, "np", 0, SectionJob.Usage("number of ranks: copies of PROGRAM started on this host as ranks 0..N-1 (required)"))
 	fs.StringVar(&j.ModeName, "mode", consistency.Ring.String(), SectionJob.Usage("how the ranks train: ring (they allreduce among themselves, e.g. through shoal.torch, Horovod's API), or async, sync or ssp through --servers parameter-server shards that start first"))
 	fs.DurationVar(&j.Startup, "startup-timeout", time.Minute, SectionCommunication.Usage("async, sync, ssp: how long a shard may take to start"))
+	fs.StringVar(&j.Compression, "compression", "none", SectionCommunication.Usage("async, sync, ssp: the ranks' pushes on the wire as none (float32), fp16 or bf16, or int8 (a scale per 2048 values) for the pseudo-gradients of --local-steps only; the ranks get it as SHOAL_COMPRESSION, and a DistributedOptimizer's own compression= must then be none or the same. In a ring the program's DistributedOptimizer says it"))
 	j.Shard.Register(fs)
 	j.Local.RegisterProgram(fs)
 	j.Sec.Register(fs)
@@ -87,7 +92,13 @@ func (j *Job) Config(fs *flag.FlagSet, stdout, stderr io.Writer) (launch.Program
 		return launch.ProgramConfig{}, err
 	}
 	if j.mode == consistency.Ring {
+		if c, err := collective.ParseCompression(j.Compression); err != nil || c != collective.None {
+			return launch.ProgramConfig{}, fmt.Errorf("--compression %s: for the pushes of the parameter-server modes; in a ring the program's DistributedOptimizer says it (compression=hvd.Compression.fp16): leave it out", j.Compression)
+		}
 		return cfg, j.noShardFlags(fs)
+	}
+	if cfg.Compression, err = j.compression(); err != nil {
+		return launch.ProgramConfig{}, err
 	}
 	if j.Shard.Servers < 1 {
 		return launch.ProgramConfig{}, fmt.Errorf("--servers %d: want >= 1", j.Shard.Servers)
@@ -103,6 +114,21 @@ func (j *Job) Config(fs *flag.FlagSet, stdout, stderr io.Writer) (launch.Program
 	}
 	cfg.Servers, cfg.ServerArgs = j.Shard.Servers, j.ServerArgs
 	return cfg, nil
+}
+
+// compression is --compression checked for the mode and --local-steps,
+// by the rule of shoal train's (Ring.PushEncoding), as the ranks' SHOAL_COMPRESSION.
+func (j *Job) compression() (string, error) {
+	e, err := (&Ring{Compression: j.Compression}).PushEncoding(j.Local.H)
+	switch e {
+	case pb.Encoding_FLOAT16:
+		return "fp16", err
+	case pb.Encoding_BFLOAT16:
+		return "bf16", err
+	case pb.Encoding_INT8:
+		return "int8", err
+	}
+	return "none", err
 }
 
 // noShardFlags refuses, in a ring, the shards' flags that were given: it

@@ -125,6 +125,43 @@ func TestJobLocalSteps(t *testing.T) {
 	assert.Zero(t, cfg.LocalSteps, "a push every step by default")
 }
 
+// TestJobCompression: --compression reaches the ranks (SHOAL_COMPRESSION,
+// through cfg.Compression) in the PS modes, int8 only with --local-steps,
+// and is refused in a ring, where the program's DistributedOptimizer says
+// it; --outer-delay reaches the shards.
+func TestJobCompression(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		want  string
+		error string
+	}{
+		{"default", []string{"--mode", "sync"}, "none", ""},
+		{"bf16", []string{"--mode", "async", "--compression", "bf16"}, "bf16", ""},
+		{"int8 with local steps", []string{"--mode", "sync", "--local-steps", "10", "--compression", "int8"}, "int8", ""},
+		{"int8 without", []string{"--mode", "sync", "--compression", "int8"}, "", "--compression int8: for pseudo-gradients only (--local-steps H)"},
+		{"unknown", []string{"--mode", "sync", "--compression", "int4"}, "", `--compression: unknown compression "int4"`},
+		{"in a ring", []string{"--compression", "fp16"}, "", "--compression fp16: for the pushes of the parameter-server modes; in a ring the program's DistributedOptimizer says it"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, cfg, err := parseJob(t, append(append([]string{"-np", "2"}, tc.args...), "python3", "train.py")...)
+			if tc.error != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.error)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, cfg.Compression)
+		})
+	}
+	j, _, err := parseJob(t, "-np", "4", "--mode", "async", "--local-steps", "10", "--outer-optimizer", "delayed-nesterov", "--outer-delay", "4", "python3", "train.py")
+	require.NoError(t, err)
+	args := j.ServerArgs(0, "127.0.0.1:0", "/run/init")
+	assert.Contains(t, args, "--outer-optimizer=delayed-nesterov")
+	assert.Contains(t, args, "--outer-delay=4")
+}
+
 // TestJobRefusesTheServersOptimizer: every optimizer flag is refused,
 // saying why, whatever its value.
 func TestJobRefusesTheServersOptimizer(t *testing.T) {

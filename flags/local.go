@@ -110,13 +110,15 @@ type Outer struct {
 	Name     string
 	LR       float64
 	Momentum float64
+	Delay    int
 }
 
 // Register adds the flags to fs.
 func (o *Outer) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Name, "outer-optimizer", optim.Nesterov, SectionOptimizer.Usage("with --local-steps: the servers' optimizer of the pseudo-gradients, in place of --optimizer: "+strings.Join(optim.Algorithms(), ", ")+" (sgd at --outer-lr 1 without momentum makes the weights the mean of the workers')"))
 	fs.Float64Var(&o.LR, "outer-lr", 0.7, SectionOptimizer.Usage("with --local-steps: the outer optimizer's learning rate (constant)"))
-	fs.Float64Var(&o.Momentum, "outer-momentum", 0.9, SectionOptimizer.Usage("with --local-steps: the outer optimizer's momentum (momentum, nesterov)"))
+	fs.Float64Var(&o.Momentum, "outer-momentum", 0.9, SectionOptimizer.Usage("with --local-steps: the outer optimizer's momentum (momentum, nesterov, delayed-nesterov)"))
+	fs.IntVar(&o.Delay, "outer-delay", 0, SectionOptimizer.Usage("with --outer-optimizer delayed-nesterov (for async: Liu et al.'s delayed Nesterov, which applies each pseudo-gradient at --outer-lr/N without momentum and updates the momentum with the mean of the last N every N-th): N, the pushes between momentum updates. 0: the pushes of a round, --workers in async, 1 in sync (where it is nesterov)"))
 }
 
 // Config is the outer optimizer's config, checked.
@@ -126,5 +128,12 @@ func (o *Outer) Config() (optim.Config, error) {
 	if err := c.Validate(); err != nil {
 		return optim.Config{}, fmt.Errorf("--outer-optimizer, --outer-lr, --outer-momentum: %w", err)
 	}
+	switch {
+	case o.Delay < 0 || o.Delay > optim.MaxDelay:
+		return optim.Config{}, fmt.Errorf("--outer-delay %d: want 1..%d, or 0 for the pushes of a round", o.Delay, optim.MaxDelay)
+	case o.Delay != 0 && o.Name != optim.DelayedNesterov:
+		return optim.Config{}, fmt.Errorf("--outer-delay %d: the delay of --outer-optimizer %s; --outer-optimizer %s would ignore it: leave it out", o.Delay, optim.DelayedNesterov, o.Name)
+	}
+	c.Delay = o.Delay
 	return c, nil
 }

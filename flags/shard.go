@@ -90,8 +90,16 @@ func (f *Shard) UpdateNote(mode consistency.Mode, workers int, opt optim.Config,
 			return "", ""
 		}
 	}
-	rule = "update rule " + u.Resolve(mode).Rule.String()
+	rule = "update rule " + u.ResolveFor(mode, opt.Algorithm).Rule.String()
 	return rule, ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: opt, Update: u, LocalSteps: localSteps}.UnstableWarning()
+}
+
+// OuterDelay is the delay of the shards' delayed-nesterov outer optimizer
+// (--outer-delay) in a job in mode of workers workers, 0 resolved as the
+// shards resolve it.
+func (f *Shard) OuterDelay(mode consistency.Mode, workers int) int {
+	c := optim.Config{Algorithm: f.Outer.Name, Delay: f.Outer.Delay}
+	return ps.Config{Mode: mode, Workers: workers, Staleness: f.Staleness, Optimizer: c}.Delay()
 }
 
 // Args is the group as a shard's argv: every flag, with f's value.

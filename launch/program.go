@@ -37,6 +37,10 @@ const (
 	// pushes the pseudo-gradient of its own H steps every H steps. Set
 	// only when H > 0.
 	EnvLocalSteps = "SHOAL_LOCAL_STEPS"
+	// EnvCompression is how the ranks' pushes travel (none, fp16, bf16,
+	// or int8 with local steps): shoal run --compression. Set only when
+	// not none.
+	EnvCompression = "SHOAL_COMPRESSION"
 	// Those whose flags were given.
 	EnvAuthTokenFile = "SHOAL_AUTH_TOKEN_FILE"
 	EnvTLSCA         = "SHOAL_TLS_CA"
@@ -61,6 +65,9 @@ type ProgramConfig struct {
 	// LocalSteps, when > 0, is the H the ranks take between exchanges
 	// (EnvLocalSteps); the shards' ServerArgs must say the same.
 	LocalSteps int
+	// Compression, when not "" or "none", is how the ranks' pushes travel
+	// (EnvCompression): fp16, bf16, or int8 (with LocalSteps).
+	Compression string
 	// Exe is the binary the shards run (usually this one, os.Executable).
 	Exe string
 	// ServerArgs is shard's argv after Exe: listening on listen, and
@@ -100,6 +107,8 @@ func (cfg *ProgramConfig) validate() error {
 		return fmt.Errorf("%d servers: --mode ring has none", cfg.Servers)
 	case cfg.LocalSteps < 0 || (!ps && cfg.LocalSteps != 0):
 		return fmt.Errorf("%d local steps: want 0, or > 0 in a parameter-server mode", cfg.LocalSteps)
+	case !ps && cfg.Compression != "" && cfg.Compression != "none":
+		return fmt.Errorf("compression %s: for the pushes of a parameter-server mode; in a ring the program's DistributedOptimizer says it", cfg.Compression)
 	case ps && cfg.Servers < 1:
 		return fmt.Errorf("--servers %d: --mode %s needs >= 1", cfg.Servers, cfg.Mode)
 	case ps && (cfg.Exe == "" || cfg.ServerArgs == nil):
@@ -170,6 +179,9 @@ func (e *rankEnv) of(rank int, servers []string) []string {
 	}
 	if e.cfg.LocalSteps > 0 {
 		env = append(env, EnvLocalSteps+"="+strconv.Itoa(e.cfg.LocalSteps))
+	}
+	if c := e.cfg.Compression; c != "" && c != "none" {
+		env = append(env, EnvCompression+"="+c)
 	}
 	for _, f := range []struct{ name, path string }{
 		{EnvAuthTokenFile, e.cfg.Sec.Token}, {EnvTLSCA, e.cfg.Sec.CA}, {EnvTLSCert, e.cfg.Sec.Cert}, {EnvTLSKey, e.cfg.Sec.Key},

@@ -97,16 +97,19 @@ func TestProgramEnv(t *testing.T) {
 		servers int
 		sec     secure.Files
 		local   int
+		comp    string
 	}{
 		{name: "ring", mode: consistency.Ring},
 		{name: "sync, 2 shards, TLS and a token", mode: consistency.Sync, servers: 2,
 			sec: secure.Files{CA: "/c/ca.pem", Cert: "/c/node.pem", Key: "/c/node.key", Token: "/c/token"}},
 		{name: "async, local steps", mode: consistency.Async, servers: 1, local: 8},
+		{name: "sync, local steps in int8", mode: consistency.Sync, servers: 1, local: 4, comp: "int8"},
+		{name: "sync, compression none", mode: consistency.Sync, servers: 1, comp: "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr lineLog
 			cfg := programConfig(2, "env", &stdout, &stderr)
-			cfg.Mode, cfg.Servers, cfg.Exe, cfg.Sec, cfg.LocalSteps = tc.mode, tc.servers, exe, tc.sec, tc.local
+			cfg.Mode, cfg.Servers, cfg.Exe, cfg.Sec, cfg.LocalSteps, cfg.Compression = tc.mode, tc.servers, exe, tc.sec, tc.local, tc.comp
 			type call struct {
 				shard        int
 				listen, init string
@@ -140,6 +143,9 @@ func TestProgramEnv(t *testing.T) {
 				assert.Equal(t, tc.mode.String(), env["SHOAL_MODE"], "rank %d", r)
 				if h, ok := env["SHOAL_LOCAL_STEPS"]; tc.local > 0 || ok {
 					assert.Equal(t, strconv.Itoa(tc.local), h, "rank %d: SHOAL_LOCAL_STEPS only with local steps", r)
+				}
+				if c, ok := env["SHOAL_COMPRESSION"]; tc.comp == "int8" || ok {
+					assert.Equal(t, "int8", c, "rank %d: SHOAL_COMPRESSION only when not none", r)
 				}
 				for k, want := range map[string]string{"SHOAL_TLS_CA": tc.sec.CA, "SHOAL_TLS_CERT": tc.sec.Cert, "SHOAL_TLS_KEY": tc.sec.Key, "SHOAL_AUTH_TOKEN_FILE": tc.sec.Token} {
 					got, ok := env[k]
@@ -321,6 +327,11 @@ func TestProgramConfigValidates(t *testing.T) {
 			c.LocalSteps = 4
 			return c
 		}(), "4 local steps: want 0, or > 0 in a parameter-server mode"},
+		{"compression in a ring", func() ProgramConfig {
+			c := DefaultProgramConfig([]string{"true"}, 1, &out, &out)
+			c.Compression = "fp16"
+			return c
+		}(), "compression fp16: for the pushes of a parameter-server mode"},
 		{"a PS mode without the servers' argv", func() ProgramConfig {
 			c := DefaultProgramConfig([]string{"true"}, 1, &out, &out)
 			c.Mode, c.Servers = consistency.SSP, 1

@@ -38,6 +38,16 @@ func (o *Optimizer) StepBound(p, s, g float64) (p2, s2, peak float64) {
 		}
 		step = lr * d * widen
 		peak = max(g1, s2, d, step)
+	case algDelayedNesterov:
+		// next and buf are each at most s + g/N after the step (buf =
+		// next + g/N; next = μ·buf or next + g/N), whether or not it
+		// updates the momentum; the change is at most g/N + μ·buf.
+		mu := math.Abs(c.Momentum)
+		gn := g1 / float64(c.Delay) * widen
+		s2 = (s + gn) * widen
+		d := (gn + mu*s2) * widen
+		step = lr * d * widen
+		peak = max(g1, s2, d, step)
 	case algAdagrad:
 		// sum ≥ g², so |g|/(sqrt(sum)+ε) ≤ 1, unless g² underflows to 0
 		// (|g| < tiny), where ε bounds it.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Algorithm names accepted in Config.Algorithm.
@@ -14,6 +15,14 @@ const (
 	Adagrad  = "adagrad"  // PyTorch Adagrad with lr_decay 0 and initial accumulator 0
 	Adam     = "adam"     // PyTorch Adam (amsgrad off, weight decay coupled as L2)
 	AdamW    = "adamw"    // PyTorch AdamW (amsgrad off, weight decay decoupled: p *= 1 − lr·wd first)
+	// DelayedNesterov is Liu et al.'s delayed Nesterov momentum ("Asynchronous Local-SGD
+	// Training for Language Modeling", arXiv 2401.09135, Algorithm 3, with momentum activation
+	// c = 0), for a server applying each of many workers' (pseudo-)gradients as it arrives: every
+	// step applies its gradient at lr/N without momentum, and every N-th step (N Config.Delay)
+	// also updates the momentum buffer with the mean of the last N gradients and applies it. A
+	// round of N steps then moves the weights as one Nesterov step on their mean does, and a
+	// stale gradient never takes a momentum step of its own. With N = 1 it is Nesterov.
+	DelayedNesterov = "delayed-nesterov"
 )
 
 // Default hyper-parameters, those of torch.optim where it has one.
@@ -59,7 +68,8 @@ type Config struct {
 	Algorithm string
 	// LR is the base learning rate, > 0 and finite. Schedule scales it per step.
 	LR float64
-	// Momentum μ for "momentum" and "nesterov", in [0, 1); "nesterov" needs μ > 0 (as PyTorch).
+	// Momentum μ for "momentum", "nesterov" and "delayed-nesterov", in [0, 1); "nesterov"
+	// needs μ > 0 (as PyTorch).
 	// Ignored by the other algorithms. Dampening is always 0.
 	Momentum float64
 	// WeightDecay is PyTorch's coupled L2 weight_decay (g += wd·p before the update), >= 0.
@@ -70,9 +80,15 @@ type Config struct {
 	// algorithm's PyTorch default (DefaultAdamEpsilon, DefaultAdagradEpsilon), which is why an
 	// exact zero epsilon cannot be asked for (it would also divide 0 by 0 on a zero gradient).
 	Epsilon float64
+	// Delay N of DelayedNesterov: the steps between its momentum updates (the gradients whose
+	// mean each takes), in 1..MaxDelay; 0 is 1. Ignored by the other algorithms.
+	Delay int
 	// Schedule scales LR per step; the zero value keeps it constant.
 	Schedule Schedule
 }
+
+// MaxDelay bounds Config.Delay.
+const MaxDelay = 1 << 20
 
 // DefaultConfig returns plain SGD at lr 0.01 with the PyTorch defaults filled in for the other
 // algorithms (momentum 0.9, betas 0.9 and 0.999, epsilon per algorithm), so that switching
@@ -89,7 +105,7 @@ func DefaultConfig() Config {
 
 // Algorithms returns the accepted Algorithm names, in a fixed order. The slice is a fresh copy.
 func Algorithms() []string {
-	return []string{SGD, Momentum, Nesterov, Adagrad, Adam, AdamW}
+	return []string{SGD, Momentum, Nesterov, Adagrad, Adam, AdamW, DelayedNesterov}
 }
 
 type algorithm int
@@ -101,6 +117,7 @@ const (
 	algAdagrad
 	algAdam
 	algAdamW
+	algDelayedNesterov
 )
 
 func parseAlgorithm(name string) (algorithm, bool) {
@@ -117,6 +134,8 @@ func parseAlgorithm(name string) (algorithm, bool) {
 		return algAdam, true
 	case AdamW:
 		return algAdamW, true
+	case DelayedNesterov:
+		return algDelayedNesterov, true
 	}
 	return 0, false
 }
@@ -133,7 +152,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errorf(ErrInvalidConfig, format, args...))
 	}
 	if _, ok := parseAlgorithm(c.Algorithm); !ok {
-		bad("optimizer %q: unknown algorithm (want sgd, momentum, nesterov, adagrad or adam)", c.Algorithm)
+		bad("optimizer %q: unknown algorithm (want %s)", c.Algorithm, strings.Join(Algorithms(), ", "))
 	}
 	if !(c.LR > 0) || !finite(c.LR) {
 		bad("lr %v: must be positive and finite", c.LR)
@@ -142,6 +161,9 @@ func (c Config) Validate() error {
 		bad("momentum %v: must be in [0, 1)", c.Momentum)
 	} else if c.Algorithm == Nesterov && c.Momentum == 0 {
 		bad("momentum 0: nesterov needs momentum > 0")
+	}
+	if c.Delay < 0 || c.Delay > MaxDelay {
+		bad("delay %d: must be in 0..%d (0 is 1)", c.Delay, MaxDelay)
 	}
 	if !(c.WeightDecay >= 0) || !finite(c.WeightDecay) {
 		bad("weight decay %v: must be non-negative and finite", c.WeightDecay)
@@ -163,8 +185,12 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults resolves the zero Epsilon to the algorithm's default.
+// withDefaults resolves the zero Epsilon to the algorithm's default, and delayed-nesterov's zero
+// Delay to 1.
 func (c Config) withDefaults() Config {
+	if c.Algorithm == DelayedNesterov && c.Delay == 0 {
+		c.Delay = 1
+	}
 	if c.Epsilon == 0 {
 		switch c.Algorithm {
 		case Adam, AdamW:

@@ -25,7 +25,7 @@ func TestDefaultConfig(t *testing.T) {
 
 func TestAlgorithms(t *testing.T) {
 	algs := optim.Algorithms()
-	assert.Equal(t, []string{"sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"}, algs)
+	assert.Equal(t, []string{"sgd", "momentum", "nesterov", "adagrad", "adam", "adamw", "delayed-nesterov"}, algs)
 	algs[0] = "changed"
 	assert.Equal(t, "sgd", optim.Algorithms()[0], "Algorithms must return a fresh slice")
 }
@@ -41,6 +41,9 @@ func TestConfigValidateAccepts(t *testing.T) {
 		{"weight decay", func(c *optim.Config) { c.WeightDecay = 5e-4 }},
 		{"explicit epsilon", func(c *optim.Config) { c.Epsilon = 1e-6 }},
 		{"big lr", func(c *optim.Config) { c.LR = 10 }},
+		{"delayed-nesterov without momentum", func(c *optim.Config) { c.Algorithm, c.Momentum = optim.DelayedNesterov, 0 }},
+		{"delayed-nesterov delay 0", func(c *optim.Config) { c.Algorithm, c.Delay = optim.DelayedNesterov, 0 }},
+		{"delayed-nesterov at the bound", func(c *optim.Config) { c.Algorithm, c.Delay = optim.DelayedNesterov, optim.MaxDelay }},
 		{"min lr equal to lr", func(c *optim.Config) {
 			c.Schedule = optim.Schedule{Decay: optim.DecayCosine, DecaySteps: 10, MinLR: c.LR}
 		}},
@@ -67,9 +70,9 @@ func TestConfigValidateRejects(t *testing.T) {
 		wantErr string
 	}{
 		{"unknown algorithm", func(c *optim.Config) { c.Algorithm = "foo" },
-			`optimizer "foo": unknown algorithm (want sgd, momentum, nesterov, adagrad or adam)`},
+			`optimizer "foo": unknown algorithm (want sgd, momentum, nesterov, adagrad, adam, adamw, delayed-nesterov)`},
 		{"empty algorithm", func(c *optim.Config) { c.Algorithm = "" },
-			`optimizer "": unknown algorithm (want sgd, momentum, nesterov, adagrad or adam)`},
+			`optimizer "": unknown algorithm (want sgd, momentum, nesterov, adagrad, adam, adamw, delayed-nesterov)`},
 		{"algorithm is case-sensitive", func(c *optim.Config) { c.Algorithm = "Adam" },
 			`optimizer "Adam": unknown algorithm`},
 		{"lr zero", func(c *optim.Config) { c.LR = 0 }, "lr 0: must be positive and finite"},
@@ -81,6 +84,10 @@ func TestConfigValidateRejects(t *testing.T) {
 		{"momentum NaN", func(c *optim.Config) { c.Momentum = nan }, "momentum NaN: must be in [0, 1)"},
 		{"nesterov without momentum", func(c *optim.Config) { c.Algorithm, c.Momentum = optim.Nesterov, 0 },
 			"momentum 0: nesterov needs momentum > 0"},
+		{"delay negative", func(c *optim.Config) { c.Algorithm, c.Delay = optim.DelayedNesterov, -1 },
+			"delay -1: must be in 0..1048576 (0 is 1)"},
+		{"delay past the bound", func(c *optim.Config) { c.Delay = optim.MaxDelay + 1 },
+			"delay 1048577: must be in 0..1048576 (0 is 1)"},
 		{"weight decay negative", func(c *optim.Config) { c.WeightDecay = -0.1 },
 			"weight decay -0.1: must be non-negative and finite"},
 		{"weight decay Inf", func(c *optim.Config) { c.WeightDecay = inf },
@@ -125,7 +132,7 @@ func TestConfigValidateReportsEveryField(t *testing.T) {
 	assert.ErrorIs(t, err, optim.ErrInvalidConfig)
 	lines := strings.Split(err.Error(), "\n")
 	assert.Equal(t, []string{
-		`optimizer "rmsprop": unknown algorithm (want sgd, momentum, nesterov, adagrad or adam)`,
+		`optimizer "rmsprop": unknown algorithm (want sgd, momentum, nesterov, adagrad, adam, adamw, delayed-nesterov)`,
 		"lr 0: must be positive and finite",
 		"momentum 2: must be in [0, 1)",
 		"schedule: warmup steps -1: must be non-negative",

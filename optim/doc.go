@@ -1,6 +1,7 @@
 // Package optim implements the optimizers of Shoal — SGD, momentum, Nesterov momentum, Adagrad
-// and Adam, with coupled L2 weight decay, AdamW with decoupled weight decay, and learning-rate
-// schedules — as loops over flat float32 slices.
+// and Adam, with coupled L2 weight decay, AdamW with decoupled weight decay, delayed Nesterov
+// momentum for a server applying many workers' updates as they arrive (Liu et al. 2024), and
+// learning-rate schedules — as loops over flat float32 slices.
 //
 // The same code runs on a parameter-server shard (one Optimizer per chunk of the parameter
 // vector, its state living with the chunk) and on a worker in ring mode (one Optimizer for the

@@ -12,6 +12,10 @@ const (
 	SlotSum            = "sum"             // adagrad
 	SlotExpAvg         = "exp_avg"         // adam: first moment
 	SlotExpAvgSq       = "exp_avg_sq"      // adam: second moment
+	// SlotNextMomentum is delayed-nesterov's μ·momentum_buffer + Δ/N, Δ the sum of the
+	// gradients since its last momentum update (Liu et al.'s Algorithm 3): the buffer the next
+	// update sets, so far.
+	SlotNextMomentum = "next_momentum_buffer"
 )
 
 // Optimizer applies one algorithm to a flat float32 vector of fixed length. It owns its state
@@ -27,7 +31,7 @@ type Optimizer struct {
 
 	// State slots, each of length n; nil where the algorithm has none.
 	buf []float32 // momentum_buffer or sum
-	m   []float32 // exp_avg
+	m   []float32 // exp_avg, or delayed-nesterov's next_momentum_buffer
 	v   []float32 // exp_avg_sq
 }
 
@@ -48,6 +52,9 @@ func New(cfg Config, n int) (*Optimizer, error) {
 	case algAdam, algAdamW:
 		o.m = make([]float32, n)
 		o.v = make([]float32, n)
+	case algDelayedNesterov:
+		o.buf = make([]float32, n)
+		o.m = make([]float32, n)
 	}
 	return o, nil
 }
@@ -108,6 +115,10 @@ func (o *Optimizer) StepInto(dst, params, grads []float32) error {
 	case algAdam, algAdamW:
 		k := o.adamStep(lr)
 		stepAdam(dst, params, grads, o.m, o.v, k)
+	case algDelayedNesterov:
+		// The step count is t of Algorithm 3: the momentum moves on every
+		// Delay-th step, counted from the first (restored with the state).
+		stepDelayedNesterov(dst, params, grads, o.buf, o.m, float32(lr), wd, float32(c.Momentum), float32(c.Delay), o.steps%int64(c.Delay) == 0)
 	}
 	return nil
 }
@@ -260,6 +271,36 @@ func stepMomentum(d, p, grad, buf []float32, lr, wd, mu float32, nesterov bool) 
 			g = b
 		}
 		d[i] = p[i] - float32(lr*g)
+	}
+}
+
+// stepDelayedNesterov is Liu et al.'s Algorithm 3 with c = 0, n its N. It keeps, in place of
+// Algorithm 3's sum Δ of the gradients since the last momentum update, next = μ·buf + Δ/n (the
+// buffer the next update sets, so far), which holds the same information and whose magnitude
+// a bound can carry without it growing geometrically (StepBound): g = grad + wd·p; next += g/n;
+// on the steps that update the momentum (update), buf = next, next = μ·buf and p -= lr·(g/n +
+// next), which is Algorithm 3's p -= lr·(μ·(μ·buf + Δ/n) + g/n); on the others p -= lr·g/n.
+// With n = 1 every step updates, and the operations are Nesterov's (stepMomentum) in the same
+// order: the same bits.
+func stepDelayedNesterov(d, p, grad, buf, next []float32, lr, wd, mu, n float32, update bool) {
+	d = d[:len(p)]
+	grad = grad[:len(p)]
+	buf = buf[:len(p)]
+	next = next[:len(p)]
+	for i := range p {
+		g := grad[i]
+		if wd != 0 {
+			g += float32(wd * p[i])
+		}
+		step := g / n
+		u := next[i] + step
+		if update {
+			buf[i] = u
+			u = float32(mu * u)
+			step += u
+		}
+		next[i] = u
+		d[i] = p[i] - float32(lr*step)
 	}
 }
 

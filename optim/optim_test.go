@@ -35,11 +35,17 @@ func newOpt(t testing.TB, cfg optim.Config, n int) *optim.Optimizer {
 	return o
 }
 
+// config is alg at lr and weight decay wd, the other fields DefaultConfig's; delayed-nesterov
+// gets delay 3, so that the tests over every algorithm take steps that update its momentum and
+// steps that do not (at delay 1 it is nesterov).
 func config(alg string, lr, wd float64) optim.Config {
 	cfg := optim.DefaultConfig()
 	cfg.Algorithm = alg
 	cfg.LR = lr
 	cfg.WeightDecay = wd
+	if alg == optim.DelayedNesterov {
+		cfg.Delay = 3
+	}
 	return cfg
 }
 
@@ -97,6 +103,7 @@ type reference struct {
 	eps            float64
 	t              int64
 	buf, m, v, sum []float64
+	delta          []float64 // delayed-nesterov: Algorithm 3's Δ
 }
 
 func newReference(cfg optim.Config, n int) *reference {
@@ -109,7 +116,7 @@ func newReference(cfg optim.Config, n int) *reference {
 			eps = 1e-10
 		}
 	}
-	return &reference{cfg: cfg, eps: eps, m: make([]float64, n), v: make([]float64, n), sum: make([]float64, n)}
+	return &reference{cfg: cfg, eps: eps, m: make([]float64, n), v: make([]float64, n), sum: make([]float64, n), delta: make([]float64, n)}
 }
 
 func (r *reference) step(p, grad []float64) {
@@ -144,6 +151,19 @@ func (r *reference) step(p, grad []float64) {
 				g = r.buf[i]
 			}
 			p[i] -= lr * g
+		case optim.DelayedNesterov:
+			// Liu et al., arXiv 2401.09135, Algorithm 3 with c = 0, as written
+			// there: Δ += g; every N-th step m = β·m + Δ/N, p −= lr·(β·m + g/N),
+			// Δ = 0; otherwise p −= lr·g/N.
+			n := float64(max(c.Delay, 1))
+			r.delta[i] += g
+			if r.t%int64(n) == 0 {
+				r.buf[i] = c.Momentum*r.buf[i] + r.delta[i]/n
+				r.delta[i] = 0
+				p[i] -= lr * (c.Momentum*r.buf[i] + g/n)
+			} else {
+				p[i] -= lr * g / n
+			}
 		case optim.Adagrad:
 			r.sum[i] += g * g
 			p[i] -= lr * g / (math.Sqrt(r.sum[i]) + r.eps)
@@ -189,6 +209,11 @@ func TestAgainstReference(t *testing.T) {
 		{"momentum/mu=0.5", with(config(optim.Momentum, 0.05, 0), func(c *optim.Config) { c.Momentum = 0.5 })},
 		{"nesterov", config(optim.Nesterov, 0.05, 0)},
 		{"nesterov/wd", config(optim.Nesterov, 0.05, 0.01)},
+		{"delayed-nesterov/delay=3", config(optim.DelayedNesterov, 0.05, 0)},
+		{"delayed-nesterov/delay=3/wd", config(optim.DelayedNesterov, 0.05, 0.01)},
+		{"delayed-nesterov/delay=1", with(config(optim.DelayedNesterov, 0.05, 0), func(c *optim.Config) { c.Delay = 1 })},
+		{"delayed-nesterov/delay=4", with(config(optim.DelayedNesterov, 0.7, 0), func(c *optim.Config) { c.Delay = 4 })},
+		{"delayed-nesterov/delay=7/mu=0.5", with(config(optim.DelayedNesterov, 0.05, 0), func(c *optim.Config) { c.Delay, c.Momentum = 7, 0.5 })},
 		{"adagrad", config(optim.Adagrad, 0.05, 0)},
 		{"adagrad/wd", config(optim.Adagrad, 0.05, 0.01)},
 		{"adagrad/eps", with(config(optim.Adagrad, 0.05, 0), func(c *optim.Config) { c.Epsilon = 1e-3 })},
@@ -228,6 +253,13 @@ func TestAgainstReference(t *testing.T) {
 			switch tt.cfg.Algorithm {
 			case optim.Momentum, optim.Nesterov:
 				assertClose(t, ref.buf, st.Slots[optim.SlotMomentumBuffer], float32Rel, 0.1, "momentum_buffer")
+			case optim.DelayedNesterov:
+				assertClose(t, ref.buf, st.Slots[optim.SlotMomentumBuffer], float32Rel, 0.1, "momentum_buffer")
+				next := make([]float64, n)
+				for i := range next {
+					next[i] = tt.cfg.Momentum*ref.buf[i] + ref.delta[i]/float64(tt.cfg.Delay)
+				}
+				assertClose(t, next, st.Slots[optim.SlotNextMomentum], float32Rel, 0.1, "next_momentum_buffer")
 			case optim.Adagrad:
 				assertClose(t, ref.sum, st.Slots[optim.SlotSum], float32Rel, 1e-3, "sum")
 			case optim.Adam, optim.AdamW:

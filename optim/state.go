@@ -8,7 +8,8 @@ import (
 
 // State is an optimizer's mutable state, for checkpoints: the step count and one named slice
 // per state slot (SlotMomentumBuffer, SlotSum, SlotExpAvg, SlotExpAvgSq, as in PyTorch's
-// state_dict). Plain "sgd" has no slots.
+// state_dict, and delayed-nesterov's SlotNextMomentum). Plain "sgd" has no slots. Delayed-nesterov's
+// Steps also says where it is between two momentum updates.
 type State struct {
 	Steps int64
 	Slots map[string][]float32
@@ -23,6 +24,8 @@ func (o *Optimizer) slotNames() []string {
 		return []string{SlotSum}
 	case algAdam, algAdamW:
 		return []string{SlotExpAvg, SlotExpAvgSq}
+	case algDelayedNesterov:
+		return []string{SlotMomentumBuffer, SlotNextMomentum}
 	}
 	return nil
 }
@@ -32,7 +35,7 @@ func (o *Optimizer) slot(name string) []float32 {
 	switch name {
 	case SlotMomentumBuffer, SlotSum:
 		return o.buf
-	case SlotExpAvg:
+	case SlotExpAvg, SlotNextMomentum:
 		return o.m
 	case SlotExpAvgSq:
 		return o.v

@@ -29,6 +29,10 @@ func TestStateRoundTrip(t *testing.T) {
 		optim.Adagrad:  {"sum"},
 		optim.Adam:     {"exp_avg", "exp_avg_sq"},
 		optim.AdamW:    {"exp_avg", "exp_avg_sq"},
+		// At delay 3 (config's), the steps after the restore (the 4th to
+		// the 7th) update the momentum at the 6th only: both slots and
+		// the step count must come back.
+		optim.DelayedNesterov: {"momentum_buffer", "next_momentum_buffer"},
 	}
 	for _, alg := range optim.Algorithms() {
 		t.Run(alg, func(t *testing.T) {

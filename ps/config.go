@@ -115,10 +115,11 @@ func DefaultConfig() Config {
 	return Config{Mode: consistency.Async, Optimizer: optim.DefaultConfig(), MaxWait: 10 * time.Minute}
 }
 
-// withDefaults is c with its zero MaxWait and Workers, and its update
-// rule's defaults, set.
+// withDefaults is c with its zero MaxWait and Workers, its update
+// rule's defaults and a delayed-nesterov optimizer's zero delay set.
 func (c Config) withDefaults() Config {
-	c.Update = c.Update.Resolve(c.Mode)
+	c.Optimizer.Delay = c.Delay()
+	c.Update = c.Update.ResolveFor(c.Mode, c.Optimizer.Algorithm)
 	if c.MaxWait == 0 {
 		c.MaxWait = 10 * time.Minute
 	}
@@ -174,10 +175,33 @@ func (c Config) validate() error {
 	if err := c.Update.validate(); err != nil {
 		return err
 	}
+	if c.Optimizer.Algorithm == optim.DelayedNesterov && c.Optimizer.Delay == 0 {
+		return fmt.Errorf("optimizer %s in %s mode: delay 0 and no workers: the delay (the pushes between momentum updates) is by default the number of workers, which %s mode without Workers does not know; set the delay or the workers", optim.DelayedNesterov, c.Mode, c.Mode)
+	}
 	if c.CheckpointEvery < 0 {
 		return fmt.Errorf("checkpoint every %d: want >= 0", c.CheckpointEvery)
 	}
 	return c.Optimizer.Validate()
+}
+
+// Delay is the delay of a delayed-nesterov optimizer (optim.Config.Delay)
+// with 0 resolved to the pushes in one round, which each momentum update
+// then takes the mean of: one in sync (the barrier's mean), Workers in
+// async and SSP (each worker's once). In async without Workers it stays 0,
+// which validate refuses: the workers may come and go unannounced, and no
+// round can be told.
+func (c Config) Delay() int {
+	d := c.Optimizer.Delay
+	if c.Optimizer.Algorithm != optim.DelayedNesterov || d != 0 {
+		return d
+	}
+	switch {
+	case c.synchronous():
+		return 1
+	case c.Workers == 0 && c.Mode != consistency.Async:
+		return 1 // ps.Config's default in ssp
+	}
+	return c.Workers
 }
 
 // MaxLocalSteps bounds Config.LocalSteps.

@@ -31,7 +31,10 @@
 // the vector into fragments of whole rows of the plan: a push carries one
 // fragment's chunks, the sync barrier is per exchange (exchange e is
 // fragment e mod F), and the outer optimizer's state is per chunk, so
-// per fragment (fragment.go).
+// per fragment (fragment.go). In async, outer momentum on every arriving
+// pseudo-gradient diverges; optim.DelayedNesterov (Liu et al.) is the
+// outer optimizer for it, its delay defaulting to Workers (Config.Delay)
+// and its update rule to full (UpdateConfig.ResolveFor).
 // PushPull is the one entry point of a push-pull in every mode; the
 // gradient's finiteness and magnitude scan is Scan, which a decoder runs
 // piece by piece as the pieces arrive (Push.Scan) and the shard otherwise

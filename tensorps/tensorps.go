@@ -55,7 +55,9 @@ type Config struct {
 	// Open goes on trying (client.WithConnectNotice).
 	Notice func(addr string, err error)
 	// Encoding is how pushes travel: float32, or halved to float16 or
-	// bfloat16 (the shards apply them in float32).
+	// bfloat16 (the shards apply them in float32), or int8 with a scale
+	// per block for pseudo-gradients (LocalSteps > 0; shards without
+	// local steps refuse it).
 	Encoding pb.Encoding
 	// LocalSteps is the H the runtime takes between pushes (DiLoCo: each
 	// push is the pseudo-gradient of H steps), 0 for a push every step.
@@ -70,7 +72,8 @@ func DefaultConfig() Config {
 
 // ConfigFromEnv fills cfg from what shoal run sets: SHOAL_MODE,
 // SHOAL_SERVERS, the rank and size (cluster.FromEnv: SHOAL_*, Open MPI,
-// Slurm, torchrun), SHOAL_LOCAL_STEPS and SHOAL_AUTH_TOKEN_FILE,
+// Slurm, torchrun), SHOAL_LOCAL_STEPS, SHOAL_COMPRESSION (Encoding: none,
+// fp16, bf16, or int8 with local steps) and SHOAL_AUTH_TOKEN_FILE,
 // SHOAL_TLS_CERT, SHOAL_TLS_KEY, SHOAL_TLS_CA.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	m, err := consistency.Parse(getenv("SHOAL_MODE"))
@@ -97,11 +100,61 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("SHOAL_LOCAL_STEPS=%q: want the number of local steps between pushes, 0..%d (shoal run --local-steps sets it)", h, ps.MaxLocalSteps)
 		}
 	}
+	if cfg.Encoding, err = encodingFromEnv(getenv("SHOAL_COMPRESSION"), cfg.LocalSteps); err != nil {
+		return cfg, err
+	}
 	files := secure.Files{Cert: getenv("SHOAL_TLS_CERT"), Key: getenv("SHOAL_TLS_KEY"), CA: getenv("SHOAL_TLS_CA"), Token: getenv("SHOAL_AUTH_TOKEN_FILE")}
 	if cfg.Creds, err = secure.Load(files); err != nil {
 		return cfg, fmt.Errorf("SHOAL_TLS_*/SHOAL_AUTH_TOKEN_FILE: %w", err)
 	}
 	return cfg, nil
+}
+
+// encodingFromEnv is SHOAL_COMPRESSION's encoding ("" is none): int8
+// only for pseudo-gradients (localSteps > 0), as the Go workers' rule.
+func encodingFromEnv(s string, localSteps int) (pb.Encoding, error) {
+	switch strings.ToLower(s) {
+	case "", "none":
+		return pb.Encoding_FLOAT32, nil
+	case "fp16", "float16":
+		return pb.Encoding_FLOAT16, nil
+	case "bf16", "bfloat16":
+		return pb.Encoding_BFLOAT16, nil
+	case "int8":
+		if localSteps == 0 {
+			return pb.Encoding_FLOAT32, errors.New("SHOAL_COMPRESSION=int8: for pseudo-gradients only, and SHOAL_LOCAL_STEPS is unset: each step's update would round its small values to zero (shoal run --compression int8 needs --local-steps)")
+		}
+		return pb.Encoding_INT8, nil
+	}
+	return pb.Encoding_FLOAT32, fmt.Errorf("SHOAL_COMPRESSION=%q: want none, fp16, bf16 or int8 (shoal run --compression sets it)", s)
+}
+
+// WithScriptEncoding is cfg with the encoding the runtime's own
+// optimizer asks for (shoal.torch's compression=): float32 keeps
+// cfg.Encoding (SHOAL_COMPRESSION's); another must be cfg's or come
+// where cfg has float32.
+func (cfg Config) WithScriptEncoding(e pb.Encoding) (Config, error) {
+	switch {
+	case e == pb.Encoding_FLOAT32 || e == cfg.Encoding:
+		return cfg, nil
+	case cfg.Encoding != pb.Encoding_FLOAT32:
+		return cfg, fmt.Errorf("the DistributedOptimizer's compression is %s and SHOAL_COMPRESSION (shoal run --compression) is %s: give one, or the same", encodingName(e), encodingName(cfg.Encoding))
+	}
+	cfg.Encoding = e
+	return cfg, nil
+}
+
+// encodingName is e as SHOAL_COMPRESSION spells it.
+func encodingName(e pb.Encoding) string {
+	switch e {
+	case pb.Encoding_FLOAT16:
+		return "fp16"
+	case pb.Encoding_BFLOAT16:
+		return "bf16"
+	case pb.Encoding_INT8:
+		return "int8"
+	}
+	return "none"
 }
 
 // WriteModel writes the model's layout and initial values where the

@@ -3,6 +3,7 @@ package tensorps
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/shoalml/shoal/internal/testcluster"
 	"github.com/shoalml/shoal/nn"
 	"github.com/shoalml/shoal/optim"
+	pb "github.com/shoalml/shoal/proto/shoalpb"
 	"github.com/shoalml/shoal/ps"
 )
 
@@ -149,4 +151,45 @@ func TestConfigFromEnv(t *testing.T) {
 	env["SHOAL_SERVERS"], env["SHOAL_AUTH_TOKEN_FILE"] = "127.0.0.1:1", filepath.Join(t.TempDir(), "missing")
 	_, err = ConfigFromEnv(DefaultConfig(), func(k string) string { return env[k] })
 	assert.ErrorContains(t, err, "SHOAL_TLS_*/SHOAL_AUTH_TOKEN_FILE")
+}
+
+// TestCompressionFromEnv: SHOAL_COMPRESSION (shoal run --compression)
+// sets the pushes' encoding; int8 needs local steps; the script's own
+// compression is taken where the environment has none, and must agree
+// where it has one.
+func TestCompressionFromEnv(t *testing.T) {
+	base := map[string]string{"SHOAL_MODE": "sync", "SHOAL_SERVERS": "127.0.0.1:1", "SHOAL_RANK": "0", "SHOAL_WORLD_SIZE": "2"}
+	cases := []struct {
+		name, compression, localSteps string
+		script                        pb.Encoding
+		want                          pb.Encoding
+		error                         string
+	}{
+		{"unset", "", "", pb.Encoding_FLOAT32, pb.Encoding_FLOAT32, ""},
+		{"none", "none", "", pb.Encoding_FLOAT32, pb.Encoding_FLOAT32, ""},
+		{"bf16", "bf16", "", pb.Encoding_FLOAT32, pb.Encoding_BFLOAT16, ""},
+		{"fp16", "fp16", "", pb.Encoding_FLOAT32, pb.Encoding_FLOAT16, ""},
+		{"int8 with local steps", "int8", "5", pb.Encoding_FLOAT32, pb.Encoding_INT8, ""},
+		{"int8 without local steps", "int8", "", pb.Encoding_FLOAT32, 0, "SHOAL_COMPRESSION=int8: for pseudo-gradients only, and SHOAL_LOCAL_STEPS is unset"},
+		{"unknown", "int4", "", pb.Encoding_FLOAT32, 0, `SHOAL_COMPRESSION="int4": want none, fp16, bf16 or int8`},
+		{"the script's alone", "", "", pb.Encoding_FLOAT16, pb.Encoding_FLOAT16, ""},
+		{"the script's and the same", "bf16", "", pb.Encoding_BFLOAT16, pb.Encoding_BFLOAT16, ""},
+		{"the script's and another", "int8", "5", pb.Encoding_FLOAT16, 0, "the DistributedOptimizer's compression is fp16 and SHOAL_COMPRESSION (shoal run --compression) is int8: give one, or the same"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := maps.Clone(base)
+			env["SHOAL_COMPRESSION"], env["SHOAL_LOCAL_STEPS"] = tc.compression, tc.localSteps
+			cfg, err := ConfigFromEnv(DefaultConfig(), func(k string) string { return env[k] })
+			if err == nil {
+				cfg, err = cfg.WithScriptEncoding(tc.script)
+			}
+			if tc.error != "" {
+				assert.ErrorContains(t, err, tc.error)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, cfg.Encoding)
+		})
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/shoalml/shoal/consistency"
 	"github.com/shoalml/shoal/emulate"
 	"github.com/shoalml/shoal/nn"
+	"github.com/shoalml/shoal/optim"
 	"github.com/shoalml/shoal/ps"
 	"github.com/shoalml/shoal/sim"
 )
@@ -129,7 +130,11 @@ func Emulate(ctx context.Context, cfg EmulateConfig, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "shoal bench emulate: %s, batch %d per worker, %d epochs of %s, %s lr %g (%s decay); schedules simulated with compute %.2f ms a step (jitter %g), %d server(s), NICs of %g Gbit/s\n",
 			cfg.ModelName, j.Batch, j.Epochs, j.Train.Name(), j.Optimizer.Algorithm, j.Optimizer.LR, j.Decay, c*1e3, n.Jitter, cfg.Servers, n.NICGbps)
 		if len(cfg.LocalSteps) > 0 {
-			fmt.Fprintf(stdout, "with local steps H: the workers' inner optimizer is the above, the shard's outer %s lr %g momentum %g\n", j.Outer.Algorithm, j.Outer.LR, j.Outer.Momentum)
+			delay := ""
+			if j.Outer.Algorithm == optim.DelayedNesterov {
+				delay = fmt.Sprintf(" delay %d (0: the workers)", j.Outer.Delay)
+			}
+			fmt.Fprintf(stdout, "with local steps H: the workers' inner optimizer is the above, the shard's outer %s lr %g momentum %g%s\n", j.Outer.Algorithm, j.Outer.LR, j.Outer.Momentum, delay)
 		}
 	}
 	base := sim.Config{Servers: cfg.Servers, Layers: model.Layout().Bytes(), Forward: c / 3, Backward: 2 * c / 3,
@@ -225,7 +230,11 @@ func ruleLabel(j Job, sc sim.Config) string {
 	if sc.Mode.Synchronous(sc.Staleness) {
 		return ""
 	}
-	return j.Update.Resolve(sc.Mode).Rule.String()
+	alg := j.Optimizer.Algorithm
+	if j.LocalSteps > 0 {
+		alg = j.Outer.Algorithm
+	}
+	return j.Update.ResolveFor(sc.Mode, alg).Rule.String()
 }
 
 // emulate runs j as the job that sc simulates and prints how it went: a

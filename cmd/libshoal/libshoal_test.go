@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -408,6 +409,15 @@ func startShardsWith(t *testing.T, mode consistency.Mode, workers, servers int, 
 // by tweak (nil: as shoal run makes it).
 func startShardsConfig(t *testing.T, mode consistency.Mode, workers, servers int, creds *secure.Credentials, tweak func(*ps.Config)) ([]string, string) {
 	t.Helper()
+	addrs, initPath, _ := startShardsMetrics(t, mode, workers, servers, creds, tweak, false)
+	return addrs, initPath
+}
+
+// startShardsMetrics is startShardsConfig, with each shard serving its
+// Prometheus metrics when metrics is set, at the addresses it returns
+// third, in shard order.
+func startShardsMetrics(t *testing.T, mode consistency.Mode, workers, servers int, creds *secure.Credentials, tweak func(*ps.Config), metrics bool) ([]string, string, []string) {
+	t.Helper()
 	initPath := filepath.Join(t.TempDir(), "model")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -415,7 +425,7 @@ func startShardsConfig(t *testing.T, mode consistency.Mode, workers, servers int
 		cancel()
 		wg.Wait()
 	})
-	addrs := make([]string, servers)
+	addrs, metricsAddrs := make([]string, servers), make([]string, servers)
 	for i := range servers {
 		c := ps.DefaultConfig()
 		c.Mode, c.Workers, c.Shard = mode, workers, i
@@ -427,6 +437,9 @@ func startShardsConfig(t *testing.T, mode consistency.Mode, workers, servers int
 		cfg := node.ShardConfig{PS: c, Listen: "127.0.0.1:0", Drain: time.Second, StreamIdle: time.Minute, Limits: rpc.DefaultLimits,
 			ExitWait: time.Minute, Events: true, Creds: creds, InitFrom: initPath, InitWait: 5 * time.Minute,
 			PlanFor: func(floats int) (shard.Plan, error) { return shard.New(floats, servers, 256) }}
+		if metrics {
+			cfg.MetricsAddr = "127.0.0.1:0"
+		}
 		r, w := io.Pipe()
 		wg.Go(func() {
 			err := node.RunShard(ctx, cfg, w)
@@ -435,13 +448,50 @@ func startShardsConfig(t *testing.T, mode consistency.Mode, workers, servers int
 				t.Errorf("shard %d: %v", i, err)
 			}
 		})
+		dec := json.NewDecoder(r)
 		var ev launch.Event
-		require.NoError(t, json.NewDecoder(r).Decode(&ev), "shard %d's first event", i)
+		require.NoError(t, dec.Decode(&ev), "shard %d's first event", i)
+		if metrics {
+			require.Equal(t, launch.Metrics, ev.Event, "shard %d's first event", i)
+			metricsAddrs[i] = ev.Addr
+			require.NoError(t, dec.Decode(&ev), "shard %d's second event", i)
+		}
 		require.Equal(t, launch.Listening, ev.Event)
 		addrs[i] = ev.Addr
-		go io.Copy(io.Discard, r) // the shard's later events
+		go io.Copy(io.Discard, io.MultiReader(dec.Buffered(), r)) // the shard's later events
 	}
-	return addrs, initPath
+	return addrs, initPath, metricsAddrs
+}
+
+// scrapeSum is the sum over the shards at addrs of the Prometheus metric
+// name (every series of it).
+func scrapeSum(t *testing.T, addrs []string, name string) float64 {
+	t.Helper()
+	// No connection kept: goleak would find its goroutines.
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var sum float64
+	for _, a := range addrs {
+		resp, err := c.Get("http://" + a + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		found := false
+		for line := range strings.Lines(string(body)) {
+			if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+				continue
+			}
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			require.NoError(t, err, "%s", line)
+			sum += v
+			found = true
+		}
+		require.True(t, found, "shard at %s exports no %s", a, name)
+	}
+	return sum
 }
 
 // psEnv is what shoal run gives each rank of a PS-mode job.
@@ -506,6 +556,66 @@ func TestHorovodLocalSteps(t *testing.T) {
 		require.Equal(t, 3, rr.code, "rank %d: %s\n%s", r, rr.raw, rr.stderr)
 		assert.Contains(t, rr.out["error"], "this rank pushes every 2 steps (SHOAL_LOCAL_STEPS=2), but the parameter servers run with --local-steps 5", "rank %d", r)
 	}
+}
+
+// TestHorovodLocalStepsInt8 runs TestHorovodLocalSteps's job (2 ranks, H=5,
+// outer SGD at lr 1 on 2 sync shards) twice, in float32 and with shoal
+// run --compression int8 (SHOAL_COMPRESSION=int8): the int8 ranks push
+// int8, so the shards count under a third of float32's pseudo-gradient
+// bytes (a quarter, and a float32 scale a piece); and the weights end
+// within int8's rounding of the float32 job's. Each push rounds each
+// value by at most half its block's step, max|Δ|/254, and the mean of the
+// ranks' by no more; the bound taken is twice the sum of those over the
+// pushes, which leaves the later rounds' local steps, taken from the
+// rounded weights, as much again. The weights must also differ from
+// float32's: the rounding happened.
+func TestHorovodLocalStepsInt8(t *testing.T) {
+	needTorch(t)
+	const batch, h = 32, 5
+	outer := func(c *ps.Config) {
+		c.LocalSteps = h
+		c.Optimizer.Algorithm, c.Optimizer.LR, c.Optimizer.Momentum = "sgd", 1, 0
+	}
+	run := func(compression string) (params map[string]any, pseudo []float64, bytes float64) {
+		addrs, initPath, metrics := startShardsMetrics(t, consistency.Sync, 2, 2, nil, outer, true)
+		env := append(psEnv(consistency.Sync, addrs, initPath), "SHOAL_LOCAL_STEPS="+strconv.Itoa(h), "PUSH_AT_END=1", "REPORT_PSEUDO=1")
+		if compression != "" {
+			env = append(env, "SHOAL_COMPRESSION="+compression)
+		}
+		res := runRanksEnv(t, 2, 4*time.Minute, env, "train", strconv.Itoa(batch), "67108864", "1")
+		for r, rr := range res {
+			require.Equal(t, 0, rr.code, "rank %d (%s): %s\n%s", r, compression, rr.raw, rr.stderr)
+			require.Equal(t, 3.0, rr.out["ps"].(map[string]any)["steps"], "rank %d pushed every %d steps, and the last 2 at the end", r, h)
+			for k, m := range floats(rr.out["pseudo_max"]) {
+				if k == len(pseudo) {
+					pseudo = append(pseudo, 0)
+				}
+				pseudo[k] = math.Max(pseudo[k], m)
+			}
+		}
+		return res[0].out["params"].(map[string]any), pseudo, scrapeSum(t, metrics, "shoal_ps_pseudo_gradient_bytes_total")
+	}
+	f32, _, f32Bytes := run("")
+	i8, pseudo, i8Bytes := run("int8")
+	t.Logf("pseudo-gradient bytes: float32 %.0f, int8 %.0f; largest |pseudo-gradient| per push %v", f32Bytes, i8Bytes, pseudo)
+	require.Len(t, pseudo, 3, "the int8 ranks' pushes")
+	require.Positive(t, i8Bytes)
+	assert.Less(t, 3*i8Bytes, f32Bytes, "int8 pushes: about a quarter of float32's bytes")
+	var tol float64
+	for _, m := range pseudo {
+		tol += 2 * m / 254
+	}
+	var worst float64
+	for name, w := range f32 {
+		wv, gv := floats(w), floats(i8[name])
+		require.Len(t, gv, len(wv), name)
+		for i := range wv {
+			worst = math.Max(worst, math.Abs(wv[i]-gv[i]))
+			assert.InDelta(t, wv[i], gv[i], tol, "%s[%d]", name, i)
+		}
+	}
+	t.Logf("largest difference from float32 %.3g, bound %.3g", worst, tol)
+	assert.Greater(t, worst, 1e-6, "the int8 weights equal float32's: nothing was rounded")
 }
 
 // TestHorovodOptimizerAsync runs the script on an async shard: each

@@ -87,7 +87,9 @@ func shoal_ps_write_model(path, layout *C.char, data unsafe.Pointer, n C.int64_t
 // environment names them (SHOAL_MODE, SHOAL_SERVERS, the rank and size,
 // SHOAL_TLS_*, SHOAL_AUTH_TOKEN_FILE: tensorps.ConfigFromEnv), checks
 // that they serve layout, and joins the run. encoding: 0 float32, 1
-// float16, 2 bfloat16 pushes. timeout_ms bounds connecting (0: a minute).
+// float16, 2 bfloat16 pushes, as the script's optimizer asks; with 0,
+// SHOAL_COMPRESSION's (shoal run --compression, int8 too), which another
+// must equal. timeout_ms bounds connecting (0: a minute).
 // It returns a handle, or 0 with the reason in err.
 //
 //export shoal_ps_open
@@ -106,7 +108,10 @@ func shoal_ps_open(layout *C.char, encoding C.int, timeoutMS C.int64_t, err *C.c
 		setErr(err, errlen, fmt.Sprintf("encoding %d: want 0 (float32), 1 (float16) or 2 (bfloat16)", int(encoding)))
 		return 0
 	}
-	cfg.Encoding = pb.Encoding(encoding)
+	if cfg, e = cfg.WithScriptEncoding(pb.Encoding(encoding)); e != nil {
+		setErr(err, errlen, e.Error())
+		return 0
+	}
 	if timeoutMS > 0 {
 		cfg.ConnectTimeout = time.Duration(timeoutMS) * time.Millisecond
 	}

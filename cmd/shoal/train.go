@@ -182,8 +182,11 @@ func (t *trainRun) printHeader(stdout io.Writer) {
 	if h := t.loop.LocalSteps.H; h > 0 {
 		o := t.shard.Outer
 		lr += fmt.Sprintf(" on each worker for %d local steps, then the pseudo-gradients through outer %s lr %g", h, o.Name, o.LR)
-		if o.Name == optim.Momentum || o.Name == optim.Nesterov {
+		if o.Name == optim.Momentum || o.Name == optim.Nesterov || o.Name == optim.DelayedNesterov {
 			lr += fmt.Sprintf(" momentum %g", o.Momentum)
+		}
+		if o.Name == optim.DelayedNesterov {
+			lr += fmt.Sprintf(" delay %d", t.shard.OuterDelay(t.loop.Mode, t.pushers()))
 		}
 		if l := t.loop.LocalSteps; l.F > 0 {
 			lr += fmt.Sprintf(", in %d fragment(s), one every %d steps, %d step(s) overlapped, mix %g", l.F, h/l.F, l.OverlapSteps(), l.Mix)

@@ -108,6 +108,15 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
     share = global_batch // n
     micro = share // passes
     steps = 12
+    # REPORT_PSEUDO=1 (with local steps): the largest |pseudo-gradient| of
+    # each push, read from the exchange after it pushed.
+    pseudo = []
+
+    def note_push():
+        ex = getattr(opt, "_ps", None)
+        if os.environ.get("REPORT_PSEUDO") == "1" and ex is not None and ex.h and ex.pending == 0:
+            pseudo.append(ex.upd.abs().max().item())
+
     for s in range(steps):
         base = (s * global_batch) % 512
         opt.zero_grad(set_to_none=os.environ.get("ZERO_TO_NONE") == "1")
@@ -124,10 +133,15 @@ def train(global_batch, fusion, passes, compression="none", op="average"):
                 opt.step()
         else:
             opt.step()
+        note_push()
     if os.environ.get("PUSH_AT_END") == "1":
+        pending = getattr(opt, "_ps", None) is not None and opt._ps.pending
         opt.push_local_steps()  # the last, partial round of local steps
+        if pending:
+            note_push()
     return {"rank": r, "size": n, "params": {k: v.reshape(-1).tolist() for k, v in model.state_dict().items()},
-            "buckets": len(opt._buckets), "ps": opt.ps_stats(), "grad_views": grad_views(opt)}
+            "buckets": len(opt._buckets), "ps": opt.ps_stats(), "grad_views": grad_views(opt),
+            "pseudo_max": pseudo}
 
 
 def grad_views(opt):

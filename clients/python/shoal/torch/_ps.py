@@ -26,6 +26,11 @@ since the last push now and loads the shards' weights (every rank must
 call it at the same point, as any collective, since sync shards wait for
 every rank's push).
 
+The pushes travel as the DistributedOptimizer's compression= says (fp16,
+bf16), or as SHOAL_COMPRESSION does (shoal run --compression none, fp16,
+bf16, or int8, which is for pseudo-gradients only and needs local steps);
+given both, they must agree (libshoal refuses them otherwise, naming both).
+
 Rank 0 writes the model's tensors and initial values at its first step()
 to $SHOAL_PS_INIT, where the shards wait for them; every rank then pulls
 the shards' weights, so all begin at rank 0's. The exchange is one
