@@ -231,6 +231,27 @@ func TestBackupWorkers(t *testing.T) {
 	assert.Equal(t, int64(2), s.Clock())
 }
 
+// TestARetriedDroppedPushIsAnsweredDropped: a straggler's push that the
+// shard dropped, sent again after its reply was lost, is a duplicate the
+// shard answers as dropped, so the worker counts the drop the shard
+// counted (issue 44, item 9: the shard counted 2,132 dropped pushes where
+// the workers' summary said 2,009); a retry of an applied push is not.
+func TestARetriedDroppedPushIsAnsweredDropped(t *testing.T) {
+	s := newModeServer(t, consistency.Sync, 3, 1, 0)
+	push(t, s, 0, 0, 0, 1)
+	push(t, s, 2, 0, 0, 3)
+	first := push(t, s, 1, 0, 0, 100) // the straggler; say its reply is lost
+	require.True(t, first.Dropped)
+	again := push(t, s, 1, 0, 0, 100)
+	assert.True(t, again.Duplicate, "the retry is the same push")
+	assert.True(t, again.Dropped, "and answered as the original was")
+	assert.Equal(t, int64(1), s.Stats().Dropped, "counted once")
+	assert.Equal(t, []float32{-2, -1, 0, 1}, values(t, s))
+	applied := push(t, s, 0, 0, 0, 1) // an applied push sent again
+	assert.True(t, applied.Duplicate)
+	assert.False(t, applied.Dropped)
+}
+
 func TestSetWorkersReleasesAStepHeldByALeaver(t *testing.T) {
 	s := newModeServer(t, consistency.Sync, 3, 0, 0)
 	push(t, s, 0, 0, 0, 1)

@@ -58,6 +58,11 @@ type Server struct {
 	changed chan struct{}
 	// lastStep is the last step accepted per worker, for deduplication.
 	lastStep map[int64]int64
+	// droppedStep is, per worker, the step of its last push that sync
+	// dropped as a backup worker's late one: a copy sent again (a retry
+	// after a lost reply) is answered as dropped too, so the worker
+	// counts the drop the shard counted.
+	droppedStep map[int64]int64
 	// sessions are the workers' sessions (session.go): the one each
 	// worker id's latest Join issued. sessionBase is the step that
 	// session began at and sessionPushes the pushes it has had taken.
@@ -166,7 +171,7 @@ func New(cfg Config, initial []float32) (*Server, error) {
 	if len(initial) != cfg.Plan.VectorLen {
 		return nil, fmt.Errorf("parameter server: initial vector has %d floats, want %d", len(initial), cfg.Plan.VectorLen)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, progress: map[int64]int64{}, gone: map[int64]bool{}, lrScale: 1,
+	s := &Server{cfg: cfg, log: cfg.Logger, lastStep: map[int64]int64{}, droppedStep: map[int64]int64{}, progress: map[int64]int64{}, gone: map[int64]bool{}, lrScale: 1,
 		sessions: map[int64]Session{}, sessionBase: map[int64]int64{}, sessionPushes: map[int64]int64{},
 		changed: make(chan struct{}), failed: make(chan error, 1)}
 	if s.log == nil {
@@ -541,7 +546,8 @@ func (s *Server) push(ctx context.Context, in Push, read ChunkReader) (PushResul
 	}
 	if ok && in.Step <= last {
 		s.stats.Duplicates++
-		res := PushResult{Clock: s.clock, Duplicate: true}
+		d, dropped := s.droppedStep[in.WorkerID]
+		res := PushResult{Clock: s.clock, Duplicate: true, Dropped: dropped && d == in.Step}
 		if read != nil {
 			for i := range s.chunks {
 				read(res, s.chunkRead(&s.chunks[i], s.clock))

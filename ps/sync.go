@@ -62,13 +62,15 @@ func (a *syncApplier) pushStepLocked(ctx context.Context, in Push, gmax float64)
 		// and gone in first.
 		if last, ok := s.lastStep[in.WorkerID]; ok && in.Step <= last {
 			s.stats.Duplicates++
-			return PushResult{Clock: s.clock, Duplicate: true}, nil
+			d, dropped := s.droppedStep[in.WorkerID]
+			return PushResult{Clock: s.clock, Duplicate: true, Dropped: dropped && d == in.Step}, nil
 		}
 	}
 	if in.Clock < s.clock {
 		if s.cfg.BackupWorkers > 0 {
 			// A straggler: the step went ahead with the others.
 			s.acceptLocked(in.WorkerID, in.Step)
+			s.droppedStep[in.WorkerID] = in.Step
 			s.stats.Dropped++
 			return PushResult{Clock: s.clock, Dropped: true}, nil
 		}
