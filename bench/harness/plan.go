@@ -29,8 +29,11 @@ type PlanRow struct {
 	// Colocated: the servers run on the workers' hosts and share their
 	// NICs (sim.Config.Colocated, BytePS's layout); the table's mode is
 	// then "sync-colo".
-	Colocated bool       `json:"colocated,omitempty"`
-	Result    sim.Result `json:"result"`
+	Colocated bool `json:"colocated,omitempty"`
+	// LocalSteps is the setup's H (DiLoCo; its mode is then labelled
+	// sync-hH or async-hH), 0 without.
+	LocalSteps int        `json:"local_steps,omitempty"`
+	Result     sim.Result `json:"result"`
 }
 
 // label is r's mode as the table prints it: the ring mode with its
@@ -187,7 +190,7 @@ func (cfg PlanConfig) simulate(base sim.Config, stdout io.Writer) ([]PlanRow, er
 			}
 			rows, modes, algs, locals = append(rows, PlanRow{Mode: m.String(), Servers: s}), append(modes, m), append(algs, collective.Ring), append(locals, 0)
 			if cfg.LocalSteps > 0 && (m == consistency.Sync || m == consistency.Async) {
-				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps, cfg.Fragments), Servers: s})
+				rows = append(rows, PlanRow{Mode: modeLabel(m, cfg.LocalSteps, cfg.Fragments), Servers: s, LocalSteps: cfg.LocalSteps})
 				modes, algs, locals = append(modes, m), append(algs, collective.Ring), append(locals, cfg.LocalSteps)
 			}
 			if k := cfg.Hosts.PerHost; k > 1 && base.Workers%k == 0 && base.BackupWorkers < base.Workers/k {

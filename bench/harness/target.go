@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/shoalml/shoal/consistency"
@@ -33,6 +34,8 @@ type TargetRow struct {
 	Seconds  float64 `json:"seconds_to_target"`
 	Final    float64 `json:"final_accuracy"`
 	Diverged string  `json:"diverged,omitempty"`
+	// LocalSteps is the setup's H (DiLoCo), 0 without.
+	LocalSteps int `json:"local_steps,omitempty"`
 }
 
 func (j targetJob) run(ctx context.Context, base sim.Config, rows []PlanRow, stdout io.Writer) error {
@@ -82,11 +85,17 @@ func fastestPerMode(rows []PlanRow) (map[string]PlanRow, []string) {
 	return fastest, order
 }
 
-// predict emulates r's setup (the ring as sync) and times its epochs to
-// the target at r's simulated samples/s. It also returns the updates the
-// emulated job applied.
+// predict emulates r's setup (the ring as sync; a local-steps setup with
+// its H, the job's optimizer as the workers' inner one and Job.Outer the
+// shards') and times its epochs to the target at r's simulated
+// samples/s. It also returns the updates the emulated job applied.
 func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRow) (TargetRow, int64, error) {
-	m, err := consistency.Parse(r.Mode)
+	name := r.Mode
+	if r.LocalSteps > 0 {
+		name, _, _ = strings.Cut(name, "-") // sync-h10: sync
+		e.LocalSteps = r.LocalSteps
+	}
+	m, err := consistency.Parse(name)
 	if err != nil {
 		return TargetRow{}, 0, err
 	}
@@ -99,7 +108,7 @@ func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRo
 	if err != nil {
 		return TargetRow{}, 0, fmt.Errorf("--target: emulating %s: %w", r.Mode, err)
 	}
-	row := TargetRow{Mode: r.Mode, Servers: r.Servers, Update: ruleLabel(e, sc), Target: j.cfg.Target, Final: res.Final.Accuracy, Diverged: res.Diverged}
+	row := TargetRow{Mode: r.Mode, Servers: r.Servers, Update: ruleLabel(e, sc), Target: j.cfg.Target, Final: res.Final.Accuracy, Diverged: res.Diverged, LocalSteps: r.LocalSteps}
 	for _, p := range res.Curve {
 		if p.Accuracy >= j.cfg.Target {
 			row.Epochs = p.Epochs
@@ -114,13 +123,18 @@ func (j targetJob) predict(ctx context.Context, e Job, base sim.Config, r PlanRo
 // target, or that it diverged (after updates updates), or how close it
 // came.
 func (j targetJob) printRow(stdout io.Writer, row TargetRow, updates int64) {
+	w := j.cfg.modeWidth()
 	switch {
 	case row.Epochs > 0:
-		fmt.Fprintf(stdout, "  %-6s %7s %-9s  %.2f epochs, %s\n", row.Mode, serversLabel(row.Servers), row.Update, row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "  %-*s %7s %-9s  %.2f epochs, %s\n", w, row.Mode, serversLabel(row.Servers), row.Update, row.Epochs, time.Duration(row.Seconds*float64(time.Second)).Round(time.Millisecond))
 	case row.Diverged != "":
-		fmt.Fprintf(stdout, "  %-6s %7s %-9s  never: diverged after %d updates (the update rule full and dcasgd apply each push at the full rate: try --update-rule staleness, or a lower --lr)\n", row.Mode, serversLabel(row.Servers), row.Update, updates)
+		hint := "the update rule full and dcasgd apply each push at the full rate: try --update-rule staleness, or a lower --lr"
+		if row.LocalSteps > 0 {
+			hint = "outer momentum on each pseudo-gradient as it arrives diverges in async: try --outer-optimizer delayed-nesterov --outer-momentum 0.5, or sgd"
+		}
+		fmt.Fprintf(stdout, "  %-*s %7s %-9s  never: diverged after %d updates (%s)\n", w, row.Mode, serversLabel(row.Servers), row.Update, updates, hint)
 	default:
-		fmt.Fprintf(stdout, "  %-6s %7s %-9s  not in %d epochs (%.2f%% at the end)\n", row.Mode, serversLabel(row.Servers), row.Update, j.cfg.Epochs, 100*row.Final)
+		fmt.Fprintf(stdout, "  %-*s %7s %-9s  not in %d epochs (%.2f%% at the end)\n", w, row.Mode, serversLabel(row.Servers), row.Update, j.cfg.Epochs, 100*row.Final)
 	}
 }
 

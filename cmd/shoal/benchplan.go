@@ -33,6 +33,7 @@ type benchPlanFlags struct {
 	layerFile string
 	update    flags.Update // --target's emulations
 	local     flags.LocalSteps
+	outer     flags.Outer // --target's emulations of the local-steps setups
 	// intraLatency is --intra-latency, into Sim.IntraLatency.
 	intraLatency time.Duration
 	hostGbps     float64 // --host-gbps
@@ -57,6 +58,7 @@ func (f *benchPlanFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Sim.BackupWorkers, "backup-workers", 0, "sync: backup workers")
 	fs.IntVar(&c.Sim.Steps, "steps", 10, "steps simulated per worker")
 	f.local.Register(fs) // each sync and async setup again with it, as sync-hH and async-hH
+	f.outer.Register(fs)
 	fs.IntVar(&c.Hosts.PerHost, "workers-per-host", 0, "each PS setup again with per-host aggregation (shoal train --host-aggregate) of this many workers a host, as sync-hostK (0, 1: none)")
 	fs.Float64Var(&f.hostGbps, "host-gbps", 80, "--workers-per-host: the bandwidth between a host's workers (shared memory), Gbit/s")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per setup")
@@ -99,8 +101,8 @@ func parseBenchPlan(args []string, stderr io.Writer) (harness.PlanConfig, error)
 		return *c, err
 	}
 	c.Fragments, c.FragmentOverlap = p.local.F, p.local.OverlapSteps()
-	if c.LocalSteps = p.local.H; c.LocalSteps > 0 && c.Target > 0 {
-		return *c, fmt.Errorf("--local-steps %d with --target: the emulator has no local steps; simulate without --target", c.LocalSteps)
+	if c.LocalSteps = p.local.H; c.LocalSteps > 0 && c.Target > 0 && c.Fragments > 1 {
+		return *c, fmt.Errorf("--fragments %d with --target: the emulator has no streaming fragments (it emulates --local-steps alone); simulate without --target, or leave out --fragments", c.Fragments)
 	}
 	if h := &c.Hosts; h.PerHost != 0 {
 		if h.PerHost < 0 || c.Sim.Workers%h.PerHost != 0 || !(p.hostGbps > 0) || c.Target > 0 {
@@ -166,9 +168,13 @@ func (p *benchPlanFlags) check() error {
 	if err != nil {
 		return err
 	}
+	outer, err := p.outer.Config()
+	if err != nil {
+		return err
+	}
 	c.NewJob = func() (harness.Job, error) {
 		j, err := p.job.emulation(c.Sim.Batch, c.Epochs, 0)
-		j.Update = upd
+		j.Update, j.Outer = upd, outer
 		return j, err
 	}
 	return nil

@@ -99,9 +99,38 @@ func TestBenchPlanLocalSteps(t *testing.T) {
 	assert.InEpsilon(t, sent["sync-h10"], frags["sync-h10-f5"], 1e-6)
 	assert.InEpsilon(t, sent["async-h10"], frags["async-h10-f5"], 1e-6)
 
-	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--local-steps", "10", "--target", "0.8").CombinedOutput()
+	out, err = exec.CommandContext(ctx, shoalBin, "bench", "plan", "--local-steps", "10", "--fragments", "5", "--target", "0.8").CombinedOutput()
 	require.Error(t, err)
-	assert.Contains(t, string(out), "--local-steps 10 with --target: the emulator has no local steps")
+	assert.Contains(t, string(out), "--fragments 5 with --target: the emulator has no streaming fragments")
+}
+
+// TestBenchPlanTimeToTargetWithLocalSteps: --target emulates the
+// local-steps setups too (DiLoCo: the shards' outer optimizer from
+// --outer-*), each under its own label, beside the setups without.
+func TestBenchPlanTimeToTargetWithLocalSteps(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	args := []string{"bench", "plan", "--dataset", "synthetic", "--hidden", "16", "--workers", "4", "--servers", "1", "--compute", "1ms",
+		"--apply-gbps", "4", "--epochs", "2", "--target", "0.5", "--modes", "sync,async", "--local-steps", "2",
+		"--outer-optimizer", "sgd", "--outer-lr", "1", "--outer-momentum", "0", "--update-rule", "average", "--json"}
+	out, err := exec.CommandContext(ctx, shoalBin, args...).Output()
+	require.NoError(t, err, "%s", out)
+	epochs := map[string]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Mode   string
+			Target float64 `json:"target_accuracy"`
+			Epochs float64 `json:"epochs_to_target"`
+			Final  float64 `json:"final_accuracy"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &row), l)
+		if row.Target != 0 {
+			epochs[row.Mode] = row.Epochs
+			assert.Positive(t, row.Epochs, "%s reaches 50%% on the synthetic set (final %.3f)", row.Mode, row.Final)
+		}
+	}
+	assert.Len(t, epochs, 4, "sync, async, sync-h2 and async-h2 each emulated: %v", epochs)
+	assert.Contains(t, epochs, "sync-h2")
+	assert.Contains(t, epochs, "async-h2")
 }
 
 // TestBenchPlanTimeToTarget: --target emulates each mode's fastest setup
