@@ -533,10 +533,8 @@ func TestLocalStepsThroughTheCommandLine(t *testing.T) {
 // (the bar), and train prints it per sample.
 func TestLocalStepsSendFewerBytes(t *testing.T) {
 	sent := func(extra ...string) (float64, string) {
+		// extra's flags come last: a --steps there overrides the 40.
 		args := append([]string{"train", "--dataset", "synthetic", "--hidden", "32", "--mode", "sync", "--workers", "2", "--steps", "40", "--stats", "--json"}, extra...)
-		if len(extra) > 0 && extra[0] == "--steps" {
-			args = append([]string{"train", "--dataset", "synthetic", "--hidden", "32", "--mode", "sync", "--workers", "2", "--stats", "--json"}, extra...)
-		}
 		out, err := exec.CommandContext(ctxT(t, 3*time.Minute), shoalBin, args...).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		b, ok := lastJSON(t, string(out))["bytes_sent_per_step"].(float64)
